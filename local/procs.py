@@ -1,0 +1,156 @@
+"""Start and stop the local stack's processes: free ports, readiness lines, stop by PID.
+
+Used by ``local.stack`` and by the pytest fixtures alike, so that tests start the stack the
+way users do. Every child gets its own process group, so stopping it also stops anything it
+spawned (the host's instances, Azurite's node process) and nothing is orphaned.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s") from None
+            time.sleep(0.05)
+
+
+class Proc:
+    """A child process whose output is collected and scanned for a readiness word."""
+
+    def __init__(
+        self,
+        name: str,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | str | None = None,
+        log_path: Path | None = None,
+        echo: bool = False,
+    ) -> None:
+        self.name = name
+        self.args = list(args)
+        self.env = env
+        self.cwd = str(cwd or REPO_ROOT)
+        self.log_path = log_path
+        self.echo = echo
+        self.lines: deque[str] = deque(maxlen=2000)
+        self._ready = threading.Event()
+        self._ready_word = "ready"
+        self.popen: subprocess.Popen[str] | None = None
+        self._seen_ready = False
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def start(self, ready_word: str | None = "ready", timeout: float = 60.0) -> Proc:
+        self._ready_word = ready_word or ""
+        self._ready.clear()
+        self._seen_ready = False
+        env = dict(os.environ if self.env is None else self.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.popen = subprocess.Popen(
+            self.args,
+            cwd=self.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,  # own process group: stop() reaches its children too
+        )
+        threading.Thread(target=self._pump, name=f"pump-{self.name}", daemon=True).start()
+        if ready_word is None:
+            return self
+        if not self._ready.wait(timeout) or not self._seen_ready:
+            tail = "\n".join(list(self.lines)[-40:])
+            self.stop()
+            raise RuntimeError(f"{self.name} did not print {ready_word!r} within {timeout}s "
+                               f"(exit code {self.popen.poll()}):\n{tail}")
+        return self
+
+    def _pump(self) -> None:
+        assert self.popen is not None and self.popen.stdout is not None
+        log = open(self.log_path, "a", encoding="utf-8") if self.log_path else None
+        try:
+            for line in self.popen.stdout:
+                line = line.rstrip("\n")
+                self.lines.append(line)
+                if log:
+                    log.write(line + "\n")
+                    log.flush()
+                if self.echo:
+                    sys.stderr.write(f"[{self.name}] {line}\n")
+                if self._ready_word and self._ready_word in line:
+                    self._seen_ready = True
+                    self._ready.set()
+        finally:
+            if log:
+                log.close()
+        if self.popen.poll() is None:
+            self.popen.wait()
+        self._ready.set()  # wake start(): it tells "exited" from "ready" by _seen_ready
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: a crash, for chaos tests."""
+        self._signal(signal.SIGKILL)
+        if self.popen is not None:
+            self.popen.wait(timeout=10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the process group, then SIGKILL whatever is left after ``timeout``."""
+        if self.popen is None:
+            return
+        if self.popen.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        # Children may outlive the leader; the group id is the leader's pid.
+        self._signal(signal.SIGKILL)
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _signal(self, sig: int) -> None:
+        if self.popen is None:
+            return
+        try:
+            os.killpg(self.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def output(self) -> str:
+        return "\n".join(self.lines)

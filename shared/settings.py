@@ -1,0 +1,137 @@
+"""The one declaration of the app's settings.
+
+Every app setting the app reads is declared here, under the same name it has as an Azure
+app setting (and in local.settings.json ``Values``). Queue settings default to the queue
+names declared in ``infra/servicebus-config.json`` (the official emulator's Config.json
+format); the consistency tests check that the two agree, and that Bicep and
+``local.settings.json.example`` carry the same set.
+
+Connections are prefixes, as the Functions host reads them: ``ServiceBusConnection`` is
+either a connection string, or identity-based settings under
+``ServiceBusConnection__fullyQualifiedNamespace`` (+ ``__credential``, ``__clientId``);
+``StateStorage`` is either a connection string or ``StateStorage__tableServiceUri``
+(+ ``__credential``, ``__clientId``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    name: str
+    default: str | None
+    description: str
+    # "queue": the value names a queue in infra/servicebus-config.json.
+    # "table": the value names a table. "connection": a connection prefix.
+    kind: str = "value"
+
+
+# Connection prefixes (not read as plain values; see Connection below).
+SERVICE_BUS_CONNECTION = "ServiceBusConnection"
+STATE_STORAGE_CONNECTION = "StateStorage"
+
+SETTINGS: tuple[SettingSpec, ...] = (
+    SettingSpec(SERVICE_BUS_CONNECTION, None, "Service Bus connection (string or identity prefix)", "connection"),
+    SettingSpec(STATE_STORAGE_CONNECTION, None, "Table Storage connection (string or identity prefix)", "connection"),
+    SettingSpec("SchedulerQueue", "scheduler", "Queue the Scheduler is told about new/redriven orders on", "queue"),
+    SettingSpec("RepliesQueue", "replies", "Queue agents reply on", "queue"),
+    SettingSpec("InventoryQueue", "agent-inventory", "Inventory agent's request queue", "queue"),
+    SettingSpec("PaymentQueue", "agent-payment", "Payment agent's request queue", "queue"),
+    SettingSpec("ShippingQueue", "agent-shipping", "Shipping agent's request queue", "queue"),
+    SettingSpec("AlertsQueue", "alerts", "Operator alerts queue", "queue"),
+    SettingSpec("StatusQueue", "order-status", "Default queue for status messages (orders may name their own)", "queue"),
+    SettingSpec("StateTable", "orders", "Table holding order and state rows", "table"),
+    SettingSpec("DeadlineTable", "deadlines", "Deadline index the Supervisor sweeps", "table"),
+    SettingSpec("InventoryServiceUrl", "http://127.0.0.1:7081/inventory", "Inventory service base URL"),
+    SettingSpec("PaymentServiceUrl", "http://127.0.0.1:7081/payment", "Payment service base URL"),
+    SettingSpec("ShippingServiceUrl", "http://127.0.0.1:7081/shipping", "Shipping service base URL"),
+    SettingSpec("SupervisorSchedule", "*/15 * * * * *", "NCRONTAB schedule of the Supervisor timer"),
+    SettingSpec("MaxFailureCount", "3", "FailureCount at which a step goes to Error"),
+    SettingSpec("BackoffThreshold", "1", "FailureCount after which the Supervisor delays the redrive"),
+    SettingSpec("BackoffBaseSeconds", "5", "First redrive delay past the backoff threshold; doubles each time"),
+    SettingSpec("UnclaimedGraceSeconds", "30", "Age after which an unclaimed Pending order is rescheduled"),
+    SettingSpec("StepTimeoutSeconds", "", "If set, overrides every step's timeout (short timeouts for tests)"),
+    SettingSpec("MaxRequestBytes", "65536", "Largest accepted order body"),
+)
+
+SETTING_NAMES = frozenset(s.name for s in SETTINGS)
+QUEUE_SETTINGS = tuple(s for s in SETTINGS if s.kind == "queue")
+TABLE_SETTINGS = tuple(s for s in SETTINGS if s.kind == "table")
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A connection read from a setting prefix: a connection string, or identity-based settings."""
+
+    name: str
+    connection_string: str | None = None
+    endpoint: str | None = None  # fullyQualifiedNamespace or tableServiceUri
+    credential: str | None = None  # e.g. "managedidentity"
+    client_id: str | None = None
+
+    @property
+    def uses_identity(self) -> bool:
+        return self.connection_string is None
+
+
+def read_connection(env: Mapping[str, str], name: str, endpoint_key: str) -> Connection:
+    value = env.get(name)
+    if value:
+        return Connection(name=name, connection_string=value)
+    endpoint = env.get(f"{name}__{endpoint_key}")
+    if not endpoint:
+        raise KeyError(f"setting {name} (a connection string) or {name}__{endpoint_key} is required")
+    return Connection(
+        name=name,
+        endpoint=endpoint,
+        credential=env.get(f"{name}__credential"),
+        client_id=env.get(f"{name}__clientId"),
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    values: Mapping[str, str] = field(default_factory=dict)
+    service_bus: Connection | None = None
+    state_storage: Connection | None = None
+
+    def __getitem__(self, name: str) -> str:
+        if name not in SETTING_NAMES:
+            raise KeyError(f"{name} is not a declared setting (shared/settings.py)")
+        return self.values[name]
+
+    def int(self, name: str) -> int:
+        return int(self[name])
+
+    def decimal(self, name: str) -> Decimal:
+        return Decimal(self[name])
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        values: dict[str, str] = {}
+        for spec in SETTINGS:
+            if spec.kind == "connection":
+                continue
+            raw = env.get(spec.name)
+            values[spec.name] = raw if raw is not None else (spec.default or "")
+        sb = _maybe(lambda: read_connection(env, SERVICE_BUS_CONNECTION, "fullyQualifiedNamespace"))
+        st = _maybe(lambda: read_connection(env, STATE_STORAGE_CONNECTION, "tableServiceUri"))
+        return cls(values=values, service_bus=sb, state_storage=st)
+
+
+def _maybe(fn):  # type: ignore[no-untyped-def]
+    try:
+        return fn()
+    except KeyError:
+        return None
+
+
+def queue_names() -> dict[str, str]:
+    """Setting name -> default queue name, for every queue setting."""
+    return {s.name: s.default or "" for s in QUEUE_SETTINGS}
