@@ -1,0 +1,175 @@
+// Order processing on Azure Functions (Flex Consumption, Python 3.11).
+//
+//   az deployment group create -g RG -f infra/main.bicep -p infra/main.parameters.json
+//
+// Everything is inline (no registry modules): it builds offline with a Bicep compiler.
+// Identity-based connections only: the app runs as one user-assigned managed identity with
+// least-privilege roles; no connection string with a key and no key exist anywhere.
+targetScope = 'resourceGroup'
+
+@description('Short base name of every resource (lowercase letters, digits, hyphens).')
+@minLength(3)
+@maxLength(16)
+param appName string = 'orders'
+
+@description('Azure region of every resource. It must offer the Flex Consumption plan.')
+param location string = resourceGroup().location
+
+@description('Email address that receives dead-letter and Supervisor alerts.')
+param alertEmail string
+
+@description('InventoryServiceUrl: base URL of the inventory service, path prefix included.')
+param inventoryServiceUrl string
+
+@description('PaymentServiceUrl: base URL of the payment service, path prefix included.')
+param paymentServiceUrl string
+
+@description('ShippingServiceUrl: base URL of the shipping service, path prefix included.')
+param shippingServiceUrl string
+
+@description('SupervisorSchedule: NCRONTAB (six fields, seconds first) of the Supervisor timer.')
+param supervisorSchedule string = '*/15 * * * * *'
+
+@description('MaxFailureCount: FailureCount at which a step goes to Error.')
+param maxFailureCount int = 3
+
+@description('BackoffThreshold: FailureCount after which the Supervisor delays the redrive.')
+param backoffThreshold int = 1
+
+@description('BackoffBaseSeconds: first redrive delay past the threshold; doubles each time.')
+param backoffBaseSeconds int = 5
+
+@description('UnclaimedGraceSeconds: age after which an unclaimed Pending order is rescheduled.')
+param unclaimedGraceSeconds int = 30
+
+@description('StepTimeoutSeconds: if not empty, overrides every step timeout. Leave empty in Azure.')
+param stepTimeoutSeconds string = ''
+
+@description('MaxRequestBytes: largest accepted order body.')
+param maxRequestBytes int = 65536
+
+@description('Most instances the Flex Consumption plan scales out to.')
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 100
+
+@description('Memory of each instance (MB).')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+@description('Tags on every resource.')
+param tags object = {}
+
+// The one queue declaration, shared with the Service Bus emulator used locally.
+var serviceBusConfig = loadJsonContent('servicebus-config.json')
+var queues = serviceBusConfig.UserConfig.Namespaces[0].Queues
+
+// Tables the app reads: the values of the table settings (StateTable, DeadlineTable).
+var tableNames = [
+  'orders'
+  'deadlines'
+]
+
+var suffix = uniqueString(resourceGroup().id, appName)
+var storageAccountName = take('st${toLower(replace(appName, '-', ''))}${suffix}', 24)
+var deploymentContainerName = 'app-package-${take(suffix, 8)}'
+
+module identity 'modules/identity.bicep' = {
+  name: 'identity'
+  params: {
+    name: 'id-${appName}-${suffix}'
+    location: location
+    tags: tags
+  }
+}
+
+module storage 'modules/storage.bicep' = {
+  name: 'storage'
+  params: {
+    name: storageAccountName
+    location: location
+    deploymentContainerName: deploymentContainerName
+    tableNames: tableNames
+    tags: tags
+  }
+}
+
+module serviceBus 'modules/servicebus.bicep' = {
+  name: 'servicebus'
+  params: {
+    name: 'sb-${appName}-${suffix}'
+    location: location
+    queues: queues
+    tags: tags
+  }
+}
+
+module monitoring 'modules/monitoring.bicep' = {
+  name: 'monitoring'
+  params: {
+    name: '${appName}-${suffix}'
+    location: location
+    alertEmail: alertEmail
+    serviceBusNamespaceId: serviceBus.outputs.id
+    tags: tags
+  }
+}
+
+module roles 'modules/roles.bicep' = {
+  name: 'roles'
+  params: {
+    principalId: identity.outputs.principalId
+    serviceBusNamespaceName: serviceBus.outputs.name
+    storageAccountName: storage.outputs.name
+    deploymentContainerName: storage.outputs.deploymentContainerName
+    hostContainerNames: storage.outputs.hostContainerNames
+    appInsightsName: monitoring.outputs.appInsightsName
+  }
+}
+
+module functionApp 'modules/functionapp.bicep' = {
+  name: 'functionapp'
+  params: {
+    name: 'func-${appName}-${suffix}'
+    planName: 'plan-${appName}-${suffix}'
+    location: location
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageAccountName: storage.outputs.name
+    blobEndpoint: storage.outputs.blobEndpoint
+    tableEndpoint: storage.outputs.tableEndpoint
+    deploymentContainerName: storage.outputs.deploymentContainerName
+    serviceBusFullyQualifiedNamespace: serviceBus.outputs.fullyQualifiedNamespace
+    appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
+    inventoryServiceUrl: inventoryServiceUrl
+    paymentServiceUrl: paymentServiceUrl
+    shippingServiceUrl: shippingServiceUrl
+    supervisorSchedule: supervisorSchedule
+    maxFailureCount: maxFailureCount
+    backoffThreshold: backoffThreshold
+    backoffBaseSeconds: backoffBaseSeconds
+    unclaimedGraceSeconds: unclaimedGraceSeconds
+    stepTimeoutSeconds: stepTimeoutSeconds
+    maxRequestBytes: maxRequestBytes
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
+    tags: tags
+  }
+  // The host starts with its roles in place (storage, Service Bus, telemetry).
+  dependsOn: [
+    roles
+  ]
+}
+
+output functionAppName string = functionApp.outputs.name
+output functionAppUrl string = 'https://${functionApp.outputs.defaultHostName}'
+output serviceBusNamespace string = serviceBus.outputs.fullyQualifiedNamespace
+output storageAccountName string = storage.outputs.name
+output tableServiceUri string = storage.outputs.tableEndpoint
+output appInsightsName string = monitoring.outputs.appInsightsName
+output identityClientId string = identity.outputs.clientId
+output identityPrincipalId string = identity.outputs.principalId

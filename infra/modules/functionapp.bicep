@@ -1,0 +1,295 @@
+// The Function App on the Flex Consumption plan (FC1), Python 3.11, deployed from a blob
+// container, running as the user-assigned identity. App settings: identity-based connections
+// only (no connection string, no key), plus every non-connection setting of shared/settings.py.
+
+@description('Function App name (also its default host name).')
+param name string
+
+@description('Flex Consumption plan name.')
+param planName string
+
+@description('Azure region.')
+param location string
+
+@description('Resource id of the user-assigned identity the app runs as.')
+param identityId string
+
+@description('Client id of that identity (selects it for every identity-based connection).')
+param identityClientId string
+
+@description('Storage account name (AzureWebJobsStorage, deployment container, tables).')
+param storageAccountName string
+
+@description('Primary blob endpoint of the storage account, ending in /.')
+param blobEndpoint string
+
+@description('Primary table endpoint of the storage account (StateStorage__tableServiceUri).')
+param tableEndpoint string
+
+@description('Blob container the plan deploys the app package from.')
+param deploymentContainerName string
+
+@description('Service Bus namespace host name, e.g. NAME.servicebus.windows.net.')
+param serviceBusFullyQualifiedNamespace string
+
+@description('Application Insights connection string (ingestion endpoint; not a key).')
+param appInsightsConnectionString string
+
+@description('InventoryServiceUrl: base URL of the inventory service, path prefix included.')
+param inventoryServiceUrl string
+
+@description('PaymentServiceUrl: base URL of the payment service, path prefix included.')
+param paymentServiceUrl string
+
+@description('ShippingServiceUrl: base URL of the shipping service, path prefix included.')
+param shippingServiceUrl string
+
+@description('SupervisorSchedule: NCRONTAB (six fields, seconds first) of the Supervisor timer.')
+param supervisorSchedule string
+
+@description('MaxFailureCount: FailureCount at which a step goes to Error.')
+param maxFailureCount int
+
+@description('BackoffThreshold: FailureCount after which the Supervisor delays the redrive.')
+param backoffThreshold int
+
+@description('BackoffBaseSeconds: first redrive delay past the threshold; doubles each time.')
+param backoffBaseSeconds int
+
+@description('UnclaimedGraceSeconds: age after which an unclaimed Pending order is rescheduled.')
+param unclaimedGraceSeconds int
+
+@description('StepTimeoutSeconds: if not empty, overrides every step timeout (tests only).')
+param stepTimeoutSeconds string
+
+@description('MaxRequestBytes: largest accepted order body.')
+param maxRequestBytes int
+
+@description('Most instances the plan scales out to.')
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int
+
+@description('Memory of each instance (MB).')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int
+
+param tags object = {}
+
+resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_225: Zone-redundant Flex Consumption exists only in some regions; set zoneRedundant: true where the region offers it.
+  name: planName
+  location: location
+  tags: tags
+  kind: 'functionapp'
+  sku: {
+    name: 'FC1'
+    tier: 'FlexConsumption'
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+resource app 'Microsoft.Web/sites@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_222: The order API is a public HTTP API by design; each call needs a function key (authLevel FUNCTION).
+  // checkov:skip=CKV_AZURE_17: Callers authenticate with function keys over TLS; they hold no client certificates.
+  // checkov:skip=CKV_AZURE_212: Flex Consumption scales instances on demand (numberOfWorkers does not apply); every instance can take over.
+  // checkov:skip=CKV_AZURE_213: Flex Consumption does not support the App Service health check; the platform replaces unhealthy instances.
+  name: name
+  location: location
+  tags: tags
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    serverFarmId: plan.id
+    httpsOnly: true
+    clientCertEnabled: false
+    publicNetworkAccess: 'Enabled'
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: '${blobEndpoint}${deploymentContainerName}'
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityId
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        maximumInstanceCount: maximumInstanceCount
+        instanceMemoryMB: instanceMemoryMB
+      }
+      runtime: {
+        name: 'python'
+        version: '3.11'
+      }
+    }
+    siteConfig: {
+      minTlsVersion: '1.2'
+      scmMinTlsVersion: '1.2'
+      ftpsState: 'Disabled'
+      http20Enabled: true
+      appSettings: [
+        // Host storage, by identity.
+        {
+          name: 'AzureWebJobsStorage__accountName'
+          value: storageAccountName
+        }
+        {
+          name: 'AzureWebJobsStorage__credential'
+          value: 'managedidentity'
+        }
+        {
+          name: 'AzureWebJobsStorage__clientId'
+          value: identityClientId
+        }
+        // Telemetry, by identity (local auth is off on Application Insights).
+        {
+          name: 'APPLICATIONINSIGHTS_CONNECTION_STRING'
+          value: appInsightsConnectionString
+        }
+        {
+          name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
+          value: 'ClientId=${identityClientId};Authorization=AAD'
+        }
+        // Connection ServiceBusConnection, by identity.
+        {
+          name: 'ServiceBusConnection__fullyQualifiedNamespace'
+          value: serviceBusFullyQualifiedNamespace
+        }
+        {
+          name: 'ServiceBusConnection__credential'
+          value: 'managedidentity'
+        }
+        {
+          name: 'ServiceBusConnection__clientId'
+          value: identityClientId
+        }
+        // Connection StateStorage, by identity.
+        {
+          name: 'StateStorage__tableServiceUri'
+          value: tableEndpoint
+        }
+        {
+          name: 'StateStorage__credential'
+          value: 'managedidentity'
+        }
+        {
+          name: 'StateStorage__clientId'
+          value: identityClientId
+        }
+        // Queues: names declared in infra/servicebus-config.json.
+        {
+          name: 'SchedulerQueue'
+          value: 'scheduler'
+        }
+        {
+          name: 'RepliesQueue'
+          value: 'replies'
+        }
+        {
+          name: 'InventoryQueue'
+          value: 'agent-inventory'
+        }
+        {
+          name: 'PaymentQueue'
+          value: 'agent-payment'
+        }
+        {
+          name: 'ShippingQueue'
+          value: 'agent-shipping'
+        }
+        {
+          name: 'AlertsQueue'
+          value: 'alerts'
+        }
+        {
+          name: 'StatusQueue'
+          value: 'order-status'
+        }
+        // Tables: created by storage.bicep (main.bicep tableNames).
+        {
+          name: 'StateTable'
+          value: 'orders'
+        }
+        {
+          name: 'DeadlineTable'
+          value: 'deadlines'
+        }
+        // Remote services and workflow tuning.
+        {
+          name: 'InventoryServiceUrl'
+          value: inventoryServiceUrl
+        }
+        {
+          name: 'PaymentServiceUrl'
+          value: paymentServiceUrl
+        }
+        {
+          name: 'ShippingServiceUrl'
+          value: shippingServiceUrl
+        }
+        {
+          name: 'SupervisorSchedule'
+          value: supervisorSchedule
+        }
+        {
+          name: 'MaxFailureCount'
+          value: string(maxFailureCount)
+        }
+        {
+          name: 'BackoffThreshold'
+          value: string(backoffThreshold)
+        }
+        {
+          name: 'BackoffBaseSeconds'
+          value: string(backoffBaseSeconds)
+        }
+        {
+          name: 'UnclaimedGraceSeconds'
+          value: string(unclaimedGraceSeconds)
+        }
+        {
+          name: 'StepTimeoutSeconds'
+          value: stepTimeoutSeconds
+        }
+        {
+          name: 'MaxRequestBytes'
+          value: string(maxRequestBytes)
+        }
+      ]
+    }
+  }
+}
+
+// Deploy with Microsoft Entra ID (az login / func publish use tokens), never basic credentials.
+resource ftpCredentials 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: app
+  name: 'ftp'
+  properties: {
+    allow: false
+  }
+}
+
+resource scmCredentials 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: app
+  name: 'scm'
+  properties: {
+    allow: false
+  }
+}
+
+output name string = app.name
+output id string = app.id
+output defaultHostName string = app.properties.defaultHostName

@@ -1,0 +1,166 @@
+"""Fixtures of the infrastructure checks: the Bicep files as text, and tool venvs.
+
+checkov has many dependencies, so it lives in its own venv (`.venv-checkov`, git-ignored by
+`.venv-*`), built here on first use so that `make test` sets itself up on a fresh machine and
+reused afterwards (a stamp file records the pinned version that was installed completely).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+INFRA = REPO_ROOT / "infra"
+QUEUE_CONFIG = INFRA / "servicebus-config.json"
+LOCAL_SETTINGS_EXAMPLE = REPO_ROOT / "local.settings.json.example"
+
+CHECKOV_VERSION = "3.3.30"
+CHECKOV_VENV = REPO_ROOT / ".venv-checkov"
+# Runtime packages for the publish test, keyed by the hash of requirements.txt.
+PUBLISH_VENV = REPO_ROOT / ".venv-publish"
+
+# Slow set-up (a pip install) counts against the first test's timeout.
+VENV_TIMEOUT = 1500
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+@contextlib.contextmanager
+def _locked(venv: Path) -> Iterator[None]:
+    """One builder per venv at a time, across concurrent pytest runs."""
+    key = hashlib.sha256(str(venv).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"venv-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def ensure_venv(venv: Path, stamp_value: str, pip_args: list[str]) -> Path:
+    """Create `venv` with `pip_args` installed, unless its stamp already says `stamp_value`."""
+    stamp = venv / ".installed"
+    python = _venv_python(venv)
+    with _locked(venv):
+        if python.exists() and stamp.exists() and stamp.read_text().strip() == stamp_value:
+            return python
+        if venv.exists():
+            shutil.rmtree(venv)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pip_args],
+            check=True,
+        )
+        stamp.write_text(stamp_value + "\n")
+    return python
+
+
+@pytest.fixture(scope="session")
+def checkov_bin() -> Path:
+    ensure_venv(CHECKOV_VENV, f"checkov=={CHECKOV_VERSION}", [f"checkov=={CHECKOV_VERSION}"])
+    return CHECKOV_VENV / "bin" / "checkov"
+
+
+@pytest.fixture(scope="session")
+def publish_python() -> Path:
+    requirements = REPO_ROOT / "requirements.txt"
+    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    return ensure_venv(PUBLISH_VENV, f"requirements.txt sha256 {digest}", ["-r", str(requirements)])
+
+
+def run_checkov(checkov: Path, directory: Path) -> dict:
+    """checkov's JSON report of the Bicep files under `directory` (no network, no upload)."""
+    env = dict(os.environ, CKV_SKIP_PACKAGE_UPDATE_CHECK="true", BC_SKIP_MAPPING="TRUE")
+    proc = subprocess.run(
+        [str(checkov), "-d", str(directory), "--framework", "bicep", "-o", "json", "--skip-download", "--compact"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    # Exit code 1 means "failed checks", which the tests report from the JSON themselves.
+    assert proc.returncode in (0, 1), f"checkov crashed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    report = json.loads(proc.stdout)
+    if isinstance(report, list):  # one report per framework when several ran
+        reports = [r for r in report if r.get("check_type") == "bicep"]
+        assert len(reports) == 1, report
+        report = reports[0]
+    return report
+
+
+# --- Bicep as text --------------------------------------------------------------------------
+
+
+def bicep_files() -> list[Path]:
+    return sorted(INFRA.rglob("*.bicep"))
+
+
+def bicep_text(name: str) -> str:
+    return (INFRA / name).read_text()
+
+
+def strip_comments(text: str) -> str:
+    """Bicep without // comments (strings holding // such as URLs are kept: '...' is skipped)."""
+    out = []
+    for line in text.splitlines():
+        in_string = False
+        for i, ch in enumerate(line):
+            if ch == "'":
+                in_string = not in_string
+            elif not in_string and line.startswith("//", i):
+                line = line[:i]
+                break
+        out.append(line.rstrip())
+    return "\n".join(out)
+
+
+_SETTING = re.compile(r"\{\s*name:\s*'(?P<name>[^']+)'\s*\n\s*value:\s*(?P<value>[^\n]+?)\s*\n\s*\}")
+
+
+def bicep_app_settings() -> dict[str, str]:
+    """App settings of the Function App: name -> Bicep value expression (as written)."""
+    text = strip_comments(bicep_text("modules/functionapp.bicep"))
+    start = text.index("appSettings: [")
+    block = text[start:]
+    settings: dict[str, str] = {}
+    for m in _SETTING.finditer(block):
+        assert m.group("name") not in settings, f"app setting {m.group('name')} is set twice"
+        settings[m.group("name")] = m.group("value")
+    return settings
+
+
+def bicep_literal(expr: str) -> str | None:
+    """'text' -> text; None for any other expression."""
+    m = re.fullmatch(r"'([^'$]*)'", expr.strip())
+    return m.group(1) if m else None
+
+
+def bicep_string_array(text: str, var: str) -> list[str]:
+    m = re.search(rf"^var {var} = \[\n(?P<body>.*?)^\]", text, re.S | re.M)
+    assert m, f"var {var} = [...] not found"
+    return re.findall(r"^\s*'([^']*)'\s*$", m.group("body"), re.M)
+
+
+def queue_config() -> dict:
+    return json.loads(QUEUE_CONFIG.read_text())
+
+
+def config_queues() -> dict[str, dict]:
+    namespaces = queue_config()["UserConfig"]["Namespaces"]
+    assert len(namespaces) == 1, "infra/main.bicep deploys the first namespace of servicebus-config.json only"
+    return {q["Name"]: q["Properties"] for q in namespaces[0]["Queues"]}

@@ -1,0 +1,249 @@
+"""The declarations agree: shared/settings.py (every setting the app reads), the queue
+declaration infra/servicebus-config.json, the Bicep app settings, queues and tables, and
+local.settings.json.example. Nothing is declared that nothing reads.
+
+Bicep is read as text (no compiler is needed); the JSON files are parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from shared.settings import QUEUE_SETTINGS, SETTINGS, TABLE_SETTINGS
+from shared.workflow import AGENTS
+
+from .conftest import (
+    INFRA,
+    LOCAL_SETTINGS_EXAMPLE,
+    bicep_app_settings,
+    bicep_files,
+    bicep_literal,
+    bicep_string_array,
+    bicep_text,
+    config_queues,
+    strip_comments,
+)
+
+# Identity-based form of each connection kind: the endpoint key the app and host read.
+ENDPOINT_KEY = {"ServiceBusConnection": "fullyQualifiedNamespace", "StateStorage": "tableServiceUri"}
+CONNECTIONS = [s for s in SETTINGS if s.kind == "connection"]
+VALUES = [s for s in SETTINGS if s.kind != "connection"]
+
+# Settings the Functions host (not the app) reads, in their identity-based form.
+HOST_SETTINGS = {
+    "AzureWebJobsStorage__accountName",
+    "AzureWebJobsStorage__credential",
+    "AzureWebJobsStorage__clientId",
+    "APPLICATIONINSIGHTS_CONNECTION_STRING",
+    "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+}
+
+
+def connection_forms() -> set[str]:
+    return {f"{c.name}__{suffix}" for c in CONNECTIONS
+            for suffix in (ENDPOINT_KEY[c.name], "credential", "clientId")}
+
+
+def example_values() -> dict[str, str]:
+    assert LOCAL_SETTINGS_EXAMPLE.exists(), "local.settings.json.example is missing"
+    doc = json.loads(LOCAL_SETTINGS_EXAMPLE.read_text())
+    values = doc["Values"]
+    assert all(isinstance(v, str) for v in values.values()), "local.settings.json Values must be strings"
+    return values
+
+
+# --- shared/settings.py itself ----------------------------------------------------------------
+
+
+def test_every_connection_has_a_known_identity_form() -> None:
+    assert {c.name for c in CONNECTIONS} == set(ENDPOINT_KEY)
+
+
+def test_settings_names_are_unique() -> None:
+    names = [s.name for s in SETTINGS]
+    assert len(names) == len(set(names))
+
+
+# --- Bicep app settings ------------------------------------------------------------------------
+
+
+def test_bicep_sets_every_setting() -> None:
+    bicep = bicep_app_settings()
+    missing = [s.name for s in VALUES if s.name not in bicep]
+    missing += sorted(connection_forms() - set(bicep))
+    assert missing == [], f"settings of shared/settings.py missing from infra/modules/functionapp.bicep: {missing}"
+
+
+def test_bicep_sets_nothing_that_nothing_reads() -> None:
+    allowed = {s.name for s in VALUES} | connection_forms() | HOST_SETTINGS
+    extra = sorted(set(bicep_app_settings()) - allowed)
+    assert extra == [], f"Bicep app settings that neither the app nor the host reads: {extra}"
+
+
+def test_bicep_connections_are_identity_based() -> None:
+    bicep = bicep_app_settings()
+    for conn in CONNECTIONS:
+        assert conn.name not in bicep, f"{conn.name} must not be a connection string in Azure"
+        assert bicep[f"{conn.name}__credential"] == "'managedidentity'"
+        assert bicep[f"{conn.name}__clientId"] == "identityClientId"
+    assert bicep["AzureWebJobsStorage__credential"] == "'managedidentity'"
+    assert bicep["AzureWebJobsStorage__clientId"] == "identityClientId"
+    assert "AzureWebJobsStorage" not in bicep
+    assert bicep["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == "'ClientId=${identityClientId};Authorization=AAD'"
+
+
+def test_bicep_queue_and_table_settings_match_their_defaults() -> None:
+    bicep = bicep_app_settings()
+    for spec in (*QUEUE_SETTINGS, *TABLE_SETTINGS):
+        assert bicep_literal(bicep[spec.name]) == spec.default, (spec.name, bicep[spec.name])
+
+
+def test_bicep_parameters_with_defaults_match_settings_py() -> None:
+    """A Bicep default is the app's default (a deployment changes either only on purpose)."""
+    main = bicep_text("main.bicep")
+    bicep = bicep_app_settings()
+    params = dict(re.findall(r"^param (\w+) \w+ = (.+)$", main, re.M))
+    for spec in VALUES:
+        m = re.fullmatch(r"(?:string\()?(\w+)\)?", bicep[spec.name])
+        if not m or m.group(1) not in params:
+            continue
+        default = params[m.group(1)].strip()
+        default = bicep_literal(default) if default.startswith("'") else default
+        assert default == spec.default, (spec.name, default, spec.default)
+
+
+# --- Queues -------------------------------------------------------------------------------------
+
+
+def test_every_queue_setting_names_a_declared_queue() -> None:
+    queues = config_queues()
+    for spec in QUEUE_SETTINGS:
+        assert spec.default in queues, f"{spec.name}={spec.default!r} is not a queue of servicebus-config.json"
+    values = [s.default for s in QUEUE_SETTINGS]
+    assert len(values) == len(set(values)), "two queue settings name the same queue"
+
+
+def test_every_declared_queue_is_read_by_a_setting() -> None:
+    read = {s.default for s in QUEUE_SETTINGS}
+    unread = sorted(set(config_queues()) - read)
+    assert unread == [], f"queues of servicebus-config.json no setting reads: {unread}"
+
+
+def test_every_agent_reads_a_queue_setting() -> None:
+    queue_settings = {s.name for s in QUEUE_SETTINGS}
+    service_urls = {s.name for s in VALUES if s.name.endswith("ServiceUrl")}
+    for agent in AGENTS:
+        assert agent.queue_setting in queue_settings
+        assert agent.service_url_setting in service_urls
+    assert {a.service_url_setting for a in AGENTS} == service_urls
+
+
+def test_bicep_deploys_exactly_the_declared_queues() -> None:
+    main = bicep_text("main.bicep")
+    assert re.search(r"= loadJsonContent\('servicebus-config\.json'\)", main)
+    assert "Namespaces[0].Queues" in main
+    sb = strip_comments(bicep_text("modules/servicebus.bicep"))
+    # The queues are a loop over that declaration, not a second list.
+    assert re.search(r"resource \w+ 'Microsoft\.ServiceBus/namespaces/queues@[^']+' = \[for q in queues:", sb)
+    assert "queues: queues" in main
+
+
+def test_bicep_maps_every_queue_property() -> None:
+    sb = strip_comments(bicep_text("modules/servicebus.bicep"))
+    mapped = dict((prop, target) for target, prop in re.findall(r"^\s*(\w+): .*?\bq\.Properties\.(\w+)", sb, re.M))
+    declared = {key for props in config_queues().values() for key in props}
+    assert declared <= set(mapped), f"queue properties Bicep does not map: {sorted(declared - set(mapped))}"
+    for prop, target in mapped.items():
+        assert target.lower() == prop.lower(), f"{prop} is mapped to {target}"
+    for required in ("MaxDeliveryCount", "LockDuration", "DefaultMessageTimeToLive", "RequiresDuplicateDetection",
+                     "DuplicateDetectionHistoryTimeWindow", "RequiresSession", "DeadLetteringOnMessageExpiration"):
+        assert required in mapped
+
+
+# --- Tables -------------------------------------------------------------------------------------
+
+
+def test_bicep_creates_exactly_the_tables_the_settings_name() -> None:
+    created = bicep_string_array(bicep_text("main.bicep"), "tableNames")
+    assert sorted(created) == sorted(s.default for s in TABLE_SETTINGS)
+    assert len(created) == len(set(created))
+    assert "tableNames: tableNames" in bicep_text("main.bicep")
+    assert re.search(r"\[for tableName in tableNames:", bicep_text("modules/storage.bicep"))
+
+
+# --- local.settings.json.example ----------------------------------------------------------------
+
+
+def test_local_settings_example_has_every_setting() -> None:
+    values = example_values()
+    missing = [s.name for s in SETTINGS if s.name not in values]
+    assert missing == [], f"settings missing from local.settings.json.example: {missing}"
+
+
+def test_local_settings_example_connections_are_connection_strings() -> None:
+    values = example_values()
+    for conn in CONNECTIONS:
+        value = values[conn.name]
+        assert re.search(r"(Endpoint|AccountName)=", value) and ";" in value, (conn.name, value)
+
+
+def test_local_settings_example_values_match_the_declarations() -> None:
+    values = example_values()
+    queues = config_queues()
+    for spec in QUEUE_SETTINGS:
+        assert values[spec.name] in queues, (spec.name, values[spec.name])
+        assert values[spec.name] == spec.default, spec.name
+    for spec in TABLE_SETTINGS:
+        assert values[spec.name] == spec.default, spec.name
+
+
+def test_local_settings_example_has_nothing_that_nothing_reads() -> None:
+    values = example_values()
+    declared = {s.name for s in SETTINGS}
+    extra = sorted(n for n in values if n not in declared and not n.startswith(("AzureWebJobs", "FUNCTIONS_")))
+    assert extra == [], f"local.settings.json.example settings nobody reads: {extra}"
+
+
+# --- Bicep hygiene --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", bicep_files(), ids=lambda p: p.name)
+def test_no_key_and_no_connection_string(path) -> None:
+    text = path.read_text()
+    for forbidden in ("listKeys", "listConnectionStrings", "listkeys", "SharedAccessKey", "AccountKey",
+                      "primaryConnectionString", "InstrumentationKey", "@secure()"):
+        assert forbidden not in text, f"{path.name} contains {forbidden}"
+    assert not re.search(r"name: '\w+'\s*\n\s*value: .*(ConnectionString|connectionString)\b(?!')",
+                         text.replace("appInsightsConnectionString", "")), path.name
+
+
+@pytest.mark.parametrize("path", bicep_files(), ids=lambda p: p.name)
+def test_every_parameter_is_used(path) -> None:
+    text = strip_comments(path.read_text())
+    for name in re.findall(r"^param (\w+) ", text, re.M):
+        uses = len(re.findall(rf"\b{name}\b", text))
+        assert uses >= 2, f"{path.name}: param {name} is declared but never used"
+
+
+def test_parameters_file_matches_main_bicep() -> None:
+    main = bicep_text("main.bicep")
+    declared = dict(re.findall(r"^param (\w+) (\w+)(?: = .*)?$", main, re.M))
+    required = {name for name in declared if not re.search(rf"^param {name} \w+ = ", main, re.M)}
+    given = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]
+    assert set(given) <= set(declared), f"parameters main.bicep does not declare: {set(given) - set(declared)}"
+    assert required <= set(given), f"required parameters missing from main.parameters.json: {required - set(given)}"
+    py_type = {"string": str, "int": int, "bool": bool, "object": dict, "array": list}
+    for name, entry in given.items():
+        assert isinstance(entry["value"], py_type[declared[name]]), name
+
+
+def test_deploy_docs_list_every_setting() -> None:
+    docs = (INFRA.parent / "docs" / "deploy-to-azure.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", docs, re.M))
+    assert set(rows) == {s.name for s in SETTINGS}, "docs/deploy-to-azure.md settings table is out of date"
+    for spec in VALUES:
+        expected = f"`{spec.default}`" if spec.default else "(empty)"
+        assert rows[spec.name].strip() == expected, (spec.name, rows[spec.name])
