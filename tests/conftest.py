@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from local.connections import azurite_connection_string, servicebus_connection_string
+from local.azurite import start_azurite as start_azurite_proc
+from local.connections import servicebus_connection_string
 from local.procs import REPO_ROOT, Proc, free_port
 
 QUEUE_CONFIG = REPO_ROOT / "infra" / "servicebus-config.json"
-AZURITE_BIN = REPO_ROOT / "node_modules" / ".bin" / "azurite-table"
 
 
 @dataclass
@@ -38,14 +38,10 @@ def start_servicebus(data_dir: Path, port: int | None = None, config: Path = QUE
     return Endpoint(proc, "127.0.0.1", port, servicebus_connection_string("127.0.0.1", port))
 
 
-def start_azurite(port: int | None = None) -> Endpoint:
-    port = port or free_port()
-    proc = Proc(
-        "azurite",
-        [str(AZURITE_BIN), "--tableHost", "127.0.0.1", "--tablePort", str(port),
-         "--inMemoryPersistence", "--disableTelemetry", "--skipApiVersionCheck"],
-    ).start("successfully listening", timeout=60)
-    return Endpoint(proc, "127.0.0.1", port, azurite_connection_string("127.0.0.1", port))
+def start_azurite() -> Endpoint:
+    """In-memory Azurite (tables only) on a free port, started by the stack's own launcher."""
+    az = start_azurite_proc(in_memory=True, services=("table",))
+    return Endpoint(az.proc, az.host, az.ports["table"], az.connection_string)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,617 @@
+"""The whole local stack: Azurite, the Service Bus emulator, the remote services simulator and
+the Functions host, each on a free loopback port. ``make run`` is ``python -m local.stack``.
+
+    python -m local.stack [--no-demo] [--orders N] [--instances 2] [--rate R]
+
+It starts the four in that order (waiting for each to be ready), writes
+``.local/local.settings.json`` (what the host reads, as ``func start`` would) and
+``.local/stack.json`` (every endpoint and connection string), prints the HTTP base URL,
+then posts demo orders and shows their progress. Ctrl-C or SIGTERM stops everything, by PID
+and process group. Logs: ``.local/logs/NAME.log``.
+
+As a library (tests, chaos runner, benchmarks)::
+
+    with Stack(state_dir=tmp, persistent=False, settings_overrides={"StepTimeoutSeconds": "5"}) as s:
+        s.base_url; s.settings; s.remotes.ledger()
+        s.kill_host_instance(1); s.restart("servicebus")
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from local.azurite import Azurite, start_azurite
+from local.connections import servicebus_connection_string
+from local.procs import REPO_ROOT, Proc, free_port
+from local.remotes.client import RemotesClient
+from shared.settings import SERVICE_BUS_CONNECTION, SETTINGS, STATE_STORAGE_CONNECTION
+
+HOST = "127.0.0.1"
+DEFAULT_STATE_DIR = REPO_ROOT / ".local"
+QUEUE_CONFIG = REPO_ROOT / "infra" / "servicebus-config.json"
+ORDER_STATES = ("Pending", "Processing", "Processed", "Error")
+TERMINAL_STATES = ("Processed", "Error")
+COMPONENTS = ("azurite", "servicebus", "remotes", "host")
+SERVICE_PATHS = {"InventoryServiceUrl": "inventory", "PaymentServiceUrl": "payment",
+                 "ShippingServiceUrl": "shipping"}
+
+_INSTANCE_LINE = re.compile(r"\binstance (\d+) pid (\d+)\b")
+_HOST_READY = re.compile(r"\bready (https?://\S+)")
+
+
+def _route_prefix(app_dir: Path) -> str:
+    """http.routePrefix from the app's host.json (default ``api``)."""
+    try:
+        host_json = json.loads((app_dir / "host.json").read_text(encoding="utf-8-sig"))
+        prefix = host_json.get("extensions", {}).get("http", {}).get("routePrefix", "api")
+    except (OSError, ValueError, AttributeError):
+        prefix = "api"
+    return str(prefix).strip("/")
+
+
+class StackError(RuntimeError):
+    pass
+
+
+class Stack:
+    """Starts and stops the local stack. Use as a context manager, or start()/stop()."""
+
+    def __init__(
+        self,
+        state_dir: Path | str = DEFAULT_STATE_DIR,
+        *,
+        persistent: bool = True,
+        instances: int = 2,
+        settings_overrides: Mapping[str, str] | None = None,
+        app_dir: Path | str = REPO_ROOT,
+        queue_config: Path | str = QUEUE_CONFIG,
+        remotes_seed: int = 0,
+        echo: bool = False,
+        start_timeout: float = 120.0,
+    ) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        self.log_dir = self.state_dir / "logs"
+        self.settings_path = self.state_dir / "local.settings.json"
+        self.stack_json_path = self.state_dir / "stack.json"
+        self.persistent = persistent
+        self.instances = instances
+        self.settings_overrides = {k: str(v) for k, v in (settings_overrides or {}).items()}
+        self.app_dir = Path(app_dir).resolve()
+        self.queue_config = Path(queue_config).resolve()
+        self.remotes_seed = remotes_seed
+        self.echo = echo
+        self.start_timeout = start_timeout
+
+        self.azurite: Azurite | None = None
+        self.procs: dict[str, Proc] = {}  # servicebus, remotes, host (azurite's is self.azurite.proc)
+        self._ready_words: dict[str, str] = {}
+        self.ports: dict[str, int] = {}
+        self.servicebus_connection_string = ""
+        self.remotes_url = ""
+        self.base_url = ""
+        self.settings: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._stopped = False
+        self.started_at = ""
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Stack:
+        """Start everything in order; if anything fails, stop what started and raise."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for name in COMPONENTS:
+            (self.log_dir / f"{name}.log").write_text("", encoding="utf-8")
+        self.started_at = datetime.now(UTC).isoformat()
+        try:
+            self._start_azurite()
+            self._start_servicebus()
+            self._start_remotes()
+            self.settings = self.build_settings()
+            self._write_json(self.settings_path, {"IsEncrypted": False, "Values": self.settings})
+            self._start_host()
+            self.write_stack_json()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _log(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    def _child_env(self) -> dict[str, str]:
+        """The environment minus every setting the stack writes: local.settings.json wins.
+
+        (The host, like Core Tools, lets the environment override Values; a stray
+        ServiceBusConnection in the user's shell must not point the stack elsewhere.)
+        """
+        names = set(self.settings) | {s.name for s in SETTINGS} | {"AzureWebJobsStorage"}
+        env = {k: v for k, v in os.environ.items() if k not in names}
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _start_proc(self, name: str, args: list[str], ready_word: str, timeout: float | None = None) -> Proc:
+        proc = Proc(name, args, env=self._child_env(), cwd=REPO_ROOT, log_path=self._log(name), echo=self.echo)
+        self.procs[name] = proc
+        self._ready_words[name] = ready_word
+        proc.start(ready_word, timeout=timeout or self.start_timeout)
+        return proc
+
+    def _start_azurite(self) -> None:
+        self.azurite = start_azurite(
+            host=HOST,
+            location=self.state_dir / "azurite" if self.persistent else None,
+            log_path=self._log("azurite"),
+            echo=self.echo,
+            timeout=self.start_timeout,
+        )
+        self.ports.update({f"azurite-{s}": p for s, p in self.azurite.ports.items()})
+
+    def _start_servicebus(self) -> None:
+        port = free_port(HOST)
+        data_dir = self.state_dir / "servicebus"
+        if not self.persistent and data_dir.exists():
+            # In-memory Azurite starts empty: messages about orders it no longer knows must go too.
+            shutil.rmtree(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._start_proc("servicebus", [
+            sys.executable, "-m", "local.servicebus", "--config", str(self.queue_config),
+            "--host", HOST, "--port", str(port), "--data-dir", str(data_dir),
+        ], "ready")
+        self.ports["servicebus"] = port
+        self.servicebus_connection_string = servicebus_connection_string(HOST, port)
+
+    def _start_remotes(self) -> None:
+        port = free_port(HOST)
+        self._start_proc("remotes", [
+            sys.executable, "-m", "local.remotes", "--host", HOST, "--port", str(port),
+            "--seed", str(self.remotes_seed),
+        ], "ready")
+        self.ports["remotes"] = port
+        self.remotes_url = f"http://{HOST}:{port}"
+
+    def _start_host(self) -> None:
+        port = free_port(HOST)
+        proc = self._start_proc("host", [
+            sys.executable, "-m", "local.host", "--app-dir", str(self.app_dir),
+            "--settings", str(self.settings_path), "--instances", str(self.instances),
+            "--host", HOST, "--port", str(port),
+        ], "ready http")
+        self.ports["host"] = port
+        url = f"http://{HOST}:{port}"
+        for line in proc.lines:
+            m = _HOST_READY.search(line)
+            if m:
+                url = m.group(1).rstrip("/")
+        self.base_url = url
+
+    def build_settings(self) -> dict[str, str]:
+        """local.settings.json ``Values``: connections to the local processes, every declared
+        setting at its default, the service URLs at the simulator, then the overrides."""
+        assert self.azurite is not None
+        storage = self.azurite.connection_string
+        values: dict[str, str] = {
+            "FUNCTIONS_WORKER_RUNTIME": "python",
+            "AzureWebJobsStorage": storage,
+        }
+        for spec in SETTINGS:
+            if spec.name == SERVICE_BUS_CONNECTION:
+                values[spec.name] = self.servicebus_connection_string
+            elif spec.name == STATE_STORAGE_CONNECTION:
+                values[spec.name] = storage
+            elif spec.name in SERVICE_PATHS:
+                values[spec.name] = f"{self.remotes_url}/{SERVICE_PATHS[spec.name]}"
+            elif spec.kind != "connection":
+                values[spec.name] = spec.default or ""
+        values.update(self.settings_overrides)
+        return values
+
+    def stop(self) -> None:
+        """Stop everything, host first (it drains), Azurite last. Safe to call twice."""
+        with self._lock:
+            for name in reversed(COMPONENTS):
+                try:
+                    if name == "azurite":
+                        if self.azurite is not None:
+                            self.azurite.stop()
+                    elif name in self.procs:
+                        self.procs[name].stop()
+                except Exception as e:  # keep stopping the others
+                    sys.stderr.write(f"stopping {name}: {e}\n")
+            if not self._stopped and self.stack_json_path.exists():
+                try:
+                    data = json.loads(self.stack_json_path.read_text(encoding="utf-8"))
+                    data["stoppedAt"] = datetime.now(UTC).isoformat()
+                    self._write_json(self.stack_json_path, data)
+                except (OSError, ValueError):
+                    pass
+            self._stopped = True
+
+    # ---- individual processes (chaos, tests) -----------------------------------------------
+
+    def proc(self, name: str) -> Proc:
+        if name == "azurite":
+            assert self.azurite is not None
+            return self.azurite.proc
+        return self.procs[name]
+
+    def alive(self) -> dict[str, bool]:
+        out = {}
+        for name in COMPONENTS:
+            try:
+                out[name] = self.proc(name).alive()
+            except (KeyError, AssertionError):
+                out[name] = False
+        return out
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a component's whole process group (a crash)."""
+        self.proc(name).kill()
+
+    def stop_component(self, name: str) -> None:
+        self.proc(name).stop()
+
+    def restart(self, name: str, timeout: float | None = None) -> None:
+        """Stop (if running) and start a component again, on the same port and data folder."""
+        if name == "azurite":
+            assert self.azurite is not None
+            self.azurite.restart(timeout=timeout or self.start_timeout)
+        else:
+            proc = self.procs[name]
+            proc.stop()
+            proc.start(self._ready_words[name], timeout=timeout or self.start_timeout)
+        self.write_stack_json()
+
+    def host_instances(self) -> dict[int, int]:
+        """Instance number -> pid of its current process (from the host's `instance K pid PID`)."""
+        out: dict[int, int] = {}
+        for line in list(self.proc("host").lines):
+            m = _INSTANCE_LINE.search(line)
+            if m:
+                out[int(m.group(1))] = int(m.group(2))
+        return out
+
+    def kill_host_instance(self, instance: int | None = None) -> tuple[int, int]:
+        """SIGKILL one host instance's process (not the host): returns (instance, pid)."""
+        instances = self.host_instances()
+        if not instances:
+            raise StackError("the host printed no `instance K pid PID` line")
+        k = instance if instance is not None else sorted(instances)[0]
+        pid = instances[k]
+        os.kill(pid, signal.SIGKILL)
+        return k, pid
+
+    def wait_host_instance_replaced(self, instance: int, old_pid: int, timeout: float = 60.0) -> int:
+        """Wait until the host reports a new pid for ``instance``; return it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = self.host_instances().get(instance)
+            if pid is not None and pid != old_pid and _pid_alive(pid):
+                return pid
+            time.sleep(0.1)
+        raise StackError(f"host instance {instance} (pid {old_pid}) was not restarted within {timeout}s")
+
+    # ---- endpoints -----------------------------------------------------------------------------
+
+    @property
+    def api_url(self) -> str:
+        prefix = _route_prefix(self.app_dir)
+        return f"{self.base_url}/{prefix}" if prefix else self.base_url
+
+    @property
+    def remotes(self) -> RemotesClient:
+        return RemotesClient(self.remotes_url)
+
+    def describe(self) -> dict[str, Any]:
+        az = self.azurite
+        return {
+            "baseUrl": self.base_url,
+            "apiUrl": self.api_url,
+            "ordersUrl": f"{self.api_url}/orders",
+            "azurite": None if az is None else {
+                "connectionString": az.connection_string,
+                **{f"{s}Endpoint": e for s, e in az.endpoints().items()},
+                "location": str(az.location) if az.location else None,
+                "inMemory": az.location is None,
+                "pid": az.proc.pid if az.proc.popen else None,
+            },
+            "servicebus": {
+                "host": HOST, "port": self.ports.get("servicebus"),
+                "connectionString": self.servicebus_connection_string,
+                "dataDir": str(self.state_dir / "servicebus"),
+                "config": str(self.queue_config),
+                "pid": self._pid("servicebus"),
+            },
+            "remotes": {
+                "baseUrl": self.remotes_url,
+                **{name: self.settings.get(name) for name in SERVICE_PATHS},
+                "ledger": f"{self.remotes_url}/_ledger", "stats": f"{self.remotes_url}/_stats",
+                "faults": f"{self.remotes_url}/_faults",
+                "pid": self._pid("remotes"),
+            },
+            "host": {
+                "baseUrl": self.base_url, "instances": self.instances,
+                "pid": self._pid("host"),
+                "instancePids": {str(k): v for k, v in self.host_instances().items()} if "host" in self.procs else {},
+            },
+            "settingsFile": str(self.settings_path),
+            "logs": {name: str(self._log(name)) for name in COMPONENTS},
+            "stackPid": os.getpid(),
+            "startedAt": self.started_at,
+        }
+
+    def _pid(self, name: str) -> int | None:
+        p = self.procs.get(name)
+        return p.pid if p is not None and p.popen is not None else None
+
+    def write_stack_json(self) -> None:
+        self._write_json(self.stack_json_path, self.describe())
+
+    @staticmethod
+    def _write_json(path: Path, data: Any) -> None:
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+
+    # ---- orders over HTTP ----------------------------------------------------------------------
+
+    def post_order(self, body: Mapping[str, Any], session: requests.Session | None = None,
+                   timeout: float = 30.0) -> str:
+        r = (session or requests).post(f"{self.api_url}/orders", json=dict(body), timeout=timeout)
+        if r.status_code != 202:
+            raise StackError(f"POST /orders: {r.status_code} {r.text[:500]}")
+        return str(r.json()["orderId"])
+
+    def get_order(self, order_id: str, session: requests.Session | None = None,
+                  timeout: float = 30.0) -> dict[str, Any]:
+        r = (session or requests).get(f"{self.api_url}/orders/{order_id}", timeout=timeout)
+        if r.status_code != 200:
+            raise StackError(f"GET /orders/{order_id}: {r.status_code} {r.text[:500]}")
+        return dict(r.json())
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still "exists": look at its state.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+# ---- orders: demo stream and progress ---------------------------------------------------------
+
+_SKUS = [("SKU-1", 9.99), ("SKU-2", 4.5), ("SKU-3", 19.0), ("SKU-4", 0.1), ("SKU-5", 129.95)]
+
+
+def demo_order(rng: random.Random) -> dict[str, Any]:
+    items = [{"sku": sku, "quantity": rng.randint(1, 3), "unitPrice": price}
+             for sku, price in rng.sample(_SKUS, rng.randint(1, 3))]
+    return {"customerId": f"c-{rng.randint(1, 20)}", "currency": "EUR", "items": items,
+            "priority": "high" if rng.random() < 0.2 else "normal", "statusQueue": None}
+
+
+class OrderTracker:
+    """Polls orders' states over HTTP; thread-safe counts for a progress display."""
+
+    def __init__(self, stack: Stack, workers: int = 8) -> None:
+        self.stack = stack
+        self.states: dict[str, str] = {}
+        self.post_errors: list[str] = []
+        self.poll_errors = 0
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="poll")
+        self._local = threading.local()
+
+    def _session(self) -> requests.Session:
+        s = getattr(self._local, "session", None)
+        if s is None:
+            s = self._local.session = requests.Session()
+        return s
+
+    def add(self, order_id: str, state: str = "Pending") -> None:
+        with self._lock:
+            self.states.setdefault(order_id, state)
+
+    def _poll_one(self, order_id: str) -> None:
+        try:
+            state = str(self.stack.get_order(order_id, session=self._session(), timeout=10)["processState"])
+        except (requests.RequestException, StackError, KeyError, ValueError):
+            with self._lock:
+                self.poll_errors += 1
+            return
+        with self._lock:
+            self.states[order_id] = state
+
+    def poll(self) -> None:
+        with self._lock:
+            pending = [o for o, s in self.states.items() if s not in TERMINAL_STATES]
+        list(self._pool.map(self._poll_one, pending))
+
+    def counts(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.states.values())
+
+    def done(self, total: int) -> bool:
+        c = self.counts()
+        return sum(c[s] for s in TERMINAL_STATES) + len(self.post_errors) >= total
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def render_progress(counts: Counter[str], total: int, posted: int, failed_posts: int, elapsed: float,
+                    columns: int | None = None) -> str:
+    """``[#####-----] 12/50  Pending 3 Processing 20 Processed 11 Error 1  posted 35/50  4.2s``.
+
+    With ``columns``, the bar shrinks (down to 10) so that the line fits a terminal line."""
+    finished = counts["Processed"] + counts["Error"]
+    by_state = " ".join(f"{s} {counts[s]}" for s in ORDER_STATES)
+    extra = " ".join(f"{s} {n}" for s, n in sorted(counts.items()) if s not in ORDER_STATES)
+    tail = (f" {finished}/{total}  {by_state}" + (f" {extra}" if extra else "")
+            + (f"  posted {posted}/{total}" if posted < total else "")
+            + (f"  {failed_posts} posts failed" if failed_posts else "")
+            + f"  {elapsed:.1f}s")
+    width = 30 if columns is None else max(10, min(30, columns - 3 - len(tail)))
+    filled = int(width * finished / total) if total else width
+    text = "[" + "#" * filled + "-" * (width - filled) + "]" + tail
+    return text if columns is None else text[: columns - 1]
+
+
+def run_demo(stack: Stack, orders: int, rate: float, out: Any = sys.stdout, seed: int | None = None) -> Counter[str]:
+    """Post ``orders`` demo orders at ``rate`` per second and show progress until all finish."""
+    tracker = OrderTracker(stack)
+    rng = random.Random(seed)
+    posted = 0
+    stop = threading.Event()
+
+    def poster() -> None:
+        nonlocal posted
+        session = requests.Session()
+        start = time.monotonic()
+        for i in range(orders):
+            if stop.is_set():
+                return
+            wait = start + i / rate - time.monotonic() if rate > 0 else 0
+            if wait > 0 and stop.wait(wait):
+                return
+            try:
+                tracker.add(stack.post_order(demo_order(rng), session=session))
+            except (requests.RequestException, StackError) as e:
+                tracker.post_errors.append(str(e))
+            posted += 1
+
+    t = threading.Thread(target=poster, name="demo-poster", daemon=True)
+    t.start()
+    tty = out.isatty() if hasattr(out, "isatty") else False
+    started = time.monotonic()
+    last_line = 0.0
+    try:
+        while True:
+            tracker.poll()
+            counts = tracker.counts()
+            columns = shutil.get_terminal_size().columns if tty else None  # one line, or \r redraw scrolls
+            line = render_progress(counts, orders, posted, len(tracker.post_errors), time.monotonic() - started,
+                                   columns)
+            finished = not t.is_alive() and tracker.done(orders)
+            if tty:
+                out.write("\r" + line + "\x1b[K")
+                out.flush()
+            elif finished or time.monotonic() - last_line >= 2.0:
+                out.write(line + "\n")
+                out.flush()
+                last_line = time.monotonic()
+            if finished:
+                break
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        tracker.close()
+        if tty:
+            out.write("\n")
+    for err in tracker.post_errors[:5]:
+        out.write(f"post failed: {err}\n")
+    return tracker.counts()
+
+
+# ---- command line ---------------------------------------------------------------------------------
+
+
+class _Stop(Exception):
+    pass
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m local.stack", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--no-demo", action="store_true", help="start the stack without posting demo orders")
+    ap.add_argument("--orders", type=int, default=100, help="demo orders to post (default 100)")
+    ap.add_argument("--rate", type=float, default=10.0, help="demo orders per second (default 10)")
+    ap.add_argument("--instances", type=int, default=2, help="host instances (default 2)")
+    ap.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help="default .local")
+    ap.add_argument("--set", action="append", default=[], metavar="Name=Value",
+                    help="override an app setting in local.settings.json (repeatable)")
+    ap.add_argument("--app-dir", default=str(REPO_ROOT), help="the function app (default: this repository)")
+    ap.add_argument("--echo", action="store_true", help="also echo every process's output to stderr")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+
+    overrides = {}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            ap.error(f"--set expects Name=Value, got {item!r}")
+        overrides[name] = value
+
+    def _on_signal(signum: int, frame: object) -> None:
+        raise _Stop(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+
+    stack = Stack(args.state_dir, instances=args.instances, settings_overrides=overrides, echo=args.echo,
+                  app_dir=args.app_dir)
+    rc = 0
+    try:
+        print(f"starting the local stack in {stack.state_dir} (logs in {stack.log_dir}) ...", flush=True)
+        stack.start()
+        print(f"\nHTTP base URL: {stack.base_url}\n"
+              f"  orders:      POST {stack.api_url}/orders   GET {stack.api_url}/orders/{{id}}\n"
+              f"  remotes:     {stack.remotes_url}  (ledger {stack.remotes_url}/_ledger)\n"
+              f"  stack.json:  {stack.stack_json_path}\n", flush=True)
+        if not args.no_demo and args.orders > 0:
+            print(f"posting {args.orders} demo orders at {args.rate:g}/s ...", flush=True)
+            counts = run_demo(stack, args.orders, args.rate)
+            print("demo done: " + ", ".join(f"{s} {counts[s]}" for s in ORDER_STATES), flush=True)
+        print("the stack is running; Ctrl-C stops it", flush=True)
+        reported: set[str] = set()
+        while True:
+            time.sleep(1.0)
+            for name, ok in stack.alive().items():
+                if not ok and name not in reported:
+                    reported.add(name)
+                    print(f"warning: {name} exited; see {stack.log_dir / (name + '.log')}", flush=True)
+    except _Stop as e:
+        print(f"\n{e.args[0]}: stopping ...", flush=True)
+    except KeyboardInterrupt:
+        print("\nstopping ...", flush=True)
+    except Exception as e:  # a child failed to start, or the demo failed
+        print(f"\nerror: {e}", file=sys.stderr, flush=True)
+        rc = 1
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        stack.stop()
+        print("stopped", flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""End to end: the whole local stack (Azurite, the Service Bus emulator, the remote services
+simulator, the Functions host with 2 instances, the app), started as `make run` starts it."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from local.procs import REPO_ROOT
+from local.stack import Stack, StackError, demo_order
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FAST = {"SupervisorSchedule": "*/2 * * * * *", "StepTimeoutSeconds": "5", "UnclaimedGraceSeconds": "5",
+        "BackoffBaseSeconds": "1"}
+ORDERS = 50
+DEADLINE_S = 120.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _total(order: dict[str, Any]) -> Decimal:
+    return sum((Decimal(str(i["unitPrice"])) * i["quantity"] for i in order["items"]), Decimal(0))
+
+
+def _post(stack: Stack, session: requests.Session, body: dict[str, Any]) -> str:
+    """POST an order; retry connection failures (an instance may be dying under the request)."""
+    for attempt in range(5):
+        try:
+            return stack.post_order(body, session=session)
+        except (requests.ConnectionError, StackError):
+            if attempt == 4:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
+def _wait_all(stack: Stack, ids: list[str], deadline: float) -> dict[str, dict[str, Any]]:
+    last: dict[str, dict[str, Any]] = {}
+    session = requests.Session()
+    while time.monotonic() < deadline:
+        for oid in ids:
+            if last.get(oid, {}).get("processState") in ("Processed", "Error"):
+                continue
+            try:
+                last[oid] = stack.get_order(oid, session=session, timeout=10)
+            except (requests.RequestException, StackError):
+                pass  # an instance restarting: ask again next round
+        if all(last.get(o, {}).get("processState") in ("Processed", "Error") for o in ids):
+            break
+        time.sleep(0.5)
+    return last
+
+
+def test_fifty_orders_all_processed_despite_a_killed_host_instance(tmp_path: Path) -> None:
+    rng = random.Random(42)
+    bodies = [demo_order(rng) for _ in range(ORDERS)]
+    with Stack(tmp_path / "stack", persistent=False, instances=2, settings_overrides=FAST) as stack:
+        # What the stack wrote: settings the host reads, and the endpoints file.
+        values = json.loads(stack.settings_path.read_text())["Values"]
+        assert values["FUNCTIONS_WORKER_RUNTIME"] == "python"
+        assert values["ServiceBusConnection"].startswith("Endpoint=sb://127.0.0.1:")
+        assert values["StateStorage"] == values["AzureWebJobsStorage"] == stack.azurite.connection_string
+        assert values["PaymentServiceUrl"] == stack.remotes_url + "/payment"
+        assert values["SupervisorSchedule"] == FAST["SupervisorSchedule"]
+        described = json.loads(stack.stack_json_path.read_text())
+        assert described["baseUrl"] == stack.base_url.rstrip("/")
+
+        instances = stack.host_instances()
+        assert len(instances) == 2, instances
+
+        session = requests.Session()
+        ids: list[str] = []
+        totals: dict[str, Decimal] = {}
+        for body in bodies[: ORDERS // 2]:
+            oid = _post(stack, session, body)
+            ids.append(oid)
+            totals[oid] = _total(body)
+
+        # In the middle of the run: crash one instance (SIGKILL, no clean-up); the host restarts it.
+        k, old_pid = stack.kill_host_instance(sorted(instances)[0])
+        for body in bodies[ORDERS // 2:]:
+            oid = _post(stack, session, body)
+            ids.append(oid)
+            totals[oid] = _total(body)
+        assert len(set(ids)) == ORDERS
+        new_pid = stack.wait_host_instance_replaced(k, old_pid, timeout=60)
+        assert new_pid != old_pid and not _alive(old_pid)
+
+        final = _wait_all(stack, ids, time.monotonic() + DEADLINE_S)
+        states = Counter(final.get(o, {}).get("processState", "unknown") for o in ids)
+        not_done = {o: final.get(o) for o in ids if final.get(o, {}).get("processState") != "Processed"}
+        assert states == Counter({"Processed": ORDERS}), f"{states}; e.g. {list(not_done.items())[:3]}"
+        for oid in ids:
+            o = final[oid]
+            assert o["orderId"] == oid
+            assert [s["state"] for s in o["steps"]] and {s["name"] for s in o["steps"]} >= {
+                "reserve-inventory", "charge-payment", "create-shipment"}
+
+        # Each effect exactly once per order; no compensations; right amounts.
+        remotes = stack.remotes
+        assert remotes.duplicate_effects() == []
+        by_order = remotes.effects_by_order()
+        expected = Counter({"inventory/reserve": 1, "payment/charge": 1, "shipping/ship": 1})
+        wrong = {o: dict(by_order.get(o, Counter())) for o in ids if by_order.get(o) != expected}
+        assert not wrong, wrong
+        for e in remotes.ledger(service="payment"):
+            if e["orderId"] in totals:
+                assert Decimal(e["amount"]) == totals[e["orderId"]], e
+
+        all_pids = [stack.proc(n).pid for n in ("azurite", "servicebus", "remotes", "host")]
+        all_pids += list(stack.host_instances().values())
+    # Leaving the block stopped everything: no orphan.
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in all_pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in all_pids if _alive(p)] == []
+
+
+def test_make_run_posts_demo_orders_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """`python -m local.stack` (what `make run` runs): demo orders, progress, SIGTERM, no orphans."""
+    state = tmp_path / "state"
+    args = [sys.executable, "-m", "local.stack", "--orders", "10", "--rate", "20", "--state-dir", str(state)]
+    for k, v in FAST.items():
+        args += ["--set", f"{k}={v}"]
+    proc = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 180
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if "Ctrl-C stops it" in line or time.monotonic() > deadline:
+                break
+        out = "\n".join(lines)
+        assert "HTTP base URL: http://127.0.0.1:" in out, out
+        assert "demo done: Pending 0, Processing 0, Processed 10, Error 0" in out, out
+        # Not a TTY: progress comes as whole lines with a bar.
+        assert any(line.startswith("[") and "/10" in line for line in lines), out
+
+        described = json.loads((state / "stack.json").read_text())
+        pids = [described["azurite"]["pid"], described["servicebus"]["pid"], described["remotes"]["pid"],
+                described["host"]["pid"]]
+        assert all(isinstance(p, int) and _alive(p) for p in pids), described
+        settings = json.loads((state / "local.settings.json").read_text())
+        assert settings["IsEncrypted"] is False
+        assert settings["Values"]["InventoryServiceUrl"] == described["remotes"]["baseUrl"] + "/inventory"
+        assert (state / "logs" / "host.log").stat().st_size > 0
+        # The demo's effects are in the ledger, once each.
+        effects = requests.get(described["remotes"]["ledger"], timeout=10).json()["effects"]
+        assert Counter(e["operation"] for e in effects) == Counter({"reserve": 10, "charge": 10, "ship": 10})
+
+        host_log = (state / "logs" / "host.log").read_text()
+        instance_pids = [int(pid) for pid in re.findall(r"\binstance \d+ pid (\d+)\b", host_log)]
+        assert len(instance_pids) >= 2, host_log[-2000:]
+        os.kill(proc.pid, signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, rest
+        assert "stopped" in rest
+        gone_by = time.monotonic() + 10
+        while any(_alive(p) for p in pids + instance_pids) and time.monotonic() < gone_by:
+            time.sleep(0.1)
+        assert [p for p in pids + instance_pids if _alive(p)] == []
+        assert "stoppedAt" in json.loads((state / "stack.json").read_text())
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_child_failing_to_start_stops_the_others(tmp_path: Path) -> None:
+    bad_config = tmp_path / "bad-config.json"
+    bad_config.write_text("{ this is not json")
+    stack = Stack(tmp_path / "state", persistent=False, queue_config=bad_config, start_timeout=30)
+    with pytest.raises(RuntimeError):
+        stack.start()
+    assert stack.azurite is not None
+    azurite_pid = stack.azurite.proc.pid
+    assert not _alive(azurite_pid)
+    assert not stack.procs["servicebus"].alive()
+    assert "remotes" not in stack.procs and "host" not in stack.procs
