@@ -44,7 +44,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("PaymentQueue", "agent-payment", "Payment agent's request queue", "queue"),
     SettingSpec("ShippingQueue", "agent-shipping", "Shipping agent's request queue", "queue"),
     SettingSpec("AlertsQueue", "alerts", "Operator alerts queue", "queue"),
-    SettingSpec("StatusQueue", "order-status", "Default queue for status messages (orders may name their own)", "queue"),
+    SettingSpec("StatusQueue", "order-status", "Default status queue (an order may name its own)", "queue"),
     SettingSpec("StateTable", "orders", "Table holding order and state rows", "table"),
     SettingSpec("DeadlineTable", "deadlines", "Deadline index the Supervisor sweeps", "table"),
     SettingSpec("InventoryServiceUrl", "http://127.0.0.1:7081/inventory", "Inventory service base URL"),
@@ -135,3 +135,12 @@ def _maybe(fn):  # type: ignore[no-untyped-def]
 def queue_names() -> dict[str, str]:
     """Setting name -> default queue name, for every queue setting."""
     return {s.name: s.default or "" for s in QUEUE_SETTINGS}
+
+
+def instance_id(env: Mapping[str, str] | None = None) -> str:
+    """This host instance's id: ``WEBSITE_INSTANCE_ID`` (set by the platform in Azure, and by
+    the local host per instance), else host name + pid. Not an app setting: the platform's."""
+    import socket
+
+    env = os.environ if env is None else env
+    return env.get("WEBSITE_INSTANCE_ID") or f"{socket.gethostname()}-{os.getpid()}"

@@ -1,0 +1,13 @@
+"""The one FunctionApp: registers the blueprints of functions/ (submission, scheduler, agents,
+supervisor). All logic lives in shared/."""
+
+import azure.functions as func
+
+from functions import agents, scheduler, submission, supervisor
+
+app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+
+app.register_functions(submission.bp)
+app.register_functions(scheduler.bp)
+app.register_functions(agents.bp)
+app.register_functions(supervisor.bp)

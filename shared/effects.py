@@ -1,0 +1,172 @@
+"""Effects the pure core asks for, and the executor that performs them in order.
+
+The core (``shared.statemachine``) never touches a store or a bus: it returns a list of
+effects. The executor runs them one by one, in order, and stops at the first lost race.
+Running only the first ``k`` effects is exactly what a crash after effect ``k`` leaves
+behind; the unit tests do that for every ``k`` and then replay the message / run the
+Supervisor to show the state converges.
+
+Failure handling per effect:
+
+* ``PutIndex`` / ``Transact`` / critical ``Send``: an exception propagates (the trigger's
+  message is abandoned and redelivered; the handler is idempotent and resumes from the store).
+* ``Transact`` losing its ETag condition (``Conflict``): a lost race. Nothing after it runs;
+  the outcome says so.
+* Non-critical ``Send`` (status, best-effort schedule notices that an index row backs up),
+  ``Alert`` and ``DeleteIndex``: failures are logged and the flow continues.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shared.logs import log_event
+from shared.messaging import Bus, OutMessage
+from shared.store import Conflict, Op, Store
+
+
+def bucket_of(due: datetime) -> str:
+    """Deadline index partition: the due minute, UTC, ``yyyyMMddHHmm``."""
+    return due.strftime("%Y%m%d%H%M")
+
+
+def index_row_key(order_id: str, lease: str, due: datetime) -> str:
+    """``orderId:LEASE:due``. The due instant is part of the key, so that a row guarding a new
+    deadline of the same lease (e.g. 'unclaimed' pushed later) never shares a key with the row
+    of the old deadline: deleting the old row can never delete the new one."""
+    return f"{order_id}:{lease}:{due.strftime('%Y%m%dT%H%M%S%f')}"
+
+
+@dataclass(frozen=True)
+class PutIndex:
+    """Upsert a deadline index row. Always written BEFORE the state write it guards."""
+
+    order_id: str
+    lease: str
+    due: datetime
+    note: str = ""
+
+    @property
+    def bucket(self) -> str:
+        return bucket_of(self.due)
+
+    @property
+    def row_key(self) -> str:
+        return index_row_key(self.order_id, self.lease, self.due)
+
+
+@dataclass(frozen=True)
+class DeleteIndex:
+    """Best-effort delete of an index row whose lease has ended (the sweep also deletes lazily)."""
+
+    bucket: str
+    row_key: str
+
+
+@dataclass(frozen=True)
+class Transact:
+    """An ETag-conditioned entity-group transaction on one order's partition."""
+
+    order_id: str
+    ops: tuple[Op, ...]
+    note: str = ""  # the crash point this write is safe against (for humans and logs)
+
+
+@dataclass(frozen=True)
+class Send:
+    message: OutMessage
+    critical: bool = True
+    what: str = ""
+
+
+@dataclass(frozen=True)
+class Alert:
+    """Operator alert: a message to the alerts queue AND an error-level JSON log line."""
+
+    message: OutMessage
+    order_id: str
+    step: str | None
+    reason: str
+    failure_count: int
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True)
+class Log:
+    level: int
+    event: str
+    order_id: str | None = None
+    traceparent: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+Effect = PutIndex | DeleteIndex | Transact | Send | Alert | Log
+
+
+@dataclass
+class Outcome:
+    applied: int = 0
+    lost_race: bool = False
+    failed_sends: list[str] = field(default_factory=list)
+
+
+def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | None = None) -> Outcome:
+    """Run ``effects`` in order (only the first ``limit`` of them: a simulated crash)."""
+    out = Outcome()
+    for n, eff in enumerate(effects):
+        if limit is not None and n >= limit:
+            break
+        if isinstance(eff, PutIndex):
+            store.put_index(eff.bucket, eff.row_key,
+                            {"OrderId": eff.order_id, "Lease": eff.lease, "Due": iso(eff.due)})
+        elif isinstance(eff, DeleteIndex):
+            try:
+                store.delete_index(eff.bucket, eff.row_key)
+            except Exception as exc:  # lazily deleted by the sweep anyway
+                log_event(logging.WARNING, "index.delete_failed", row=eff.row_key, error=repr(exc))
+        elif isinstance(eff, Transact):
+            try:
+                store.transact(eff.order_id, eff.ops)
+            except Conflict as exc:
+                out.lost_race = True
+                log_event(logging.INFO, "state.lost_race", order_id=eff.order_id, note=eff.note, detail=str(exc))
+                out.applied = n
+                return out
+        elif isinstance(eff, Send):
+            try:
+                bus.send(eff.message)
+            except Exception as exc:
+                if eff.critical:
+                    raise
+                out.failed_sends.append(eff.message.message_id)
+                log_event(logging.WARNING, "send.failed", order_id=eff.message.body.get("orderId"),
+                          queue=eff.message.queue, messageId=eff.message.message_id, what=eff.what,
+                          error=repr(exc))
+        elif isinstance(eff, Alert):
+            log_event(logging.ERROR, "alert", order_id=eff.order_id, traceparent=eff.traceparent,
+                      step=eff.step, reason=eff.reason, failureCount=eff.failure_count)
+            try:
+                bus.send(eff.message)
+            except Exception as exc:
+                out.failed_sends.append(eff.message.message_id)
+                log_event(logging.ERROR, "alert.send_failed", order_id=eff.order_id, error=repr(exc))
+        elif isinstance(eff, Log):
+            log_event(eff.level, eff.event, order_id=eff.order_id, traceparent=eff.traceparent, **eff.fields)
+        else:  # pragma: no cover
+            raise TypeError(f"unknown effect {eff!r}")
+        out.applied = n + 1
+    return out
+
+
+def iso(dt: datetime) -> str:
+    return dt.isoformat(timespec="microseconds")
+
+
+def parse_iso(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value)

@@ -1,0 +1,244 @@
+"""Models (pydantic v2) of the public order contract and of the internal messages.
+
+Money is ``Decimal`` end to end: JSON is parsed with ``parse_float=Decimal`` and amounts are
+written back as strings; a float never holds an amount.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+
+# ---------------------------------------------------------------------------------------------
+# Limits of the public contract
+MAX_ITEMS = 100
+MAX_QUANTITY = 10_000
+MAX_UNIT_PRICE = Decimal("1000000")
+MAX_PRICE_PLACES = 4
+MAX_ID_LENGTH = 64
+MAX_IDEMPOTENCY_KEY_LENGTH = 200
+
+# Safe identifiers: letters, digits and . _ - : @ (never / \ # ? or control characters, which
+# would break Table keys, URLs and logs).
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
+# Service Bus queue names: letters, digits, . _ - (we do not accept hierarchical '/').
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,258}[A-Za-z0-9])?$")
+CURRENCY = re.compile(r"^[A-Z]{3}$")
+ORDER_ID = re.compile(r"^[0-9a-f]{32}$")
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces
+
+# Namespace of order ids derived from Idempotency-Key headers (uuid5): stable across workers.
+IDEMPOTENCY_NAMESPACE = uuid.UUID("6f1e1c3a-64a8-4d0e-9a51-2b7c5c0f5a11")
+
+
+def new_order_id() -> str:
+    return uuid.uuid4().hex
+
+
+def order_id_for_key(key: str) -> str:
+    return uuid.uuid5(IDEMPOTENCY_NAMESPACE, key).hex
+
+
+def is_order_id(value: str | None) -> bool:
+    return bool(value) and ORDER_ID.match(value) is not None  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON with Decimal
+
+
+class DuplicateKeyError(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKeyError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads(data: bytes | str) -> Any:
+    """Strict JSON: Decimal numbers, no NaN/Infinity, no duplicate keys."""
+    if isinstance(data, (bytes, bytearray)):
+        data = bytes(data).decode("utf-8")
+    return json.loads(data, parse_float=Decimal, parse_constant=_reject_constant,
+                      object_pairs_hook=_no_duplicates)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=_default, separators=(",", ":"), ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The public order contract
+
+
+def _safe_id(value: str) -> str:
+    if not SAFE_ID.match(value):
+        raise ValueError("must start with a letter or digit and contain only letters, digits and . _ - : @")
+    return value
+
+
+class OrderItem(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sku: Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
+    quantity: Annotated[StrictInt, Field(ge=1, le=MAX_QUANTITY)]
+    unitPrice: Decimal  # noqa: N815 (public camelCase contract)
+
+    @field_validator("sku")
+    @classmethod
+    def _sku(cls, v: str) -> str:
+        return _safe_id(v)
+
+    @field_validator("unitPrice", mode="before")
+    @classmethod
+    def _price(cls, v: Any) -> Decimal:
+        if isinstance(v, bool) or isinstance(v, float):
+            # floats never reach here from our parser; a float would already have lost precision
+            raise ValueError("must be a decimal number")
+        if isinstance(v, int):
+            v = Decimal(v)
+        elif isinstance(v, str):
+            if not re.match(r"^\d{1,7}(\.\d{1,8})?$", v):
+                raise ValueError("must be a decimal number")
+            try:
+                v = Decimal(v)
+            except InvalidOperation as exc:  # pragma: no cover (regex guards)
+                raise ValueError("must be a decimal number") from exc
+        if not isinstance(v, Decimal):
+            raise ValueError("must be a decimal number")
+        if not v.is_finite():
+            raise ValueError("must be a finite decimal number")
+        if v < 0:
+            raise ValueError("must not be negative")
+        if v > MAX_UNIT_PRICE:
+            raise ValueError(f"must not exceed {MAX_UNIT_PRICE}")
+        exponent = v.as_tuple().exponent
+        if isinstance(exponent, int) and exponent < -MAX_PRICE_PLACES:
+            q = v.quantize(Decimal(1).scaleb(-MAX_PRICE_PLACES))
+            if q != v:  # 9.990000 is fine, 9.99001 is not
+                raise ValueError(f"must have at most {MAX_PRICE_PLACES} decimal places")
+            v = q
+        return Decimal(format(v, "f"))  # fixed point: 1E+2 -> 100
+
+
+class OrderRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    customerId: Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]  # noqa: N815
+    currency: str
+    items: Annotated[list[OrderItem], Field(min_length=1, max_length=MAX_ITEMS)]
+    priority: Literal["low", "normal", "high"] | None = "normal"
+    statusQueue: str | None = None  # noqa: N815
+
+    @field_validator("customerId")
+    @classmethod
+    def _customer(cls, v: str) -> str:
+        return _safe_id(v)
+
+    @field_validator("currency")
+    @classmethod
+    def _currency(cls, v: str) -> str:
+        if not CURRENCY.match(v):
+            raise ValueError("must be an ISO 4217 code: three upper-case letters")
+        return v
+
+    @field_validator("statusQueue")
+    @classmethod
+    def _queue(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        if not QUEUE_NAME.match(v):
+            raise ValueError("must be a queue name: letters, digits, '.', '_', '-' (at most 260)")
+        return v
+
+    @property
+    def effective_priority(self) -> str:
+        return self.priority or "normal"
+
+    @property
+    def total(self) -> Decimal:
+        return sum((i.unitPrice * i.quantity for i in self.items), Decimal(0))
+
+    def canonical(self) -> dict[str, Any]:
+        """The normalised order: what the body hash covers and what is stored."""
+        return {
+            "customerId": self.customerId,
+            "currency": self.currency,
+            "items": [{"sku": i.sku, "quantity": i.quantity, "unitPrice": str(i.unitPrice)} for i in self.items],
+            "priority": self.effective_priority,
+            "statusQueue": self.statusQueue,
+        }
+
+    def body_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.canonical(), sort_keys=True).encode()).hexdigest()
+
+
+def error_field(loc: tuple[Any, ...]) -> str:
+    """pydantic loc -> 'items[0].quantity'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(body)"
+
+
+def validation_errors(exc: ValidationError) -> list[dict[str, str]]:
+    errors = []
+    for e in exc.errors(include_url=False):
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        msg = e["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        errors.append({"field": error_field(loc), "message": msg})
+    return errors
+
+
+# ---------------------------------------------------------------------------------------------
+# Internal messages
+
+
+class ScheduleMessage(BaseModel):
+    """Scheduler queue: 'dispatch whatever this order needs next'."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: Literal["schedule"]
+    orderId: Annotated[str, Field(pattern=ORDER_ID.pattern)]  # noqa: N815
+    seq: Annotated[StrictInt, Field(ge=0)]
+
+
+class ReplyMessage(BaseModel):
+    """An agent's reply (docs/contracts.md)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: Literal["step", "compensation"]
+    orderId: Annotated[str, Field(pattern=ORDER_ID.pattern)]  # noqa: N815
+    step: Annotated[str, Field(min_length=1, max_length=100)]
+    attempt: Annotated[StrictInt, Field(ge=1)]
+    outcome: Literal["success", "error"]
+    result: dict[str, Any] | None = None
+    reason: str | None = None

@@ -1,0 +1,88 @@
+"""The Scheduler: schedule messages (claim + dispatch) and agent replies.
+
+Each handler reads the order's partition (one query), asks the pure core what to do, and
+runs the effects. Handlers are idempotent: at-least-once delivery, crashes between writes
+and duplicates all resume from the store (see ``shared.statemachine``).
+
+Poison messages (not UTF-8/JSON, wrong schema, unknown order or step, a result that cannot
+be stored): the handler logs an error-level JSON line with the reason, the message id and an
+excerpt, and raises :class:`PoisonMessage`. The Functions binding (autoCompleteMessages) has
+no explicit dead-letter call, so the trigger abandons it and the broker dead-letters it after
+MaxDeliveryCount (reason MaxDeliveryCountExceeded): the message is kept for inspection and
+replay, and the dead-letter alert fires. Nothing in the state changes on any delivery.
+Transient failures (store or bus unavailable) raise too: the message is abandoned and
+redelivered, and only a fault that outlasts MaxDeliveryCount dead-letters it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from shared.logs import log_event
+from shared.messaging import PoisonMessage
+from shared.models import ReplyMessage, ScheduleMessage, loads
+from shared.runtime import Runtime
+from shared.statemachine import View, decide_reply, decide_schedule
+from shared.store import TooLarge
+
+REPLY_RACE_RETRIES = 3
+
+
+def poison(source: str, reason: str, body: bytes, message_id: str | None,
+           traceparent: str | None = None) -> NoReturn:
+    excerpt = body[:512].decode("utf-8", errors="replace")
+    log_event(logging.ERROR, "message.poison", traceparent=traceparent, source=source, reason=reason,
+              messageId=message_id, excerpt=excerpt, action="abandoned; dead-lettered after MaxDeliveryCount")
+    raise PoisonMessage(f"{source}: {reason}")
+
+
+def _parse(body: bytes) -> Any:
+    return loads(body)
+
+
+def handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None = None,
+                    traceparent: str | None = None) -> str:
+    try:
+        msg = ScheduleMessage.model_validate(_parse(body))
+    except (ValueError, ValidationError) as exc:
+        poison("scheduler", f"invalid schedule message: {exc}".splitlines()[0], body, message_id,
+                      traceparent)
+    view = View(rt.store.read_partition(msg.orderId))
+    if view.state is None:
+        poison("scheduler", f"unknown order {msg.orderId}", body, message_id, traceparent)
+    decision = decide_schedule(view, msg.seq, rt.ctx())
+    outcome = rt.run(decision.effects)
+    if outcome.lost_race:
+        # Another instance claimed the order (412): do nothing more.
+        return "lost-race"
+    return decision.verdict
+
+
+def handle_reply(rt: Runtime, body: bytes, *, message_id: str | None = None,
+                 traceparent: str | None = None) -> str:
+    try:
+        reply = ReplyMessage.model_validate(_parse(body))
+    except (ValueError, ValidationError) as exc:
+        poison("replies", f"invalid reply: {exc}".splitlines()[0], body, message_id, traceparent)
+    for _ in range(REPLY_RACE_RETRIES):
+        view = View(rt.store.read_partition(reply.orderId))
+        if view.state is None:
+            poison("replies", f"unknown order {reply.orderId}", body, message_id, traceparent)
+        decision = decide_reply(view, reply, rt.ctx())
+        if decision.verdict == "poison":
+            rt.run(decision.effects)
+            poison("replies", f"unknown step {reply.step}", body, message_id, traceparent)
+        try:
+            outcome = rt.run(decision.effects)
+        except TooLarge as exc:
+            # e.g. a result too large for a Table property: retrying cannot help. The step
+            # stays in flight; the Supervisor times it out (and alerts at the threshold).
+            poison("replies", f"reply cannot be stored: {exc}", body, message_id, traceparent)
+        if not outcome.lost_race:
+            return decision.verdict
+        # Lost the ETag race (a supervisor or a duplicate of this reply wrote first): decide
+        # again on fresh rows; the reply is now stale or a duplicate, or still applies.
+    return "lost-race"

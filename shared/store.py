@@ -1,0 +1,289 @@
+"""The state store: Azure Table Storage, and an in-memory twin with the same semantics.
+
+Table layout
+------------
+StateTable (setting ``StateTable``), PartitionKey = orderId (32 hex chars), so that every
+row of an order can be written in ONE entity-group transaction:
+
+* RowKey ``order``  - the accepted order: CustomerId, Currency, Items (JSON, decimal strings),
+  Total (decimal string), Priority, StatusQueue, BodyHash, IdempotencyKey, Traceparent,
+  CreatedAt. Written once, never updated.
+* RowKey ``state``  - the order-level state row: OrderID, ProcessState (Pending | Processing |
+  Processed | Error), LockedBy, ClaimToken, CompleteBy, FailureCount, Mode (forward |
+  compensate | held | finished), Outcome, StepIndex/StepName/Attempt of the current step,
+  CompIndex/CompFailureCount of the current compensation, LeaseKey (what is in flight:
+  ``unclaimed``, ``STEP:ATTEMPT``, ``STEP:compensate:ATTEMPT`` or empty), ScheduleSeq,
+  ClaimedSeq, FailedStep, Reason, CompensationState, UpdatedAt.
+* RowKey ``step-NN-NAME`` - one per workflow step: Name, Index, State (Pending | Running |
+  Done | Failed), Attempt, CompleteBy, StartedAt, FinishedAt, Result (JSON), FailureReason,
+  Compensation ('' | Pending | Running | Done | Failed), CompensationAttempt,
+  CompensationCompleteBy, CompensationStartedAt, CompensationFinishedAt, CompensationResult,
+  CompensationReason.
+
+DeadlineTable (setting ``DeadlineTable``): the Supervisor's index of deadlines.
+PartitionKey = due minute ``yyyyMMddHHmm`` (UTC), RowKey = ``orderId:LEASE`` (``LEASE`` as in
+the state row's LeaseKey), properties OrderId, Lease, Due. An index row is written BEFORE the
+state write that creates the deadline it guards and deleted lazily (or best-effort right after
+the lease ends), so a sweep reads only buckets that are due: ``PartitionKey le @bucket``.
+
+Times are stored as ISO-8601 UTC strings with microseconds (they sort as text), money as
+decimal strings, absent values as absent properties (REPLACE writes the full entity).
+
+Concurrency: every update is a REPLACE conditioned on the ETag read
+(``MatchConditions.IfNotModified``); a 412 (or a 409 on create) is a lost race and surfaces as
+:class:`Conflict`. Multi-row writes use ``submit_transaction`` (same PartitionKey, atomic).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+ETAG = "_etag"
+
+ORDER_ROW = "order"
+STATE_ROW = "state"
+
+
+def step_row_key(index: int, name: str) -> str:
+    return f"step-{index:02d}-{name}"
+
+
+class Conflict(Exception):
+    """A conditional write lost: the row changed (412) or already exists (409)."""
+
+
+class TooLarge(Exception):
+    """An entity or transaction exceeds Table Storage limits."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One write of a transaction. ``row`` holds RowKey and properties (no PartitionKey)."""
+
+    kind: Literal["create", "replace", "delete"]
+    row: dict[str, Any]
+    etag: str | None = None  # required for replace/delete: the ETag the decision was made on
+
+    @property
+    def row_key(self) -> str:
+        return str(self.row["RowKey"])
+
+
+def clean(row: dict[str, Any]) -> dict[str, Any]:
+    """Properties to write: no metadata, no None (absent = null)."""
+    return {k: v for k, v in row.items() if not k.startswith("_") and v is not None and k != "PartitionKey"}
+
+
+class Store(Protocol):
+    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]: ...
+    def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None: ...
+    def transact(self, order_id: str, ops: Sequence[Op]) -> None: ...
+    def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None: ...
+    def delete_index(self, bucket: str, row_key: str) -> None: ...
+    def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Limits shared by both implementations (Table Storage documented limits)
+MAX_BATCH_OPS = 100
+MAX_STRING_BYTES = 64 * 1024  # a String property is at most 64 KiB (UTF-16)
+MAX_PROPERTIES = 252
+
+
+def _check_entity(row: dict[str, Any]) -> None:
+    props = clean(row)
+    if len(props) > MAX_PROPERTIES:
+        raise TooLarge(f"{len(props)} properties")
+    for k, v in props.items():
+        if isinstance(v, str) and len(v.encode("utf-16-le")) > MAX_STRING_BYTES:
+            raise TooLarge(f"property {k} is larger than 64 KiB")
+
+
+# ---------------------------------------------------------------------------------------------
+class MemoryStore:
+    """In-memory store with Table Storage's ETag and transaction semantics (for unit tests).
+
+    * create of an existing row -> Conflict; replace/delete with a stale ETag or of a missing
+      row -> Conflict; a transaction applies all of its ops or none; at most 100 ops, one op
+      per row, string properties at most 64 KiB.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {}
+        self._etags = itertools.count(1)
+        self.writes = 0  # number of successful write requests (tests of cost)
+        self.reads: list[tuple[str, str]] = []  # (table, partition) of every read
+
+    def _etag(self) -> str:
+        return f'W/"{next(self._etags)}"'
+
+    # state table ------------------------------------------------------------------------------
+    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            self.reads.append(("state", order_id))
+            return {rk: {**props, "PartitionKey": pk, "RowKey": rk, ETAG: etag}
+                    for (t, pk, rk), (props, etag) in self._rows.items() if t == "state" and pk == order_id}
+
+    def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None:
+        with self._lock:
+            self.reads.append(("state", order_id))
+            hit = self._rows.get(("state", order_id, row_key))
+            if hit is None:
+                return None
+            props, etag = hit
+            return {**props, "PartitionKey": order_id, "RowKey": row_key, ETAG: etag}
+
+    def transact(self, order_id: str, ops: Sequence[Op]) -> None:
+        if not ops:
+            return
+        if len(ops) > MAX_BATCH_OPS:
+            raise TooLarge(f"{len(ops)} operations in one transaction")
+        keys = [op.row_key for op in ops]
+        if len(set(keys)) != len(keys):
+            raise ValueError("a transaction may touch each row once")
+        for op in ops:
+            if op.kind != "delete":
+                _check_entity(op.row)
+        with self._lock:
+            for op in ops:  # validate everything first: all or nothing
+                cur = self._rows.get(("state", order_id, op.row_key))
+                if op.kind == "create":
+                    if cur is not None:
+                        raise Conflict(f"{op.row_key} already exists")
+                else:
+                    if cur is None:
+                        raise Conflict(f"{op.row_key} does not exist")
+                    if op.etag is None:
+                        raise ValueError("replace/delete need the ETag they were decided on")
+                    if op.etag != "*" and op.etag != cur[1]:
+                        raise Conflict(f"{op.row_key} was modified")
+            for op in ops:
+                key = ("state", order_id, op.row_key)
+                if op.kind == "delete":
+                    del self._rows[key]
+                else:
+                    props = clean(op.row)
+                    props["RowKey"] = op.row_key
+                    self._rows[key] = (props, self._etag())
+            self.writes += 1
+
+    # deadline index ---------------------------------------------------------------------------
+    def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None:
+        with self._lock:
+            self._rows[("deadline", bucket, row_key)] = ({**clean(props), "RowKey": row_key}, self._etag())
+            self.writes += 1
+
+    def delete_index(self, bucket: str, row_key: str) -> None:
+        with self._lock:
+            self._rows.pop(("deadline", bucket, row_key), None)
+            self.writes += 1
+
+    def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]:
+        with self._lock:
+            self.reads.append(("deadline", bucket))
+            rows = sorted(((pk, rk), props) for (t, pk, rk), (props, _e) in self._rows.items()
+                          if t == "deadline" and pk <= bucket)
+            return [{**props, "PartitionKey": pk, "RowKey": rk} for (pk, rk), props in rows[:limit]]
+
+    def index_rows(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [{**props, "PartitionKey": pk} for (t, pk, _rk), (props, _e) in sorted(self._rows.items())
+                    if t == "deadline"]
+
+    def snapshot(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+        with self._lock:
+            return {k: dict(v[0]) for k, v in self._rows.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class TableStore:
+    """Azure Table Storage (azure-data-tables ``TableClient`` for each table)."""
+
+    state: Any  # azure.data.tables.TableClient
+    deadlines: Any  # azure.data.tables.TableClient
+    _select: tuple[str, ...] = field(default=("PartitionKey", "RowKey", "OrderId", "Lease", "Due"))
+
+    @staticmethod
+    def _row(entity: Any) -> dict[str, Any]:
+        row = dict(entity)
+        row[ETAG] = entity.metadata.get("etag")
+        return row
+
+    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+        # parameterised filter: the SDK quotes the value; never string-concatenate input
+        entities = self.state.query_entities("PartitionKey eq @pk", parameters={"pk": order_id})
+        return {e["RowKey"]: self._row(e) for e in entities}
+
+    def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            return self._row(self.state.get_entity(partition_key=order_id, row_key=row_key))
+        except ResourceNotFoundError:
+            return None
+
+    def transact(self, order_id: str, ops: Sequence[Op]) -> None:
+        from azure.core import MatchConditions
+        from azure.core.exceptions import (
+            ResourceExistsError,
+            ResourceModifiedError,
+            ResourceNotFoundError,
+        )
+        from azure.data.tables import RequestTooLargeError, TableTransactionError, UpdateMode
+
+        if not ops:
+            return
+        if len(ops) > MAX_BATCH_OPS:
+            raise TooLarge(f"{len(ops)} operations in one transaction")
+        for op in ops:
+            if op.kind != "delete":
+                _check_entity(op.row)
+        batch: list[Any] = []
+        for op in ops:
+            entity = {**clean(op.row), "PartitionKey": order_id, "RowKey": op.row_key}
+            if op.kind == "create":
+                batch.append(("create", entity))
+            elif op.kind == "replace":
+                batch.append(("update", entity, {"mode": UpdateMode.REPLACE, "etag": op.etag,
+                                                 "match_condition": MatchConditions.IfNotModified}))
+            else:
+                batch.append(("delete", entity, {"etag": op.etag, "match_condition": MatchConditions.IfNotModified}))
+        try:
+            self.state.submit_transaction(batch)
+        except RequestTooLargeError as exc:
+            raise TooLarge(str(exc)) from exc
+        except TableTransactionError as exc:
+            if exc.status_code in (404, 409, 412):
+                raise Conflict(f"{exc.status_code} {getattr(exc, 'error_code', '')}") from exc
+            if exc.status_code == 413:
+                raise TooLarge(str(exc)) from exc
+            raise
+        except (ResourceModifiedError, ResourceExistsError, ResourceNotFoundError) as exc:
+            raise Conflict(str(exc)) from exc
+
+    def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None:
+        from azure.data.tables import UpdateMode
+
+        self.deadlines.upsert_entity({**clean(props), "PartitionKey": bucket, "RowKey": row_key},
+                                     mode=UpdateMode.REPLACE)
+
+    def delete_index(self, bucket: str, row_key: str) -> None:
+        # delete_entity is idempotent in azure-data-tables (404 is swallowed)
+        self.deadlines.delete_entity(partition_key=bucket, row_key=row_key)
+
+    def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        pages: Iterable[Any] = self.deadlines.query_entities(
+            "PartitionKey le @bucket", parameters={"bucket": bucket}, select=list(self._select),
+            results_per_page=min(limit, 1000))
+        for e in pages:
+            rows.append(dict(e))
+            if len(rows) >= limit:
+                break
+        return rows

@@ -1,0 +1,89 @@
+"""The Supervisor's sweep: reads only the deadline index rows that are due.
+
+Cost: a sweep queries ``DeadlineTable`` for ``PartitionKey le @bucket`` (the current due
+minute; a parameterised filter), i.e. only rows due by now (plus not-yet-due rows of the
+current minute, skipped). Finished orders have no index row (deleted when their last lease
+ended, or lazily here), so a sweep never reads them. For each due row it point-reads the
+order's state row; only when the lease it guards is really overdue does it read the
+partition and act. Every action is ETag-conditional: a lost race (another supervisor, a late
+reply, a claim) means skip, so two supervisors never count one failure twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from shared.effects import PutIndex, parse_iso
+from shared.logs import log_event
+from shared.runtime import Runtime
+from shared.statemachine import View, decide_expired, index_verdict
+from shared.store import STATE_ROW
+
+DEFAULT_BATCH = 500
+
+
+@dataclass
+class SweepReport:
+    seen: int = 0
+    acted: dict[str, int] = field(default_factory=dict)
+    deleted: int = 0
+    kept: int = 0
+    lost_races: int = 0
+    errors: int = 0
+
+
+def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH) -> SweepReport:
+    ctx0 = rt.ctx()
+    now = ctx0.now
+    report = SweepReport()
+    bucket = now.strftime("%Y%m%d%H%M")
+    for row in rt.store.due_index(bucket, limit):
+        report.seen += 1
+        try:
+            _one(rt, row, now, report)
+        except Exception as exc:  # one bad row must not stop the sweep; it stays for next time
+            report.errors += 1
+            log_event(logging.ERROR, "supervisor.row_failed", order_id=row.get("OrderId"), row=row.get("RowKey"),
+                      error=repr(exc))
+    if report.acted or report.errors or report.lost_races:
+        log_event(logging.INFO, "supervisor.sweep", seen=report.seen, acted=report.acted, deleted=report.deleted,
+                  lostRaces=report.lost_races, errors=report.errors)
+    return report
+
+
+def _one(rt: Runtime, row: dict, now, report: SweepReport) -> None:  # type: ignore[no-untyped-def]
+    order_id, lease, due = row.get("OrderId"), row.get("Lease"), parse_iso(row.get("Due"))
+    if not order_id or not lease or due is None:
+        rt.store.delete_index(row["PartitionKey"], row["RowKey"])
+        report.deleted += 1
+        return
+    if due > now:  # the current minute's rows that are not due yet: no state read
+        report.kept += 1
+        return
+    state = rt.store.read_row(order_id, STATE_ROW)
+    verdict = index_verdict(state, lease, due, now)
+    if verdict == "keep":
+        report.kept += 1
+        return
+    if verdict == "delete":
+        rt.store.delete_index(row["PartitionKey"], row["RowKey"])
+        report.deleted += 1
+        return
+    view = View(rt.store.read_partition(order_id))
+    decision = decide_expired(view, lease, rt.ctx())
+    outcome = rt.run(decision.effects)
+    if outcome.lost_race:
+        report.lost_races += 1  # someone else moved the order on: skip; re-evaluated next sweep
+        return
+    if decision.verdict == "not-due":
+        report.kept += 1
+        return
+    report.acted[decision.verdict] = report.acted.get(decision.verdict, 0) + 1
+    # the deadline this row guarded has ended (or was obsolete): the row is done, unless the
+    # decision re-wrote the very same row (same lease, same due: cannot happen, due > now)
+    rewritten = any(isinstance(e, PutIndex) and (e.bucket, e.row_key) == (row["PartitionKey"], row["RowKey"])
+                    for e in decision.effects)
+    if not rewritten:
+        rt.store.delete_index(row["PartitionKey"], row["RowKey"])
+        report.deleted += 1

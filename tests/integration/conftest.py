@@ -1,0 +1,65 @@
+"""Integration fixtures: the app's real Table Storage store on Azurite (fixture ``azurite``),
+one pair of fresh tables per test so sweeps of different tests never see each other's rows."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from shared.clients import table_service_client
+from shared.settings import Settings
+from shared.store import TableStore
+from tests.unit.harness import Clock, CrashRuntime, DedupBus, make_runtime
+
+
+@pytest.fixture(scope="session")
+def table_service(azurite: Any) -> Any:
+    settings = Settings.from_env({"StateStorage": azurite.connection_string})
+    return table_service_client(settings.state_storage)
+
+
+@pytest.fixture
+def table_store(table_service: Any) -> Iterator[TableStore]:
+    suffix = uuid.uuid4().hex[:10]
+    state = table_service.create_table_if_not_exists(f"orders{suffix}")
+    deadlines = table_service.create_table_if_not_exists(f"deadlines{suffix}")
+    yield TableStore(state=state, deadlines=deadlines)
+    table_service.delete_table(f"orders{suffix}")
+    table_service.delete_table(f"deadlines{suffix}")
+
+
+@pytest.fixture
+def table_runtime(table_store: TableStore) -> Callable[..., CrashRuntime]:
+    """Runtimes over the same tables (and, unless given, the same bus and clock)."""
+    shared: dict[str, Any] = {"bus": DedupBus(), "clock": Clock()}
+
+    def make(**kw: Any) -> CrashRuntime:
+        kw.setdefault("bus", shared["bus"])
+        kw.setdefault("clock", shared["clock"])
+        return make_runtime(table_store, **kw)
+
+    return make
+
+
+class BarrierStore:
+    """Wraps a store: every read_partition waits until ``parties`` readers have read, so that
+    concurrent handlers all decide on the same rows before any of them writes (a real race)."""
+
+    def __init__(self, inner: Any, parties: int) -> None:
+        self.inner = inner
+        self.barrier = threading.Barrier(parties, timeout=30)
+
+    def read_partition(self, order_id: str) -> Any:
+        rows = self.inner.read_partition(order_id)
+        try:
+            self.barrier.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return rows
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

@@ -1,0 +1,15 @@
+"""The store contract on real Table Storage (Azurite): the same checks the in-memory twin passes."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.store import TableStore
+from tests.unit import store_contract
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("check", store_contract.ALL, ids=[c.__name__ for c in store_contract.ALL])
+def test_contract(check, table_store: TableStore) -> None:  # type: ignore[no-untyped-def]
+    check(table_store)

@@ -1,0 +1,204 @@
+"""Test harness for the core: a controllable clock, a runtime that can crash after k effects,
+an agent simulator that plays the agents' side (idempotent remote effects, replies), and a
+driver that delivers messages and runs the Supervisor until an order settles.
+
+The store may be the in-memory twin (unit tests) or the real Table Storage on Azurite
+(integration tests); the bus is the in-memory recorder unless a test passes another one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from shared.effects import Effect, Outcome, execute
+from shared.messaging import MemoryBus, OutMessage
+from shared.runtime import Runtime
+from shared.scheduler import handle_reply, handle_schedule
+from shared.settings import Settings
+from shared.statemachine import Config
+from shared.store import STATE_ROW, MemoryStore, Store
+from shared.submission import submit
+from shared.supervisor import sweep
+from shared.workflow import WORKFLOW, Step
+
+T0 = datetime(2026, 11, 22, 8, 0, 0, tzinfo=UTC)
+
+BODY = {"customerId": "c-1", "currency": "EUR",
+        "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": 9.99}], "priority": "normal", "statusQueue": None}
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+class Crash(BaseException):  # BaseException: nothing in the app catches it, like a process kill
+    pass
+
+
+class Clock:
+    def __init__(self, start: datetime = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class DedupBus(MemoryBus):
+    """MemoryBus with Service Bus duplicate detection on message_id (per queue)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, str]] = set()
+        self.sent_count = 0
+
+    def send(self, message: OutMessage) -> None:
+        key = (message.queue, message.message_id)
+        self.sent_count += 1
+        if key in self.seen and message.queue != "order-status":
+            return
+        super().send(message)
+        self.seen.add(key)
+
+
+class CrashRuntime(Runtime):
+    """``crash_at = k``: the next ``run`` executes only its first k effects, then 'the process dies'."""
+
+    crash_at: int | None = None
+    crash_exhausted: bool = False
+
+    def run(self, effects: list[Effect], limit: int | None = None) -> Outcome:
+        if self.crash_at is not None:
+            k, self.crash_at = self.crash_at, None
+            if k >= len(effects):
+                self.crash_exhausted = True
+            execute(effects, self.store, self.bus, limit=k)
+            raise Crash(f"crashed after {k} of {len(effects)} effects")
+        return super().run(effects, limit)
+
+
+def config(workflow: tuple[Step, ...] = WORKFLOW, **overrides: Any) -> Config:
+    base = Config.from_settings(Settings.from_env({}), workflow)
+    values = {**base.__dict__, **overrides}
+    return Config(**values)
+
+
+def make_runtime(store: Store | None = None, bus: MemoryBus | None = None, clock: Clock | None = None,
+                 workflow: tuple[Step, ...] = WORKFLOW, instance: str = "instance-a", **overrides: Any) -> CrashRuntime:
+    return CrashRuntime(store=store or MemoryStore(), bus=bus if bus is not None else DedupBus(),
+                        config=config(workflow, **overrides), instance_id=instance, clock=clock or Clock())
+
+
+def post(rt: Runtime, body: Any = None, headers: dict[str, str] | None = None, max_bytes: int = 65536):  # type: ignore[no-untyped-def]
+    raw = body if isinstance(body, bytes) else json.dumps(BODY if body is None else body).encode()
+    return submit(rt, raw, {**JSON_HEADERS, **(headers or {})}, max_bytes=max_bytes)
+
+
+def state(rt: Runtime, order_id: str) -> dict[str, Any]:
+    row = rt.store.read_row(order_id, STATE_ROW)
+    assert row is not None
+    return row
+
+
+def steps(rt: Runtime, order_id: str) -> dict[str, dict[str, Any]]:
+    rows = rt.store.read_partition(order_id)
+    return {r["Name"]: r for k, r in rows.items() if k.startswith("step-")}
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class AgentSim:
+    """Plays the agents: reads requests off the agent queues, applies each idempotency key's
+    effect once (like the remote services), replies. ``reject`` maps step name (or
+    'step:compensate') to a reason for a permanent error; ``hang`` drops requests for those
+    steps (a hung agent: no reply)."""
+
+    rt: Runtime
+    reject: dict[str, str] = field(default_factory=dict)
+    hang: set[str] = field(default_factory=set)
+    effects: dict[str, dict[str, Any]] = field(default_factory=dict)  # idempotency key -> result
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (orderId, step, operation) applied
+    pending_replies: list[OutMessage] = field(default_factory=list)
+
+    def queues(self) -> list[str]:
+        cfg = self.rt.config
+        return sorted({cfg.agent_queue(s) for s in cfg.workflow})
+
+    def work(self, now: datetime) -> int:
+        n = 0
+        for q in self.queues():
+            for req in self.rt.bus.take(q):  # type: ignore[attr-defined]
+                n += 1
+                self._handle(req, now)
+        return n
+
+    def _handle(self, req: OutMessage, now: datetime) -> None:
+        body = req.body
+        complete_by = datetime.fromisoformat(body["completeBy"])
+        if now > complete_by:
+            return  # expired (TTL) or past completeBy: the agent sends nothing
+        key = f"{body['step']}:compensate" if body["kind"] == "compensation" else body["step"]
+        if key in self.hang:
+            return
+        if key in self.reject:
+            outcome, result, reason = "error", None, self.reject[key]
+        else:
+            if body["idempotencyKey"] not in self.effects:
+                self.effects[body["idempotencyKey"]] = {"id": f"{body['operation']}-{len(self.effects) + 1}"}
+                self.calls.append((body["orderId"], body["step"], body["operation"]))
+            outcome, result, reason = "success", self.effects[body["idempotencyKey"]], None
+        reply = {"kind": body["kind"], "orderId": body["orderId"], "step": body["step"], "attempt": body["attempt"],
+                 "outcome": outcome, "result": result, "reason": reason}
+        self.pending_replies.append(OutMessage(queue=req.reply_to or "replies", body=reply,
+                                               message_id=f"reply:{req.message_id}",
+                                               correlation_id=req.message_id))
+
+    def reply_all(self) -> list[str]:
+        out = []
+        while self.pending_replies:
+            msg = self.pending_replies.pop(0)
+            out.append(handle_reply(self.rt, json.dumps(msg.body).encode(), message_id=msg.message_id))
+        return out
+
+
+def deliver_schedules(rt: Runtime) -> list[str]:
+    now = rt.clock()
+    out = []
+    q = rt.config.queues["SchedulerQueue"]
+    msgs = rt.bus.take(q)  # type: ignore[attr-defined]
+    later = []
+    for m in msgs:
+        if m.scheduled_enqueue_time and m.scheduled_enqueue_time > now:
+            later.append(m)
+            continue
+        out.append(handle_schedule(rt, json.dumps(m.body).encode(), message_id=m.message_id))
+    for m in later:
+        rt.bus.sent[q].append(m)  # type: ignore[attr-defined]
+    return out
+
+
+TERMINAL = ("Processed",)
+
+
+def settled(st: dict[str, Any]) -> bool:
+    return st.get("Mode") in ("finished", "held") and not st.get("LockedBy")
+
+
+def drive(rt: Runtime, order_id: str, agents: AgentSim, *, max_rounds: int = 200, tick: float = 10.0,
+          until: Callable[[dict[str, Any]], bool] = settled) -> dict[str, Any]:
+    """Deliver messages, let the agents work, sweep; advance time when idle. Returns the state."""
+    clock = rt.clock
+    for _ in range(max_rounds):
+        st = state(rt, order_id)
+        if until(st):
+            return st
+        busy = bool(deliver_schedules(rt))
+        busy |= bool(agents.work(clock()))
+        busy |= bool(agents.reply_all())
+        if not busy:
+            clock.advance(tick)  # type: ignore[attr-defined]
+            sweep(rt)
+    raise AssertionError(f"order {order_id} did not settle: {state(rt, order_id)}")

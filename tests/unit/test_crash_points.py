@@ -1,0 +1,238 @@
+"""A crash between any two writes converges.
+
+For every handler that writes, and for every k, the handler runs only its first k effects and
+"dies" (``Crash`` is a BaseException nothing in the app catches). Then either the message is
+redelivered (at-least-once delivery: the handler runs again on the same message), or it is
+lost for good (only the Supervisor and the messages already sent remain). Either way the
+order must settle in the expected end state, with every remote effect applied once, the
+compensations in reverse order, no claim left behind and, eventually, no index row left.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+
+from shared.messaging import OutMessage
+from shared.scheduler import handle_reply, handle_schedule
+from shared.submission import cancel_order, retry_order
+from shared.supervisor import sweep
+from shared.workflow import WORKFLOW
+from tests.unit.harness import AgentSim, Crash, CrashRuntime, deliver_schedules, drive, make_runtime, post, state
+
+HOLD = tuple(replace(s, on_failure="hold") if s.name == "charge-payment" else s for s in WORKFLOW)
+
+
+def _schedule_trigger(rt: CrashRuntime) -> Callable[[], Any]:
+    [msg] = rt.bus.take("scheduler")
+    return lambda: handle_schedule(rt, json.dumps(msg.body).encode(), message_id=msg.message_id)
+
+
+def _reply_trigger(rt: CrashRuntime, agents: AgentSim, step: str) -> Callable[[], Any]:
+    """Let the agents answer until the reply for ``step`` is next; return its delivery."""
+    for _ in range(20):
+        deliver_schedules(rt)
+        agents.work(rt.clock())
+        for i, m in enumerate(agents.pending_replies):
+            if m.body["step"] == step:
+                msg: OutMessage = agents.pending_replies.pop(i)
+                for other in agents.pending_replies:
+                    handle_reply(rt, json.dumps(other.body).encode())
+                agents.pending_replies.clear()
+                return lambda: handle_reply(rt, json.dumps(msg.body).encode(), message_id=msg.message_id)
+        agents.reply_all()
+    raise AssertionError(f"no reply for {step}")
+
+
+def _expire_and_sweep(rt: CrashRuntime) -> Callable[[], Any]:
+    rt.clock.advance(31)
+    return lambda: sweep(rt)
+
+
+@dataclass
+class Scenario:
+    name: str
+    setup: Callable[[CrashRuntime, AgentSim], tuple[str, Callable[[], Any]]]
+    expect: dict[str, Any]
+    workflow: tuple = WORKFLOW
+    reject: dict[str, str] | None = None
+    hang: set[str] | None = None
+    heal: bool = True  # clear hang before recovery
+
+
+def s_claim(rt, agents):  # type: ignore[no-untyped-def]
+    oid = post(rt).body["orderId"]
+    return oid, _schedule_trigger(rt)
+
+
+def s_reply_first(rt, agents):  # type: ignore[no-untyped-def]
+    oid = post(rt).body["orderId"]
+    return oid, _reply_trigger(rt, agents, "reserve-inventory")
+
+
+def s_reply_last(rt, agents):  # type: ignore[no-untyped-def]
+    oid = post(rt).body["orderId"]
+    return oid, _reply_trigger(rt, agents, "create-shipment")
+
+
+def s_error_reply(rt, agents):  # type: ignore[no-untyped-def]
+    oid = post(rt).body["orderId"]
+    return oid, _reply_trigger(rt, agents, "create-shipment")
+
+
+def s_compensation_reply(rt, agents):  # type: ignore[no-untyped-def]
+    oid = post(rt).body["orderId"]
+    _reply_trigger(rt, agents, "create-shipment")()  # the error reply: compensation starts
+    return oid, _reply_trigger(rt, agents, "charge-payment")
+
+
+def s_redrive(rt, agents):  # type: ignore[no-untyped-def]
+    oid = post(rt).body["orderId"]
+    deliver_schedules(rt)
+    agents.work(rt.clock())  # hung: no reply
+    return oid, _expire_and_sweep(rt)
+
+
+def s_threshold(rt, agents):  # type: ignore[no-untyped-def]
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=lambda st: st.get("FailureCount") == 2 and st.get("LockedBy") is not None)
+    agents.work(rt.clock())
+    return oid, _expire_and_sweep(rt)
+
+
+def s_compensation_claim(rt, agents):  # type: ignore[no-untyped-def]
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=lambda st: st.get("FailureCount") == 2 and st.get("LockedBy") is not None)
+    agents.work(rt.clock())
+    _expire_and_sweep(rt)()  # threshold: Error, compensation scheduled
+    assert state(rt, oid)["Mode"] == "compensate"
+    return oid, _schedule_trigger(rt)
+
+
+def s_lost_submission_send(rt, agents):  # type: ignore[no-untyped-def]
+    rt.bus.fail.add("scheduler")
+    oid = post(rt).body["orderId"]
+    rt.bus.fail.clear()
+    return oid, _expire_and_sweep(rt)
+
+
+def s_retry(rt, agents):  # type: ignore[no-untyped-def]
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents)
+    assert state(rt, oid)["Mode"] == "held"
+    agents.reject.clear()
+    return oid, lambda: retry_order(rt, oid)
+
+
+def s_cancel(rt, agents):  # type: ignore[no-untyped-def]
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents)
+    return oid, lambda: cancel_order(rt, oid)
+
+
+PROCESSED = {"ProcessState": "Processed", "Outcome": "processed"}
+COMPENSATED = {"ProcessState": "Error", "Outcome": "failed", "CompensationState": "completed"}
+
+SCENARIOS = [
+    Scenario("claim", s_claim, PROCESSED),
+    Scenario("reply-first-step", s_reply_first, PROCESSED),
+    Scenario("reply-last-step", s_reply_last, PROCESSED),
+    Scenario("error-reply-compensates", s_error_reply, COMPENSATED, reject={"create-shipment": "no"}),
+    Scenario("compensation-reply", s_compensation_reply, COMPENSATED, reject={"create-shipment": "no"}),
+    Scenario("supervisor-redrive", s_redrive, PROCESSED, hang={"reserve-inventory"}),
+    Scenario("supervisor-threshold", s_threshold, COMPENSATED, hang={"charge-payment"}, heal=False),
+    Scenario("compensation-claim", s_compensation_claim, COMPENSATED, hang={"charge-payment"}, heal=False),
+    Scenario("lost-submission-send", s_lost_submission_send, PROCESSED),
+    Scenario("operator-retry", s_retry, PROCESSED, workflow=HOLD, reject={"charge-payment": "declined"}),
+    Scenario("operator-cancel", s_cancel, {"ProcessState": "Error", "Outcome": "cancelled",
+                                           "CompensationState": "completed"},
+             workflow=HOLD, reject={"charge-payment": "declined"}),
+]
+
+
+HELD = {"ProcessState": "Error", "Mode": "held"}
+
+
+def _check(rt: CrashRuntime, oid: str, agents: AgentSim, sc: Scenario, expect: dict[str, Any]) -> None:
+    st = drive(rt, oid, agents)
+    for key, value in expect.items():
+        assert st.get(key) == value, (key, st)
+    assert not st.get("LockedBy")
+    mine = [c for c in agents.calls if c[0] == oid]
+    assert len(mine) == len(set(mine)), mine  # each remote effect once (per idempotency key)
+    comps = [c[2] for c in mine if c[2] in ("refund", "release")]
+    if st["ProcessState"] == "Processed" or st["Mode"] == "held":
+        assert comps == []
+        if st["ProcessState"] == "Processed":
+            assert [c[2] for c in mine] == ["reserve", "charge", "ship"]
+    else:
+        done_forward = [c[2] for c in mine if c[2] in ("reserve", "charge")]
+        expected = [{"charge": "refund", "reserve": "release"}[op] for op in reversed(done_forward)]
+        assert comps == expected, mine
+    # the index empties (lazily) once the order is settled
+    rt.clock.advance(600)
+    sweep(rt)
+    assert [r for r in rt.store.index_rows() if r["OrderId"] == oid] == []
+    assert st["FailureCount"] <= 3
+
+
+@pytest.mark.parametrize("redeliver", [True, False], ids=["redelivered", "lost"])
+@pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_crash_after_every_effect_converges(sc: Scenario, redeliver: bool) -> None:
+    k = 0
+    while True:
+        rt = make_runtime(workflow=sc.workflow)
+        agents = AgentSim(rt, reject=dict(sc.reject or {}), hang=set(sc.hang or ()))
+        oid, trigger = sc.setup(rt, agents)
+        before_failures = state(rt, oid)["FailureCount"]
+        rt.crash_at = k
+        with pytest.raises(Crash):
+            trigger()
+        if sc.heal:
+            agents.hang.clear()
+        expect = sc.expect
+        if redeliver:
+            trigger()  # at-least-once: the same message again (or the operator/timer again)
+        elif sc.name.startswith("operator-") and state(rt, oid)["Mode"] == "held":
+            expect = HELD  # the operator's call died before its write and was not repeated
+        _check(rt, oid, agents, sc, expect)
+        if sc.name in ("claim", "reply-first-step", "reply-last-step", "lost-submission-send") and sc.heal:
+            # a crash costs at most one timeout
+            assert state(rt, oid)["FailureCount"] - before_failures <= 1
+        if rt.crash_exhausted:
+            break
+        k += 1
+    assert k >= 2  # every scenario has at least an index write and a state write
+
+
+@pytest.mark.parametrize("k", range(0, 5))
+def test_submission_crash_points(k: int) -> None:
+    """Submission: crash after k effects; the client retries with its Idempotency-Key, or gives up."""
+    for client_retries in (True, False):
+        rt = make_runtime()
+        agents = AgentSim(rt)
+        rt.crash_at = k
+        with pytest.raises(Crash):
+            post(rt, headers={"Idempotency-Key": "crash-key"})
+        from shared.models import order_id_for_key
+
+        oid = order_id_for_key("crash-key")
+        exists = rt.store.read_row(oid, "state") is not None
+        assert exists == (k >= 2)  # the order exists iff its one transaction ran
+        if client_retries:
+            r = post(rt, headers={"Idempotency-Key": "crash-key"})
+            assert r.status in (200, 202) and r.body["orderId"] == oid
+            exists = True
+        if exists:
+            st = drive(rt, oid, agents)
+            assert st["ProcessState"] == "Processed"
+            assert st["FailureCount"] == 0
+        else:
+            rt.clock.advance(600)
+            sweep(rt)
+            assert rt.store.index_rows() == []  # the orphan guard row is cleaned up
+            assert rt.store.read_row(oid, "state") is None

@@ -1,0 +1,80 @@
+"""`import function_app` indexes every function; every queue name comes from a %Setting%."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+
+from shared.settings import QUEUE_SETTINGS, SERVICE_BUS_CONNECTION, SETTING_NAMES
+from shared.workflow import AGENTS
+
+
+@functools.cache
+def _functions() -> dict[str, dict]:
+    import function_app
+
+    return {f.get_function_name(): json.loads(f.get_function_json()) for f in function_app.app.get_functions()}
+
+
+def _trigger(fn: dict) -> dict:
+    return next(b for b in fn["bindings"] if b["type"].endswith("Trigger"))
+
+
+def test_http_functions() -> None:
+    http = {(tuple(_trigger(f)["methods"]), _trigger(f)["route"]): _trigger(f)["authLevel"]
+            for f in _functions().values() if _trigger(f)["type"] == "httpTrigger"}
+    assert http == {
+        (("POST",), "orders"): "FUNCTION",
+        (("GET",), "orders/{id}"): "FUNCTION",
+        (("POST",), "orders/{id}/retry"): "ADMIN",
+        (("POST",), "orders/{id}/cancel"): "ADMIN",
+    }
+
+
+def test_service_bus_triggers_scheduler_and_one_per_agent() -> None:
+    queues = sorted(_trigger(f)["queueName"] for f in _functions().values()
+                    if _trigger(f)["type"] == "serviceBusTrigger")
+    expected = sorted(["%SchedulerQueue%", "%RepliesQueue%", *(f"%{a.queue_setting}%" for a in AGENTS)])
+    assert queues == expected
+    for f in _functions().values():
+        t = _trigger(f)
+        if t["type"] == "serviceBusTrigger":
+            assert t["connection"] == SERVICE_BUS_CONNECTION
+
+
+def test_supervisor_timer() -> None:
+    timers = [_trigger(f) for f in _functions().values() if _trigger(f)["type"] == "timerTrigger"]
+    assert len(timers) == 1
+    assert timers[0]["schedule"] == "%SupervisorSchedule%"
+    assert timers[0]["runOnStartup"] is False
+
+
+def test_every_queue_name_is_a_declared_setting() -> None:
+    queue_setting_names = {s.name for s in QUEUE_SETTINGS}
+    for fn in _functions().values():
+        for b in fn["bindings"]:
+            if "queueName" in b:
+                m = re.fullmatch(r"%(\w+)%", b["queueName"])
+                assert m, b
+                assert m.group(1) in queue_setting_names and m.group(1) in SETTING_NAMES
+
+
+def test_host_json() -> None:
+    from pathlib import Path
+
+    host = json.loads((Path(__file__).resolve().parents[2] / "host.json").read_text())
+    assert host["version"] == "2.0"
+    assert host["extensionBundle"] == {"id": "Microsoft.Azure.Functions.ExtensionBundle", "version": "[4.*, 5.0.0)"}
+    sb = host["extensions"]["serviceBus"]
+    assert sb["autoCompleteMessages"] is True
+    assert {"maxConcurrentCalls", "prefetchCount", "maxAutoLockRenewalDuration"} <= set(sb)
+    assert host["extensions"]["http"]["routePrefix"] == "api"
+
+
+def test_local_settings_example_has_every_setting() -> None:
+    from pathlib import Path
+
+    values = json.loads((Path(__file__).resolve().parents[2] / "local.settings.json.example").read_text())["Values"]
+    assert SETTING_NAMES <= set(values)
+    assert values["FUNCTIONS_WORKER_RUNTIME"] == "python" and "AzureWebJobsStorage" in values

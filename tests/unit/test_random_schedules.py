@@ -1,0 +1,135 @@
+"""Random interleavings (hypothesis): messages delivered late, twice or never, handlers crashing
+between writes, time jumping, supervisors sweeping. After every action the rows must be
+consistent; once the faults stop, every order must settle in a terminal state with its
+compensations matching what the state recorded as done, in reverse order."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from shared.scheduler import handle_reply, handle_schedule
+from shared.statemachine import parse_lease
+from shared.supervisor import sweep
+from tests.unit.harness import AgentSim, Crash, drive, make_runtime, post
+
+ACTIONS = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 7)), min_size=5, max_size=60)
+REJECT = st.sampled_from([{}, {}, {"create-shipment": "no"}, {"charge-payment": "declined"},
+                          {"reserve-inventory": "out of stock"}, {"create-shipment": "no",
+                                                                  "charge-payment:compensate": "refused"}])
+
+COMP = {"charge-payment": "refund", "reserve-inventory": "release"}
+
+
+def check_rows(rt: Any, oid: str) -> None:
+    rows = rt.store.read_partition(oid)
+    state = rows["state"]
+    steps = sorted((r for k, r in rows.items() if k.startswith("step-")), key=lambda r: r["Index"])
+    assert sum(1 for s in steps if s["State"] == "Running") <= 1
+    assert sum(1 for s in steps if s.get("Compensation") == "Running") <= 1
+    lease = parse_lease(state.get("LeaseKey") or "")
+    if state.get("LockedBy"):
+        assert lease is not None, state
+        kind, name, attempt = lease
+        row = next(s for s in steps if s["Name"] == name)
+        if kind == "step":
+            assert (row["State"], row["Attempt"]) == ("Running", attempt)
+            assert state["ProcessState"] == "Processing"
+        else:
+            assert (row["Compensation"], row["CompensationAttempt"]) == ("Running", attempt)
+            assert state["ProcessState"] == "Error"
+    else:
+        assert not any(s["State"] == "Running" for s in steps), (state, steps)
+    if state["ProcessState"] == "Processed":
+        assert all(s["State"] == "Done" for s in steps) and not state.get("LockedBy")
+    # the index guards whatever is in flight
+    if state.get("LeaseKey"):
+        from shared.effects import index_row_key, parse_iso
+
+        keys = {r["RowKey"] for r in rt.store.index_rows()}
+        expected = index_row_key(oid, state["LeaseKey"], parse_iso(state["CompleteBy"]))
+        assert expected in keys, (state, keys)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=ACTIONS, reject=REJECT)
+def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str, str]) -> None:
+    rt = make_runtime(max_failures=4)
+    agents = AgentSim(rt, reject=dict(reject))
+    orders = [post(rt).body["orderId"] for _ in range(2)]
+    queues = ["scheduler", "agent-inventory", "agent-payment", "agent-shipping"]
+
+    def deliver_one(queue: str, crash_at: int | None, keep: bool) -> None:
+        msgs = rt.bus.sent.get(queue) or []
+        if not msgs:
+            return
+        msg = msgs[0] if keep else msgs.pop(0)
+        if queue != "scheduler":
+            agents._handle(msg, rt.clock())
+            return
+        rt.crash_at = crash_at
+        try:
+            handle_schedule(rt, json.dumps(msg.body).encode())
+        except Crash:
+            if not keep:
+                msgs.insert(0, msg)  # crashed: the message is redelivered later
+
+    def reply_one(crash_at: int | None, keep: bool) -> None:
+        if not agents.pending_replies:
+            return
+        msg = agents.pending_replies[0] if keep else agents.pending_replies.pop(0)
+        rt.crash_at = crash_at
+        try:
+            handle_reply(rt, json.dumps(msg.body).encode())
+        except Crash:
+            if not keep:
+                agents.pending_replies.insert(0, msg)
+
+    for action, arg in actions:
+        if action == 0:
+            deliver_one(queues[arg % 4], None, keep=False)
+        elif action == 1:
+            deliver_one(queues[arg % 4], None, keep=True)  # duplicate delivery
+        elif action == 2:
+            reply_one(None, keep=False)
+        elif action == 3:
+            reply_one(None, keep=True)  # duplicate reply
+        elif action == 4:
+            q = queues[arg % 4]
+            if rt.bus.sent.get(q):
+                rt.bus.sent[q].pop(0)  # lost message
+            elif agents.pending_replies:
+                agents.pending_replies.pop(0)
+        elif action == 5:
+            rt.clock.advance(arg * 6)
+        elif action == 6:
+            sweep(rt)
+        elif action == 7:
+            deliver_one("scheduler", arg, keep=False)  # crash after arg effects
+        else:
+            reply_one(arg, keep=False)
+        rt.crash_at = None
+        for oid in orders:
+            check_rows(rt, oid)
+
+    for oid in orders:
+        final = drive(rt, oid, agents, max_rounds=400)
+        check_rows(rt, oid)
+        rows = rt.store.read_partition(oid)
+        steps = sorted((r for k, r in rows.items() if k.startswith("step-")), key=lambda r: r["Index"])
+        mine = [c for c in agents.calls if c[0] == oid]
+        assert len(mine) == len(set(mine))
+        comps = [c[2] for c in mine if c[2] in ("refund", "release")]
+        if final["ProcessState"] == "Processed":
+            assert comps == []
+        else:
+            assert final["ProcessState"] == "Error" and final["Mode"] == "finished"
+            done = [s["Name"] for s in reversed(steps) if s["State"] == "Done" and s["Name"] in COMP]
+            expected = [COMP[n] for n in done if not reject.get(f"{n}:compensate")]
+            assert comps == expected, (mine, steps)
+            assert all(s["Compensation"] in ("Done", "Failed") for s in steps if s["Name"] in done)
+        assert final["FailureCount"] <= 4
+        event(f"final {final['ProcessState']}/{final.get('Outcome')}, failures {min(final['FailureCount'], 1)}")

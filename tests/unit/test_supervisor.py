@@ -1,0 +1,230 @@
+"""Supervisor decisions: expiry, redrive with backoff, threshold, races, lost sends, cost."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+
+import pytest
+
+from shared.effects import bucket_of
+from shared.statemachine import View, decide_expired, index_verdict
+from shared.store import MemoryStore
+from shared.supervisor import sweep
+from tests.unit.harness import T0, AgentSim, Clock, DedupBus, deliver_schedules, drive, make_runtime, post, state, steps
+
+
+def _claimed(rt) -> str:  # type: ignore[no-untyped-def]
+    oid = post(rt).body["orderId"]
+    assert deliver_schedules(rt) == ["claimed"]
+    return oid
+
+
+def test_expired_step_is_redriven_with_failure_count() -> None:
+    rt = make_runtime()
+    oid = _claimed(rt)
+    rt.clock.advance(29)
+    assert sweep(rt).acted == {}
+    rt.clock.advance(2)
+    report = sweep(rt)
+    assert report.acted == {"redriven": 1}
+    st = state(rt, oid)
+    assert (st["ProcessState"], st.get("LockedBy"), st["FailureCount"], st["LeaseKey"]) == ("Pending", None, 1,
+                                                                                           "unclaimed")
+    assert st["CompleteBy"] == (T0 + timedelta(seconds=31 + 30)).isoformat(timespec="microseconds")
+    s = steps(rt, oid)["reserve-inventory"]
+    assert s["State"] == "Pending" and "timed out" in s["FailureReason"]
+    [msg] = rt.bus.peek("scheduler")
+    assert msg.body == {"kind": "schedule", "orderId": oid, "seq": 1}
+    assert msg.scheduled_enqueue_time is None  # FailureCount 1 <= BackoffThreshold 1: no delay
+    assert deliver_schedules(rt) == ["claimed"]
+    assert state(rt, oid)["LeaseKey"] == "reserve-inventory:2"
+
+
+def test_backoff_grows_past_threshold() -> None:
+    rt = make_runtime(max_failures=5)
+    cfg = rt.config
+    assert [cfg.backoff(n).total_seconds() for n in range(1, 6)] == [0, 5, 10, 20, 40]
+    assert cfg.backoff(30).total_seconds() == cfg.backoff_cap_seconds
+    oid = _claimed(rt)
+    delays = []
+    for _ in range(3):
+        rt.clock.advance(31)
+        sweep(rt)
+        [msg] = rt.bus.take("scheduler")
+        delays.append((msg.scheduled_enqueue_time - rt.clock()).total_seconds() if msg.scheduled_enqueue_time else 0)
+        rt.clock.advance(delays[-1])
+        from shared.scheduler import handle_schedule
+
+        assert handle_schedule(rt, json.dumps(msg.body).encode()) == "claimed"
+    assert delays == [0, 5, 10]
+    assert state(rt, oid)["FailureCount"] == 3
+
+
+def test_threshold_errors_alerts_and_compensates(caplog: pytest.LogCaptureFixture) -> None:
+    rt = make_runtime()
+    oid = post(rt).body["orderId"]
+    agents = AgentSim(rt, hang={"charge-payment"})
+    with caplog.at_level(logging.ERROR, logger="orders"):
+        st = drive(rt, oid, agents)
+    assert (st["ProcessState"], st["FailureCount"], st["Outcome"]) == ("Error", 3, "failed")
+    assert st["CompensationState"] == "completed"
+    assert agents.calls[-1] == (oid, "reserve-inventory", "release")
+    s = steps(rt, oid)
+    assert s["charge-payment"]["State"] == "Failed" and s["charge-payment"]["Attempt"] == 3
+    [alert] = rt.bus.peek("alerts")
+    assert alert.body["failureCount"] == 3 and alert.body["step"] == "charge-payment"
+    line = next(json.loads(r.getMessage()) for r in caplog.records if '"event":"alert"' in r.getMessage())
+    assert (line["orderId"], line["step"], line["failureCount"]) == (oid, "charge-payment", 3)
+    assert "timed out" in line["reason"]
+
+
+def test_hung_compensation_is_redriven_then_given_up() -> None:
+    rt = make_runtime()
+    oid = post(rt).body["orderId"]
+    agents = AgentSim(rt, reject={"create-shipment": "no"}, hang={"charge-payment:compensate"})
+    st = drive(rt, oid, agents)
+    assert st["CompensationState"] == "failed"
+    s = steps(rt, oid)
+    assert s["charge-payment"]["Compensation"] == "Failed" and s["charge-payment"]["CompensationAttempt"] == 3
+    assert s["reserve-inventory"]["Compensation"] == "Done"
+    assert [a.body["step"] for a in rt.bus.peek("alerts")] == ["create-shipment", "charge-payment"]
+
+
+def test_hung_compensation_recovers_when_agent_comes_back() -> None:
+    rt = make_runtime()
+    oid = post(rt).body["orderId"]
+    agents = AgentSim(rt, reject={"create-shipment": "no"}, hang={"charge-payment:compensate"})
+    drive(rt, oid, agents, until=lambda st: st.get("CompFailureCount", 0) == 1)
+    agents.hang.clear()
+    st = drive(rt, oid, agents)
+    assert st["CompensationState"] == "completed"
+    assert steps(rt, oid)["charge-payment"]["CompensationAttempt"] == 2
+
+
+def test_two_supervisors_race_count_failure_once() -> None:
+    store, bus, clock = MemoryStore(), DedupBus(), Clock()
+    a = make_runtime(store, bus, clock, instance="sup-a")
+    b = make_runtime(store, bus, clock, instance="sup-b")
+    oid = _claimed(a)
+    clock.advance(31)
+    lease = state(a, oid)["LeaseKey"]
+    # both read the same rows and decide, then both write
+    da = decide_expired(View(store.read_partition(oid)), lease, a.ctx())
+    db = decide_expired(View(store.read_partition(oid)), lease, b.ctx())
+    oa, ob = a.run(da.effects), b.run(db.effects)
+    assert sorted([oa.lost_race, ob.lost_race]) == [False, True]
+    assert state(a, oid)["FailureCount"] == 1
+    assert len(bus.peek("scheduler")) == 1  # the loser sent nothing
+    # and a later sweep by either finds nothing left to do
+    assert sweep(b).acted == {}
+    assert state(a, oid)["FailureCount"] == 1
+
+
+def test_lost_submission_send_is_recovered_after_grace() -> None:
+    rt = make_runtime()
+    rt.bus.fail.add("scheduler")
+    oid = post(rt).body["orderId"]
+    rt.bus.fail.clear()
+    rt.clock.advance(20)
+    assert sweep(rt).acted == {}  # within the grace period
+    rt.clock.advance(11)
+    assert sweep(rt).acted == {"rescheduled": 1}
+    [msg] = rt.bus.peek("scheduler")
+    assert msg.body["seq"] == 1
+    assert deliver_schedules(rt) == ["claimed"]
+    assert drive(rt, oid, AgentSim(rt))["ProcessState"] == "Processed"
+    assert state(rt, oid)["FailureCount"] == 0
+
+
+def test_sweep_never_reads_finished_or_future_orders() -> None:
+    rt = make_runtime()
+    done = [post(rt).body["orderId"] for _ in range(5)]
+    agents = AgentSim(rt)
+    for oid in done:
+        drive(rt, oid, agents)
+    running = _claimed(rt)  # deadline 30 s ahead
+    rt.store.reads.clear()
+    rt.clock.advance(5)
+    report = sweep(rt)
+    # only the running order's row (same due minute, not yet due) is seen; no state is read
+    assert (report.seen, report.kept) == (1, 1)
+    assert not [r for r in rt.store.reads if r[0] == "state"]
+    assert running
+
+
+def test_index_row_verdicts() -> None:
+    now = T0
+    st = {"LeaseKey": "s:1", "CompleteBy": (now - timedelta(seconds=1)).isoformat()}
+    assert index_verdict(st, "s:1", now - timedelta(seconds=1), now) == "act"
+    # an older row of the same lease (the deadline has moved since): obsolete
+    assert index_verdict(st, "s:1", now - timedelta(seconds=5), now) == "delete"
+    assert index_verdict(st, "s:2", now - timedelta(seconds=1), now) == "delete"
+    assert index_verdict({**st, "CompleteBy": (now + timedelta(seconds=9)).isoformat()}, "s:1",
+                         now - timedelta(seconds=1), now) == "delete"
+    assert index_verdict({"LeaseKey": ""}, "s:1", now, now) == "delete"
+    assert index_verdict(st, "s:1", now + timedelta(seconds=1), now) == "keep"
+    assert index_verdict(None, "s:1", now - timedelta(seconds=10), now) == "keep"
+    assert index_verdict(None, "s:1", now - timedelta(minutes=6), now) == "delete"
+
+
+def test_orphan_index_rows_are_deleted_lazily() -> None:
+    rt = make_runtime()
+    rt.store.put_index(bucket_of(T0), "f" * 32 + ":unclaimed", {"OrderId": "f" * 32, "Lease": "unclaimed",
+                                                                 "Due": T0.isoformat()})
+    rt.store.put_index(bucket_of(T0), "broken", {})
+    rt.clock.advance(400)
+    report = sweep(rt)
+    assert report.deleted == 2 and rt.store.index_rows() == []
+
+
+def test_sweep_survives_a_failing_row() -> None:
+    rt = make_runtime()
+    a = _claimed(rt)
+    b = _claimed(rt)
+    rt.clock.advance(31)
+    real = rt.store.read_partition
+
+    def flaky(order_id: str):  # type: ignore[no-untyped-def]
+        if order_id == a:
+            raise ConnectionError("table unavailable")
+        return real(order_id)
+
+    rt.store.read_partition = flaky  # type: ignore[method-assign]
+    report = sweep(rt)
+    assert report.errors == 1 and report.acted == {"redriven": 1}
+    assert state(rt, b)["FailureCount"] == 1 and state(rt, a)["FailureCount"] == 0
+    rt.store.read_partition = real  # type: ignore[method-assign]
+    assert sweep(rt).acted == {"redriven": 1}
+    assert state(rt, a)["FailureCount"] == 1
+
+
+def test_late_reply_before_supervisor_acts_is_accepted_once() -> None:
+    """A reply processed after CompleteBy but before the Supervisor acted still holds the
+    lease; the two writers are serialised by the ETag: exactly one wins."""
+    rt = make_runtime()
+    oid = _claimed(rt)
+    rt.clock.advance(31)
+    from tests.unit.test_statemachine import _reply
+
+    assert _reply(rt, oid, "reserve-inventory", 1) == "step-done"
+    report = sweep(rt)
+    assert "redriven" not in report.acted
+    assert state(rt, oid)["FailureCount"] == 0
+
+
+def test_threshold_with_hold_policy_waits_for_operator() -> None:
+    from dataclasses import replace
+
+    from shared.workflow import WORKFLOW
+
+    hold = tuple(replace(s, on_failure="hold") for s in WORKFLOW)
+    rt = make_runtime(workflow=hold)
+    oid = post(rt).body["orderId"]
+    agents = AgentSim(rt, hang={"charge-payment"})
+    st = drive(rt, oid, agents)
+    assert (st["ProcessState"], st["Mode"], st["FailureCount"]) == ("Error", "held", 3)
+    assert [c[2] for c in agents.calls] == ["reserve"]  # nothing compensated: held for the operator
+    assert len(rt.bus.peek("alerts")) == 1
+    assert rt.store.index_rows() == []
