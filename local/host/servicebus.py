@@ -1,0 +1,495 @@
+"""Service Bus triggers and output bindings, on the azure-servicebus SDK (async flavour).
+
+Each triggered function gets its own peek-lock receiver (its own client and connection), owned
+by the worker's event loop: receiving, settling and lock renewal all happen on that loop, so the
+SDK objects are never shared between threads. Up to ``maxConcurrentCalls`` invocations run at
+once per function and instance. With ``autoCompleteMessages`` (the default) a message is
+completed when the function returns and abandoned when it raises; the queue's max delivery count
+then moves it to the dead-letter queue. Locks are renewed while a call runs, for up to
+``maxAutoLockRenewalDuration``. If the broker goes away the receiver is rebuilt with backoff.
+
+Session-enabled triggers (``isSessionsEnabled``) take the next available session, up to
+``maxConcurrentSessions`` at a time, and process each session's messages one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import azure.functions as func
+from azure.functions import meta
+from azure.functions.servicebus import ServiceBusMessage as FunctionServiceBusMessage
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus.aio import ServiceBusClient
+
+from .app import FunctionSpec, Invoker
+from .settings import ConnectionInfo, ServiceBusOptions, make_async_credential, resolve_connection
+
+log = logging.getLogger("local.host.servicebus")
+
+RECEIVE_WAIT = 2.0  # seconds one receive call waits for messages
+FURTHER_PULL_WAIT = 0.01  # seconds a receive call waits for more messages after the first
+SETTLE_TIMEOUT = 30.0  # a broker that never answers a settlement must not hold a slot forever
+BACKOFF_MAX = 15.0
+
+
+def make_client(conn: ConnectionInfo) -> ServiceBusClient:
+    if conn.connection_string:
+        return ServiceBusClient.from_connection_string(conn.connection_string, retry_total=2, retry_backoff_max=5)
+    assert conn.fully_qualified_namespace
+    return ServiceBusClient(conn.fully_qualified_namespace, make_async_credential(conn),
+                            retry_total=2, retry_backoff_max=5)
+
+
+def _text(v: Any) -> Any:
+    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else v
+
+
+def message_body(msg: Any) -> bytes:
+    body = msg.body
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    try:
+        parts = list(body)
+    except TypeError:
+        return json.dumps(body, default=str).encode("utf-8")
+    if all(isinstance(p, (bytes, bytearray)) for p in parts):
+        return b"".join(parts)
+    return json.dumps(parts, default=str).encode("utf-8")
+
+
+def function_delivery_count(msg: Any) -> int | None:
+    """Delivery count as the Functions host reports it: 1 on the first delivery.
+
+    On the wire the AMQP header's delivery-count is the number of PRIOR attempts (0 the first
+    time); the Python SDK passes it through unchanged, while the .NET SDK the host uses adds one.
+    """
+    dc = msg.delivery_count
+    return None if dc is None else int(dc) + 1
+
+
+def to_function_message(msg: Any) -> FunctionServiceBusMessage:
+    """The SDK's received message as the worker hands it to the function."""
+    props = {_text(k): _text(v) for k, v in (msg.application_properties or {}).items()}
+    lock_token = str(msg.lock_token) if getattr(msg, "lock_token", None) else None
+    enq = msg.enqueued_time_utc
+    metadata = {
+        "MessageId": meta.Datum(msg.message_id, "string"),
+        "DeliveryCount": meta.Datum(function_delivery_count(msg), "int"),
+        "SequenceNumber": meta.Datum(msg.sequence_number, "int"),
+        "EnqueuedTimeUtc": meta.Datum(enq.isoformat() if enq else None, "string"),
+        "ContentType": meta.Datum(msg.content_type, "string"),
+        "CorrelationId": meta.Datum(msg.correlation_id, "string"),
+        "ReplyTo": meta.Datum(msg.reply_to, "string"),
+        "SessionId": meta.Datum(msg.session_id, "string"),
+        "LockToken": meta.Datum(lock_token, "string"),
+        "ApplicationProperties": meta.Datum(json.dumps(props, default=str), "json"),
+        "UserProperties": meta.Datum(json.dumps(props, default=str), "json"),
+    }
+    state = getattr(msg, "state", None)
+    return FunctionServiceBusMessage(
+        body=message_body(msg),
+        trigger_metadata=metadata,
+        application_properties=props,
+        content_type=msg.content_type,
+        correlation_id=msg.correlation_id,
+        dead_letter_error_description=msg.dead_letter_error_description,
+        dead_letter_reason=msg.dead_letter_reason,
+        dead_letter_source=msg.dead_letter_source,
+        delivery_count=function_delivery_count(msg),
+        enqueued_sequence_number=msg.enqueued_sequence_number,
+        enqueued_time_utc=enq,
+        expires_at_utc=msg.expires_at_utc,
+        label=msg.subject,
+        locked_until=msg.locked_until_utc,
+        lock_token=lock_token,
+        message_id=msg.message_id,
+        partition_key=msg.partition_key,
+        reply_to=msg.reply_to,
+        reply_to_session_id=msg.reply_to_session_id,
+        scheduled_enqueue_time_utc=msg.scheduled_enqueue_time_utc,
+        sequence_number=msg.sequence_number,
+        session_id=msg.session_id,
+        state=int(state) if state is not None else None,
+        subject=msg.subject,
+        time_to_live=msg.time_to_live,
+        to=msg.to,
+        transaction_partition_key=None,
+        user_properties=dict(props),
+    )
+
+
+def trigger_argument(spec: FunctionSpec, msg: Any) -> Any:
+    """Convert by the parameter's annotation: ServiceBusMessage (default), str or bytes."""
+    ann = spec.trigger_annotation
+    if ann is str or ann == "str":
+        return message_body(msg).decode("utf-8")
+    if ann is bytes or ann == "bytes":
+        return message_body(msg)
+    return to_function_message(msg)
+
+
+def _traceparent(msg: Any) -> str | None:
+    props = msg.application_properties or {}
+    for key in (b"traceparent", "traceparent", b"Diagnostic-Id", "Diagnostic-Id"):
+        if key in props:
+            return str(_text(props[key]))
+    return None
+
+
+def to_sdk_message(value: Any) -> ServiceBusMessage:
+    """An output binding's value as SDK messages: str, bytes, JSON-able values, SDK messages."""
+    if isinstance(value, ServiceBusMessage):
+        return value
+    if isinstance(value, (str, bytes, bytearray)):
+        return ServiceBusMessage(bytes(value) if not isinstance(value, str) else value)
+    if isinstance(value, func.ServiceBusMessage):
+        return ServiceBusMessage(value.get_body(), correlation_id=value.correlation_id,
+                                 content_type=value.content_type, message_id=value.message_id)
+    return ServiceBusMessage(json.dumps(value), content_type="application/json")
+
+
+class LockRenewer:
+    """Renews the locks of the messages (or the session) a receiver's invocations hold.
+
+    One task per receiver renews them one after the other: the SDK's AutoLockRenewer renews
+    each message from its own task, and concurrent first management calls on a receiver race
+    while its management link opens (the SDK fails them with "Management Operation error").
+    A lock is renewed when less than half its duration (at most 10 s) is left, for up to
+    ``maxAutoLockRenewalDuration``.
+    """
+
+    TICK = 0.5
+
+    def __init__(self, receiver: Any, max_duration: float, what: str) -> None:
+        self.receiver = receiver
+        self.max_duration = max_duration
+        self.what = what
+        self.entries: dict[int, tuple[Any, float, bool, float]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    def register(self, obj: Any, is_session: bool = False) -> None:
+        locked_until = obj.locked_until_utc
+        period = (locked_until - datetime.now(UTC)).total_seconds() if locked_until else 60.0
+        self.entries[id(obj)] = (obj, time.monotonic(), is_session, max(period, 1.0))
+        if self.task is None:
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def unregister(self, obj: Any) -> None:
+        self.entries.pop(id(obj), None)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.TICK)
+            for key, (obj, started, is_session, period) in list(self.entries.items()):
+                if key not in self.entries:
+                    continue
+                if time.monotonic() - started > self.max_duration:
+                    self.entries.pop(key, None)
+                    continue
+                locked_until = obj.locked_until_utc
+                if locked_until is None:
+                    continue
+                remaining = (locked_until - datetime.now(UTC)).total_seconds()
+                if remaining > min(10.0, period / 2):
+                    continue
+                try:
+                    if is_session:
+                        await obj.renew_lock()
+                    else:
+                        await self.receiver.renew_message_lock(obj)
+                except Exception as e:  # noqa: BLE001 - lock lost: the broker will redeliver
+                    if key in self.entries:
+                        self.entries.pop(key, None)
+                        log.warning("could not renew the lock of %s on %s: %s: %s",
+                                    "the session" if is_session else f"message {obj.message_id}", self.what,
+                                    type(e).__name__, e)
+
+    async def close(self) -> None:
+        self.entries.clear()
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001,S110
+                pass
+            self.task = None
+
+
+class ServiceBusHost:
+    """Receivers for the Service Bus triggers of one instance, and senders for output bindings."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, invoker: Invoker, options: ServiceBusOptions,
+                 settings: Mapping[str, str]) -> None:
+        self.loop = loop
+        self.invoker = invoker
+        self.options = options
+        self.settings = settings
+        self.stopping = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+        self.in_flight: set[asyncio.Task[None]] = set()
+        self._open: set[asyncio.Task[Any]] = set()
+        self._out_clients: dict[str, ServiceBusClient] = {}
+        self._senders: dict[tuple[str, str], Any] = {}
+        self._sender_lock = asyncio.Lock()
+        invoker.output_handlers["serviceBus"] = self.send_output
+
+    # ------------------------------------------------------------------ triggers
+
+    def start(self, specs: list[FunctionSpec]) -> None:
+        """Call on the loop."""
+        for spec in specs:
+            conn = resolve_connection(str(spec.trigger.get("connection") or "ServiceBusConnection"), self.settings)
+            if spec.trigger.get("isSessionsEnabled"):
+                for i in range(max(1, self.options.max_concurrent_sessions)):
+                    self.tasks.append(self.loop.create_task(self._session_loop(spec, conn, i)))
+            else:
+                self.tasks.append(self.loop.create_task(self._listen(spec, conn)))
+        if not self.options.auto_complete_messages:
+            log.warning("autoCompleteMessages is false: messages are left to the function to settle, "
+                        "which Python functions cannot do without SDK-type bindings; they will be redelivered")
+
+    def _entity(self, spec: FunctionSpec) -> str:
+        t = spec.trigger
+        if t.get("topicName"):
+            return f"{t['topicName']}/Subscriptions/{t.get('subscriptionName')}"
+        return str(t.get("queueName"))
+
+    def _receiver(self, client: ServiceBusClient, spec: FunctionSpec, **kw: Any) -> Any:
+        t = spec.trigger
+        common = dict(receive_mode=ServiceBusReceiveMode.PEEK_LOCK, prefetch_count=self.options.prefetch_count, **kw)
+        if t.get("topicName"):
+            receiver = client.get_subscription_receiver(t["topicName"], t["subscriptionName"], **common)
+        else:
+            receiver = client.get_queue_receiver(t["queueName"], **common)
+        # After the first message of a receive call the SDK waits 0.2 s for more to fill the batch:
+        # that would add 0.2 s to every hop of a message flow. The host's processor hands each
+        # message on at once; wait only briefly. (A private attribute: ignored if it goes away.)
+        if hasattr(receiver, "_further_pull_receive_timeout"):
+            receiver._further_pull_receive_timeout = FURTHER_PULL_WAIT
+        return receiver
+
+    async def _listen(self, spec: FunctionSpec, conn: ConnectionInfo) -> None:
+        entity = self._entity(spec)
+        limit = max(1, self.options.max_concurrent_calls)
+        slots = asyncio.Semaphore(limit)
+        backoff = 0.5
+        while not self.stopping.is_set():
+            client = make_client(conn)
+            renewer: LockRenewer | None = None
+            try:
+                async with client:
+                    receiver = self._receiver(client, spec)
+                    renewer = LockRenewer(receiver, self._renewal_seconds(), f"'{entity}'")
+                    async with receiver:
+                        log.info("Listening on '%s' for 'Functions.%s' (maxConcurrentCalls=%d)",
+                                 entity, spec.name, limit)
+                        self._mark_open(True)
+                        while not self.stopping.is_set():
+                            await slots.acquire()
+                            if self.stopping.is_set():
+                                slots.release()
+                                break
+                            n = 1
+                            while n < limit and not slots.locked():
+                                await slots.acquire()
+                                n += 1
+                            try:
+                                msgs = await receiver.receive_messages(max_message_count=n,
+                                                                       max_wait_time=RECEIVE_WAIT)
+                            except BaseException:
+                                for _ in range(n):
+                                    slots.release()
+                                raise
+                            backoff = 0.5
+                            for _ in range(n - len(msgs)):
+                                slots.release()
+                            for m in msgs:
+                                self._spawn(self._handle(spec, receiver, renewer, m, slots))
+                        await self._drain()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - broker gone, entity missing...: retry with backoff
+                if self.stopping.is_set():
+                    break
+                log.warning("receiver for '%s' (Functions.%s) failed: %s: %s; reconnecting in %.1fs",
+                            entity, spec.name, type(e).__name__, e, backoff)
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+            finally:
+                self._mark_open(False)
+                if renewer is not None:
+                    await renewer.close()
+
+    def _mark_open(self, is_open: bool) -> None:
+        """Whether the current listener task holds an open receiver (stop lets those finish
+        their receive and settle; the others, connecting or backing off, are cancelled)."""
+        task = asyncio.current_task()
+        if task is not None:
+            (self._open.add if is_open else self._open.discard)(task)  # type: ignore[arg-type]
+
+    async def _session_loop(self, spec: FunctionSpec, conn: ConnectionInfo, index: int) -> None:
+        from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusError
+
+        entity = self._entity(spec)
+        idle = self.options.session_idle_timeout.total_seconds() if self.options.session_idle_timeout else 5.0
+        backoff = 0.5
+        while not self.stopping.is_set():
+            client = make_client(conn)
+            try:
+                async with client:
+                    while not self.stopping.is_set():
+                        try:
+                            receiver = self._receiver(client, spec, session_id=NEXT_AVAILABLE_SESSION,
+                                                      max_wait_time=idle)
+                            await receiver.__aenter__()
+                        except OperationTimeoutError:
+                            try:
+                                await receiver.close()
+                            except Exception:  # noqa: BLE001,S110
+                                pass
+                            continue  # no session available right now
+                        renewer = LockRenewer(receiver, self._renewal_seconds(), f"'{entity}'")
+                        self._mark_open(True)
+                        try:
+                            renewer.register(receiver.session, is_session=True)
+                            while not self.stopping.is_set():
+                                msgs = await receiver.receive_messages(max_message_count=1, max_wait_time=idle)
+                                backoff = 0.5
+                                if not msgs:
+                                    break  # session idle: release it, take the next one
+                                for m in msgs:
+                                    await self._handle(spec, receiver, renewer, m, None)
+                        except ServiceBusError as e:
+                            log.info("session %s on '%s' ended: %s", getattr(receiver.session, "session_id", "?"),
+                                     entity, e)
+                        finally:
+                            self._mark_open(False)
+                            await renewer.close()
+                            await receiver.__aexit__(None, None, None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                if self.stopping.is_set():
+                    break
+                log.warning("session receiver %d for '%s' failed: %s: %s; reconnecting in %.1fs",
+                            index, entity, type(e).__name__, e, backoff)
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+
+    def _renewal_seconds(self) -> float:
+        return self.options.max_auto_lock_renewal_duration.total_seconds()
+
+    def _spawn(self, coro: Any) -> None:
+        task = self.loop.create_task(coro)
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+
+    async def _handle(self, spec: FunctionSpec, receiver: Any, renewer: LockRenewer, msg: Any,
+                      slots: asyncio.Semaphore | None) -> None:
+        try:
+            if msg.lock_token is not None and not spec.trigger.get("isSessionsEnabled"):
+                renewer.register(msg)
+            try:
+                arg = trigger_argument(spec, msg)
+                await self.invoker.invoke(spec, arg, f"New ServiceBus message detected on '{self._entity(spec)}'.",
+                                          _traceparent(msg))
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - logged by the invoker
+                renewer.unregister(msg)
+                if self.options.auto_complete_messages:
+                    await self._settle("abandon", receiver.abandon_message, msg, spec)
+            else:
+                renewer.unregister(msg)
+                if self.options.auto_complete_messages:
+                    await self._settle("complete", receiver.complete_message, msg, spec)
+        finally:
+            renewer.unregister(msg)
+            if slots is not None:
+                slots.release()
+
+    async def _settle(self, what: str, op: Any, msg: Any, spec: FunctionSpec) -> None:
+        try:
+            await asyncio.wait_for(op(msg), SETTLE_TIMEOUT)
+        except Exception as e:  # noqa: BLE001 - lock lost or link gone: the broker redelivers
+            log.warning("could not %s message %s of 'Functions.%s': %s: %s", what, msg.message_id, spec.name,
+                        type(e).__name__, e)
+
+    async def _drain(self, timeout: float = 30.0) -> None:
+        if self.in_flight:
+            await asyncio.wait(set(self.in_flight), timeout=timeout)
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self.stopping.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Stop receiving, let running invocations finish and settle, close everything."""
+        self.stopping.set()
+        # Each listener ends its current receive (at most RECEIVE_WAIT), lets its running
+        # invocations finish and settle on its receiver, then closes it.
+        for t in self.tasks:
+            if t not in self._open:
+                t.cancel()  # connecting or backing off: nothing to settle
+        pending: set[asyncio.Task[None]] = set()
+        if self.tasks:
+            _done, pending = await asyncio.wait(self.tasks, timeout=timeout)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+        await self._drain(5)
+        for sender, _lock in list(self._senders.values()):
+            try:
+                await sender.close()
+            except Exception:  # noqa: BLE001,S110
+                pass
+        for c in list(self._out_clients.values()):
+            try:
+                await c.close()
+            except Exception:  # noqa: BLE001,S110
+                pass
+
+    # ------------------------------------------------------------------ output bindings
+
+    async def send_output(self, binding: dict[str, Any], value: Any) -> None:
+        conn_name = str(binding.get("connection") or "ServiceBusConnection")
+        entity = str(binding.get("queueName") or binding.get("topicName"))
+        key = (conn_name, entity)
+        values = value if isinstance(value, list) and all(
+            isinstance(v, (str, bytes, ServiceBusMessage)) for v in value) else [value]
+        messages = [to_sdk_message(v) for v in values]
+        async with self._sender_lock:
+            entry = self._senders.get(key)
+            if entry is None:
+                client = self._out_clients.get(conn_name)
+                if client is None:
+                    client = self._out_clients[conn_name] = make_client(resolve_connection(conn_name, self.settings))
+                sender = (client.get_topic_sender(entity) if binding.get("topicName")
+                          else client.get_queue_sender(entity))
+                entry = self._senders[key] = (sender, asyncio.Lock())
+        sender, lock = entry
+        # One send at a time per sender: the SDK's handlers are not safe for concurrent use
+        # (two coroutines opening the same link race).
+        async with lock:
+            try:
+                await sender.send_messages(messages)
+            except Exception:
+                if self._senders.get(key) is entry:
+                    self._senders.pop(key, None)
+                try:
+                    await sender.close()
+                except Exception:  # noqa: BLE001,S110
+                    pass
+                raise
