@@ -241,9 +241,9 @@ def test_parameters_file_matches_main_bicep() -> None:
 
 
 def test_deploy_docs_list_every_setting() -> None:
-    docs = (INFRA.parent / "docs" / "deploy-to-azure.md").read_text()
+    docs = (INFRA.parent / "README.md").read_text()
     rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", docs, re.M))
-    assert set(rows) == {s.name for s in SETTINGS}, "docs/deploy-to-azure.md settings table is out of date"
+    assert set(rows) == {s.name for s in SETTINGS}, "README.md settings table (Deploy to Azure) is out of date"
     for spec in VALUES:
         expected = f"`{spec.default}`" if spec.default else "(empty)"
         assert rows[spec.name].strip() == expected, (spec.name, rows[spec.name])
