@@ -5,9 +5,11 @@ message (docs/contracts.md, "Agent messages") and the agent's remote service bas
 
 * Past ``completeBy`` on arrival: send nothing, make no call (the Supervisor owns the step now).
 * Otherwise ``POST {base}/{operation}`` with ``Idempotency-Key`` and ``traceparent`` headers and
-  the body ``{"orderId", "order", "context"}``. The agent's ``traceparent`` is a child of the
-  request's (same trace id, the agent's own span id; a new trace if the request had none), the
-  same on every attempt and on the reply, as for every message the app sends (shared/logs.py).
+  the body ``{"orderId", "order", "context"}``, plus ``compensates`` for a compensation (the
+  original step and its idempotency key: the remote finds the effect to undo by that key).
+  The agent's ``traceparent`` is a child of the request's (same trace id, the agent's own span
+  id; a new trace if the request had none), the same on every attempt and on the reply, as for
+  every message the app sends (shared/logs.py).
 * Transient faults (connect errors, timeouts, 408/425/429, 5xx, a 2xx whose body is not a JSON
   object) are retried by tenacity with exponential backoff plus jitter (honouring ``Retry-After``),
   never past ``completeBy``; each call's timeout is bounded by the time left and by a per-call
@@ -15,7 +17,8 @@ message (docs/contracts.md, "Agent messages") and the agent's remote service bas
   every attempt (and on every redelivery), so a lost response is answered from the service's
   stored result and the effect happens once.
 * A permanent rejection (any other 4xx: 400/404/409/422 ...) -> an ``error`` reply with the
-  reason taken from the body's ``error`` field. A 2xx -> a ``success`` reply with the result.
+  reason taken from the body's ``error`` field. (409 ``compensated``: the step's key was
+  tombstoned by its compensation; the late original call applied nothing.) A 2xx -> a ``success`` reply with the result.
 * Compensation requests (kind ``compensation``, operations ``release``/``refund``) take the
   same path, with their own idempotency key (``ORDERID:STEP:compensate``).
 
@@ -88,6 +91,8 @@ class AgentRequest:
     reply_to: str
     traceparent: str | None = None
     tracestate: str | None = None
+    # A compensation's target: {"step": ..., "idempotencyKey": "ORDERID:STEP"} (None for a step)
+    compensates: dict[str, Any] | None = None
 
 
 
@@ -164,6 +169,18 @@ def parse_request(
         context = {}
     if not isinstance(context, dict):
         errors.append("context: a JSON object is required")
+    compensates = obj.get("compensates")
+    if compensates is not None:
+        if kind != "compensation":
+            errors.append("compensates: only a compensation request has one")
+        elif not isinstance(compensates, dict):
+            errors.append("compensates: a JSON object is required")
+        else:
+            target = compensates.get("idempotencyKey")
+            if not isinstance(target, str) or not target.strip():
+                errors.append("compensates.idempotencyKey: a non-empty string is required")
+            if not isinstance(compensates.get("step"), str) or (step and compensates.get("step") != step):
+                errors.append("compensates.step: must name the request's step")
     if not message_id:
         errors.append("message_id: missing")
     if not reply_to:
@@ -195,6 +212,7 @@ def parse_request(
         reply_to=str(reply_to),
         traceparent=parse_traceparent(_prop(application_properties, "traceparent")),
         tracestate=_prop(application_properties, "tracestate"),
+        compensates=compensates,  # type: ignore[arg-type]
     )
 
 
@@ -447,7 +465,11 @@ class AgentRuntime:
         }
         if request.tracestate:
             headers["tracestate"] = request.tracestate
-        body = dumps({"orderId": request.order_id, "order": request.order, "context": request.context})
+        call_body: dict[str, Any] = {"orderId": request.order_id, "order": request.order,
+                                     "context": request.context}
+        if request.compensates is not None:
+            call_body["compensates"] = request.compensates
+        body = dumps(call_body)
         url = f"{self.base_url}/{request.operation}"
         try:
             resp = self.session.post(url, data=body, headers=headers, timeout=(connect_timeout, read_timeout),

@@ -32,6 +32,15 @@ wins and the other loses its race. A reply for a step already recorded Done/Fail
 same attempt is a duplicate: it changes nothing, but re-emits the request currently in
 flight (same message_id, so duplicate detection drops it if the first send got through).
 That is how a crash between a state write and the following send is resumed.
+
+Unknown outcomes: a step that failed by timeout (no answer; the Supervisor redrove it or gave
+up at MaxFailureCount) may have had its effect applied: the reply was lost or the agent hung
+after the call. Its step row says ``OutcomeUnknown``. Under ``compensate`` it is compensated
+first (it is the latest effect), then the Done steps in reverse order; an operator cancel
+does the same. Its compensation request carries no result in ``context``: it names the effect
+by the step's idempotency key (``compensates``), and a remote that applied nothing under that
+key tombstones it, so a late original request is refused. An error reply is definitive (the
+remote applied nothing under the key): the failed step is not compensated.
 """
 
 from __future__ import annotations
@@ -247,11 +256,19 @@ def request_message(v: View, step_row: dict[str, Any], kind: str, attempt: int, 
         operation = spec.compensation
         idem = f"{oid}:{name}:compensate"
         message_id = f"{oid}:{name}:compensate:{attempt}"
-        context = {name: _result(step_row)}
+        result = _result(step_row)
+        # The step's result when it has one (a Done step); a step whose outcome is unknown
+        # (timed out) has none: the remote finds the effect by the step's idempotency key.
+        context = {name: result} if result is not None else {}
     assert v.order is not None
     body = {"kind": kind, "orderId": oid, "step": name, "operation": operation, "attempt": attempt,
             "idempotencyKey": idem, "completeBy": iso(complete_by), "order": _order_payload(v.order),
             "context": context}
+    if kind != "step":
+        # The effect to undo, addressed by the stable idempotency key every attempt of the step
+        # was sent with. A remote with nothing applied under it answers "nothing to undo" and
+        # tombstones the key, so a late original call with it is refused (docs/contracts.md).
+        body["compensates"] = {"step": name, "idempotencyKey": f"{oid}:{name}"}
     ttl = max(complete_by - ctx.now, timedelta(seconds=1))
     return OutMessage(queue=cfg.agent_queue(spec), body=body, message_id=message_id, correlation_id=message_id,
                       reply_to=cfg.queues["RepliesQueue"], subject=kind, time_to_live=ttl,
@@ -327,10 +344,20 @@ def _dispatch_compensation(step_row: dict[str, Any], ctx: Ctx) -> tuple[dict[str
     return row, state_changes, cb, lease
 
 
-def _compensable_done(v: View, before_index: int, ctx: Ctx) -> list[dict[str, Any]]:
-    """Done steps with a compensation, before ``before_index``, in reverse (compensation) order."""
-    out = [s for s in v.steps if s["Index"] < before_index and s["State"] == "Done"
-           and ctx.config.spec(s["Name"]).compensation]
+def _outcome_unknown(row: dict[str, Any], ctx: Ctx) -> bool:
+    """A step not Done whose last attempt ended without an answer (timed out): the remote may
+    have applied its effect. It is compensated too (by its idempotency key), if it has a
+    compensation. An error reply settles it (``OutcomeUnknown`` false): the remote rejected
+    the key and applied nothing under it."""
+    return (row["State"] != "Done" and bool(row.get("OutcomeUnknown"))
+            and bool(ctx.config.spec(row["Name"]).compensation))
+
+
+def _to_compensate(v: View, ctx: Ctx) -> list[dict[str, Any]]:
+    """Every step to compensate, in reverse (compensation) order: the Done steps with a
+    compensation, and a step whose outcome is unknown (the latest one: it comes first)."""
+    out = [s for s in v.steps if (s["State"] == "Done" and ctx.config.spec(s["Name"]).compensation)
+           or _outcome_unknown(s, ctx)]
     return sorted(out, key=lambda s: s["Index"], reverse=True)
 
 
@@ -475,7 +502,8 @@ def _forward_reply(v: View, row: dict[str, Any], reply: ReplyMessage, ctx: Ctx) 
         if reply.outcome == "success":
             return _step_done(v, row, reply.result or {}, ctx)
         reason = reply.reason or "rejected"
-        return _fail_step(v, row, reason, ctx, state_changes={}, direct=True)
+        # An error reply: the remote rejected the key and applied nothing under it.
+        return _fail_step(v, row, reason, ctx, state_changes={}, direct=True, unknown=False)
     if row.get("Attempt") == reply.attempt and row["State"] in ("Done", "Failed"):
         effects: list[Effect] = [_log(logging.INFO, "reply.duplicate", v, step=reply.step, attempt=reply.attempt)]
         if row["State"] == "Failed":
@@ -529,17 +557,22 @@ def _step_done(v: View, row: dict[str, Any], result: dict[str, Any], ctx: Ctx) -
 
 
 def _fail_step(v: View, row: dict[str, Any], reason: str, ctx: Ctx, *, state_changes: dict[str, Any],
-               direct: bool, outcome: str = "failed") -> Decision:
+               direct: bool, unknown: bool, outcome: str = "failed") -> Decision:
     """A step failed for good (error reply, or MaxFailureCount timeouts): apply its policy.
 
     ``direct``: the caller holds the claim (a reply) and dispatches the first compensation
     itself; otherwise (Supervisor) the compensation goes through the scheduler.
+    ``unknown``: the step failed without an answer (timed out), so the remote may have applied
+    its effect: under ``compensate`` it is compensated first (by its idempotency key), then
+    the Done steps; under ``hold`` an operator cancel compensates it (``OutcomeUnknown``).
+    An error reply is a definitive "nothing applied": the failed step is not compensated.
     """
     st = v.state
     assert st is not None
     cfg, now = ctx.config, ctx.now
     spec = cfg.spec(row["Name"])
-    failed = _upd(row, State="Failed", FailureReason=reason, FinishedAt=iso(now), CompleteBy=None)
+    failed = _upd(row, State="Failed", FailureReason=reason, FinishedAt=iso(now), CompleteBy=None,
+                  OutcomeUnknown=unknown)
     failure_count = int(state_changes.get("FailureCount", st.get("FailureCount") or 0))
     # Alert first, with a deterministic id: a crash or lost race after it leads to the same
     # alert again, which the alerts queue's duplicate detection drops.
@@ -547,7 +580,7 @@ def _fail_step(v: View, row: dict[str, Any], reason: str, ctx: Ctx, *, state_cha
     base = _upd(st, **state_changes, ProcessState="Error", FailedStep=row["Name"], Reason=reason,
                 UpdatedAt=iso(now))
     released = {"LockedBy": None, "ClaimToken": None}
-    comps = _compensable_done(v, row["Index"], ctx) if spec.on_failure == "compensate" else []
+    comps = _to_compensate(v.with_rows(failed), ctx) if spec.on_failure == "compensate" else []
     tail: list[Effect] = [*status_sends(v, "failed", ctx, step=row["Name"], reason=reason, processState="Error"),
                           *_old_index(st)]
     if spec.on_failure == "hold":
@@ -567,14 +600,16 @@ def _fail_step(v: View, row: dict[str, Any], reason: str, ctx: Ctx, *, state_cha
             Transact(v.order_id, (_replace(st, new_state), _replace(row, failed)), note="step failed, final"),
             *tail,
         ])
-    marks = {c["RowKey"]: _upd(c, Compensation="Pending") for c in comps}
+    # The rows to write: the failed step, and every step to compensate marked Pending (the
+    # failed step itself among them when its outcome is unknown). One op per row.
+    marks = {row["RowKey"]: failed, **{c["RowKey"]: _upd(c, Compensation="Pending") for c in comps}}
     first = comps[0]
     if direct:
         new_first, changes, cb, lease = _dispatch_compensation(marks[first["RowKey"]], ctx)
         marks[first["RowKey"]] = new_first
         new_state = _upd(base, Mode="compensate", Outcome=outcome, CompFailureCount=0,
                          CompensationState="running", **changes)
-        ops = (_replace(st, new_state), _replace(row, failed), *(_replace(c, marks[c["RowKey"]]) for c in comps))
+        ops = (_replace(st, new_state), *(_replace(v.rows[k], m) for k, m in marks.items()))
         return Decision("compensating", [
             alert,
             # Crash after this: nothing recorded; the reply is redelivered and decided again.
@@ -592,7 +627,7 @@ def _fail_step(v: View, row: dict[str, Any], reason: str, ctx: Ctx, *, state_cha
     new_state = _upd(base, Mode="compensate", Outcome=outcome, CompIndex=first["Index"], CompFailureCount=0,
                      CompensationState="running", CompleteBy=iso(due), LeaseKey=UNCLAIMED, ScheduleSeq=seq,
                      **released)
-    ops = (_replace(st, new_state), _replace(row, failed), *(_replace(c, marks[c["RowKey"]]) for c in comps))
+    ops = (_replace(st, new_state), *(_replace(v.rows[k], m) for k, m in marks.items()))
     return Decision("compensating", [
         alert,
         # Crash after this: state unchanged; the expired lease is still due: next sweep redoes it.
@@ -752,7 +787,9 @@ def decide_expired(v: View, lease: str, ctx: Ctx) -> Decision:
             seq = int(st.get("ScheduleSeq") or 0) + 1
             new_state = _upd(st, ProcessState="Pending", LockedBy=None, ClaimToken=None, CompleteBy=iso(due),
                              LeaseKey=UNCLAIMED, FailureCount=failures, ScheduleSeq=seq, UpdatedAt=iso(now))
-            new_row = _upd(row, State="Pending", CompleteBy=None, FailureReason=reason)
+            # OutcomeUnknown: the attempt may have applied the effect; a cancel of the Pending
+            # order compensates it (an error reply or Done of a later attempt settles it).
+            new_row = _upd(row, State="Pending", CompleteBy=None, FailureReason=reason, OutcomeUnknown=True)
             return Decision("redriven", [
                 # Crash after this: state unchanged; the lease is still overdue: next sweep.
                 PutIndex(v.order_id, UNCLAIMED, due, note="redrive unclaimed guard"),
@@ -765,8 +802,10 @@ def decide_expired(v: View, lease: str, ctx: Ctx) -> Decision:
                 _log(logging.WARNING, "supervisor.redrive", v, step=name, attempt=attempt, failureCount=failures,
                      delaySeconds=delay.total_seconds()),
             ])
+        # Timed out: no answer, so the effect may have been applied (reply lost, agent hung
+        # after the call). Its outcome is unknown: compensated by its idempotency key.
         return _fail_step(v, row, f"{reason}; failure count {failures} reached {cfg.max_failures}", ctx,
-                          state_changes={"FailureCount": failures}, direct=False)
+                          state_changes={"FailureCount": failures}, direct=False, unknown=True)
     # an expired compensation
     if row.get("Compensation") != "Running" or row.get("CompensationAttempt") != attempt:
         return Decision("obsolete", [_log(logging.ERROR, "supervisor.inconsistent", v, lease=lease)])
@@ -834,7 +873,9 @@ def decide_cancel(v: View, ctx: Ctx) -> Decision:
         raise Rejected(_why_not(st, "cancel", "only a Pending order that is not being processed, or an order "
                                               "held in Error, can be cancelled"))
     now = ctx.now
-    comps = _compensable_done(v, len(v.steps), ctx)
+    # The Done steps, and a step whose outcome is unknown (it timed out: failed by timeout and
+    # held, or redriven and Pending): the remote may have applied it.
+    comps = _to_compensate(v, ctx)
     base = _upd(st, ProcessState="Error", Outcome="cancelled", Reason="cancelled by operator", LockedBy=None,
                 ClaimToken=None, UpdatedAt=iso(now), CancelledAt=iso(now))
     if not comps:

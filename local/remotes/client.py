@@ -84,9 +84,12 @@ class RemotesClient:
         return [k for k, n in counts.items() if n > 1]
 
     def effects_by_order(self) -> dict[str, Counter[str]]:
-        """orderId -> Counter of "service/operation" effects."""
+        """orderId -> Counter of "service/operation" effects (tombstones are not effects: a
+        compensation that found nothing to undo)."""
         out: dict[str, Counter[str]] = {}
         for e in self.ledger():
+            if e.get("kind") == "tombstone":
+                continue
             out.setdefault(e["orderId"], Counter())[f"{e['service']}/{e['operation']}"] += 1
         return out
 

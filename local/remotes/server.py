@@ -11,10 +11,20 @@ Contract: docs/contracts.md, "Remote services". Behaviour worth knowing:
 * **Ledger.** Every applied effect is appended to the ledger (``GET /_ledger``), with its
   service, operation, idempotency key, order id, result and time. An idempotency key can
   appear at most once per service: tests detect double effects and compensations from it.
-* **Business rules.** ``release`` needs the reservation (``context["reserve-inventory"]
-  .reservationId``) to exist, belong to the order and still be held; ``refund`` needs the
-  payment (``context["charge-payment"].paymentId``) to exist, belong to the order and not be
-  refunded yet. Otherwise: 422. Money is ``Decimal`` throughout, and goes out as strings.
+* **Business rules.** ``release`` and ``refund`` find the effect to undo by the body's
+  ``compensates.idempotencyKey`` (the key the original ``reserve``/``charge`` was sent with;
+  without ``compensates``, by ``context["reserve-inventory"].reservationId`` /
+  ``context["charge-payment"].paymentId``). The reservation must belong to the order and still
+  be held; the payment must belong to the order and not be refunded yet. Otherwise: 422.
+  Money is ``Decimal`` throughout, and goes out as strings.
+* **Compensating nothing (tombstones).** If no effect was ever applied under
+  ``compensates.idempotencyKey``, ``release``/``refund`` answer 200 ``{"released": null,
+  "nothingToUndo": true}`` / ``{"refundId": null, "nothingToUndo": true}``, record a ledger
+  entry of kind ``tombstone`` and tombstone that key: a later original call with it (a charge
+  arriving after its refund) gets 409 ``{"error": "compensated"}`` and applies nothing (not
+  stored; every such call gets the 409). A key with a stored answer replays it as usual. The
+  lookup, the tombstone and every effect happen under one lock, so an original call and its
+  compensation racing each other end either "applied, then undone" or "tombstoned, refused".
 * **Faults** (``PUT /_faults/{service}``; a PUT replaces the service's faults, unspecified
   fields go back to their defaults; ``DELETE /_faults`` resets all), applied in this order
   to every service call (after the 400 for a missing key):
@@ -81,6 +91,10 @@ class BadRequest(Exception):
 
 class Rejected(Exception):
     """A permanent business rejection: 422, stored under the idempotency key."""
+
+
+class Compensated(Exception):
+    """The idempotency key was tombstoned by a compensation of nothing: 409, not stored."""
 
 
 def _now() -> str:
@@ -205,6 +219,11 @@ class Simulator:
         self._reservations: dict[str, Reservation] = {}
         self._payments: dict[str, Payment] = {}
         self._ledger: list[dict[str, Any]] = []
+        # (service, key) -> (operation, result) of every effect applied under that key, and the
+        # keys tombstoned by a compensation of nothing. Both change only under self._lock,
+        # together with the effect itself.
+        self._applied: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        self._tombstones: set[tuple[str, str]] = set()
         self._stats = _Stats()
         self.reset_faults()
 
@@ -251,6 +270,8 @@ class Simulator:
             self._reservations.clear()
             self._payments.clear()
             self._ledger.clear()
+            self._applied.clear()
+            self._tombstones.clear()
             self._stats = _Stats()
         self.reset_faults()
 
@@ -307,6 +328,8 @@ class Simulator:
                 return Outcome(400, {"error": str(e)})
             except Rejected as e:
                 result, status = {"error": str(e)}, 422
+            except Compensated:
+                return Outcome(409, {"error": "compensated"})
             with self._lock:
                 self._stored[slot] = Stored(operation, status, copy.deepcopy(result))
         if status == 200 and lost:
@@ -325,10 +348,21 @@ class Simulator:
         context = body.get("context") or {}
         if not isinstance(context, dict):
             raise BadRequest("context must be an object")
-        extra: dict[str, Any] = {}
+        compensates = body.get("compensates")
+        if compensates is not None:
+            if not isinstance(compensates, dict):
+                raise BadRequest("compensates must be an object")
+            target = compensates.get("idempotencyKey")
+            if not isinstance(target, str) or not target.strip():
+                raise BadRequest("compensates.idempotencyKey (a non-empty string) is required")
+            if target.strip() == key:
+                raise BadRequest("compensates.idempotencyKey must not be the compensation's own key")
+        extra: dict[str, Any] = {"kind": "effect"}
         handler = getattr(self, f"_{service}_{operation}")
         with self._lock:
-            result = handler(order_id, order, context, faults, extra)
+            if (service, key) in self._tombstones:
+                raise Compensated(key)
+            result = handler(order_id, order, context, faults, extra, compensates)
             entry = {
                 "seq": len(self._ledger) + 1,
                 "service": service,
@@ -340,6 +374,8 @@ class Simulator:
             }
             entry.update(extra)
             self._ledger.append(entry)
+            if extra["kind"] == "effect":
+                self._applied[(service, key)] = (operation, copy.deepcopy(result))
         return result
 
     # Each handler runs under self._lock; it validates, raises Rejected/BadRequest, or applies.
@@ -375,8 +411,32 @@ class Simulator:
             raise Rejected(f'context["{step}"].{field_name} is missing: nothing to undo')
         return value
 
+    def _undo_target(self, service: str, forward: str, step: str, field_name: str, context: dict[str, Any],
+                     compensates: dict[str, Any] | None, extra: dict[str, Any]) -> str | None:
+        """The id of the effect a compensation undoes, or None: nothing was ever applied under
+        ``compensates.idempotencyKey``, which is then tombstoned. Runs under self._lock."""
+        if compensates is None:
+            return self._context_id(context, step, field_name)  # the older contract
+        target = compensates["idempotencyKey"].strip()
+        extra["compensates"] = target
+        applied = self._applied.get((service, target))
+        if applied is None:
+            self._tombstones.add((service, target))
+            extra["kind"] = "tombstone"
+            return None
+        operation, result = applied
+        if operation != forward:
+            raise Rejected(f"Idempotency-Key {target!r} was used for {service}/{operation}, not {forward}")
+        value = str(result[field_name])
+        sub = context.get(step)
+        named = sub.get(field_name) if isinstance(sub, dict) else None
+        if named and named != value:
+            raise Rejected(f'context["{step}"].{field_name} {named} is not the effect of {target!r} ({value})')
+        return value
+
     def _inventory_reserve(self, order_id: str, order: Any, context: dict[str, Any],
-                           faults: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+                           faults: dict[str, Any], extra: dict[str, Any],
+                           compensates: dict[str, Any] | None) -> dict[str, Any]:
         items = self._items(order)
         rejected = sorted({i["sku"] for i in items if i["sku"] in faults["rejectSkus"]})
         if rejected:
@@ -387,8 +447,12 @@ class Simulator:
         return {"reservationId": rid}
 
     def _inventory_release(self, order_id: str, order: Any, context: dict[str, Any],
-                           faults: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-        rid = self._context_id(context, "reserve-inventory", "reservationId")
+                           faults: dict[str, Any], extra: dict[str, Any],
+                           compensates: dict[str, Any] | None) -> dict[str, Any]:
+        rid = self._undo_target("inventory", "reserve", "reserve-inventory", "reservationId", context,
+                                compensates, extra)
+        if rid is None:
+            return {"released": None, "nothingToUndo": True}
         res = self._reservations.get(rid)
         if res is None:
             raise Rejected(f"unknown reservation {rid}")
@@ -400,7 +464,8 @@ class Simulator:
         return {"released": rid}
 
     def _payment_charge(self, order_id: str, order: Any, context: dict[str, Any],
-                        faults: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+                        faults: dict[str, Any], extra: dict[str, Any],
+                        compensates: dict[str, Any] | None) -> dict[str, Any]:
         o = self._order(order)
         amount = _decimal(o.get("total"), "order.total")
         if amount <= 0:
@@ -417,8 +482,11 @@ class Simulator:
         return {"paymentId": pid, "amount": str(amount)}
 
     def _payment_refund(self, order_id: str, order: Any, context: dict[str, Any],
-                        faults: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-        pid = self._context_id(context, "charge-payment", "paymentId")
+                        faults: dict[str, Any], extra: dict[str, Any],
+                        compensates: dict[str, Any] | None) -> dict[str, Any]:
+        pid = self._undo_target("payment", "charge", "charge-payment", "paymentId", context, compensates, extra)
+        if pid is None:
+            return {"refundId": None, "nothingToUndo": True}
         pay = self._payments.get(pid)
         if pay is None:
             raise Rejected(f"unknown payment {pid}")
@@ -431,7 +499,8 @@ class Simulator:
         return {"refundId": _new_id("ref")}
 
     def _shipping_ship(self, order_id: str, order: Any, context: dict[str, Any],
-                       faults: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+                       faults: dict[str, Any], extra: dict[str, Any],
+                       compensates: dict[str, Any] | None) -> dict[str, Any]:
         extra["items"] = self._items(order)
         return {"shipmentId": _new_id("shp")}
 

@@ -114,13 +114,23 @@ class AgentSim:
     """Plays the agents: reads requests off the agent queues, applies each idempotency key's
     effect once (like the remote services), replies. ``reject`` maps step name (or
     'step:compensate') to a reason for a permanent error; ``hang`` drops requests for those
-    steps (a hung agent: no reply)."""
+    steps (a hung agent: no call, no reply); ``lost`` applies the effect but drops the reply
+    (the response was lost, or the agent hung after the call).
+
+    Compensations behave like the remote services (docs/contracts.md): the effect to undo is
+    found by ``compensates.idempotencyKey``. If nothing was applied under that key, the answer
+    is "nothing to undo" (recorded in ``tombstones``, not in ``calls``) and the key is
+    tombstoned: a later original request with it gets an error reply and applies nothing."""
 
     rt: Runtime
     reject: dict[str, str] = field(default_factory=dict)
     hang: set[str] = field(default_factory=set)
+    lost: set[str] = field(default_factory=set)
     effects: dict[str, dict[str, Any]] = field(default_factory=dict)  # idempotency key -> result
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (orderId, step, operation) applied
+    tombstones: list[tuple[str, str, str]] = field(default_factory=list)  # compensations of nothing
+    tombstoned: set[str] = field(default_factory=set)  # original idempotency keys
+    compensation_bodies: list[dict[str, Any]] = field(default_factory=list)
     pending_replies: list[OutMessage] = field(default_factory=list)
 
     def queues(self) -> list[str]:
@@ -143,13 +153,26 @@ class AgentSim:
         key = f"{body['step']}:compensate" if body["kind"] == "compensation" else body["step"]
         if key in self.hang:
             return
+        idem = body["idempotencyKey"]
+        target = (body.get("compensates") or {}).get("idempotencyKey")
+        if body["kind"] == "compensation":
+            self.compensation_bodies.append(body)
         if key in self.reject:
             outcome, result, reason = "error", None, self.reject[key]
+        elif body["kind"] == "step" and idem in self.tombstoned and idem not in self.effects:
+            outcome, result, reason = "error", None, "compensated"  # 409: refused, nothing applied
         else:
-            if body["idempotencyKey"] not in self.effects:
-                self.effects[body["idempotencyKey"]] = {"id": f"{body['operation']}-{len(self.effects) + 1}"}
-                self.calls.append((body["orderId"], body["step"], body["operation"]))
-            outcome, result, reason = "success", self.effects[body["idempotencyKey"]], None
+            if idem not in self.effects:
+                if target is not None and target not in self.effects:
+                    self.effects[idem] = {"id": None, "nothingToUndo": True}
+                    self.tombstoned.add(target)
+                    self.tombstones.append((body["orderId"], body["step"], body["operation"]))
+                else:
+                    self.effects[idem] = {"id": f"{body['operation']}-{len(self.effects) + 1}"}
+                    self.calls.append((body["orderId"], body["step"], body["operation"]))
+            outcome, result, reason = "success", self.effects[idem], None
+        if key in self.lost:
+            return
         reply = {"kind": body["kind"], "orderId": body["orderId"], "step": body["step"], "attempt": body["attempt"],
                  "outcome": outcome, "result": result, "reason": reason}
         self.pending_replies.append(OutMessage(queue=req.reply_to or "replies", body=reply,

@@ -404,6 +404,37 @@ def test_compensation_request_calls_its_operation_with_its_own_key(remote: Scrip
     assert json.loads(sent.encoded())["kind"] == "compensation"
 
 
+def test_compensation_passes_compensates_through_to_the_remote(remote: Scripted) -> None:
+    """A compensation of a step whose outcome is unknown: no result in context; the remote
+    finds the effect by the original step's idempotency key."""
+    remote.script = [(200, {"released": None, "nothingToUndo": True})]
+    sender = RecordingSender()
+    body = request_body(kind="compensation", operation="release", context={})
+    target = {"step": "reserve-inventory", "idempotencyKey": f"{body['orderId']}:reserve-inventory"}
+    body["compensates"] = target
+    result = runtime(remote, sender).handle(make_request(body))
+    [call] = remote.requests
+    sent = json.loads(call["raw"])
+    assert sent == {"orderId": body["orderId"], "order": body["order"], "context": {}, "compensates": target}
+    assert call["headers"]["Idempotency-Key"] == f"{body['orderId']}:reserve-inventory:compensate"
+    assert result.outcome == "success" and result.reply["result"] == {"released": None, "nothingToUndo": True}
+
+
+def test_step_request_body_has_no_compensates(remote: Scripted) -> None:
+    remote.script = [(200, {"reservationId": "r"})]
+    runtime(remote, RecordingSender()).handle(make_request(request_body()))
+    assert "compensates" not in json.loads(remote.requests[0]["raw"])
+
+
+def test_409_compensated_is_an_error_reply_without_retry(remote: Scripted) -> None:
+    """The original call arriving after its compensation tombstoned its key: refused for good."""
+    remote.script = [(409, {"error": "compensated"})]
+    sender = RecordingSender()
+    result = runtime(remote, sender).handle(make_request(request_body()))
+    assert (result.outcome, result.calls) == ("error", 1)
+    assert json.loads(sender.replies[0].encoded())["reason"] == "compensated"
+
+
 def test_reply_send_failure_propagates(remote: Scripted) -> None:
     remote.script = [(200, {"reservationId": "r"})]
     with pytest.raises(ConnectionError):  # -> the adapter raises -> abandon -> redelivery
@@ -438,6 +469,12 @@ def test_parse_rejects_non_json(raw: bytes, needle: str) -> None:
     ({"operation": "release"}, "expects 'reserve'"),
     ({"kind": "compensation", "operation": "reserve"}, "expects 'release'"),
     ({"step": "nope"}, "not a workflow step"),
+    ({"compensates": {"step": "reserve-inventory", "idempotencyKey": "k"}}, "only a compensation"),
+    ({"kind": "compensation", "operation": "release", "compensates": "k"}, "compensates"),
+    ({"kind": "compensation", "operation": "release", "compensates": {"step": "reserve-inventory"}},
+     "compensates.idempotencyKey"),
+    ({"kind": "compensation", "operation": "release",
+      "compensates": {"step": "charge-payment", "idempotencyKey": "k"}}, "compensates.step"),
 ])
 def test_parse_rejects_wrong_schema(change: dict[str, Any], needle: str) -> None:
     body = request_body(**change)

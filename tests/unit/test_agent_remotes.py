@@ -59,7 +59,8 @@ ORDER = {"customerId": "c-1", "currency": "EUR", "total": "19.98",
 
 
 def request(order_id: str, step: str, operation: str, *, kind: str = "step", agent: str, attempt: int = 1,
-            context: dict[str, Any] | None = None, seconds: float = 3.0, order: dict[str, Any] | None = None):
+            context: dict[str, Any] | None = None, seconds: float = 3.0, order: dict[str, Any] | None = None,
+            compensates: bool = False):
     suffix = ":compensate" if kind == "compensation" else ""
     body = {
         "kind": kind, "orderId": order_id, "step": step, "operation": operation, "attempt": attempt,
@@ -67,6 +68,8 @@ def request(order_id: str, step: str, operation: str, *, kind: str = "step", age
         "completeBy": (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat(),
         "order": order or ORDER, "context": context or {},
     }
+    if compensates:
+        body["compensates"] = {"step": step, "idempotencyKey": f"{order_id}:{step}"}
     return parse_request(json.dumps(body).encode(), message_id=f"{order_id}:{step}{suffix}:{attempt}",
                          reply_to="replies", application_properties={"traceparent": TRACEPARENT}, agent=agent)
 
@@ -155,3 +158,36 @@ def test_hung_service_is_cut_off_at_complete_by(rc: RemotesClient) -> None:
         request(oid, "create-shipment", "ship", agent="shipping", seconds=1.0))
     assert result.status == "expired" and result.statuses == ("timeout",)
     assert time.monotonic() - t0 < 1.5 and s.replies == []
+
+
+def test_compensation_by_key_undoes_an_effect_whose_reply_was_lost(rc: RemotesClient) -> None:
+    """The charge went through but nobody heard back (the step timed out): the refund carries no
+    paymentId, only ``compensates``; the remote finds the charge by its key and refunds it."""
+    oid = f"o-{uuid.uuid4().hex[:8]}"
+    rc.set_faults("payment", lostResponseRate=1.0)
+    r = rc.call("payment", "charge", {"orderId": oid, "order": ORDER, "context": {}}, f"{oid}:charge-payment")
+    assert r.status_code == 503
+    rc.reset_faults()
+    s = Sender()
+    result = rt(rc, "payment", s).handle(request(oid, "charge-payment", "refund", kind="compensation",
+                                                 agent="payment", compensates=True))
+    assert result.outcome == "success" and result.reply["result"]["refundId"]  # type: ignore[index]
+    charge, refund = rc.ledger(order_id=oid)
+    assert (charge["operation"], refund["operation"]) == ("charge", "refund")
+    assert refund["paymentId"] == charge["result"]["paymentId"]
+    assert refund["idempotencyKey"] == f"{oid}:charge-payment:compensate"
+    assert refund["compensates"] == f"{oid}:charge-payment"
+
+
+def test_compensation_of_nothing_then_the_late_original_is_an_error_reply(rc: RemotesClient) -> None:
+    oid = f"o-{uuid.uuid4().hex[:8]}"
+    s = Sender()
+    inv = rt(rc, "inventory", s)
+    c = inv.handle(request(oid, "reserve-inventory", "release", kind="compensation", agent="inventory",
+                           compensates=True))
+    assert c.outcome == "success" and c.reply["result"] == {"released": None, "nothingToUndo": True}  # type: ignore[index]
+    late = inv.handle(request(oid, "reserve-inventory", "reserve", agent="inventory", attempt=2))
+    assert (late.outcome, late.calls) == ("error", 1)  # 409: permanent, not retried
+    assert s.replies[-1]["body"]["reason"] == "compensated"
+    [tomb] = rc.ledger(order_id=oid)
+    assert (tomb["kind"], tomb["operation"]) == ("tombstone", "release")

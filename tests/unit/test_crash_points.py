@@ -22,7 +22,7 @@ from shared.scheduler import handle_reply, handle_schedule
 from shared.submission import cancel_order, retry_order
 from shared.supervisor import sweep
 from shared.workflow import WORKFLOW
-from tests.unit.harness import AgentSim, Crash, CrashRuntime, deliver_schedules, drive, make_runtime, post, state
+from tests.unit.harness import AgentSim, Crash, CrashRuntime, deliver_schedules, drive, make_runtime, post, state, steps
 
 HOLD = tuple(replace(s, on_failure="hold") if s.name == "charge-payment" else s for s in WORKFLOW)
 
@@ -62,6 +62,7 @@ class Scenario:
     reject: dict[str, str] | None = None
     hang: set[str] | None = None
     heal: bool = True  # clear hang before recovery
+    lost: set[str] | None = None  # effect applied, reply lost: the step times out, outcome unknown
 
 
 def s_claim(rt, agents):  # type: ignore[no-untyped-def]
@@ -113,6 +114,16 @@ def s_compensation_claim(rt, agents):  # type: ignore[no-untyped-def]
     return oid, _schedule_trigger(rt)
 
 
+def s_unknown_compensation_reply(rt, agents):  # type: ignore[no-untyped-def]
+    """The reply to the compensation of a step that timed out with its outcome unknown."""
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=lambda st: st.get("FailureCount") == 2 and st.get("LockedBy") is not None)
+    agents.work(rt.clock())
+    _expire_and_sweep(rt)()  # threshold: Error, the timed-out step's compensation scheduled first
+    assert state(rt, oid)["CompIndex"] == 1
+    return oid, _reply_trigger(rt, agents, "charge-payment")
+
+
 def s_lost_submission_send(rt, agents):  # type: ignore[no-untyped-def]
     rt.bus.fail.add("scheduler")
     oid = post(rt).body["orderId"]
@@ -146,11 +157,21 @@ SCENARIOS = [
     Scenario("supervisor-redrive", s_redrive, PROCESSED, hang={"reserve-inventory"}),
     Scenario("supervisor-threshold", s_threshold, COMPENSATED, hang={"charge-payment"}, heal=False),
     Scenario("compensation-claim", s_compensation_claim, COMPENSATED, hang={"charge-payment"}, heal=False),
+    # timed out with the effect applied (reply lost): the step itself is compensated first
+    Scenario("threshold-unknown-outcome", s_threshold, COMPENSATED, lost={"charge-payment"}, heal=False),
+    Scenario("compensation-claim-unknown-outcome", s_compensation_claim, COMPENSATED, lost={"charge-payment"},
+             heal=False),
+    Scenario("unknown-outcome-compensation-reply", s_unknown_compensation_reply, COMPENSATED,
+             lost={"charge-payment"}, heal=False),
     Scenario("lost-submission-send", s_lost_submission_send, PROCESSED),
     Scenario("operator-retry", s_retry, PROCESSED, workflow=HOLD, reject={"charge-payment": "declined"}),
     Scenario("operator-cancel", s_cancel, {"ProcessState": "Error", "Outcome": "cancelled",
                                            "CompensationState": "completed"},
              workflow=HOLD, reject={"charge-payment": "declined"}),
+    # held after timing out with the effect applied: the cancel compensates the step too
+    Scenario("operator-cancel-unknown-outcome", s_cancel, {"ProcessState": "Error", "Outcome": "cancelled",
+                                                           "CompensationState": "completed"},
+             workflow=HOLD, lost={"charge-payment"}, heal=False),
 ]
 
 
@@ -173,6 +194,16 @@ def _check(rt: CrashRuntime, oid: str, agents: AgentSim, sc: Scenario, expect: d
         done_forward = [c[2] for c in mine if c[2] in ("reserve", "charge")]
         expected = [{"charge": "refund", "reserve": "release"}[op] for op in reversed(done_forward)]
         assert comps == expected, mine
+        # a step that timed out (outcome unknown) is compensated all the same: by its key, an
+        # effect undone (in calls) or nothing to undo (tombstoned); an error reply is not
+        undo = {"charge-payment": "refund", "reserve-inventory": "release"}
+        for name, row in steps(rt, oid).items():
+            if row["State"] == "Failed" and name in undo:
+                if row.get("OutcomeUnknown"):
+                    assert row["Compensation"] == "Done", row
+                    assert (oid, name, undo[name]) in mine + agents.tombstones, (mine, agents.tombstones)
+                else:
+                    assert not row.get("Compensation"), row
     # the index empties (lazily) once the order is settled
     rt.clock.advance(600)
     sweep(rt)
@@ -186,7 +217,7 @@ def test_crash_after_every_effect_converges(sc: Scenario, redeliver: bool) -> No
     k = 0
     while True:
         rt = make_runtime(workflow=sc.workflow)
-        agents = AgentSim(rt, reject=dict(sc.reject or {}), hang=set(sc.hang or ()))
+        agents = AgentSim(rt, reject=dict(sc.reject or {}), hang=set(sc.hang or ()), lost=set(sc.lost or ()))
         oid, trigger = sc.setup(rt, agents)
         before_failures = state(rt, oid)["FailureCount"]
         rt.crash_at = k

@@ -73,6 +73,10 @@ def test_threshold_errors_alerts_and_compensates(caplog: pytest.LogCaptureFixtur
     assert agents.calls[-1] == (oid, "reserve-inventory", "release")
     s = steps(rt, oid)
     assert s["charge-payment"]["State"] == "Failed" and s["charge-payment"]["Attempt"] == 3
+    # its outcome is unknown: it is compensated first, by its key (here nothing was applied:
+    # the agent hung before calling, so the refund tombstones the key)
+    assert s["charge-payment"]["Compensation"] == "Done"
+    assert agents.tombstones == [(oid, "charge-payment", "refund")]
     [alert] = rt.bus.peek("alerts")
     assert alert.body["failureCount"] == 3 and alert.body["step"] == "charge-payment"
     line = next(json.loads(r.getMessage()) for r in caplog.records if '"event":"alert"' in r.getMessage())
