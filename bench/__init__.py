@@ -1,0 +1,1 @@
+"""Benchmarks and the chaos runner (python -m bench.chaos)."""
