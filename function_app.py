@@ -1,9 +1,9 @@
 """The one FunctionApp: registers the blueprints of functions/ (submission, scheduler, agents,
-supervisor). All logic lives in shared/."""
+supervisor, and the OpenAPI document of the HTTP API). All logic lives in shared/."""
 
 import azure.functions as func
 
-from functions import agents, scheduler, submission, supervisor
+from functions import agents, openapi, scheduler, submission, supervisor
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
@@ -11,3 +11,4 @@ app.register_functions(submission.bp)
 app.register_functions(scheduler.bp)
 app.register_functions(agents.bp)
 app.register_functions(supervisor.bp)
+app.register_functions(openapi.bp)

@@ -29,6 +29,7 @@ def test_http_functions() -> None:
         (("GET",), "orders/{id}"): "FUNCTION",
         (("POST",), "orders/{id}/retry"): "ADMIN",
         (("POST",), "orders/{id}/cancel"): "ADMIN",
+        (("GET",), "openapi.yaml"): "ANONYMOUS",
     }
 
 

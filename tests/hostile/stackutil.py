@@ -1,0 +1,182 @@
+"""Helpers of the hostile-input tests: the local stack, its tables and raw HTTP.
+
+* ``start_stack``: the whole local stack (Azurite, the Service Bus emulator, the remote
+  services, the local Functions host with the app) on free loopback ports.
+* ``Tables``: read-only views of the app's tables (what a rejected request must not change).
+* ``raw_request``: HTTP/1.1 over a plain socket, for what ``requests`` refuses to send
+  (control characters in paths, no Content-Type, arbitrary bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from local.stack import Stack
+from shared.workflow import WORKFLOW
+
+PROBLEM = "application/problem+json"
+GOOD_BODY: dict[str, Any] = {"customerId": "c-1", "currency": "EUR",
+                             "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": 9.99}],
+                             "priority": "normal", "statusQueue": None}
+
+# An order's rows: the order row, the state row and one row per workflow step.
+ROWS_PER_ORDER = 2 + len(WORKFLOW)
+
+# Quiet supervisor; everything else at its defaults.
+STACK_SETTINGS = {"SupervisorSchedule": "*/5 * * * * *"}
+
+
+def start_stack(state_dir: Path | None = None, instances: int = 1, **overrides: str) -> Stack:
+    state_dir = state_dir or Path(tempfile.mkdtemp(prefix="hostile-stack-"))
+    return Stack(state_dir=state_dir, persistent=False, instances=instances,
+                 settings_overrides={**STACK_SETTINGS, **overrides}, start_timeout=120).start()
+
+
+def function_app_registers_openapi() -> bool:
+    """Whether function_app.py registers functions/openapi.py's blueprint (the lead's line)."""
+    import ast
+
+    from local.procs import REPO_ROOT
+
+    tree = ast.parse((REPO_ROOT / "function_app.py").read_text(encoding="utf-8"))
+    imported = any(isinstance(n, ast.ImportFrom) and n.module == "functions"
+                   and any(a.name == "openapi" for a in n.names) for n in ast.walk(tree))
+    registered = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                     and n.func.attr in ("register_functions", "register_blueprint") and n.args
+                     and ast.unparse(n.args[0]) == "openapi.bp" for n in ast.walk(tree))
+    return imported and registered
+
+
+# ---------------------------------------------------------------------------------------------
+class Tables:
+    """The app's state table and deadline index, read with the Azure SDK against Azurite."""
+
+    def __init__(self, stack: Stack) -> None:
+        from azure.data.tables import TableServiceClient
+
+        self.service = TableServiceClient.from_connection_string(stack.settings["StateStorage"])
+        self.state_name = stack.settings["StateTable"]
+        self.deadline_name = stack.settings["DeadlineTable"]
+        for name in (self.state_name, self.deadline_name):
+            self.service.create_table_if_not_exists(name)  # the app creates them on first use too
+        self.state = self.service.get_table_client(self.state_name)
+        self.deadlines = self.service.get_table_client(self.deadline_name)
+
+    def state_keys(self) -> set[tuple[str, str]]:
+        return {(e["PartitionKey"], e["RowKey"]) for e in self.state.list_entities(select=["PartitionKey", "RowKey"])}
+
+    def state_partitions(self) -> set[str]:
+        return {pk for pk, _ in self.state_keys()}
+
+    def deadline_order_ids(self) -> set[str]:
+        return {str(e.get("OrderId")) for e in self.deadlines.list_entities(select=["OrderId"])}
+
+    def partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+        """Every row of one order, with its ETag (any write changes it)."""
+        rows = self.state.query_entities("PartitionKey eq @pk", parameters={"pk": order_id})
+        return {e["RowKey"]: {**dict(e), "_etag": e.metadata.get("etag")} for e in rows}
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(frozenset(self.state_keys()), frozenset(self.deadline_order_ids()))
+
+    def close(self) -> None:
+        self.service.close()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    state: frozenset[tuple[str, str]]
+    deadline_orders: frozenset[str]
+
+    def new_rows(self, later: Snapshot) -> dict[str, Any]:
+        """What ``later`` holds that this snapshot did not: rows of the state table, and
+        deadline index rows of orders that had none (the index of known orders comes and goes)."""
+        return {"state": sorted(later.state - self.state),
+                "deadlineOrders": sorted(later.deadline_orders - self.deadline_orders)}
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class RawResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def is_problem(self) -> bool:
+        return self.content_type.split(";")[0].strip().lower() == PROBLEM
+
+
+def raw_request(base_url: str, method: str, path: bytes | str, body: bytes = b"",
+                headers: Iterable[tuple[str, str | bytes]] = (), timeout: float = 30.0) -> RawResponse:
+    """Send one HTTP/1.1 request byte for byte (the path is NOT encoded) and read the answer."""
+    u = urlsplit(base_url)
+    host, port = u.hostname or "127.0.0.1", u.port or 80
+    target = path.encode("latin-1") if isinstance(path, str) else path
+    lines = [method.encode() + b" " + target + b" HTTP/1.1", f"Host: {host}:{port}".encode(),
+             b"Connection: close", f"Content-Length: {len(body)}".encode()]
+    for k, v in headers:
+        lines.append(k.encode("latin-1") + b": " + (v if isinstance(v, bytes) else v.encode("latin-1")))
+    data = b"\r\n".join(lines) + b"\r\n\r\n" + body
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(data)
+        chunks = []
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    raw = b"".join(chunks)
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    if not head:
+        raise ConnectionError(f"no response to {method} {target!r}")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    status = int(status_line.split()[1])
+    hdrs: dict[str, str] = {}
+    for line in header_lines:
+        k, _, v = line.partition(":")
+        hdrs[k.strip().lower()] = v.strip()
+    n = int(hdrs.get("content-length", len(rest)))
+    return RawResponse(status, hdrs, rest[:n])
+
+
+def wait_settled(tables: Tables, order_id: str, timeout: float = 90.0) -> dict[str, dict[str, Any]]:
+    """An order's rows once it is terminal and its rows stopped changing (two equal reads)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    prev = None
+    while time.monotonic() < deadline:
+        rows = tables.partition(order_id)
+        if rows.get("state", {}).get("ProcessState") in ("Processed", "Error") and rows == prev:
+            return rows
+        prev = rows
+        time.sleep(0.5)
+    raise AssertionError(f"order {order_id} did not settle within {timeout}s: {prev and prev.get('state')}")
+
+
+def submit(stack: Stack, body: dict[str, Any] | None = None, key: str | None = None) -> str:
+    headers: list[tuple[str, str | bytes]] = [("Content-Type", "application/json")]
+    if key:
+        headers.append(("Idempotency-Key", key))
+    r = raw_request(stack.base_url, "POST", "/api/orders", json.dumps(body or GOOD_BODY).encode(), headers)
+    if r.status != 202:
+        raise AssertionError(f"POST /api/orders: {r.status} {r.body[:300]!r}")
+    return str(r.json()["orderId"])

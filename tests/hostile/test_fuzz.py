@@ -1,0 +1,143 @@
+"""Generated requests (schemathesis, from functions/openapi.yaml) against the app on the local
+host: 0 responses are 5xx, every 4xx is application/problem+json, no row is written for a
+rejected request, and every response conforms to the document.
+
+FUZZ_REQUESTS sets the count (default 300, CI-sized); the 10,000-request run is
+``python -m tests.hostile.fuzz --requests 10000`` (writes bench/results/fuzz.json).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from tests.hostile import fuzz
+from tests.hostile.stackutil import raw_request
+
+FUZZ_REQUESTS = int(os.environ.get("FUZZ_REQUESTS", "300"))
+FUZZ_SEED = int(os.environ.get("FUZZ_SEED", "0"))
+
+
+@pytest.mark.integration
+def test_generated_requests(hostile_stack: Any, tables: Any) -> None:
+    report = fuzz.run(hostile_stack.base_url, tables, FUZZ_REQUESTS, FUZZ_SEED)
+    j = report.as_json()
+    print(fuzz.summary(j))
+    assert report.requests >= FUZZ_REQUESTS
+    # The run must have exercised both sides: accepted orders and each kind of rejection.
+    assert j["acceptedOrders"] > 0, j["byStatus"]
+    assert {"400", "404"} <= set(j["byStatus"]), j["byStatus"]
+    assert report.violations() == []
+    assert j["5xx"] == 0 and j["problemJson"]["nonCompliant"] == 0
+    assert j["rows"]["rowsOfRejected"] == 0 and j["rows"]["deadlineRowsOfRejected"] == 0
+    assert j["rows"]["newStateRows"] == j["rows"]["expectedNewStateRows"]
+
+
+@pytest.mark.integration
+def test_the_fuzz_checks_catch_a_wrong_app(hostile_stack: Any, tables: Any) -> None:
+    """The same checks over a wrong server: a 5xx, a plain-text 4xx and a row written for a
+    rejected request are each reported (so the green run above means something)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    stray = "f" * 32
+    wrote: list[bool] = []
+
+    class Wrong(BaseHTTPRequestHandler):
+        def log_message(self, *a: Any) -> None:
+            pass
+
+        def _answer(self) -> None:
+            n = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(n)
+            if self.command == "POST" and not wrote:
+                wrote.append(True)  # "rejects" the request but writes a row, once
+                tables.state.upsert_entity({"PartitionKey": stray, "RowKey": "order"})
+                self.send_response(400)
+                body = b"bad request"
+                self.send_header("Content-Type", "text/plain")
+            elif self.command == "POST":
+                self.send_response(500)
+                body = b""
+            else:
+                self.send_response(404)
+                body = b"not found"
+                self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer  # noqa: N815
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Wrong)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        before = tables.snapshot()
+        report = fuzz.FuzzReport()
+        fuzz.send_generated(f"http://127.0.0.1:{server.server_address[1]}", 30, report, include_openapi=False)
+        fuzz.check_rows(tables, before, report)
+    finally:
+        server.shutdown()
+        server.server_close()
+        tables.state.delete_entity(partition_key=stray, row_key="order")
+    j = report.as_json()
+    assert j["5xx"] > 0
+    assert j["problemJson"]["nonCompliant"] > 0
+    assert j["rows"]["rowsOfRejected"] == 1
+    assert report.conformance_failures > 0
+    assert len(report.violations()) >= 3
+
+
+@pytest.mark.integration
+def test_openapi_document_is_served(hostile_stack: Any) -> None:
+    """GET /api/openapi.yaml serves functions/openapi.yaml as application/yaml, anonymously."""
+    import yaml
+
+    assert fuzz.function_app_registers_openapi(), "function_app.py must register functions.openapi.bp"
+    r = raw_request(hostile_stack.base_url, "GET", "/api/openapi.yaml")
+    assert r.status == 200
+    assert r.content_type.split(";")[0] == "application/yaml"
+    assert r.body == fuzz.SPEC_PATH.read_bytes()
+    doc = yaml.safe_load(r.body)
+    assert doc["openapi"].startswith("3.1")
+    paths = {"/orders", "/orders/{id}", "/orders/{id}/retry", "/orders/{id}/cancel", "/openapi.yaml"}
+    assert paths <= set(doc["paths"])
+
+
+def test_openapi_blueprint_in_process() -> None:
+    """functions/openapi.py's function returns the document (independent of registration)."""
+    import azure.functions as func
+
+    from functions import openapi
+
+    names = [f.get_function_name() for f in openapi.bp.get_functions()] if hasattr(openapi.bp, "get_functions") \
+        else None
+    resp = openapi.openapi(func.HttpRequest("GET", "http://localhost/api/openapi.yaml", body=b""))
+    assert resp.status_code == 200
+    assert resp.mimetype == "application/yaml"
+    assert resp.get_body() == fuzz.SPEC_PATH.read_bytes()
+    if names is not None:
+        assert names == ["openapi"]
+
+
+def test_openapi_document_is_valid() -> None:
+    """The document loads as OpenAPI 3.1 and its examples validate against its own schemas."""
+    import schemathesis
+    import yaml
+
+    raw = yaml.safe_load(fuzz.SPEC_PATH.read_text(encoding="utf-8"))
+    assert raw["openapi"] == "3.1.0"
+    schema = schemathesis.openapi.from_path(str(fuzz.SPEC_PATH))
+    ops = {(r.ok().method.upper(), r.ok().path) for r in schema.get_all_operations()}
+    assert ops == {("POST", "/orders"), ("GET", "/orders/{id}"), ("POST", "/orders/{id}/retry"),
+                   ("POST", "/orders/{id}/cancel"), ("GET", "/openapi.yaml")}
+    post = raw["paths"]["/orders"]["post"]
+    assert {"202", "400", "409", "413", "415", "422"} <= set(post["responses"])
+    for path in ("/orders/{id}/retry", "/orders/{id}/cancel"):
+        assert "409" in raw["paths"][path]["post"]["responses"]
+    assert raw["paths"]["/openapi.yaml"]["get"]["security"] == []
+    schemes = raw["components"]["securitySchemes"]
+    assert {(s["in"], s["name"]) for s in schemes.values()} == {("query", "code"), ("header", "x-functions-key")}
