@@ -143,7 +143,7 @@ def parse_request(
     order_id = _str_field(obj, "orderId", errors)
     step = _str_field(obj, "step", errors)
     operation = _str_field(obj, "operation", errors)
-    if operation and not _OPERATION_RE.match(operation):
+    if operation and not _OPERATION_RE.fullmatch(operation):
         errors.append("operation: not a valid operation name")
     key = _str_field(obj, "idempotencyKey", errors)
     attempt = obj.get("attempt")

@@ -46,7 +46,7 @@ def order_id_for_key(key: str) -> str:
 
 
 def is_order_id(value: str | None) -> bool:
-    return bool(value) and ORDER_ID.match(value) is not None  # type: ignore[arg-type]
+    return bool(value) and ORDER_ID.fullmatch(value) is not None  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,8 +74,49 @@ def loads(data: bytes | str) -> Any:
     """Strict JSON: Decimal numbers, no NaN/Infinity, no duplicate keys."""
     if isinstance(data, (bytes, bytearray)):
         data = bytes(data).decode("utf-8")
-    return json.loads(data, parse_float=Decimal, parse_constant=_reject_constant,
+    return json.loads(data, parse_float=Decimal, parse_int=_parse_int, parse_constant=_reject_constant,
                       object_pairs_hook=_no_duplicates)
+
+
+def too_deep(text: str, limit: int) -> str | None:
+    """The field whose value nests JSON deeper than ``limit`` ("(body)" at the top), else None.
+
+    An iterative scan, so that hostile nesting is named before the recursive parser sees it.
+    """
+    depth = 0
+    in_string = escaped = False
+    start = 0
+    top_is_object = False
+    last_string = top_key = None
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+                if depth == 1:
+                    last_string = text[start + 1:i]
+        elif ch == '"':
+            in_string, start = True, i
+        elif ch in "[{":
+            if depth == 0:
+                top_is_object = ch == "{"
+            depth += 1
+            if depth > limit:
+                return top_key if top_is_object and top_key is not None else "(body)"
+        elif ch in "]}":
+            depth -= 1
+        elif ch == ":" and depth == 1:
+            top_key = last_string
+    return None
+
+
+def _parse_int(text: str) -> int | Decimal:
+    # int() refuses more than 4300 digits (a ValueError that would read as "not JSON"): keep
+    # such numbers as Decimal, so validation rejects the field that holds them, by name.
+    return int(text) if len(text) <= 64 else Decimal(text)
 
 
 def _default(value: Any) -> Any:
@@ -93,7 +134,7 @@ def dumps(value: Any) -> str:
 
 
 def _safe_id(value: str) -> str:
-    if not SAFE_ID.match(value):
+    if not SAFE_ID.fullmatch(value):
         raise ValueError("must start with a letter or digit and contain only letters, digits and . _ - : @")
     return value
 
@@ -119,7 +160,7 @@ class OrderItem(BaseModel):
         if isinstance(v, int):
             v = Decimal(v)
         elif isinstance(v, str):
-            if not re.match(r"^\d{1,7}(\.\d{1,8})?$", v):
+            if not re.fullmatch(r"[0-9]{1,7}(\.[0-9]{1,8})?", v):
                 raise ValueError("must be a decimal number")
             try:
                 v = Decimal(v)
@@ -159,7 +200,7 @@ class OrderRequest(BaseModel):
     @field_validator("currency")
     @classmethod
     def _currency(cls, v: str) -> str:
-        if not CURRENCY.match(v):
+        if not CURRENCY.fullmatch(v):
             raise ValueError("must be an ISO 4217 code: three upper-case letters")
         return v
 
@@ -168,7 +209,7 @@ class OrderRequest(BaseModel):
     def _queue(cls, v: str | None) -> str | None:
         if v is None:
             return None
-        if not QUEUE_NAME.match(v):
+        if not QUEUE_NAME.fullmatch(v):
             raise ValueError("must be a queue name: letters, digits, '.', '_', '-' (at most 260)")
         return v
 

@@ -34,6 +34,7 @@ from shared.models import (
     loads,
     new_order_id,
     order_id_for_key,
+    too_deep,
     validation_errors,
 )
 from shared.runtime import Runtime
@@ -66,6 +67,10 @@ class HttpResult:
     def json(self) -> Any:
         return self.body
 
+
+# An order nests three levels ({items: [{...}]}); anything far deeper is hostile, and is named
+# before the recursive JSON parser could exhaust its stack on it.
+MAX_JSON_DEPTH = 32
 
 def problem(status: int, kind: str, title: str, detail: str, errors: list[dict[str, str]] | None = None,
             **extra: Any) -> HttpResult:
@@ -111,14 +116,24 @@ def submit(rt: Runtime, body: bytes | None, headers: Mapping[str, str] | None, *
         return problem(415, "unsupported-media-type", "Unsupported media type",
                        "the body must be JSON (Content-Type: application/json, UTF-8)")
     try:
+        deep = too_deep(body.decode("utf-8"), MAX_JSON_DEPTH)
+    except UnicodeDecodeError:
+        return problem(415, "unsupported-media-type", "Unsupported media type", "the body is not valid UTF-8 JSON")
+    if deep is not None:
+        return problem(400, "validation", "Invalid order", f"JSON nests deeper than {MAX_JSON_DEPTH} levels",
+                       errors=[{"field": deep, "message": f"nests deeper than {MAX_JSON_DEPTH} levels"}])
+    try:
         payload = loads(body)
     except DuplicateKeyError as exc:
         return problem(400, "validation", "Invalid order", str(exc), errors=[{"field": "(body)", "message": str(exc)}])
     except (UnicodeDecodeError, ValueError):
         return problem(415, "unsupported-media-type", "Unsupported media type", "the body is not valid UTF-8 JSON")
+    except RecursionError:  # nesting deep enough to exhaust the parser's stack, yet under the size limit
+        return problem(400, "validation", "Invalid order", "the JSON nests too deeply",
+                       errors=[{"field": "(body)", "message": "nests too deeply"}])
     key = h.get("idempotency-key")
     errors: list[dict[str, str]] = []
-    if key is not None and not (0 < len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH and IDEMPOTENCY_KEY.match(key)):
+    if key is not None and not (0 < len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH and IDEMPOTENCY_KEY.fullmatch(key)):
         errors.append({"field": "Idempotency-Key",
                        "message": f"must be 1-{MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters"})
     order: OrderRequest | None = None
@@ -130,8 +145,9 @@ def submit(rt: Runtime, body: bytes | None, headers: Mapping[str, str] | None, *
         except ValidationError as exc:
             errors.extend(validation_errors(exc))
     if order is not None and order.statusQueue:
-        own = {q for name, q in rt.config.queues.items() if name != "StatusQueue"}
-        if order.statusQueue in own:
+        # Service Bus entity names ignore case: "Scheduler" is the scheduler queue.
+        own = {q.lower() for name, q in rt.config.queues.items() if name != "StatusQueue"}
+        if order.statusQueue.lower() in own:
             errors.append({"field": "statusQueue", "message": "must not name one of the app's own queues"})
     if errors or order is None:
         return problem(400, "validation", "Invalid order", f"{len(errors)} invalid field(s)", errors=errors)
