@@ -566,6 +566,10 @@ def _fail_step(v: View, row: dict[str, Any], reason: str, ctx: Ctx, *, state_cha
     its effect: under ``compensate`` it is compensated first (by its idempotency key), then
     the Done steps; under ``hold`` an operator cancel compensates it (``OutcomeUnknown``).
     An error reply is a definitive "nothing applied": the failed step is not compensated.
+    An unknown outcome on a step that has NO compensation (the pivot: a shipment) cannot be
+    undone, and compensating the steps before it could refund goods that left: such an order
+    is held for an operator whatever the policy (retry replays the step's idempotency key and
+    learns the outcome; cancel compensates the rest).
     """
     st = v.state
     assert st is not None
@@ -580,10 +584,11 @@ def _fail_step(v: View, row: dict[str, Any], reason: str, ctx: Ctx, *, state_cha
     base = _upd(st, **state_changes, ProcessState="Error", FailedStep=row["Name"], Reason=reason,
                 UpdatedAt=iso(now))
     released = {"LockedBy": None, "ClaimToken": None}
-    comps = _to_compensate(v.with_rows(failed), ctx) if spec.on_failure == "compensate" else []
+    policy = "hold" if unknown and spec.compensation is None else spec.on_failure
+    comps = _to_compensate(v.with_rows(failed), ctx) if policy == "compensate" else []
     tail: list[Effect] = [*status_sends(v, "failed", ctx, step=row["Name"], reason=reason, processState="Error"),
                           *_old_index(st)]
-    if spec.on_failure == "hold":
+    if policy == "hold":
         new_state = _upd(base, Mode="held", Outcome="held", CompleteBy=None, LeaseKey="", **released)
         return Decision("held", [
             alert,

@@ -114,12 +114,44 @@ def test_error_reply_after_earlier_timeouts_settles_the_outcome() -> None:
     assert [b["step"] for b in _comp_requests(agents, oid)] == ["reserve-inventory"]
 
 
-def test_timeout_of_a_step_without_compensation_compensates_the_done_steps_only() -> None:
+def test_timeout_of_a_step_without_compensation_holds_the_order_and_compensates_nothing() -> None:
+    # The pivot (create-shipment) timed out with its effect applied: the goods may be on their
+    # way. Refunding and releasing now would give them away, so the order waits for an operator.
     rt = make_runtime()
+    assert WORKFLOW[-1].on_failure == "compensate"  # held by the unknown outcome, not by policy
     oid = _new(rt)
     agents = AgentSim(rt, lost={"create-shipment"})
     st = drive(rt, oid, agents)
-    assert st["CompensationState"] == "completed" and st["FailedStep"] == "create-shipment"
+    assert (st["ProcessState"], st["Mode"], st["FailedStep"]) == ("Error", "held", "create-shipment")
+    assert agents.compensation_bodies == []
+    assert [a.body["step"] for a in rt.bus.peek("alerts")] == ["create-shipment"]
+    assert steps(rt, oid)["create-shipment"]["OutcomeUnknown"] is True
+
+
+def test_held_pivot_retry_learns_the_outcome_by_its_key_and_ships_once() -> None:
+    rt = make_runtime()
+    oid = _new(rt)
+    agents = AgentSim(rt, lost={"create-shipment"})
+    drive(rt, oid, agents)
+    agents.lost.clear()  # the service answers again
+    assert retry_order(rt, oid).status == 202
+    st = drive(rt, oid, agents)
+    assert st["ProcessState"] == "Processed"
+    assert agents.compensation_bodies == []
+    # the retry replayed the step's one idempotency key: the service answered with the shipment
+    # it had made, and applied nothing again
+    assert [c[2] for c in agents.calls] == ["reserve", "charge", "ship"]
+    assert steps(rt, oid)["create-shipment"]["State"] == "Done"
+
+
+def test_held_pivot_cancel_compensates_the_done_steps_in_reverse() -> None:
+    rt = make_runtime()
+    oid = _new(rt)
+    agents = AgentSim(rt, lost={"create-shipment"})
+    drive(rt, oid, agents)
+    assert cancel_order(rt, oid).status == 202
+    st = drive(rt, oid, agents)
+    assert (st["Outcome"], st["CompensationState"]) == ("cancelled", "completed")
     assert [b["step"] for b in _comp_requests(agents, oid)] == ["charge-payment", "reserve-inventory"]
     assert steps(rt, oid)["create-shipment"]["Compensation"] == ""
 
