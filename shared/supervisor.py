@@ -7,11 +7,20 @@ ended, or lazily here), so a sweep never reads them. For each due row it point-r
 order's state row; only when the lease it guards is really overdue does it read the
 partition and act. Every action is ETag-conditional: a lost race (another supervisor, a late
 reply, a claim) means skip, so two supervisors never count one failure twice.
+
+Latency: due rows are handled by a small thread pool (each is a few round trips, all I/O),
+and a sweep stops taking new rows after a time budget, so a burst of expiries (an outage, a
+killed instance) never holds every other recovery behind one sweep of minutes; rows left
+over stay due and the next tick takes them. Rows of the same order may be handled at once:
+their writes are ETag-conditional, so one wins and the other counts a lost race.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from shared.effects import PutIndex, parse_iso
@@ -21,6 +30,8 @@ from shared.statemachine import View, decide_expired, index_verdict
 from shared.store import STATE_ROW
 
 DEFAULT_BATCH = 500
+SWEEP_WORKERS = 8
+SWEEP_BUDGET_SECONDS = 10.0
 
 
 @dataclass
@@ -31,24 +42,45 @@ class SweepReport:
     kept: int = 0
     lost_races: int = 0
     errors: int = 0
+    deferred: int = 0  # due rows left for the next tick (time budget spent)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count(self, name: str, verdict: str | None = None) -> None:
+        with self._lock:
+            if verdict is not None:
+                self.acted[verdict] = self.acted.get(verdict, 0) + 1
+            else:
+                setattr(self, name, getattr(self, name) + 1)
 
 
-def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH) -> SweepReport:
-    ctx0 = rt.ctx()
-    now = ctx0.now
+def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKERS,
+          budget_seconds: float = SWEEP_BUDGET_SECONDS) -> SweepReport:
+    now = rt.ctx().now
     report = SweepReport()
     bucket = now.strftime("%Y%m%d%H%M")
-    for row in rt.store.due_index(bucket, limit):
-        report.seen += 1
+    deadline = time.monotonic() + budget_seconds
+
+    def handle(row: dict) -> None:
+        if time.monotonic() > deadline:
+            report.count("deferred")  # still due: the next tick takes it
+            return
         try:
             _one(rt, row, now, report)
         except Exception as exc:  # one bad row must not stop the sweep; it stays for next time
-            report.errors += 1
+            report.count("errors")
             log_event(logging.ERROR, "supervisor.row_failed", order_id=row.get("OrderId"), row=row.get("RowKey"),
                       error=repr(exc))
-    if report.acted or report.errors or report.lost_races:
+
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="sweep") as pool:
+        futures = []
+        for row in rt.store.due_index(bucket, limit):
+            report.seen += 1
+            futures.append(pool.submit(handle, row))
+    for f in futures:
+        f.result()  # handle() keeps ordinary errors; anything else (an abort) propagates as before
+    if report.acted or report.errors or report.lost_races or report.deferred:
         log_event(logging.INFO, "supervisor.sweep", seen=report.seen, acted=report.acted, deleted=report.deleted,
-                  lostRaces=report.lost_races, errors=report.errors)
+                  lostRaces=report.lost_races, errors=report.errors, deferred=report.deferred)
     return report
 
 
@@ -56,34 +88,34 @@ def _one(rt: Runtime, row: dict, now, report: SweepReport) -> None:  # type: ign
     order_id, lease, due = row.get("OrderId"), row.get("Lease"), parse_iso(row.get("Due"))
     if not order_id or not lease or due is None:
         rt.store.delete_index(row["PartitionKey"], row["RowKey"])
-        report.deleted += 1
+        report.count("deleted")
         return
     if due > now:  # the current minute's rows that are not due yet: no state read
-        report.kept += 1
+        report.count("kept")
         return
     state = rt.store.read_row(order_id, STATE_ROW)
     verdict = index_verdict(state, lease, due, now)
     if verdict == "keep":
-        report.kept += 1
+        report.count("kept")
         return
     if verdict == "delete":
         rt.store.delete_index(row["PartitionKey"], row["RowKey"])
-        report.deleted += 1
+        report.count("deleted")
         return
     view = View(rt.store.read_partition(order_id))
     decision = decide_expired(view, lease, rt.ctx())
     outcome = rt.run(decision.effects)
     if outcome.lost_race:
-        report.lost_races += 1  # someone else moved the order on: skip; re-evaluated next sweep
+        report.count("lost_races")  # someone else moved the order on: skip; re-evaluated next sweep
         return
     if decision.verdict == "not-due":
-        report.kept += 1
+        report.count("kept")
         return
-    report.acted[decision.verdict] = report.acted.get(decision.verdict, 0) + 1
+    report.count("acted", decision.verdict)
     # the deadline this row guarded has ended (or was obsolete): the row is done, unless the
     # decision re-wrote the very same row (same lease, same due: cannot happen, due > now)
     rewritten = any(isinstance(e, PutIndex) and (e.bucket, e.row_key) == (row["PartitionKey"], row["RowKey"])
                     for e in decision.effects)
     if not rewritten:
         rt.store.delete_index(row["PartitionKey"], row["RowKey"])
-        report.deleted += 1
+        report.count("deleted")

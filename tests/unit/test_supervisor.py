@@ -232,3 +232,27 @@ def test_threshold_with_hold_policy_waits_for_operator() -> None:
     assert [c[2] for c in agents.calls] == ["reserve"]  # nothing compensated: held for the operator
     assert len(rt.bus.peek("alerts")) == 1
     assert rt.store.index_rows() == []
+
+
+def test_a_burst_of_expiries_is_handled_concurrently_each_exactly_once() -> None:
+    rt = make_runtime()
+    oids = [_claimed(rt) for _ in range(40)]
+    rt.bus.take("agent-inventory")
+    rt.clock.advance(31)
+    report = sweep(rt, workers=8)
+    assert report.acted == {"redriven": 40} and report.errors == 0 and report.deferred == 0
+    assert [state(rt, oid)["FailureCount"] for oid in oids] == [1] * 40
+    assert sorted(m.body["orderId"] for m in rt.bus.take("scheduler")) == sorted(oids)
+    assert sweep(rt, workers=8).acted == {}  # nothing due twice
+
+
+def test_a_sweep_past_its_time_budget_leaves_the_rest_due_for_the_next_tick() -> None:
+    rt = make_runtime()
+    oids = [_claimed(rt) for _ in range(5)]
+    rt.clock.advance(31)
+    first = sweep(rt, budget_seconds=0)  # budget already spent: every due row is deferred
+    assert first.acted == {} and first.deferred == 5
+    assert [state(rt, oid)["FailureCount"] for oid in oids] == [0] * 5
+    second = sweep(rt)
+    assert second.acted == {"redriven": 5} and second.deferred == 0
+    assert [state(rt, oid)["FailureCount"] for oid in oids] == [1] * 5
