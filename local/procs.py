@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +51,7 @@ class Proc:
         cwd: Path | str | None = None,
         log_path: Path | None = None,
         echo: bool = False,
+        on_line: Callable[[str], None] | None = None,
     ) -> None:
         self.name = name
         self.args = list(args)
@@ -58,6 +59,9 @@ class Proc:
         self.cwd = str(cwd or REPO_ROOT)
         self.log_path = log_path
         self.echo = echo
+        # Called for every output line, in order: for facts that must outlive the bounded
+        # ``lines`` buffer (e.g. the host's `instance K pid PID` lines under heavy logging).
+        self.on_line = on_line
         self.lines: deque[str] = deque(maxlen=2000)
         self._ready = threading.Event()
         self._ready_word = "ready"
@@ -103,6 +107,8 @@ class Proc:
             for line in self.popen.stdout:
                 line = line.rstrip("\n")
                 self.lines.append(line)
+                if self.on_line is not None:
+                    self.on_line(line)
                 if log:
                     log.write(line + "\n")
                     log.flush()

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,6 +102,7 @@ class Stack:
         self.azurite: Azurite | None = None
         self.procs: dict[str, Proc] = {}  # servicebus, remotes, host (azurite's is self.azurite.proc)
         self._ready_words: dict[str, str] = {}
+        self._instance_pids: dict[int, int] = {}  # host instance -> its current pid
         self.ports: dict[str, int] = {}
         self.servicebus_connection_string = ""
         self.remotes_url = ""
@@ -153,8 +154,10 @@ class Stack:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def _start_proc(self, name: str, args: list[str], ready_word: str, timeout: float | None = None) -> Proc:
-        proc = Proc(name, args, env=self._child_env(), cwd=REPO_ROOT, log_path=self._log(name), echo=self.echo)
+    def _start_proc(self, name: str, args: list[str], ready_word: str, timeout: float | None = None,
+                    on_line: Callable[[str], None] | None = None) -> Proc:
+        proc = Proc(name, args, env=self._child_env(), cwd=REPO_ROOT, log_path=self._log(name), echo=self.echo,
+                    on_line=on_line)
         self.procs[name] = proc
         self._ready_words[name] = ready_word
         proc.start(ready_word, timeout=timeout or self.start_timeout)
@@ -194,12 +197,13 @@ class Stack:
         self.remotes_url = f"http://{HOST}:{port}"
 
     def _start_host(self) -> None:
+        self._instance_pids.clear()
         port = free_port(HOST)
         proc = self._start_proc("host", [
             sys.executable, "-m", "local.host", "--app-dir", str(self.app_dir),
             "--settings", str(self.settings_path), "--instances", str(self.instances),
             "--host", HOST, "--port", str(port),
-        ], "ready http")
+        ], "ready http", on_line=self._track_instance)
         self.ports["host"] = port
         url = f"http://{HOST}:{port}"
         for line in proc.lines:
@@ -285,14 +289,15 @@ class Stack:
             proc.start(self._ready_words[name], timeout=timeout or self.start_timeout)
         self.write_stack_json()
 
+    def _track_instance(self, line: str) -> None:
+        m = _INSTANCE_LINE.search(line)
+        if m:
+            self._instance_pids[int(m.group(1))] = int(m.group(2))
+
     def host_instances(self) -> dict[int, int]:
-        """Instance number -> pid of its current process (from the host's `instance K pid PID`)."""
-        out: dict[int, int] = {}
-        for line in list(self.proc("host").lines):
-            m = _INSTANCE_LINE.search(line)
-            if m:
-                out[int(m.group(1))] = int(m.group(2))
-        return out
+        """Instance number -> pid of its current process (from the host's `instance K pid PID`
+        lines, recorded as they arrive, so heavy logging cannot push them out of reach)."""
+        return dict(self._instance_pids)
 
     def kill_host_instance(self, instance: int | None = None) -> tuple[int, int]:
         """SIGKILL one host instance's process (not the host): returns (instance, pid)."""
