@@ -204,6 +204,8 @@ class _Stats:
     requests: dict[str, dict[str, dict[str, int]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(int))))
     replays: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    # service -> fault kind (down, reset, hang, transient, lostResponse) -> calls it was applied to
+    injected: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
 
 
 class Simulator:
@@ -258,6 +260,7 @@ class Simulator:
                 "total": self._stats.total,
                 "requests": json.loads(json.dumps(self._stats.requests)),
                 "replays": json.loads(json.dumps(self._stats.replays)),
+                "injected": json.loads(json.dumps(self._stats.injected)),
                 "effects": len(self._ledger),
                 "storedKeys": len(self._stored),
             }
@@ -293,6 +296,10 @@ class Simulator:
             hang, transient, lost = (rng.random() < faults["hangRate"],
                                      rng.random() < faults["transientRate"],
                                      rng.random() < faults["lostResponseRate"])
+            fault = ("reset" if faults["down"] == "reset" else "down" if faults["down"]
+                     else "hang" if hang else "transient" if transient else None)
+            if fault:
+                self._stats.injected[service][fault] += 1
         if faults["down"] == "reset":
             return Outcome(0, None, reset=True)
         if faults["down"]:
@@ -333,6 +340,8 @@ class Simulator:
             with self._lock:
                 self._stored[slot] = Stored(operation, status, copy.deepcopy(result))
         if status == 200 and lost:
+            with self._lock:
+                self._stats.injected[service]["lostResponse"] += 1
             return Outcome(503, {"error": f"{service} response lost (injected; the effect was applied)"})
         return Outcome(status, result)
 

@@ -160,3 +160,19 @@ def test_down_reset_resets_the_connection(client: RemotesClient) -> None:
     client.reset_faults()
     assert call(client.base_url, "payment", "charge", "o-1", "k").status_code == 200
     assert len(client.ledger()) == 1
+
+
+def test_each_injected_fault_is_counted_exactly(client: RemotesClient) -> None:
+    client.set_faults("inventory", transientRate=1.0)
+    for i in range(3):
+        assert call(client.base_url, "inventory", "reserve", "o-1", f"t-{i}").status_code == 503
+    client.set_faults("payment", lostResponseRate=1.0)
+    assert call(client.base_url, "payment", "charge", "o-2", "l-1").status_code == 503  # effect applied, answer lost
+    client.set_faults("shipping", down=True)
+    assert call(client.base_url, "shipping", "ship", "o-3", "d-1").status_code == 503
+    client.set_faults("inventory", hangRate=1.0, hangSeconds=0)
+    assert call(client.base_url, "inventory", "reserve", "o-4", "h-1").status_code == 503
+    client.reset_faults()
+    assert call(client.base_url, "inventory", "reserve", "o-5", "ok-1").status_code == 200  # no fault: not counted
+    assert client.stats()["injected"] == {"inventory": {"transient": 3, "hang": 1},
+                                          "payment": {"lostResponse": 1}, "shipping": {"down": 1}}
