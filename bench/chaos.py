@@ -1,0 +1,1335 @@
+"""Chaos runner: drive N orders through the whole local stack while injecting counted faults.
+
+    python -m bench.chaos [--orders 2000] [--seed S] [--instances 2] [--rate 8]
+                          [--out bench/results/chaos.json]
+
+It starts the local stack (``local.stack.Stack``: Azurite with a data folder, so it can be
+restarted, the Service Bus emulator, the remote services simulator, the Functions host with
+``--instances`` instances) with short step timeouts and a fast supervisor schedule, posts
+orders at ``--rate`` per second, and on a schedule drawn from ``random.Random(seed)`` (the seed
+is printed first, so a failing run can be replayed with ``--seed``) injects:
+
+* SIGKILL of host instances while orders are in flight (the host restarts them); a killed
+  instance's locked messages come back after their lock expires: real redeliveries;
+* duplicate submissions: exact copies of orders' POSTs with the same Idempotency-Key;
+* duplicate Service Bus deliveries: copies of agent requests (while the step runs) and of
+  agent replies (after the step is done), sent to the real queues with fresh message ids, so
+  the broker's duplicate detection lets them through as a redelivery would; the emulator's own
+  redeliveries (locks that expired with a killed instance, abandons) are counted from the
+  counters it writes to ``$LOCAL_SERVICEBUS_STATS_FILE``, when it supports that;
+* remote faults (``PUT /_faults/{service}``): transient 503s, lost responses (the effect is
+  applied, the caller gets a 503), hangs longer than the step timeout, permanent rejections
+  (a seeded share of orders carries an out-of-stock SKU or an amount the payment service
+  refuses), and one outage window of the shipping service (so orders also fail after a
+  charge, and refunds are exercised);
+* one restart of the Service Bus emulator and one of Azurite, mid-run.
+
+Then it waits (bounded) for every order to settle, turns the faults off so the tail drains,
+retries the orders the app held for an operator (a pivot step of unknown outcome) through
+``POST /orders/{id}/retry`` as an operator would (``--no-operator-retry`` leaves them), and
+checks, prints and writes to ``--out`` (JSON): orders terminal (100%), lost (0), stuck
+past CompleteBy plus a sweep (0), double effects in the simulator's ledger (0), failed orders
+fully compensated (100%), compensations applied more than once (0), plus the count of each
+injected fault, the seed and the durations. The exit code is non-zero if any check fails.
+
+Logs of every process stay in ``--state-dir`` (default ``.local/chaos/<time>-seed<S>``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TextIO
+
+import requests
+
+from local.procs import REPO_ROOT
+from local.stack import SERVICE_PATHS, Stack, demo_order
+from shared.workflow import AGENTS_BY_NAME, WORKFLOW
+
+DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "chaos.json"
+SERVICES = ("inventory", "payment", "shipping")
+REJECT_SKU = "SKU-OOS"  # the inventory service answers 422 "out of stock" for it
+REJECT_AMOUNT_OVER = "50000"  # the payment service answers 422 for a larger charge
+REJECT_UNIT_PRICE = 60000  # one of these makes an order's total exceed REJECT_AMOUNT_OVER
+OUTAGE_SERVICE = "shipping"
+
+# Step -> (service, forward operation, compensation operation or None), from the workflow.
+STEP_EFFECTS: dict[str, tuple[str, str, str | None]] = {
+    s.name: (SERVICE_PATHS[AGENTS_BY_NAME[s.agent].service_url_setting], s.operation, s.compensation)
+    for s in WORKFLOW
+}
+FORWARD_OPS = {(svc, op) for svc, op, _ in STEP_EFFECTS.values()}
+COMPENSATION_OPS = {(svc, comp) for svc, _, comp in STEP_EFFECTS.values() if comp}
+_INSTANCE_LINE = re.compile(r"\binstance (\d+) pid (\d+)\b")
+SB_STATS_ENV = "LOCAL_SERVICEBUS_STATS_FILE"  # the emulator writes its per-queue counters there
+
+
+# ---- options and records ----------------------------------------------------------------------
+
+
+@dataclass
+class ChaosOptions:
+    orders: int = 2000
+    seed: int | None = None  # None: a random seed (printed)
+    instances: int = 2
+    rate: float = 8.0  # orders posted per second
+    out: Path | None = DEFAULT_OUT
+    state_dir: Path | None = None  # default .local/chaos/<time>-seed<S>
+    step_timeout: int = 4  # StepTimeoutSeconds
+    supervisor_schedule: str = "*/1 * * * * *"
+    kills: int | None = None  # SIGKILLs of host instances; default max(2, orders // 200)
+    duplicate_submit_rate: float = 0.05  # share of orders POSTed twice (same Idempotency-Key)
+    duplicate_delivery_rate: float = 0.05  # share of orders whose request and reply get a copy
+    transient_rate: float = 0.2
+    lost_response_rate: float = 0.05
+    hang_rate: float = 0.05
+    hang_seconds: float | None = None  # default step_timeout + 3 (past CompleteBy)
+    reject_rate: float = 0.02  # share of orders the remotes reject for good (half SKU, half amount)
+    outage_seconds: float = 20.0  # one shipping outage window (0: none)
+    restart_servicebus: bool = True
+    restart_azurite: bool = True
+    settle_timeout: float = 30.0  # after the last POST, with faults still on
+    drain_timeout: float = 300.0  # after faults are turned off
+    post_retry_seconds: float = 120.0  # how long one POST is retried (restarts, killed instances)
+    operator_retry: bool = True  # at the end, retry orders held for an operator (POST /retry), as one would
+    progress_every: float = 2.0
+    echo: bool = False  # echo the stack's processes' output to stderr
+
+    def resolved(self) -> ChaosOptions:
+        o = ChaosOptions(**asdict(self))
+        if o.seed is None:
+            o.seed = random.SystemRandom().randrange(1, 2**31)
+        if o.kills is None:
+            o.kills = max(2, o.orders // 200)
+        if o.hang_seconds is None:
+            o.hang_seconds = float(o.step_timeout + 3)
+        if o.instances < 2:
+            raise ValueError("--instances must be at least 2")
+        if o.orders < 1 or o.rate <= 0:
+            raise ValueError("--orders and --rate must be positive")
+        if o.state_dir is None:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            o.state_dir = REPO_ROOT / ".local" / "chaos" / f"{stamp}-seed{o.seed}"
+        return o
+
+
+@dataclass
+class OrderRec:
+    index: int
+    key: str  # Idempotency-Key
+    body: dict[str, Any]
+    reject: str | None  # "sku" | "amount" | None: designed to be rejected for good
+    dup_submit: bool
+    dup_delivery: bool
+    order_id: str | None = None
+    post_status: int | None = None
+    post_attempts: int = 0
+    post_error: str | None = None
+    accepted_at: float | None = None
+    view: dict[str, Any] | None = None
+    not_found_polls: int = 0
+    next_poll: float = 0.0  # monotonic time of this order's next GET
+    held_retry_status: int | None = None  # the operator retry's answer, if the order was held
+    poll_interval: float = 0.0
+    dup_submit_done: bool = False
+    dup_submit_status: int | None = None
+    dup_submit_order_id: str | None = None
+    request_copy_sent: bool = False
+    reply_copy_sent: bool = False
+
+    @property
+    def state(self) -> str | None:
+        return None if self.view is None else self.view.get("processState")
+
+
+def is_terminal(view: dict[str, Any] | None) -> bool:
+    """Processed, or Error with no compensation still running (held, or compensations ended)."""
+    if not view:
+        return False
+    ps = view.get("processState")
+    if ps == "Processed":
+        return True
+    if ps == "Error":
+        comp = view.get("compensation") or {}
+        return comp.get("state") != "running" and not comp.get("pending")
+    return False
+
+
+def is_held(view: dict[str, Any] | None) -> bool:
+    """Error, held for an operator (the on-failure policy ``hold``, or an unknown outcome that
+    cannot be compensated): nothing is compensated until the operator retries or cancels."""
+    return bool(view) and view.get("processState") == "Error" and view.get("outcome") == "held"  # type: ignore[union-attr]
+
+
+def supervisor_period(schedule: str) -> float:
+    """Seconds between supervisor runs for the simple NCRONTAB forms used here (``*/N`` seconds)."""
+    first = schedule.split()[0] if schedule.split() else "*"
+    m = re.fullmatch(r"\*/(\d+)", first)
+    if m:
+        return float(m.group(1))
+    if first == "*":
+        return 1.0
+    return 60.0
+
+
+def _parse_iso(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+_CLI_DEFAULTS = {"out": None, "state_dir": None, "echo": False, "progress_every": None, "post_retry_seconds": None}
+
+
+_NO_FLAGS = {"restart_servicebus": "--no-servicebus-restart", "restart_azurite": "--no-azurite-restart",
+             "operator_retry": "--no-operator-retry"}
+
+
+def replay_command(o: ChaosOptions) -> str:
+    """The command line that replays this run's orders and fault schedule."""
+    d = asdict(ChaosOptions())
+    args = ["python -m bench.chaos", f"--seed {o.seed}", f"--orders {o.orders}"]
+    for k, v in asdict(o).items():
+        if k in ("seed", "orders") or k in _CLI_DEFAULTS or v == d.get(k):
+            continue
+        if k == "hang_seconds" and v == o.step_timeout + 3:
+            continue
+        if k == "kills" and v == max(2, o.orders // 200):
+            continue
+        if isinstance(v, bool):
+            if not v:
+                args.append(_NO_FLAGS[k])
+            continue
+        args.append(f"--{k.replace('_', '-')} {v}" if " " not in str(v) else f"--{k.replace('_', '-')} '{v}'")
+    return " ".join(args)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids: list[int], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+def _pct(a: int, b: int) -> float:
+    return round(100.0 * a / b, 2) if b else 100.0
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# ---- the runner -------------------------------------------------------------------------------
+
+
+class _Aborted(Exception):
+    pass
+
+
+class ChaosRun:
+    def __init__(self, opts: ChaosOptions, out: TextIO = sys.stdout) -> None:
+        self.o = opts.resolved()
+        self.out = out
+        self.rng = random.Random(self.o.seed)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.stack: Stack | None = None
+        self.recs: list[OrderRec] = []
+        self.faults: Counter[str] = Counter()
+        self.fault_events: list[dict[str, Any]] = []
+        self.errors: list[str] = []  # infrastructure problems (the run is then not valid)
+        self.poll_errors: Counter[str] = Counter()
+        self.posted = 0
+        self.t0 = time.monotonic()
+        self.phase = "starting"
+        self.durations: dict[str, float] = {}
+        self._local = threading.local()
+        self._sb_lock = threading.Lock()
+        self._sb_client: Any = None
+        self._sb_senders: dict[str, Any] = {}
+        self._host_log_pos = 0
+        self._host_pids: dict[int, int] = {}
+        self.remote_profile: dict[str, dict[str, Any]] = {}
+        self._sb_stats_files: list[Path] = []
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            self.out.write(text + "\n")
+            self.out.flush()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def event(self, kind: str, **info: Any) -> None:
+        with self.lock:
+            self.fault_events.append({"t": round(self.elapsed(), 2), "kind": kind, **info})
+
+    def session(self) -> requests.Session:
+        s = getattr(self._local, "session", None)
+        if s is None:
+            s = self._local.session = requests.Session()
+            s.trust_env = False
+        return s
+
+    # ---- plan -------------------------------------------------------------------------------------
+
+    def plan_orders(self) -> None:
+        o, rng = self.o, self.rng
+        n_reject = round(o.orders * o.reject_rate)
+        reject_idx = set(rng.sample(range(o.orders), n_reject)) if n_reject else set()
+        reject_kind = {i: ("sku" if j % 2 == 0 else "amount") for j, i in enumerate(sorted(reject_idx))}
+        for i in range(o.orders):
+            body = demo_order(rng)
+            kind = reject_kind.get(i)
+            if kind == "sku":
+                body["items"].append({"sku": REJECT_SKU, "quantity": 1, "unitPrice": 5})
+            elif kind == "amount":
+                body["items"].append({"sku": "SKU-LUX", "quantity": 1, "unitPrice": REJECT_UNIT_PRICE})
+            self.recs.append(OrderRec(
+                index=i, key=f"chaos-{o.seed}-{i}", body=body, reject=kind,
+                dup_submit=rng.random() < o.duplicate_submit_rate,
+                dup_delivery=rng.random() < o.duplicate_delivery_rate,
+            ))
+
+    def plan_events(self) -> list[tuple[float, str]]:
+        """(seconds after the first POST, kind) for process faults and the outage window."""
+        o, rng = self.o, self.rng
+        span = o.orders / o.rate
+        events: list[tuple[float, str]] = []
+        for _ in range(o.kills or 0):
+            events.append((rng.uniform(0.05, 0.95) * span, "kill"))
+        if o.outage_seconds > 0:
+            start = rng.uniform(0.10, 0.20) * span
+            events.append((start, "outage-start"))
+            events.append((start + o.outage_seconds, "outage-end"))
+        if o.restart_servicebus:
+            events.append((rng.uniform(0.35, 0.45) * span, "restart-servicebus"))
+        if o.restart_azurite:
+            events.append((rng.uniform(0.60, 0.70) * span, "restart-azurite"))
+        events.sort()
+        return events
+
+    # ---- remote faults -------------------------------------------------------------------------
+
+    def apply_remote_faults(self) -> None:
+        assert self.stack is not None
+        o = self.o
+        base = {"transientRate": o.transient_rate, "lostResponseRate": o.lost_response_rate,
+                "hangRate": o.hang_rate, "hangSeconds": o.hang_seconds}
+        self.remote_profile = {
+            "inventory": {**base, "rejectSkus": [REJECT_SKU]},
+            "payment": {**base, "rejectAmountOver": REJECT_AMOUNT_OVER},
+            "shipping": dict(base),
+        }
+        remotes = self.stack.remotes
+        for svc, faults in self.remote_profile.items():
+            remotes.set_faults(svc, **faults)
+
+    def remote_faults_off(self) -> None:
+        assert self.stack is not None
+        remotes = self.stack.remotes
+        for svc in SERVICES:
+            remotes.set_faults(svc)  # every field back to its default: no faults
+        self.event("remote-faults-off")
+
+    # ---- host instances ---------------------------------------------------------------------------
+
+    def host_instances(self) -> dict[int, int]:
+        """Instance -> current pid, from the host's log file (read incrementally: the in-memory
+        tail of the host's output that Stack.host_instances() scans holds only 2,000 lines)."""
+        assert self.stack is not None
+        path = self.stack.log_dir / "host.log"
+        try:
+            with open(path, "rb") as f:
+                f.seek(self._host_log_pos)
+                chunk = f.read()
+        except OSError:
+            chunk = b""
+        cut = chunk.rfind(b"\n") + 1  # whole lines only
+        self._host_log_pos += cut
+        for line in chunk[:cut].decode("utf-8", errors="replace").splitlines():
+            m = _INSTANCE_LINE.search(line)
+            if m and not line.startswith("[instance"):
+                self._host_pids[int(m.group(1))] = int(m.group(2))
+        return dict(self._host_pids)
+
+    def _host_child(self, pid: int) -> bool:
+        """pid is alive and a child of the host process we started (never kill anything else)."""
+        assert self.stack is not None
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return False
+        return fields[0] != "Z" and int(fields[1]) == self.stack.proc("host").pid
+
+    def kill_instance(self) -> None:
+        instances = {k: p for k, p in self.host_instances().items() if self._host_child(p)}
+        if not instances:
+            self.errors.append(f"kill at {self.elapsed():.1f}s: no live host instance found")
+            return
+        k = self.rng.choice(sorted(instances))
+        pid = instances[k]
+        inflight = self.counts().get("Processing", 0)
+        os.kill(pid, signal.SIGKILL)
+        t = time.monotonic()
+        self.faults["hostInstanceKills"] += 1
+        self.event("kill", instance=k, pid=pid, ordersProcessing=inflight)
+        self.say(f"  ! SIGKILL host instance {k} (pid {pid}) with {inflight} orders Processing")
+        deadline = t + 60
+        while time.monotonic() < deadline and not self.stop.is_set():
+            new = self.host_instances().get(k)
+            if new is not None and new != pid and self._host_child(new):
+                self.event("instance-restarted", instance=k, pid=new, seconds=round(time.monotonic() - t, 2))
+                return
+            time.sleep(0.2)
+        if not self.stop.is_set():
+            self.errors.append(f"host instance {k} (pid {pid}) was not restarted within 60s")
+
+    # ---- component restarts ------------------------------------------------------------------------
+
+    def restart(self, name: str) -> None:
+        assert self.stack is not None
+        inflight = self.counts().get("Processing", 0)
+        self.say(f"  ! restarting {name} with {inflight} orders Processing")
+        t = time.monotonic()
+        if name == "servicebus" and self._sb_stats_files:
+            # the restarted emulator writes its counters to a new file (they restart from 0)
+            path = self.o.state_dir / f"servicebus-stats-{len(self._sb_stats_files)}.json"  # type: ignore[operator]
+            env = self.stack.proc("servicebus").env
+            if env is not None:
+                env[SB_STATS_ENV] = str(path)
+                self._sb_stats_files.append(path)
+        try:
+            self.stack.restart(name)
+        except Exception as e:  # noqa: BLE001
+            self.errors.append(f"restart {name}: {e}")
+            return
+        secs = round(time.monotonic() - t, 2)
+        key = {"servicebus": "serviceBusEmulatorRestarts", "azurite": "azuriteRestarts"}[name]
+        self.faults[key] += 1
+        self.event(f"restart-{name}", seconds=secs, ordersProcessing=inflight)
+        self.say(f"  ! {name} back after {secs}s")
+        if name == "servicebus":
+            self._drop_sb_client()
+
+    def outage(self, on: bool) -> None:
+        assert self.stack is not None
+        remotes = self.stack.remotes
+        if on:
+            remotes.set_faults(OUTAGE_SERVICE, **{**self.remote_profile[OUTAGE_SERVICE], "down": True})
+            self.faults["shippingOutageWindows"] += 1
+            self.event("outage-start", service=OUTAGE_SERVICE)
+            self.say(f"  ! {OUTAGE_SERVICE} service down for {self.o.outage_seconds:g}s")
+        else:
+            remotes.set_faults(OUTAGE_SERVICE, **self.remote_profile[OUTAGE_SERVICE])
+            self.event("outage-end", service=OUTAGE_SERVICE)
+            self.say(f"  ! {OUTAGE_SERVICE} service back")
+
+    def run_events(self, events: list[tuple[float, str]], start: float) -> None:
+        for at, kind in events:
+            wait = start + at - time.monotonic()
+            if wait > 0 and self.stop.wait(wait):
+                return
+            try:
+                if kind == "kill":
+                    self.kill_instance()
+                elif kind == "outage-start":
+                    self.outage(True)
+                elif kind == "outage-end":
+                    self.outage(False)
+                elif kind == "restart-servicebus":
+                    self.restart("servicebus")
+                elif kind == "restart-azurite":
+                    self.restart("azurite")
+            except Exception as e:  # noqa: BLE001
+                self.errors.append(f"fault {kind}: {type(e).__name__}: {e}")
+
+    # ---- submissions --------------------------------------------------------------------------------
+
+    def _post(self, rec: OrderRec) -> tuple[int | None, str | None, str | None]:
+        """POST rec's body with its Idempotency-Key, retrying failures that are not answers
+        (connection errors from a killed instance, 5xx during a restart). -> (status, id, error)."""
+        assert self.stack is not None
+        url = f"{self.stack.api_url}/orders"
+        deadline = time.monotonic() + self.o.post_retry_seconds
+        delay = 0.25
+        last = None
+        while not self.stop.is_set():
+            rec.post_attempts += 1
+            try:
+                r = self.session().post(url, json=rec.body, headers={"Idempotency-Key": rec.key}, timeout=30)
+                if r.status_code in (200, 202):
+                    return r.status_code, str(r.json()["orderId"]), None
+                last = f"{r.status_code} {r.text[:300]}"
+                if r.status_code < 500 and r.status_code != 429:
+                    return r.status_code, None, last  # an answer: not retried
+            except (requests.RequestException, ValueError, KeyError) as e:
+                last = f"{type(e).__name__}: {e}"
+            if time.monotonic() > deadline:
+                break
+            self.stop.wait(delay)
+            delay = min(delay * 2, 2.0)
+        return None, None, last
+
+    def submit(self, rec: OrderRec) -> None:
+        status, oid, err = self._post(rec)
+        with self.lock:
+            rec.post_status, rec.order_id, rec.post_error = status, oid, err
+            if oid:
+                rec.accepted_at = time.monotonic()
+
+    def resubmit(self, rec: OrderRec) -> None:
+        """The duplicate submission: the exact same POST again, same Idempotency-Key."""
+        attempts = rec.post_attempts
+        status, oid, err = self._post(rec)
+        rec.post_attempts = attempts
+        with self.lock:
+            rec.dup_submit_done = True
+            rec.dup_submit_status, rec.dup_submit_order_id = status, oid
+            if status is not None:
+                self.faults["duplicateSubmissions"] += 1
+        if err and not oid:
+            self.errors.append(f"duplicate submission of {rec.key}: {err}")
+
+    def post_all(self, start: float) -> None:
+        try:
+            self._post_all(start)
+        except BaseException:
+            self.stop.set()  # let the pool's retrying workers give up at once
+            raise
+
+    def _post_all(self, start: float) -> None:
+        dup_rng = random.Random(f"{self.o.seed}:dup-submit")
+        pool = ThreadPoolExecutor(max_workers=12, thread_name_prefix="post")
+        finished = False
+        try:
+            self._paced_posts(pool, start, dup_rng)
+            finished = True
+        finally:
+            # on an abort, do not wait for POSTs in flight (they give up once self.stop is set)
+            pool.shutdown(wait=finished, cancel_futures=not finished)
+
+    def _paced_posts(self, pool: ThreadPoolExecutor, start: float, dup_rng: random.Random) -> None:
+        pending_dups: list[tuple[float, OrderRec]] = []
+        for i, rec in enumerate(self.recs):
+            due = start + i / self.o.rate
+            while True:
+                now = time.monotonic()
+                ready = [(t, r) for t, r in pending_dups if t <= now and r.order_id]
+                for item in ready:
+                    pending_dups.remove(item)
+                    pool.submit(self.resubmit, item[1])
+                if now >= due or self.stop.wait(min(0.05, due - now)):
+                    break
+            if self.stop.is_set():
+                return
+            pool.submit(self.submit, rec)
+            self.posted += 1
+            if rec.dup_submit:
+                pending_dups.append((due + dup_rng.uniform(0.2, 5.0), rec))
+        # the remaining duplicates (their originals must be accepted first)
+        give_up = time.monotonic() + self.o.post_retry_seconds
+        while pending_dups and not self.stop.is_set() and time.monotonic() < give_up:
+            now = time.monotonic()
+            for item in [(t, r) for t, r in pending_dups if t <= now and (r.order_id or r.post_status)]:
+                pending_dups.remove(item)
+                if item[1].order_id:
+                    pool.submit(self.resubmit, item[1])
+            self.stop.wait(0.1)
+
+    # ---- the operator ---------------------------------------------------------------------------
+
+    def retry_held(self) -> int:
+        """POST /orders/{id}/retry for every order held for an operator (what an operator does
+        once the outage is over: the retry replays the step's idempotency key and learns its
+        outcome). Returns how many retries were accepted."""
+        assert self.stack is not None
+        with self.lock:
+            held = [r for r in self.recs if r.order_id and is_held(r.view)]
+        if not held:
+            return 0
+        self.say(f"  ! {len(held)} orders held for an operator: retrying them (POST /orders/{{id}}/retry)")
+        accepted = 0
+        for rec in held:
+            status = None
+            for _ in range(10):
+                try:
+                    r = self.session().post(f"{self.stack.api_url}/orders/{rec.order_id}/retry", timeout=30)
+                    status = r.status_code
+                    if status < 500:
+                        break
+                except requests.RequestException:
+                    pass
+                time.sleep(1)
+            with self.lock:
+                rec.held_retry_status = status
+                if status == 202:
+                    accepted += 1
+                    rec.view, rec.next_poll, rec.poll_interval = None, 0.0, 0.0  # poll it again
+            if status != 202:
+                self.errors.append(f"operator retry of held order {rec.order_id}: HTTP {status}")
+        self.faults["operatorRetriesOfHeldOrders"] += accepted
+        self.event("operator-retry", orders=len(held), accepted=accepted)
+        return accepted
+
+    # ---- duplicate Service Bus deliveries -------------------------------------------------------
+
+    def _drop_sb_client(self) -> None:
+        with self._sb_lock:
+            for s in self._sb_senders.values():
+                try:
+                    s.close()
+                except Exception:  # noqa: BLE001
+                    pass
+            self._sb_senders.clear()
+            if self._sb_client is not None:
+                try:
+                    self._sb_client.close()
+                except Exception:  # noqa: BLE001
+                    pass
+            self._sb_client = None
+
+    def _sb_send(self, queue: str, body: dict[str, Any], *, correlation_id: str | None,
+                 reply_to: str | None, ttl: timedelta | None, kind: str) -> bool:
+        from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+        assert self.stack is not None
+        msg = ServiceBusMessage(
+            json.dumps(body, separators=(",", ":")).encode("utf-8"),
+            message_id=f"chaos-dup:{uuid.uuid4().hex}",  # a fresh id: duplicate detection lets it through
+            correlation_id=correlation_id, reply_to=reply_to, subject=kind,
+            content_type="application/json", time_to_live=ttl,
+            application_properties={"kind": kind, "chaos": "duplicate"},
+        )
+        with self._sb_lock:
+            try:
+                if self._sb_client is None:
+                    self._sb_client = ServiceBusClient.from_connection_string(
+                        self.stack.servicebus_connection_string)
+                sender = self._sb_senders.get(queue)
+                if sender is None:
+                    sender = self._sb_senders[queue] = self._sb_client.get_queue_sender(queue)
+                sender.send_messages(msg)
+                return True
+            except Exception as e:  # noqa: BLE001  (the emulator may be restarting)
+                self.poll_errors[f"duplicate send: {type(e).__name__}"] += 1
+        self._drop_sb_client()
+        return False
+
+    def inject_duplicates(self, rec: OrderRec, view: dict[str, Any]) -> None:
+        """Copies of this order's current agent request, or of a reply already applied."""
+        assert self.stack is not None
+        settings = self.stack.settings
+        steps = view.get("steps") or []
+        order = view.get("order") or {}
+        now = _now()
+        if not rec.request_copy_sent:
+            for idx, st in enumerate(steps):
+                cb = _parse_iso(st.get("completeBy"))
+                if st.get("state") != "Running" or cb is None or cb <= now + timedelta(seconds=0.5):
+                    continue
+                name = st["name"]
+                svc, op, _ = STEP_EFFECTS[name]
+                attempt = int(st.get("attempt") or 1)
+                context = {s["name"]: s.get("result") for s in steps[:idx] if s.get("state") == "Done"}
+                body = {"kind": "step", "orderId": view["orderId"], "step": name, "operation": op,
+                        "attempt": attempt, "idempotencyKey": f"{view['orderId']}:{name}",
+                        "completeBy": st["completeBy"],
+                        "order": {"customerId": order.get("customerId"), "currency": order.get("currency"),
+                                  "total": order.get("total"), "items": order.get("items")},
+                        "context": context}
+                queue = settings[AGENTS_BY_NAME[next(s.agent for s in WORKFLOW if s.name == name)].queue_setting]
+                if self._sb_send(queue, body, correlation_id=f"{view['orderId']}:{name}:{attempt}",
+                                 reply_to=settings["RepliesQueue"], ttl=cb - now, kind="step"):
+                    rec.request_copy_sent = True
+                    self.faults["duplicateRequestDeliveries"] += 1
+                break
+        if not rec.reply_copy_sent:
+            done = [s for s in steps if s.get("state") == "Done"]
+            if done:
+                st = done[-1]
+                attempt = int(st.get("attempt") or 1)
+                body = {"kind": "step", "orderId": view["orderId"], "step": st["name"], "attempt": attempt,
+                        "outcome": "success", "result": st.get("result") or {}, "reason": None}
+                if self._sb_send(settings["RepliesQueue"], body,
+                                 correlation_id=f"{view['orderId']}:{st['name']}:{attempt}",
+                                 reply_to=None, ttl=None, kind="step"):
+                    rec.reply_copy_sent = True
+                    self.faults["duplicateReplyDeliveries"] += 1
+
+    # ---- polling ---------------------------------------------------------------------------------
+
+    def _get(self, order_id: str) -> tuple[int | None, dict[str, Any] | None]:
+        assert self.stack is not None
+        try:
+            r = self.session().get(f"{self.stack.api_url}/orders/{order_id}", timeout=15)
+        except requests.RequestException as e:
+            self.poll_errors[type(e).__name__] += 1
+            return None, None
+        if r.status_code == 200:
+            try:
+                return 200, dict(r.json())
+            except ValueError:
+                self.poll_errors["bad json"] += 1
+                return 200, None
+        if r.status_code != 404:
+            self.poll_errors[f"HTTP {r.status_code}"] += 1
+        return r.status_code, None
+
+    def _poll_one(self, rec: OrderRec) -> None:
+        assert rec.order_id is not None
+        status, view = self._get(rec.order_id)
+        if status == 404:
+            with self.lock:
+                rec.not_found_polls += 1
+            return
+        if view is None:
+            return
+        with self.lock:
+            rec.view = view
+        if rec.dup_delivery and not (rec.request_copy_sent and rec.reply_copy_sent) and not self.stop.is_set():
+            try:
+                self.inject_duplicates(rec, view)
+            except Exception as e:  # noqa: BLE001
+                self.poll_errors[f"inject: {type(e).__name__}"] += 1
+
+    def poll_loop(self) -> None:
+        """GET orders that are due, each on its own backoff (2 s after acceptance, then up to
+        every 8 s; 3 s once submissions are over), so polling stays a small share of the load.
+        Orders picked for duplicate deliveries are polled every 0.5 s until their copies went."""
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="poll") as pool:
+            while not self.stop.is_set():
+                now = time.monotonic()
+                with self.lock:
+                    due = [r for r in self.recs if r.order_id and not is_terminal(r.view)
+                           and (r.next_poll or (r.accepted_at or now) + 2.0) <= now]
+                due.sort(key=lambda r: r.next_poll)
+                due = due[:80]
+                if due:
+                    list(pool.map(self._poll_one, due))
+                    cap = 8.0 if self.phase == "chaos" else 3.0
+                    now = time.monotonic()
+                    with self.lock:
+                        for r in due:
+                            if r.dup_delivery and not (r.request_copy_sent and r.reply_copy_sent):
+                                r.poll_interval = 0.5
+                            else:
+                                r.poll_interval = min(cap, max(2.0, r.poll_interval * 1.5))
+                            r.next_poll = now + r.poll_interval
+                self.stop.wait(0.25)
+
+    def counts(self) -> Counter[str]:
+        with self.lock:
+            c: Counter[str] = Counter()
+            for r in self.recs:
+                if r.order_id:
+                    c[r.state or "Pending"] += 1
+            return c
+
+    def accepted(self) -> list[OrderRec]:
+        with self.lock:
+            return [r for r in self.recs if r.order_id]
+
+    def all_settled(self) -> bool:
+        with self.lock:
+            unanswered = any(r.order_id is None and r.post_status is None for r in self.recs[: self.posted])
+            return (not unanswered and self.posted >= len(self.recs)
+                    and all(is_terminal(r.view) for r in self.recs if r.order_id))
+
+    def progress_line(self) -> str:
+        c = self.counts()
+        acc = sum(c.values())
+        done = c["Processed"] + c["Error"]
+        f = self.faults
+        return (f"[{self.elapsed():6.1f}s {self.phase:>8}] posted {self.posted}/{self.o.orders} accepted {acc} | "
+                f"Pending {c['Pending']} Processing {c['Processing']} Processed {c['Processed']} Error {c['Error']}"
+                f" (terminal {done}) | kills {f['hostInstanceKills']} sbRestarts {f['serviceBusEmulatorRestarts']}"
+                f" azRestarts {f['azuriteRestarts']} dupPOST {f['duplicateSubmissions']}"
+                f" dupMsg {f['duplicateRequestDeliveries'] + f['duplicateReplyDeliveries']}"
+                f" | pollErr {sum(self.poll_errors.values())}")
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            if self.stop.wait(0.5):
+                raise _Aborted()
+        return predicate()
+
+    # ---- main sequence ---------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        o = self.o
+        self.say(f"chaos run: seed {o.seed} (replay with --seed {o.seed}), {o.orders} orders at {o.rate:g}/s, "
+                 f"{o.instances} host instances, StepTimeoutSeconds {o.step_timeout}, "
+                 f"SupervisorSchedule '{o.supervisor_schedule}'")
+        self.say(f"state and logs: {o.state_dir}")
+        self.plan_orders()
+        events = self.plan_events()
+        overrides = {
+            "StepTimeoutSeconds": str(o.step_timeout),
+            "SupervisorSchedule": o.supervisor_schedule,
+            "UnclaimedGraceSeconds": str(max(3, o.step_timeout)),
+            "BackoffBaseSeconds": "1",
+        }
+        self.stack = Stack(o.state_dir, persistent=True, instances=o.instances, settings_overrides=overrides,
+                           remotes_seed=o.seed or 0, echo=o.echo)
+        threads: list[threading.Thread] = []
+        progress_stop = threading.Event()
+        try:
+            t = time.monotonic()
+            self._start_stack()
+            self.durations["stackStartSeconds"] = round(time.monotonic() - t, 2)
+            self.host_instances()
+            self.say(f"stack up in {self.durations['stackStartSeconds']}s: {self.stack.api_url}")
+            self.apply_remote_faults()
+
+            def progress() -> None:
+                while not progress_stop.wait(o.progress_every):
+                    self.say(self.progress_line())
+
+            threads.append(threading.Thread(target=progress, name="progress", daemon=True))
+            threads.append(threading.Thread(target=self.poll_loop, name="poller", daemon=True))
+            for th in threads:
+                th.start()
+
+            self.phase = "chaos"
+            start = time.monotonic()
+            t_run = time.monotonic()
+            fault_thread = threading.Thread(target=self.run_events, args=(events, start), name="faults",
+                                            daemon=True)
+            fault_thread.start()
+            self.post_all(start)
+            fault_thread.join()
+            self.durations["submitSeconds"] = round(time.monotonic() - start, 2)
+
+            self.phase = "settle"
+            settled = self.wait_until(self.all_settled, o.settle_timeout)
+            self.remote_faults_off()
+            self.phase = "drain"
+            if not settled:
+                self.wait_until(self.all_settled, o.drain_timeout)
+            if o.operator_retry:
+                self.phase = "operator"
+                if self.retry_held():
+                    self.wait_until(self.all_settled, o.drain_timeout)
+            self.durations["processSeconds"] = round(time.monotonic() - t_run, 2)
+            self.phase = "verify"
+            progress_stop.set()
+            self.stop.set()
+            for th in threads:
+                th.join(timeout=30)
+            self.say(self.progress_line())
+            report = self.verify()
+        except (_Aborted, KeyboardInterrupt):
+            self.say("aborted: stopping the stack ...")
+            raise
+        finally:
+            progress_stop.set()
+            self.stop.set()
+            self._drop_sb_client()
+            pids = self.started_pids()
+            t = time.monotonic()
+            self.stack.stop()
+            self.durations["stackStopSeconds"] = round(time.monotonic() - t, 2)
+        self.durations["totalSeconds"] = round(self.elapsed(), 2)
+        report["durations"] = self.durations
+        orphans = _wait_gone(pids, 10.0)
+        report["appObserved"] = self.app_events()
+        report["faults"]["serviceBus"] = self.servicebus_counts()
+        report["processes"] = {"started": pids, "aliveAfterStop": orphans}
+        report["checks"]["orphanProcesses"] = {"value": len(orphans), "expected": 0, "ok": not orphans}
+        report["ok"] = report["ok"] and not orphans
+        return report
+
+    def _start_stack(self) -> None:
+        """Start the stack; if the emulator can write its counters (--stats-file, or the
+        environment variable), have it write them into the state folder."""
+        assert self.stack is not None
+        helptext = ""
+        try:
+            helptext = subprocess.run([sys.executable, "-m", "local.servicebus", "--help"], cwd=REPO_ROOT,
+                                      capture_output=True, text=True, timeout=60).stdout
+        except Exception:  # noqa: BLE001
+            pass
+        if SB_STATS_ENV not in helptext:
+            self.stack.start()
+            return
+        path = self.o.state_dir / "servicebus-stats-0.json"  # type: ignore[operator]
+        old = os.environ.get(SB_STATS_ENV)
+        os.environ[SB_STATS_ENV] = str(path)  # only while the children start: they copy it
+        try:
+            self.stack.start()
+        finally:
+            if old is None:
+                os.environ.pop(SB_STATS_ENV, None)
+            else:
+                os.environ[SB_STATS_ENV] = old
+        self._sb_stats_files.append(path)
+
+    def servicebus_counts(self) -> dict[str, Any]:
+        """The emulator's own counters, summed over its restarts: redeliveries (a lock that
+        expired, e.g. held by a killed instance; an abandon; a release), duplicates dropped by
+        duplicate detection, dead-letters."""
+        if not self._sb_stats_files:
+            return {"available": False}
+        per_queue: dict[str, Counter[str]] = defaultdict(Counter)
+        read = 0
+        for path in self._sb_stats_files:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            read += 1
+            for q, ops in (data.get("queues") or {}).items():
+                for k, v in ops.items():
+                    if isinstance(v, int):
+                        per_queue[q][k] += v
+        total: Counter[str] = Counter()
+        for c in per_queue.values():
+            total.update(c)
+        return {
+            "available": True, "files": read, "emulatorProcesses": len(self._sb_stats_files),
+            "redeliveries": total["lock_expired"] + total["abandoned"] + total["released"],
+            "lockExpired": total["lock_expired"], "abandoned": total["abandoned"], "released": total["released"],
+            "duplicatesDropped": total["duplicates"], "deadLettered": total["deadlettered"],
+            "delivered": total["delivered"], "sent": total["sent"],
+            "perQueue": {q: dict(c) for q, c in sorted(per_queue.items())},
+        }
+
+    def app_events(self) -> dict[str, int]:
+        """How often the app logged each event (host.log): duplicates and stale messages it
+        recognised, lost races, redrives, expiries... evidence that the faults reached it."""
+        assert self.stack is not None
+        counts: Counter[str] = Counter()
+        pattern = re.compile(rb'"event":"([A-Za-z0-9_.]+)"')
+        try:
+            with open(self.stack.log_dir / "host.log", "rb") as f:
+                for line in f:
+                    m = pattern.search(line)
+                    if m:
+                        counts[m.group(1).decode()] += 1
+        except OSError:
+            pass
+        return dict(sorted(counts.items()))
+
+    def started_pids(self) -> list[int]:
+        """Every process of the stack this run started (components, and host instances seen)."""
+        assert self.stack is not None
+        pids = []
+        for name in ("azurite", "servicebus", "remotes", "host"):
+            try:
+                p = self.stack.proc(name)
+                if p.popen is not None:
+                    pids.append(p.pid)
+            except (KeyError, AssertionError):
+                pass
+        self.host_instances()
+        pids += [e["pid"] for e in self.fault_events if e.get("kind") in ("kill", "instance-restarted")]
+        pids += list(self._host_pids.values())
+        return sorted(set(pids))
+
+    # ---- verification ----------------------------------------------------------------------------
+
+    def _final_views(self) -> dict[str, tuple[int | None, dict[str, Any] | None]]:
+        recs = self.accepted()
+        out: dict[str, tuple[int | None, dict[str, Any] | None]] = {}
+
+        def one(rec: OrderRec) -> None:
+            assert rec.order_id is not None
+            status, view = None, None
+            for _ in range(5):
+                status, view = self._get(rec.order_id)
+                if status in (200, 404) and (status == 404 or view is not None):
+                    break
+                time.sleep(1)
+            out[rec.order_id] = (status, view)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(one, recs))
+        return out
+
+    def verify(self) -> dict[str, Any]:
+        assert self.stack is not None
+        o = self.o
+        now = _now()
+        views = self._final_views()
+        remotes = self.stack.remotes
+        ledger = remotes.ledger()
+        stats = remotes.stats()
+        sweep = 2 * supervisor_period(o.supervisor_schedule) + 1
+
+        checks, summary, examples = evaluate(self.recs, views, ledger, now=now, sweep_seconds=sweep,
+                                             errors=self.errors, held_allowed=not o.operator_retry)
+        faults = self.fault_counts(stats)
+        examples["orderNotes"] = self.order_notes(examples, views)
+        report = {
+            "ok": all(c["ok"] for c in checks.values()),
+            "seed": o.seed,
+            "replay": replay_command(o),
+            "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(o).items()},
+            "orders": {"planned": o.orders, **summary},
+            "checks": checks,
+            "faults": faults,
+            "faultEvents": self.fault_events,
+            "remotes": {"effects": len(ledger), "stats": stats},
+            "pollErrors": dict(self.poll_errors),
+            "infrastructureErrors": self.errors,
+            "examples": examples,
+            "stateDir": str(o.state_dir),
+        }
+        return report
+
+    def order_notes(self, examples: dict[str, Any], views: dict[str, Any]) -> dict[str, Any]:
+        """What the runner did to each order named in the examples, and its final steps."""
+        named: set[str] = set()
+        for v in examples.values():
+            for item in v if isinstance(v, list) else []:
+                if isinstance(item, str):
+                    named.add(item)
+                elif isinstance(item, dict) and isinstance(item.get("orderId"), str):
+                    named.add(item["orderId"])
+        notes = {}
+        for r in self.recs:
+            if r.order_id in named:
+                view = (views.get(r.order_id) or (None, None))[1] or r.view or {}
+                notes[r.order_id] = {
+                    "idempotencyKey": r.key, "designedRejection": r.reject, "duplicateSubmission": r.dup_submit,
+                    "requestCopySent": r.request_copy_sent, "replyCopySent": r.reply_copy_sent,
+                    "processState": view.get("processState"), "failureCount": view.get("failureCount"),
+                    "reason": view.get("reason"),
+                    "steps": [{"name": s.get("name"), "state": s.get("state"), "attempt": s.get("attempt"),
+                               "compensation": (s.get("compensation") or {}).get("state")}
+                              for s in view.get("steps") or []],
+                }
+        return notes
+
+    def fault_counts(self, stats: dict[str, Any]) -> dict[str, Any]:
+        """Injected faults. Process faults and duplicates are counted as they are injected; the
+        remotes' faults come from their /_stats."""
+        f = dict(self.faults)
+        for k in ("hostInstanceKills", "serviceBusEmulatorRestarts", "azuriteRestarts", "duplicateSubmissions",
+                  "duplicateRequestDeliveries", "duplicateReplyDeliveries", "shippingOutageWindows"):
+            f.setdefault(k, 0)
+        f["duplicateDeliveries"] = f["duplicateRequestDeliveries"] + f["duplicateReplyDeliveries"]
+        req = stats.get("requests", {})
+
+        def status_count(svc: str, op: str | None, status: str) -> int:
+            ops = req.get(svc, {})
+            return sum(v.get(status, 0) for name, v in ops.items() if op is None or name == op)
+
+        f["permanentRejections"] = {
+            "ordersDesigned": sum(1 for r in self.recs if r.reject),
+            "reserve422": status_count("inventory", "reserve", "422"),
+            "charge422": status_count("payment", "charge", "422"),
+        }
+        f["remote503"] = {svc: status_count(svc, None, "503") for svc in SERVICES}
+        f["remoteCalls"] = {svc: sum(sum(v.values()) for v in req.get(svc, {}).values()) for svc in SERVICES}
+        f["remoteReplays"] = stats.get("replays", {})
+        f["remoteInjected"] = stats.get("injected", {})  # counted by the simulator as it applies each fault
+        return f
+
+
+def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, Any] | None]],
+             ledger: list[dict[str, Any]], *, now: datetime, sweep_seconds: float,
+             errors: list[str] | None = None, held_allowed: bool = False,
+             ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The end-of-run checks, from the orders' final views (``order id -> (HTTP status, body)``)
+    and the simulator's ledger. -> (checks, order summary, examples of what failed)."""
+    errors = errors or []
+    accepted = [r for r in recs if r.order_id]
+    ids = {r.order_id for r in accepted}
+    sweep = sweep_seconds
+    states: Counter[str] = Counter()
+    terminal, lost, stuck, not_found = [], [], [], []
+    for r in accepted:
+        status, view = views.get(r.order_id, (None, None))  # type: ignore[arg-type]
+        if status == 404:
+            not_found.append(r.order_id)
+            lost.append(r.order_id)
+            states["NotFound"] += 1
+            continue
+        if view is None:
+            view = r.view  # the last view seen while polling
+        states[(view or {}).get("processState") or "Unknown"] += 1
+        if is_terminal(view):
+            terminal.append(r.order_id)
+            continue
+        lost.append(r.order_id)  # accepted but never terminal
+        cb = _parse_iso((view or {}).get("completeBy"))
+        if cb is None or cb + timedelta(seconds=sweep) < now:
+            stuck.append(r.order_id)
+
+    # Ledger: effects per (service, key), per order. A ``tombstone`` entry records a compensation
+    # that found nothing to undo (the step timed out without its effect): it is not an effect.
+    per_key = Counter((e["service"], e["idempotencyKey"]) for e in ledger)
+    double_effects = [{"service": s, "idempotencyKey": k, "times": n} for (s, k), n in per_key.items() if n > 1]
+    by_order: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
+    tombs: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
+    for e in ledger:
+        (tombs if e.get("kind") == "tombstone" else by_order)[e["orderId"]][(e["service"], e["operation"])] += 1
+    foreign = sorted((set(by_order) | set(tombs)) - ids)
+
+    final_state = {oid: ((v or {}).get("processState") if s == 200 else None) for oid, (s, v) in views.items()}
+    held = sorted(oid for oid, (s, v) in views.items() if s == 200 and oid in ids and is_held(v))
+    processed_wrong, error_shipped = [], []
+    comp_needed, comp_ok, comp_missing, comp_multi = 0, 0, [], []
+    expected = Counter({(svc, op): 1 for svc, op, _ in STEP_EFFECTS.values()})
+    for oid in ids:
+        effects, tomb = by_order.get(oid, Counter()), tombs.get(oid, Counter())
+        for svc, op in COMPENSATION_OPS:
+            n = effects.get((svc, op), 0) + tomb.get((svc, op), 0)
+            if n > 1:
+                comp_multi.append({"orderId": oid, "effect": f"{svc}/{op}", "times": n})
+        if final_state.get(oid) == "Processed":
+            if effects != expected or tomb:
+                processed_wrong.append({"orderId": oid,
+                                        "effects": {f"{s}/{p}": n for (s, p), n in effects.items()},
+                                        "tombstones": {f"{s}/{p}": n for (s, p), n in tomb.items()}})
+        elif final_state.get(oid) == "Error" and oid in held:
+            continue  # nothing is compensated while an operator decides
+        elif final_state.get(oid) == "Error":
+            for name, (svc, op, comp) in STEP_EFFECTS.items():
+                if not effects.get((svc, op)):
+                    continue
+                if comp is None:
+                    error_shipped.append({"orderId": oid, "step": name})
+                    continue
+                comp_needed += 1
+                if effects.get((svc, comp)) == 1:
+                    comp_ok += 1
+                else:
+                    comp_missing.append({"orderId": oid, "step": name, "compensation": f"{svc}/{comp}",
+                                         "applied": effects.get((svc, comp), 0),
+                                         "tombstones": tomb.get((svc, comp), 0)})
+    failed_orders = [oid for oid in ids if final_state.get(oid) == "Error"]
+    failed_with_effects = sorted({oid for oid in failed_orders
+                                  if any(by_order.get(oid, Counter()).get((s, op))
+                                         for s, op, c in STEP_EFFECTS.values() if c)})
+    fully_comp = [oid for oid in failed_with_effects
+                  if oid not in {m["orderId"] for m in comp_missing}]
+
+    dup_mismatch = [{"key": r.key, "orderId": r.order_id, "replayOrderId": r.dup_submit_order_id,
+                     "replayStatus": r.dup_submit_status}
+                    for r in accepted if r.dup_submit_done and r.dup_submit_order_id != r.order_id]
+    rejected_unexpectedly = [{"key": r.key, "status": r.post_status, "error": r.post_error}
+                             for r in recs if r.post_status is not None and r.order_id is None]
+    never_answered = [r.key for r in recs if r.post_status is None]
+
+    n_acc = len(accepted)
+    checks = {
+        "terminalPercent": {"value": _pct(len(terminal), n_acc), "expected": 100.0,
+                            "ok": len(terminal) == n_acc and n_acc > 0},
+        "lostOrders": {"value": len(lost), "expected": 0, "ok": not lost},
+        "stuckOrders": {"value": len(stuck), "expected": 0, "ok": not stuck},
+        "doubleEffects": {"value": len(double_effects), "expected": 0, "ok": not double_effects},
+        "failedOrdersFullyCompensatedPercent": {
+            "value": _pct(len(fully_comp), len(failed_with_effects)), "expected": 100.0,
+            "ok": len(fully_comp) == len(failed_with_effects)},
+        "compensationsAppliedMoreThanOnce": {"value": len(comp_multi), "expected": 0, "ok": not comp_multi},
+        # further invariants of the same runs
+        "processedOrdersWithWrongEffects": {"value": len(processed_wrong), "expected": 0,
+                                            "ok": not processed_wrong},
+        "failedOrdersThatShipped": {"value": len(error_shipped), "expected": 0, "ok": not error_shipped},
+        "duplicateSubmissionsGivingAnotherOrder": {"value": len(dup_mismatch), "expected": 0,
+                                                   "ok": not dup_mismatch},
+        "submissionsRejected": {"value": len(rejected_unexpectedly), "expected": 0,
+                                "ok": not rejected_unexpectedly},
+        "submissionsNeverAnswered": {"value": len(never_answered), "expected": 0, "ok": not never_answered},
+        "effectsOfUnknownOrders": {"value": len(foreign), "expected": 0, "ok": not foreign},
+        "ordersLeftHeldForAnOperator": {"value": len(held), "expected": 0, "ok": held_allowed or not held},
+        "infrastructureErrors": {"value": len(errors), "expected": 0, "ok": not errors},
+    }
+    summary = {"accepted": n_acc, "finalStates": dict(states), "failed": len(failed_orders),
+               "heldForAnOperator": len(held),
+               "operatorRetried": sum(1 for r in accepted if r.held_retry_status == 202),
+               "failedWithEffectsToCompensate": len(failed_with_effects),
+               "compensationsNeeded": comp_needed, "compensationsApplied": comp_ok,
+               "compensationsOfNothing": sum(sum(c.values()) for o, c in tombs.items() if o in ids),
+               "designedRejections": sum(1 for r in recs if r.reject)}
+    examples = {
+        "lost": lost[:20], "notFound": not_found[:20], "stuck": stuck[:20],
+        "doubleEffects": double_effects[:20], "compensationMissing": comp_missing[:20],
+        "compensationMultiple": comp_multi[:20], "processedWrong": processed_wrong[:20],
+        "failedShipped": error_shipped[:20], "duplicateSubmissionMismatch": dup_mismatch[:20],
+        "submissionsRejected": rejected_unexpectedly[:20], "neverAnswered": never_answered[:20],
+        "unknownOrders": foreign[:20], "held": held[:20],
+        "nonTerminalViews": [views[oid][1] for oid in lost[:5] if views.get(oid)],
+    }
+    return checks, summary, examples
+
+
+# ---- printing -------------------------------------------------------------------------------------
+
+
+def render_summary(report: dict[str, Any]) -> str:
+    c, f, orders = report["checks"], report["faults"], report["orders"]
+    mark = lambda ok: "ok " if ok else "FAIL"  # noqa: E731
+    inj = f.get("remoteInjected", {})
+    tot = Counter()
+    for svc in SERVICES:
+        tot.update({k: v for k, v in inj.get(svc, {}).items() if isinstance(v, int)})
+    rej = f["permanentRejections"]
+    sb = f.get("serviceBus") or {}
+    lines = [
+        "",
+        f"chaos run: seed {report['seed']}, {orders['planned']} orders ({orders['accepted']} accepted), "
+        f"final states {orders['finalStates']}",
+        f"  [{mark(c['terminalPercent']['ok'])}] terminal (Processed or Error): {c['terminalPercent']['value']}%",
+        f"  [{mark(c['lostOrders']['ok'])}] lost orders: {c['lostOrders']['value']}",
+        f"  [{mark(c['stuckOrders']['ok'])}] stuck orders (past CompleteBy + a sweep): {c['stuckOrders']['value']}",
+        f"  [{mark(c['doubleEffects']['ok'])}] double effects in the ledger: {c['doubleEffects']['value']}",
+        f"  [{mark(c['failedOrdersFullyCompensatedPercent']['ok'])}] failed orders fully compensated: "
+        f"{c['failedOrdersFullyCompensatedPercent']['value']}% "
+        f"({orders['failedWithEffectsToCompensate']} failed orders with effects, "
+        f"{orders['compensationsApplied']}/{orders['compensationsNeeded']} compensations; "
+        f"{orders.get('compensationsOfNothing', 0)} compensations of a timed-out step found nothing to undo)",
+        f"  [{mark(c['compensationsAppliedMoreThanOnce']['ok'])}] compensations applied more than once: "
+        f"{c['compensationsAppliedMoreThanOnce']['value']}",
+    ]
+    for name in ("processedOrdersWithWrongEffects", "failedOrdersThatShipped", "duplicateSubmissionsGivingAnotherOrder",
+                 "submissionsRejected", "submissionsNeverAnswered", "effectsOfUnknownOrders",
+                 "ordersLeftHeldForAnOperator", "infrastructureErrors", "orphanProcesses"):
+        if name in c:
+            lines.append(f"  [{mark(c[name]['ok'])}] {name}: {c[name]['value']}")
+    lines += [
+        f"  held for an operator (an unknown outcome of a step that cannot be compensated): retried by the runner "
+        f"as the operator {orders.get('operatorRetried', 0)}, still held {orders.get('heldForAnOperator', 0)}",
+        "  faults injected:",
+        f"    host instance SIGKILLs {f['hostInstanceKills']}, Service Bus emulator restarts "
+        f"{f['serviceBusEmulatorRestarts']}, Azurite restarts {f['azuriteRestarts']}, "
+        f"shipping outage windows {f['shippingOutageWindows']}",
+        f"    duplicate submissions {f['duplicateSubmissions']}, duplicate Service Bus deliveries "
+        f"{f['duplicateDeliveries']} (requests {f['duplicateRequestDeliveries']}, replies "
+        f"{f['duplicateReplyDeliveries']})",
+        (f"    Service Bus (emulator counters): redeliveries {sb['redeliveries']} (lock expired {sb['lockExpired']}, "
+         f"abandoned {sb['abandoned']}, released {sb['released']}), duplicates dropped {sb['duplicatesDropped']}, "
+         f"dead-lettered {sb['deadLettered']}" if sb.get("available") else
+         "    Service Bus emulator counters: not available"),
+        f"    remote calls {sum(f['remoteCalls'].values())}: transient 503 {tot['transient']}, hangs {tot['hang']}, "
+        f"lost responses {tot['lostResponse']}, outage {tot['down'] + tot['reset']}"
+        + f"; all 503s {sum(f['remote503'].values())}",
+        f"    permanent rejections: {rej['ordersDesigned']} orders (422 answers: reserve {rej['reserve422']}, "
+        f"charge {rej['charge422']})",
+        "  the app recognised: " + ", ".join(
+            f"{k} {report.get('appObserved', {}).get(k, 0)}"
+            for k in ("reply.duplicate", "reply.stale", "state.lost_race", "order.replayed", "supervisor.redrive",
+                      "agent.expired", "schedule.resumed", "supervisor.unclaimed_rescheduled")),
+        f"  durations: {report.get('durations', {})}",
+        f"  replay: {report['replay']}",
+        f"RESULT: {'PASS' if report['ok'] else 'FAIL'}",
+    ]
+    return "\n".join(lines)
+
+
+def run_chaos(opts: ChaosOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
+    """Run, print the summary, write the JSON report (if ``opts.out``); return the report."""
+    runner = ChaosRun(opts, out=out)
+    report = runner.run()
+    out.write(render_summary(report) + "\n")
+    out.flush()
+    if runner.o.out:
+        path = Path(runner.o.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        out.write(f"report written to {path}\n")
+    return report
+
+
+class _Signal(Exception):
+    pass
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    d = ChaosOptions()
+    ap = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--orders", type=int, default=d.orders)
+    ap.add_argument("--seed", type=int, default=None, help="default: random (printed)")
+    ap.add_argument("--instances", type=int, default=d.instances, help="host instances (>= 2)")
+    ap.add_argument("--rate", type=float, default=d.rate, help="orders posted per second")
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="JSON report ('' for none)")
+    ap.add_argument("--state-dir", default=None, help="stack state and logs (default .local/chaos/<time>-seed<S>)")
+    ap.add_argument("--step-timeout", type=int, default=d.step_timeout, help="StepTimeoutSeconds")
+    ap.add_argument("--supervisor-schedule", default=d.supervisor_schedule)
+    ap.add_argument("--kills", type=int, default=None, help="host instance SIGKILLs (default max(2, orders/200))")
+    ap.add_argument("--duplicate-submit-rate", type=float, default=d.duplicate_submit_rate)
+    ap.add_argument("--duplicate-delivery-rate", type=float, default=d.duplicate_delivery_rate)
+    ap.add_argument("--transient-rate", type=float, default=d.transient_rate)
+    ap.add_argument("--lost-response-rate", type=float, default=d.lost_response_rate)
+    ap.add_argument("--hang-rate", type=float, default=d.hang_rate)
+    ap.add_argument("--hang-seconds", type=float, default=None, help="default step timeout + 3")
+    ap.add_argument("--reject-rate", type=float, default=d.reject_rate)
+    ap.add_argument("--outage-seconds", type=float, default=d.outage_seconds)
+    ap.add_argument("--no-servicebus-restart", action="store_true")
+    ap.add_argument("--no-azurite-restart", action="store_true")
+    ap.add_argument("--no-operator-retry", action="store_true", help="leave orders held for an operator as they are")
+    ap.add_argument("--settle-timeout", type=float, default=d.settle_timeout)
+    ap.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
+    ap.add_argument("--echo", action="store_true", help="echo the stack's output to stderr")
+    a = ap.parse_args(list(argv) if argv is not None else None)
+    opts = ChaosOptions(
+        orders=a.orders, seed=a.seed, instances=a.instances, rate=a.rate, out=Path(a.out) if a.out else None,
+        state_dir=Path(a.state_dir) if a.state_dir else None, step_timeout=a.step_timeout,
+        supervisor_schedule=a.supervisor_schedule, kills=a.kills, duplicate_submit_rate=a.duplicate_submit_rate,
+        duplicate_delivery_rate=a.duplicate_delivery_rate, transient_rate=a.transient_rate,
+        lost_response_rate=a.lost_response_rate, hang_rate=a.hang_rate, hang_seconds=a.hang_seconds,
+        reject_rate=a.reject_rate, outage_seconds=a.outage_seconds,
+        restart_servicebus=not a.no_servicebus_restart, restart_azurite=not a.no_azurite_restart,
+        operator_retry=not a.no_operator_retry,
+        settle_timeout=a.settle_timeout, drain_timeout=a.drain_timeout, echo=a.echo,
+    )
+    if opts.instances < 2:
+        ap.error("--instances must be at least 2")
+
+    def on_signal(signum: int, frame: object) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second signal must not cut the clean-up short
+        raise _Signal(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    try:
+        report = run_chaos(opts)
+    except (KeyboardInterrupt, _Signal, _Aborted) as e:
+        print(f"interrupted ({e or 'SIGINT'}); the stack was stopped", file=sys.stderr)
+        return 130
+    except Exception as e:  # the stack did not start, a component could not be restarted ...
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""The chaos runner (bench/chaos.py): a CI-sized run through the whole local stack with every
+fault kind injected at least once, and the runner's checks themselves on made-up outcomes.
+
+The run asserts correctness only (terminal, lost, stuck, double effects, compensations), never
+speed. Replay a failure with the seed it prints: ``python -m bench.chaos --seed S --orders 200 ...``
+(the report's ``replay`` field has the whole command line).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.chaos import ChaosOptions, OrderRec, evaluate, run_chaos
+
+CI_SEED = int(os.environ.get("CHAOS_SEED", "20261122"))
+
+
+def _failed(report: dict[str, Any]) -> str:
+    bad = {k: v for k, v in report["checks"].items() if not v["ok"]}
+    examples = {k: v for k, v in report["examples"].items() if v}
+    return (f"seed {report['seed']} (replay: {report['replay']}); failed checks {bad}; examples {examples}; "
+            f"infrastructure errors {report['infrastructureErrors']}; logs in {report['stateDir']}")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
+    opts = ChaosOptions(
+        orders=200, seed=CI_SEED, instances=2, rate=8.0, out=tmp_path / "chaos.json",
+        state_dir=tmp_path / "stack", step_timeout=4, supervisor_schedule="*/1 * * * * *",
+        kills=2, duplicate_submit_rate=0.08, duplicate_delivery_rate=0.08,
+        transient_rate=0.2, lost_response_rate=0.05, hang_rate=0.05, reject_rate=0.02,
+        outage_seconds=12.0, settle_timeout=30.0, drain_timeout=120.0,
+    )
+    out = io.StringIO()
+    report = run_chaos(opts, out=out)
+    printed = out.getvalue()
+
+    # The seed is printed first, the figures last; the JSON report is written.
+    assert printed.splitlines()[0].startswith(f"chaos run: seed {CI_SEED} ")
+    assert "RESULT: " in printed and (tmp_path / "chaos.json").exists()
+
+    checks = report["checks"]
+    assert report["ok"], _failed(report)
+    assert checks["terminalPercent"]["value"] == 100.0
+    assert checks["lostOrders"]["value"] == 0 and checks["stuckOrders"]["value"] == 0
+    assert checks["doubleEffects"]["value"] == 0
+    assert checks["failedOrdersFullyCompensatedPercent"]["value"] == 100.0
+    assert checks["compensationsAppliedMoreThanOnce"]["value"] == 0
+    assert report["orders"]["accepted"] == 200
+
+    # Every fault kind was really injected, so the checks above were exercised.
+    f = report["faults"]
+    assert f["hostInstanceKills"] >= 1, f
+    assert f["serviceBusEmulatorRestarts"] == 1 and f["azuriteRestarts"] == 1, f
+    assert f["duplicateSubmissions"] >= 1, f
+    assert f["duplicateRequestDeliveries"] >= 1 and f["duplicateReplyDeliveries"] >= 1, f
+    assert f["shippingOutageWindows"] == 1, f
+    injected = {k: sum(svc.get(k, 0) for svc in f["remoteInjected"].values() if isinstance(svc, dict))
+                for k in ("transient", "hang")}
+    assert injected["transient"] >= 1 and injected["hang"] >= 1, f["remoteInjected"]
+    assert sum(f["remote503"].values()) >= 1, f
+    assert f["permanentRejections"]["reserve422"] >= 1 and f["permanentRejections"]["charge422"] >= 1, f
+    # ... and failures did leave effects to compensate (a charge rejection leaves a reservation).
+    assert report["orders"]["failedWithEffectsToCompensate"] >= 1, report["orders"]
+    assert report["orders"]["compensationsApplied"] == report["orders"]["compensationsNeeded"] >= 1
+
+
+# ---- the checks themselves -----------------------------------------------------------------------
+
+NOW = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
+
+
+def _rec(i: int, oid: str) -> OrderRec:
+    return OrderRec(index=i, key=f"k-{i}", body={}, reject=None, dup_submit=False, dup_delivery=False,
+                    order_id=oid, post_status=202)
+
+
+def _view(oid: str, state: str, comp: str = "none", complete_by: datetime | None = None,
+          outcome: str | None = None) -> dict[str, Any]:
+    return {"orderId": oid, "processState": state, "compensation": {"state": comp, "pending": 0},
+            "completeBy": complete_by.isoformat() if complete_by else None, "steps": [], "outcome": outcome}
+
+
+def _fx(oid: str, service: str, operation: str, key: str | None = None, kind: str = "effect") -> dict[str, Any]:
+    return {"service": service, "operation": operation, "orderId": oid,
+            "idempotencyKey": key or f"{oid}:{operation}", "kind": kind}
+
+
+def _good() -> tuple[list[OrderRec], dict[str, Any], list[dict[str, Any]]]:
+    """o1 processed; o2 failed at shipping, payment refunded and reservation released."""
+    recs = [_rec(1, "o1"), _rec(2, "o2")]
+    views = {"o1": (200, _view("o1", "Processed")), "o2": (200, _view("o2", "Error", "completed"))}
+    ledger = [_fx("o1", "inventory", "reserve"), _fx("o1", "payment", "charge"), _fx("o1", "shipping", "ship"),
+              _fx("o2", "inventory", "reserve"), _fx("o2", "payment", "charge"),
+              _fx("o2", "payment", "refund"), _fx("o2", "inventory", "release")]
+    return recs, views, ledger
+
+
+def _failing(recs: list[OrderRec], views: dict[str, Any], ledger: list[dict[str, Any]]) -> set[str]:
+    checks, _, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3)
+    return {k for k, v in checks.items() if not v["ok"]}
+
+
+def test_checks_pass_on_a_clean_outcome() -> None:
+    recs, views, ledger = _good()
+    checks, summary, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3)
+    assert all(v["ok"] for v in checks.values()), checks
+    assert summary["failedWithEffectsToCompensate"] == 1
+    assert summary["compensationsNeeded"] == summary["compensationsApplied"] == 2
+
+
+def test_checks_catch_a_double_effect() -> None:
+    recs, views, ledger = _good()
+    ledger.append(_fx("o1", "payment", "charge"))  # the same key applied twice
+    assert _failing(recs, views, ledger) == {"doubleEffects", "processedOrdersWithWrongEffects"}
+
+
+def test_checks_catch_a_missing_and_a_repeated_compensation() -> None:
+    recs, views, ledger = _good()
+    missing = [e for e in ledger if e["operation"] != "refund"]
+    assert _failing(recs, views, missing) == {"failedOrdersFullyCompensatedPercent"}
+    twice = ledger + [_fx("o2", "payment", "refund", key="o2:refund-again")]
+    assert _failing(recs, views, twice) == {"failedOrdersFullyCompensatedPercent",
+                                            "compensationsAppliedMoreThanOnce"}
+
+
+def test_a_compensation_of_nothing_is_no_effect() -> None:
+    """A step that timed out without its effect: its compensation tombstones the key."""
+    recs, views, ledger = _good()
+    recs.append(_rec(3, "o3"))
+    views["o3"] = (200, _view("o3", "Error", "completed"))
+    ledger += [_fx("o3", "inventory", "reserve"), _fx("o3", "payment", "refund", kind="tombstone"),
+               _fx("o3", "inventory", "release")]
+    checks, summary, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3)
+    assert all(v["ok"] for v in checks.values()), checks
+    assert summary["compensationsOfNothing"] == 1 and summary["compensationsApplied"] == 3
+    # ... but a tombstone where the effect did happen is no compensation
+    ledger = [e for e in ledger if not (e["orderId"] == "o3" and e["operation"] == "release")]
+    ledger.append(_fx("o3", "inventory", "release", kind="tombstone"))
+    assert _failing(recs, views, ledger) == {"failedOrdersFullyCompensatedPercent"}
+    # ... and a processed order has no compensation of any kind
+    ledger.append(_fx("o1", "payment", "refund", kind="tombstone"))
+    assert "processedOrdersWithWrongEffects" in _failing(recs, views, ledger)
+
+
+def test_an_order_held_for_an_operator_is_not_compensated_but_must_not_stay_held() -> None:
+    """A shipment of unknown outcome cannot be undone: the app holds the order for an operator."""
+    recs, views, ledger = _good()
+    recs.append(_rec(3, "o3"))
+    views["o3"] = (200, _view("o3", "Error", outcome="held"))
+    ledger += [_fx("o3", "inventory", "reserve"), _fx("o3", "payment", "charge"), _fx("o3", "shipping", "ship")]
+    assert _failing(recs, views, ledger) == {"ordersLeftHeldForAnOperator"}
+    checks, summary, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3, held_allowed=True)
+    assert all(v["ok"] for v in checks.values()) and summary["heldForAnOperator"] == 1
+    # once the operator's retry learnt that it shipped, it is Processed with each effect once
+    views["o3"] = (200, _view("o3", "Processed"))
+    assert _failing(recs, views, ledger) == set()
+
+
+def test_checks_catch_lost_stuck_and_unfinished_orders() -> None:
+    recs, views, ledger = _good()
+    recs.append(_rec(3, "o3"))
+    views["o3"] = (404, None)
+    assert _failing(recs, views, ledger) == {"terminalPercent", "lostOrders"}
+    views["o3"] = (200, _view("o3", "Processing", complete_by=NOW - timedelta(seconds=10)))
+    assert _failing(recs, views, ledger) == {"terminalPercent", "lostOrders", "stuckOrders"}
+    views["o3"] = (200, _view("o3", "Processing", complete_by=NOW + timedelta(seconds=10)))
+    assert _failing(recs, views, ledger) == {"terminalPercent", "lostOrders"}
+    # Error while compensations still run is not terminal yet
+    views["o3"] = (200, _view("o3", "Error", "running", complete_by=NOW + timedelta(seconds=10)))
+    assert _failing(recs, views, ledger) == {"terminalPercent", "lostOrders"}
+
+
+def test_checks_catch_a_failed_order_that_shipped_and_unknown_effects() -> None:
+    recs, views, ledger = _good()
+    ledger.append(_fx("o2", "shipping", "ship"))
+    ledger.append(_fx("zz", "inventory", "reserve"))
+    assert _failing(recs, views, ledger) == {"failedOrdersThatShipped", "effectsOfUnknownOrders"}
+
+
+def test_checks_catch_bad_submissions() -> None:
+    recs, views, ledger = _good()
+    recs[0].dup_submit_done, recs[0].dup_submit_order_id = True, "another"
+    recs.append(OrderRec(index=3, key="k-3", body={}, reject=None, dup_submit=False, dup_delivery=False,
+                         post_status=400, post_error="400 bad"))
+    recs.append(OrderRec(index=4, key="k-4", body={}, reject=None, dup_submit=False, dup_delivery=False))
+    assert _failing(recs, views, ledger) == {"duplicateSubmissionsGivingAnotherOrder", "submissionsRejected",
+                                             "submissionsNeverAnswered"}
