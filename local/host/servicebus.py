@@ -298,10 +298,12 @@ class ServiceBusHost:
                             if self.stopping.is_set():
                                 slots.release()
                                 break
+                            # One message per receive call: a call for n > 1 messages returns only
+                            # after the first message plus one more socket read (the SDK's
+                            # socket_timeout, 0.2 s), which would add 0.2 s to every hop of a
+                            # message flow. The host's processor hands each message on at once.
+                            # With prefetchCount > 0 the next calls are served from the buffer.
                             n = 1
-                            while n < limit and not slots.locked():
-                                await slots.acquire()
-                                n += 1
                             try:
                                 msgs = await receiver.receive_messages(max_message_count=n,
                                                                        max_wait_time=RECEIVE_WAIT)

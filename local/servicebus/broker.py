@@ -251,6 +251,12 @@ class Entity:
         self.lock_ms = cfg.lock_duration_ms
         self.max_dc = cfg.max_delivery_count if not is_dlq else 1 << 62
         self.ttl_ms = cfg.default_ttl_ms if not is_dlq else NEVER_MS
+        # operation counters (benchmarks; written by --stats-file): messages accepted by sends,
+        # deliveries (a message transferred to a receiver; credit alone is not an operation),
+        # settlements, management operations by name, duplicates dropped, expirations
+        self.ops: dict[str, Any] = {"sent": 0, "delivered": 0, "completed": 0, "abandoned": 0,
+                                    "deadlettered": 0, "deferred": 0, "released": 0, "lock_expired": 0,
+                                    "duplicates": 0, "expired": 0, "flows": 0, "management": {}}
 
     def session(self, sid: str) -> Session:
         s = self.sessions.get(sid)
@@ -368,6 +374,7 @@ class Broker:
                 seen = e.dups.get(key)
                 if seen is not None and seen > now - cfg.duplicate_window_ms:
                     self.stats["duplicates"] += 1
+                    e.ops["duplicates"] += 1
                     return None
                 e.dups[key] = now
                 e.dups.move_to_end(key)
@@ -381,6 +388,7 @@ class Broker:
         e.msgs[seq] = m
         self.by_uid[uid] = m
         self.stats["sent"] += 1
+        e.ops["sent"] += 1
         if p.scheduled_ms is not None and p.scheduled_ms > now:
             m.state = SCHEDULED
             m.status = ST_SCHEDULED
@@ -448,6 +456,7 @@ class Broker:
             self.store.delete(m)
 
     def _expire(self, m: Msg, now: int) -> None:
+        m.entity.ops["expired"] += 1
         if m.entity.cfg.dead_lettering_on_expiration and not m.entity.is_dlq:
             self._dead_letter(m, TTL_REASON, "The message expired and was dead lettered.")
         else:
@@ -673,6 +682,7 @@ class Broker:
     def _deliver(self, c: Consumer, m: Msg, now: int) -> None:
         token = self._new_token()
         self.stats["delivered"] += 1
+        m.entity.ops["delivered"] += 1
         if c.rad:
             payload = m.encode(None)
             c.sink.deliver(payload, token, True)
@@ -709,6 +719,7 @@ class Broker:
         self._unlock_session(m)
         self._remove(m)
         self.stats["completed"] += 1
+        m.entity.ops["completed"] += 1
 
     def _unlock_session(self, m: Msg) -> None:
         c = m.consumer
@@ -718,6 +729,7 @@ class Broker:
 
     def abandon(self, token: bytes, now: int | None = None) -> None:
         m = self._locked(token)
+        m.entity.ops["abandoned"] += 1
         self._unlock_session(m)
         self.locks.pop(token, None)
         self._failed_delivery(m, now or now_ms())
@@ -727,6 +739,7 @@ class Broker:
         m = self.locks.get(token)
         if m is None or m.status != LOCKED:
             return
+        m.entity.ops["released"] += 1
         self._unlock_session(m)
         self.locks.pop(token, None)
         if m.state == DEFERRED:
@@ -755,11 +768,13 @@ class Broker:
 
     def dead_letter(self, token: bytes, reason: str | None, description: str | None) -> None:
         m = self._locked(token)
+        m.entity.ops["deadlettered"] += 1
         self._unlock_session(m)
         self._dead_letter(m, reason, description)
 
     def defer(self, token: bytes) -> None:
         m = self._locked(token)
+        m.entity.ops["deferred"] += 1
         self._unlock_session(m)
         self.locks.pop(token, None)
         self._to_deferred(m)
@@ -809,6 +824,7 @@ class Broker:
             m = self.locks.get(token)
             if m is not None and m.status == LOCKED and m.lock_token == token and m.locked_until <= now:
                 self.locks.pop(token, None)
+                m.entity.ops["lock_expired"] += 1
                 self._failed_delivery(m, now)
         sh = self.sched_heap
         while sh and sh[0][0] <= now:
@@ -958,6 +974,15 @@ class Broker:
         sids = {m.session_id for m in e.msgs.values() if m.session_id is not None}
         sids.update(e.session_states)
         return sorted(sids)
+
+    def op_stats(self) -> dict[str, dict[str, Any]]:
+        """Per-entity operation counters (see ``Entity.ops``), for --stats-file."""
+        return {e.name: {k: (dict(v) if isinstance(v, dict) else v) for k, v in e.ops.items()}
+                for e in self.entities.values()}
+
+    def count_management(self, e: Entity, op: str) -> None:
+        mg = e.ops["management"]
+        mg[op] = mg.get(op, 0) + 1
 
     def counts(self, e: Entity) -> dict[str, int]:
         c = {"active": 0, "locked": 0, "deferred": 0, "scheduled": 0}

@@ -195,6 +195,7 @@ class Server:
         self.conns: dict[int, Conn] = {}
         self.by_connection: dict[Connection, Conn] = {}
         self.drain_links: set[Link] = set()
+        self.after_iteration: Any = None  # called at the end of every loop iteration (stats file)
         self.ctxs: dict[int, LinkCtx] = {}
         self._col = self.collector._impl
         self._iobuf = bytearray(_IO_BUF)
@@ -264,6 +265,8 @@ class Server:
         self._process_events()
         broker.commit()
         self._flush_all(now / 1000.0)
+        if self.after_iteration is not None:
+            self.after_iteration()
 
     def _settle_deferred(self, now_s: float) -> None:
         """Settle held-back management requests once the client sent something new (or after 1 s).
@@ -599,6 +602,7 @@ class Server:
         ctx = self.ctxs.get(_ptr(link))
         if ctx is None or ctx.consumer is None:
             return
+        ctx.consumer.entity.ops["flows"] += 1  # credit granted: counted apart, not an operation
         self.broker.credit_changed(ctx.consumer)
         if _lib.pn_link_get_drain(link):
             self.drain_links.add(ctx.link)
@@ -823,6 +827,7 @@ class Server:
         body = {str(k): _plain(v) for k, v in body.items()}
         entity = ctx.entity
         assert entity is not None
+        self.broker.count_management(entity, op.removeprefix("com.microsoft:"))
         try:
             status, out = self._operation(op, entity, body)
             desc = "OK" if status == 200 else "No Content"
