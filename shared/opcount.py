@@ -1,0 +1,215 @@
+"""Counting of Table Storage requests, for the benchmark (inert unless switched on).
+
+When the environment variable ``ORDERS_OPCOUNT_DIR`` names a folder (the benchmark sets it
+for the processes it starts; it is not an app setting and is never set in Azure), the
+worker's table transport (``shared.clients.http_transport``) is wrapped in
+:class:`CountingTransport`: every HTTP request that leaves for the table service is counted
+at the transport boundary (so SDK retries count too), by table and kind, with the number of
+entities each one carries or returns. A thread writes the totals to
+``DIR/table-<pid>.json`` twice a second and at exit; the benchmark sums the files of every
+process (a SIGKILLed process leaves its last totals behind).
+
+Kinds: ``batch`` (an entity-group transaction; ``entities`` = its operations), ``query`` (a
+GET with a filter, or of a partition; ``entities`` = the entities returned), ``get`` (a point
+read), ``insert``, ``upsert`` (PUT/MERGE), ``delete``, ``table`` (create/list tables).
+Cost: a dictionary update per request, under a lock.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+ENV = "ORDERS_OPCOUNT_DIR"
+_APP_HTTP = b"application/http"
+_PART_LINE = re.compile(rb"(?:POST|PUT|MERGE|PATCH|DELETE) (https?://\S+) HTTP/1")
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(ENV))
+
+
+class Counter:
+    """Totals by (table, kind): requests, entities, failures (status >= 400), seconds."""
+
+    def __init__(self, path: Path | None, interval: float = 0.5) -> None:
+        self.path = path
+        self.interval = interval
+        self._lock = threading.Lock()
+        self.totals: dict[str, dict[str, float]] = {}
+        self._dirty = False
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            threading.Thread(target=self._writer, name="opcount", daemon=True).start()
+            atexit.register(self.flush)
+
+    def add(self, table: str, kind: str, entities: int, status: int, seconds: float) -> None:
+        key = f"{table}|{kind}"
+        with self._lock:
+            t = self.totals.get(key)
+            if t is None:
+                t = self.totals[key] = {"requests": 0, "entities": 0, "failed": 0, "seconds": 0.0}
+            t["requests"] += 1
+            t["entities"] += entities
+            if status >= 400:
+                t["failed"] += 1
+            t["seconds"] += seconds
+            self._dirty = True
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        with self._lock:
+            return {k: dict(v) for k, v in self.totals.items()}
+
+    def flush(self) -> None:
+        if self.path is None:
+            return
+        with self._lock:
+            if not self._dirty:
+                return
+            data = {"pid": os.getpid(), "at": time.time(), "totals": {k: dict(v) for k, v in self.totals.items()}}
+            self._dirty = False
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def _writer(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            try:
+                self.flush()
+            except OSError:
+                pass
+
+
+def _table_of(path: str) -> str:
+    """``/account/orders(PartitionKey='x',RowKey='y')`` -> ``orders``; ``/account/Tables`` -> ``Tables``."""
+    parts = [p for p in unquote(path).split("/") if p]
+    last = parts[-1] if parts else ""
+    return last.split("(", 1)[0]
+
+
+def classify(method: str, url: str, body: Any) -> tuple[str, str, int]:
+    """(table, kind, entities sent) of one request."""
+    split = urlsplit(url)
+    table = _table_of(split.path)
+    method = method.upper()
+    if table == "$batch":
+        raw = body if isinstance(body, (bytes, bytearray)) else (body.encode() if isinstance(body, str) else b"")
+        # each operation of the changeset is one application/http part
+        ops = raw.count(_APP_HTTP)
+        m = _PART_LINE.search(raw)
+        name = _table_of(urlsplit(m.group(1).decode("latin-1")).path) if m else "?"
+        return name, "batch", ops
+    if table in ("Tables",) or table.startswith("Tables"):
+        return "Tables", "table", 0
+    keyed = "(" in unquote(split.path).rsplit("/", 1)[-1] and "PartitionKey=" in unquote(split.path)
+    if method == "GET":
+        return table, ("get" if keyed else "query"), 0
+    if method == "DELETE":
+        return table, "delete", 1
+    if method == "POST":
+        return table, "insert", 1
+    return table, "upsert", 1  # PUT / MERGE / PATCH
+
+
+def _body(request: Any) -> Any:
+    for attr in ("body", "content", "data"):
+        try:
+            value = getattr(request, attr)
+        except Exception:  # noqa: BLE001
+            continue
+        if isinstance(value, (bytes, bytearray, str)):
+            return value
+    return None
+
+
+def _entities_returned(response: Any) -> int:
+    try:
+        body = response.body()
+    except Exception:  # noqa: BLE001 - a streamed or failed response: nothing counted
+        return 0
+    if not body:
+        return 0
+    return body.count(b'"PartitionKey"')
+
+
+class CountingTransport:
+    """An ``HttpTransport`` that counts every request it sends (wraps another transport)."""
+
+    def __init__(self, inner: Any, counter: Counter) -> None:
+        self.inner = inner
+        self.counter = counter
+
+    def send(self, request: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        response = self.inner.send(request, **kwargs)
+        dt = time.perf_counter() - t0
+        try:
+            table, kind, entities = classify(request.method, request.url, _body(request))
+            if kind in ("get", "query"):
+                entities = _entities_returned(response)
+            self.counter.add(table, kind, entities, int(getattr(response, "status_code", 0) or 0), dt)
+        except Exception:  # noqa: BLE001 - counting must never break a request
+            pass
+        return response
+
+    # the rest of the HttpTransport protocol
+    def open(self) -> None:
+        self.inner.open()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __enter__(self) -> CountingTransport:
+        self.inner.__enter__()
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        self.inner.__exit__(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+_counter: Counter | None = None
+_lock = threading.Lock()
+
+
+def counter() -> Counter:
+    """This process's counter (writing to ``$ORDERS_OPCOUNT_DIR/table-<pid>.json`` if set)."""
+    global _counter
+    if _counter is None:
+        with _lock:
+            if _counter is None:
+                d = os.environ.get(ENV)
+                _counter = Counter(Path(d) / f"table-{os.getpid()}.json" if d else None)
+    return _counter
+
+
+def wrap(transport: Any) -> Any:
+    """``transport`` counted if ``ORDERS_OPCOUNT_DIR`` is set, else unchanged."""
+    if not enabled():
+        return transport
+    return CountingTransport(transport, counter())
+
+
+def read_totals(directory: Path | str) -> dict[str, dict[str, float]]:
+    """Sum of every process's totals in ``directory`` (the benchmark's side)."""
+    out: dict[str, dict[str, float]] = {}
+    for f in Path(directory).glob("table-*.json"):
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for key, t in data.get("totals", {}).items():
+            acc = out.setdefault(key, {"requests": 0, "entities": 0, "failed": 0, "seconds": 0.0})
+            for k, v in t.items():
+                acc[k] = acc.get(k, 0) + v
+    return out
