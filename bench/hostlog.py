@@ -1,0 +1,91 @@
+"""The local Functions host's invocation log, read incrementally.
+
+Every invocation prints ``[instance K] 2026-11-22 07:53:35,401 INFO local.host: Executed
+'Functions.NAME' (Succeeded, Id=..., Duration=12ms)``. Work items (scheduler plus agent
+invocations) and supervisor sweep durations are counted from these lines.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+_EXECUTED = re.compile(
+    r"^\[instance (\d+)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ local\.host: Executed 'Functions\.([\w-]+)' "
+    r"\((\w+), Id=[^,]*, Duration=(\d+)ms\)")
+_EXECUTING = re.compile(
+    r"^\[instance (\d+)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ local\.host: Executing 'Functions\.([\w-]+)' ")
+
+WORK_FUNCTIONS = ("scheduler", "scheduler_replies", "agent_inventory", "agent_payment", "agent_shipping")
+
+
+@dataclass
+class Invocation:
+    instance: int
+    at: float  # epoch seconds (host's local clock; same machine)
+    function: str
+    status: str
+    duration_ms: int
+
+
+@dataclass
+class HostLog:
+    path: Path
+    _offset: int = 0
+    _partial: str = ""
+    invocations: list[Invocation] = field(default_factory=list)
+    executing: list[tuple[int, float, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def poll(self) -> int:
+        """Read what was appended since the last call; returns the number of new invocations."""
+        with self._lock:
+            try:
+                with open(self.path, encoding="utf-8", errors="replace") as f:
+                    f.seek(self._offset)
+                    data = f.read()
+                    self._offset = f.tell()
+            except OSError:
+                return 0
+            text = self._partial + data
+            lines = text.split("\n")
+            self._partial = lines.pop()
+            n = 0
+            for line in lines:
+                if "Execut" not in line:
+                    continue
+                m = _EXECUTED.match(line)
+                if m:
+                    self.invocations.append(Invocation(int(m.group(1)), _ts(m.group(2)), m.group(3), m.group(4),
+                                                       int(m.group(5))))
+                    n += 1
+                    continue
+                m = _EXECUTING.match(line)
+                if m:
+                    self.executing.append((int(m.group(1)), _ts(m.group(2)), m.group(3)))
+            return n
+
+    def counts(self, since: float = 0.0, until: float = float("inf")) -> Counter[str]:
+        with self._lock:
+            return Counter(i.function for i in self.invocations if since <= i.at < until)
+
+    def work_items(self, since: float = 0.0, until: float = float("inf")) -> int:
+        c = self.counts(since, until)
+        return sum(c[f] for f in WORK_FUNCTIONS)
+
+    def of(self, function: str, since: float = 0.0) -> list[Invocation]:
+        with self._lock:
+            return [i for i in self.invocations if i.function == function and i.at >= since]
+
+    def executing_of(self, function: str, since: float = 0.0) -> list[tuple[int, float, str]]:
+        with self._lock:
+            return [e for e in self.executing if e[2] == function and e[1] >= since]
+
+
+def _ts(text: str) -> float:
+    # the host logs local time (logging's default asctime); the bench runs on the same machine
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()

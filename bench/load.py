@@ -1,0 +1,303 @@
+"""Load generation: POST orders (open loop at a fixed rate, or closed loop at saturation) and
+timestamp their progress from the status queue, without polling the API.
+
+Every order names the status queue (``statusQueue``); the scheduler sends ``received``,
+``step-done``, ``processed`` and ``failed`` messages there, each carrying the orderId. One
+SDK receiver (receive-and-delete, prefetch) consumes them and stamps their arrival.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+TERMINAL_EVENTS = ("processed", "failed", "cancelled", "compensated")
+
+_SKUS = [("SKU-1", 9.99), ("SKU-2", 4.5), ("SKU-3", 19.0), ("SKU-4", 0.1), ("SKU-5", 129.95)]
+
+
+def order_body(rng: random.Random, status_queue: str) -> bytes:
+    items = [{"sku": sku, "quantity": rng.randint(1, 3), "unitPrice": price}
+             for sku, price in rng.sample(_SKUS, rng.randint(1, 3))]
+    return json.dumps({"customerId": f"c-{rng.randint(1, 50)}", "currency": "EUR", "items": items,
+                       "priority": "normal", "statusQueue": status_queue}).encode()
+
+
+@dataclass
+class OrderTimes:
+    order_id: str
+    phase: str
+    submitted: float  # epoch seconds, just before the POST
+    accepted: float = 0.0  # 202 received
+    processed: float = 0.0  # 'processed' status message received
+    failed: float = 0.0
+    events: dict[str, float] = field(default_factory=dict)
+
+
+class StatusWatcher:
+    """Consumes the status queue in a thread; ``on_terminal(order_id)`` is called per order."""
+
+    def __init__(self, conn_str: str, queue: str) -> None:
+        self.conn_str = conn_str
+        self.queue = queue
+        self.lock = threading.Lock()
+        self.events: dict[str, dict[str, float]] = {}
+        self.terminal: dict[str, tuple[str, float]] = {}
+        self.received = 0
+        self.on_terminal: Callable[[str], None] | None = None
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="status-watcher", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self, timeout: float = 30.0) -> StatusWatcher:
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError(f"status watcher did not attach: {self.error!r}")
+        return self
+
+    def _run(self) -> None:
+        from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode
+
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                with ServiceBusClient.from_connection_string(self.conn_str) as client, client.get_queue_receiver(
+                        self.queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+                        prefetch_count=200) as receiver:
+                    for m in receiver.receive_messages(max_message_count=1, max_wait_time=0.1):  # attach
+                        self._record(m, time.time())
+                    self._ready.set()
+                    backoff = 0.5
+                    while not self._stop.is_set():
+                        # One message per call: a call for more returns only after one more socket
+                        # read (the SDK's 0.2 s socket timeout), which would delay the time stamps.
+                        # Prefetched messages are served from the buffer at once.
+                        for m in receiver.receive_messages(max_message_count=1, max_wait_time=0.5):
+                            self._record(m, time.time())
+            except Exception as e:  # noqa: BLE001 - broker restart etc.: reattach
+                self.error = e
+                if self._stop.wait(backoff):
+                    return
+                backoff = min(backoff * 2, 5.0)
+
+    def _record(self, m: Any, now: float) -> None:
+        try:
+            body = json.loads(b"".join(m.body) if not isinstance(m.body, (bytes, str)) else m.body)
+        except (ValueError, TypeError):
+            return
+        oid, event = body.get("orderId"), body.get("event")
+        if not oid or not event:
+            return
+        key = f"{event}:{body['step']}" if body.get("step") else str(event)
+        cb = None
+        with self.lock:
+            self.received += 1
+            self.events.setdefault(oid, {}).setdefault(key, now)
+            if event in TERMINAL_EVENTS and oid not in self.terminal:
+                self.terminal[oid] = (event, now)
+                cb = self.on_terminal
+        if cb is not None:
+            cb(oid)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+class Poster:
+    """POSTs orders over keep-alive connections (one per thread)."""
+
+    def __init__(self, api_url: str, status_queue: str, seed: int = 0) -> None:
+        u = urlsplit(api_url)
+        self.host, self.port, self.path = u.hostname or "127.0.0.1", u.port or 80, u.path.rstrip("/") + "/orders"
+        self.status_queue = status_queue
+        self._local = threading.local()
+        self._seed = seed
+        self._seq = 0
+        self._lock = threading.Lock()
+        self.errors: list[str] = []
+
+    def _conn(self) -> http.client.HTTPConnection:
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = self._local.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+            with self._lock:
+                self._seq += 1
+                self._local.rng = random.Random(self._seed * 1000 + self._seq)
+        return c
+
+    def post(self) -> tuple[str | None, float, float]:
+        """(orderId or None, submitted, accepted) as epoch seconds."""
+        c = self._conn()
+        body = order_body(self._local.rng, self.status_queue)
+        for attempt in (0, 1):
+            t0 = time.time()
+            try:
+                c.request("POST", self.path, body=body, headers={"Content-Type": "application/json"})
+                r = c.getresponse()
+                data = r.read()
+                t1 = time.time()
+                if r.status != 202:
+                    with self._lock:
+                        self.errors.append(f"{r.status} {data[:200]!r}")
+                    return None, t0, t1
+                return str(json.loads(data)["orderId"]), t0, t1
+            except (ConnectionError, http.client.HTTPException, OSError) as e:
+                c.close()
+                self._local.conn = None
+                c = self._conn()
+                if attempt:
+                    with self._lock:
+                        self.errors.append(repr(e))
+                    return None, t0, time.time()
+        return None, 0.0, 0.0
+
+
+class LoadRun:
+    """Orders of one phase and their timings."""
+
+    def __init__(self, poster: Poster, watcher: StatusWatcher, phase: str) -> None:
+        self.poster = poster
+        self.watcher = watcher
+        self.phase = phase
+        self.orders: dict[str, OrderTimes] = {}
+        self.lock = threading.Lock()
+        self.post_failures = 0
+
+    def _post_one(self) -> str | None:
+        oid, t0, t1 = self.poster.post()
+        if oid is None:
+            with self.lock:
+                self.post_failures += 1
+            return None
+        with self.lock:
+            self.orders[oid] = OrderTimes(oid, self.phase, t0, t1)
+        return oid
+
+    def open_loop(self, rate: float, seconds: float, threads: int = 8,
+                  progress: Callable[[str], None] | None = None) -> None:
+        """Post at ``rate``/s for ``seconds`` (intended times t0 + i/rate; no coordinated omission
+        at these rates: a post takes milliseconds)."""
+        import queue
+
+        n = max(1, int(rate * seconds))
+        tasks: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        t0 = time.monotonic()
+
+        def worker() -> None:
+            while tasks.get():
+                self._post_one()
+
+        ts = [threading.Thread(target=worker, daemon=True, name=f"post-{i}") for i in range(threads)]
+        for t in ts:
+            t.start()
+        last = t0
+        for i in range(n):
+            target = t0 + i / rate
+            d = target - time.monotonic()
+            if d > 0:
+                time.sleep(d)
+            tasks.put(True)
+            if progress is not None and time.monotonic() - last >= 5:
+                last = time.monotonic()
+                progress(self.status_line(n))
+        for _ in ts:
+            tasks.put(False)  # after every order: each worker ends once the orders are taken
+        for t in ts:
+            t.join(30)
+
+    def closed_loop(self, window: int, seconds: float, threads: int = 16,
+                    progress: Callable[[str], None] | None = None) -> None:
+        """Keep ``window`` orders in flight for ``seconds``: a new order when one finishes."""
+        slots = threading.Semaphore(window)
+        end = time.monotonic() + seconds
+        mine: set[str] = set()
+        mine_lock = threading.Lock()
+
+        def released(oid: str) -> None:
+            with mine_lock:
+                if oid in mine:
+                    mine.discard(oid)
+                    slots.release()
+
+        self.watcher.on_terminal = released
+
+        def worker() -> None:
+            while time.monotonic() < end:
+                if not slots.acquire(timeout=0.5):
+                    continue
+                if time.monotonic() >= end:
+                    slots.release()
+                    return
+                oid = self._post_one()
+                if oid is None:
+                    slots.release()
+                    time.sleep(0.1)
+                    continue
+                with mine_lock:
+                    mine.add(oid)
+                    done = oid in self.watcher.terminal
+                if done:
+                    released(oid)
+
+        ts = [threading.Thread(target=worker, daemon=True, name=f"post-{i}") for i in range(threads)]
+        for t in ts:
+            t.start()
+        while True:
+            alive = [t for t in ts if t.is_alive()]
+            if not alive:
+                break
+            alive[0].join(5)
+            if progress is not None and alive[0].is_alive():
+                progress(self.status_line(None))
+        self.watcher.on_terminal = None
+
+    def finished(self) -> int:
+        with self.watcher.lock:
+            return sum(1 for o in self.orders if o in self.watcher.terminal)
+
+    def wait_all(self, timeout: float, progress: Callable[[str], None] | None = None) -> bool:
+        deadline = time.monotonic() + timeout
+        last = time.monotonic()
+        while time.monotonic() < deadline:
+            if self.finished() >= len(self.orders):
+                return True
+            time.sleep(0.1)
+            if progress is not None and time.monotonic() - last >= 5:
+                last = time.monotonic()
+                progress(self.status_line(len(self.orders)))
+        return self.finished() >= len(self.orders)
+
+    def status_line(self, total: int | None) -> str:
+        with self.lock:
+            posted = len(self.orders)
+        return (f"  {self.phase}: posted {posted}" + (f"/{total}" if total else "")
+                + f", finished {self.finished()}, post failures {self.post_failures}")
+
+    def collect(self) -> list[OrderTimes]:
+        with self.watcher.lock:
+            for oid, o in self.orders.items():
+                o.events = dict(self.watcher.events.get(oid, {}))
+                term = self.watcher.terminal.get(oid)
+                if term is not None:
+                    if term[0] == "processed":
+                        o.processed = term[1]
+                    else:
+                        o.failed = term[1]
+        return list(self.orders.values())
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(round(p / 100 * (len(s) - 1)))))
+    return s[k]

@@ -1,0 +1,349 @@
+"""The benchmark's summary: operations per order and per step, the Azure projection, targets
+met or not (with the figures), where the time goes, and the plots."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench import busstats
+
+# Table request kinds only the Supervisor's sweep issues (deadline index query, state point read)
+SWEEP_KINDS = ("deadlines|query", "orders|get")
+LOAD_PHASES = ("saturation", "latency", "sustained")
+
+
+def _sum_tables(windows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for w in windows:
+        for k, v in w["table"].items():
+            acc = out.setdefault(k, {"requests": 0, "entities": 0, "failed": 0, "seconds": 0.0})
+            for f in acc:
+                acc[f] += v.get(f, 0)
+    return out
+
+
+def _sum_bus(windows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for w in windows:
+        for q, row in w["bus"].items():
+            acc = out.setdefault(q, {})
+            for k, v in row.items():
+                acc[k] = acc.get(k, 0) + v
+    return out
+
+
+def per_order(result: dict[str, Any]) -> dict[str, Any] | None:
+    phases = result.get("phases", {})
+    used = [p for p in LOAD_PHASES if p in phases]
+    if not used:
+        return None
+    orders = sum(phases[p]["processed"] for p in used)
+    if not orders:
+        return None
+    windows = [phases[p]["window"] for p in used]
+    table = _sum_tables(windows)
+    bus = _sum_bus(windows)
+    work = {k: v for k, v in table.items() if k not in SWEEP_KINDS}
+    t_req = sum(v["requests"] for v in work.values())
+    t_ent = sum(v["entities"] for v in work.values())
+    by_kind = {k: round(v["requests"] / orders, 3) for k, v in sorted(table.items())}
+    ent_by_kind = {k: round(v["entities"] / orders, 3) for k, v in sorted(table.items())}
+    mean_ms = {k: round(1000 * v["seconds"] / v["requests"], 2) for k, v in sorted(table.items()) if v["requests"]}
+    index_entities = sum(v["entities"] for k, v in work.items() if k.startswith("deadlines|"))
+    res: dict[str, Any] = {
+        "orders": orders, "phases": used,
+        "table": {"requests_per_order": round(t_req / orders, 3), "requests_per_step": round(t_req / orders / 3, 3),
+                  "entities_per_order": round(t_ent / orders, 3),
+                  "requests_per_order_by_kind": by_kind, "entities_per_order_by_kind": ent_by_kind,
+                  "mean_request_ms_by_kind": mean_ms,
+                  "sweep_requests_in_windows": {k: table[k]["requests"] for k in SWEEP_KINDS if k in table},
+                  "index_entities_per_order": round(index_entities / orders, 3)},
+    }
+    if bus:
+        work_q = {q: r for q, r in bus.items() if q in ("scheduler", "replies") or q.startswith("agent-")}
+        wt = busstats.totals(work_q)
+        status = bus.get("order-status", {})
+        alerts = bus.get("alerts", {})
+        msgs = wt.get("sent", 0) + wt.get("delivered", 0)
+        settle = sum(wt.get(k, 0) for k in busstats.SETTLEMENTS)
+        mgmt = wt.get("management", 0)
+        app_sends_other = status.get("sent", 0) + alerts.get("sent", 0)
+        azure_ops = msgs + settle + mgmt + app_sends_other
+        res["bus"] = {
+            "per_queue_per_order": {q: {k: round(v / orders, 3) for k, v in r.items()} for q, r in sorted(bus.items())},
+            "work_queue_messages_per_order": round(msgs / orders, 3),
+            "work_queue_messages_per_step": round(msgs / orders / 3, 3),
+            "messages_per_step_incl_status_sends": round((msgs + status.get("sent", 0)) / orders / 3, 3),
+            "settlements_per_order": round(settle / orders, 3),
+            "management_ops_per_order": round(mgmt / orders, 3),
+            "status_sends_per_order": round(status.get("sent", 0) / orders, 3),
+            "azure_ops_per_order": round(azure_ops / orders, 3),
+            "consistency": {q: {"sent": r.get("sent", 0), "delivered": r.get("delivered", 0),
+                                "completed": r.get("completed", 0), "duplicates": r.get("duplicates", 0)}
+                            for q, r in sorted(work_q.items())},
+        }
+    return res
+
+
+def projection(po: dict[str, Any] | None) -> dict[str, Any] | None:
+    if po is None:
+        return None
+    out: dict[str, Any] = {}
+    if "bus" in po and po["bus"]["azure_ops_per_order"]:
+        ops = po["bus"]["azure_ops_per_order"]
+        out["service_bus_standard_namespace"] = {
+            "ops_per_s": 1000, "ops_per_order": ops, "orders_per_s": round(1000 / ops, 1),
+            "counted": "sends (all queues the app sends to) + deliveries + settlements + management ops "
+                       "of the work queues; the bench's own status-queue receives excluded"}
+    ent = po["table"]["entities_per_order"]
+    if ent:
+        out["storage_account"] = {"entities_per_s": 20000, "entities_per_order": ent,
+                                  "orders_per_s": round(20000 / ent, 1)}
+    idx = po["table"]["index_entities_per_order"]
+    if idx:
+        out["deadline_index_partition"] = {
+            "entities_per_s": 2000, "index_entities_per_order": idx, "orders_per_s": round(2000 / idx, 1),
+            "why": "every deadline index row of a minute lands in one partition (the due minute), so all "
+                   "orders in flight share it; the order's own partition sees far less"}
+    limits = [v["orders_per_s"] for v in out.values()]
+    if limits:
+        out["binding_limit_orders_per_s"] = min(limits)
+    return out
+
+
+def targets(result: dict[str, Any], po: dict[str, Any] | None) -> list[dict[str, Any]]:
+    t: list[dict[str, Any]] = []
+    phases = result.get("phases", {})
+    sat = phases.get("saturation", {})
+    raw = result.get("azurite_raw", {})
+    if po and sat and raw.get("best_tx_per_s"):
+        rate = (sat.get("steady") or {}).get("orders_per_s") or sat.get("orders_per_s") or 0
+        tx = rate * po["table"]["requests_per_order"]
+        ratio = tx / raw["best_tx_per_s"]
+        t.append({"target": "storage-bound: orders/s x table transactions per order >= 70% of Azurite's raw rate",
+                  "value": f"{rate} orders/s x {po['table']['requests_per_order']} = {tx:.0f} tx/s = "
+                           f"{100 * ratio:.0f}% of {raw['best_tx_per_s']} raw tx/s",
+                  "ratio": round(ratio, 3), "met": ratio >= 0.7})
+    if po:
+        v = po["table"]["requests_per_step"]
+        t.append({"target": "<= 3 table transactions per step (reads included)", "value": v, "met": v <= 3})
+        if "bus" in po:
+            v = po["bus"]["work_queue_messages_per_step"]
+            t.append({"target": "<= 4 bus messages per step (sent + received)",
+                      "value": f"{v} on the work queues ({po['bus']['messages_per_step_incl_status_sends']} with "
+                               f"the status sends)", "met": v <= 4})
+    idle = result.get("idle")
+    if idle:
+        work_idle = {k: v for k, v in idle["window"]["table"].items() if k not in SWEEP_KINDS}
+        bus_idle = busstats.totals(idle["window"]["bus"])
+        polled = sum(v["requests"] for v in work_idle.values()) + sum(
+            v for k, v in bus_idle.items() if k in ("sent", "delivered", "management", *busstats.SETTLEMENTS))
+        t.append({"target": "no operation from idle polling",
+                  "value": f"{polled} non-sweep operations in {idle['window']['seconds']}s idle; "
+                           f"{idle['table_requests_per_sweep']} table requests per sweep",
+                  "met": polled == 0})
+    sw = result.get("sweep", {})
+    for label in ("small", "large"):
+        s = sw.get(label)
+        if s:
+            t.append({"target": f"sweep reads <= due rows + 10 ({s['finished_orders_in_store']:,} finished orders)",
+                      "value": f"{s['sweep_with_due_rows']['index_entities_read']} index rows read for {s['due_rows']} "
+                               f"due (+ {s['sweep_with_due_rows']['state_entities_read']} state point reads, one per "
+                               f"due row); "
+                               f"steady sweep {s['sweep_steady']['entities_read']} read",
+                      "met": bool(s["reads_within_bound"])})
+    lat = phases.get("latency")
+    if lat:
+        p99 = lat["latency_ms"]["p99"]
+        t.append({"target": "p99 submit->Processed <= 500 ms at 20% of saturation",
+                  "value": f"p99 {p99} ms (p50 {lat['latency_ms']['p50']}, p95 {lat['latency_ms']['p95']}) "
+                           f"at {lat['arrival_rate']} orders/s",
+                  "met": p99 is not None and p99 <= 500})
+    rec = result.get("recovery")
+    if rec and "recovered_s" in rec:
+        t.append({"target": "recovery within CompleteBy + one supervisor period + 1 s",
+                  "value": f"{rec['recovered_s']} s after the kill (bound {rec['bound_s']} s)",
+                  "met": bool(rec["within_bound"])})
+    return t
+
+
+def where_time_goes(result: dict[str, Any], profiles: dict[str, Any]) -> dict[str, Any]:
+    sat = result.get("phases", {}).get("saturation", {})
+    cpu = sat.get("cpu_seconds") or {}
+    wall = sat.get("cpu_wall_seconds") or 0
+    busiest = sorted(cpu.items(), key=lambda kv: -kv[1])
+    out: dict[str, Any] = {
+        "saturation_cpu_seconds": dict(busiest), "wall_seconds": wall,
+        "machine_cpu_seconds_available": round(wall * (result["machine"]["nproc"] or 1), 1),
+        "profiles": profiles,
+    }
+    hosts = sum(v for k, v in cpu.items() if k.startswith("host instance"))
+    if busiest:
+        groups = Counter({"host instances (the app)": hosts,
+                          **{k: v for k, v in cpu.items() if not k.startswith("host instance")}})
+        out["by_process_group"] = dict(groups.most_common())
+    po = result.get("per_order") or {}
+    if po:
+        out["table_request_mean_ms"] = po["table"]["mean_request_ms_by_kind"]
+    return out
+
+
+def summarize(bench: Any) -> None:
+    r = bench.result
+    po = per_order(r)
+    r["per_order"] = po
+    r["azure_projection"] = projection(po)
+    sw = r.get("sweep", {})
+    if "small" in sw and "large" in sw:
+        a, b = sw["small"]["sweep_with_due_rows"]["duration_ms"], sw["large"]["sweep_with_due_rows"]["duration_ms"]
+        c, d = sw["small"]["sweep_steady"]["duration_ms"], sw["large"]["sweep_steady"]["duration_ms"]
+        sw["time_ratio_large_over_small"] = round(b / a, 2) if a else None
+        sw["steady_time_ratio_large_over_small"] = round(d / c, 2) if c else None
+    r["where_time_goes"] = where_time_goes(r, bench.profiles)
+    r["targets"] = targets(r, po)
+    if not bench.args.no_plots:
+        try:
+            r["plots"] = plots(bench)
+        except Exception as e:  # noqa: BLE001
+            r["plots"] = {"error": repr(e)}
+    print_summary(r)
+
+
+def print_summary(r: dict[str, Any]) -> None:
+    p = print
+    p("\n" + "=" * 78)
+    m = r["machine"]
+    m["loadavg_at_end"] = list(os.getloadavg())
+    p(f"benchmark on {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}; "
+      f"load average at start {', '.join(f'{x:.1f}' for x in m['loadavg_at_start'])}")
+    emu = r.get("emulator_alone", {})
+    if "send" in emu:
+        p(f"emulator alone: send {emu['send']['msgs_per_s']} msgs/s, receive+complete "
+          f"{emu['receive_complete']['msgs_per_s']} msgs/s")
+    raw = r.get("azurite_raw")
+    if raw:
+        p(f"Azurite raw: {raw['best_tx_per_s']} transactions/s (5 entities each), "
+          + ", ".join(f"{x['threads']} thr {x['tx_per_s']}" for x in raw["runs"]))
+    for name, ph in r.get("phases", {}).items():
+        st = ph.get("steady") or {}
+        p(f"{name}: {ph['processed']}/{ph['orders_posted']} processed, {st.get('orders_per_s', ph['orders_per_s'])} "
+          f"orders/s, {st.get('work_items_per_s', ph['work_items_per_s'])} work items/s; latency ms "
+          f"p50 {ph['latency_ms']['p50']} p95 {ph['latency_ms']['p95']} p99 {ph['latency_ms']['p99']}")
+    po = r.get("per_order")
+    if po:
+        t = po["table"]
+        p(f"table per order: {t['requests_per_order']} requests ({t['requests_per_step']} per step), "
+          f"{t['entities_per_order']} entities; by kind {t['requests_per_order_by_kind']}")
+        if "bus" in po:
+            b = po["bus"]
+            p(f"bus per order: {b['work_queue_messages_per_order']} messages on work queues "
+              f"({b['work_queue_messages_per_step']} per step), {b['settlements_per_order']} settlements, "
+              f"{b['management_ops_per_order']} management ops, {b['status_sends_per_order']} status sends; "
+              f"Azure ops {b['azure_ops_per_order']}")
+    idle = r.get("idle")
+    if idle:
+        p(f"idle: {idle['bus_ops_per_min']} bus ops/min, {idle['table_requests_per_min']} table requests/min "
+          f"({idle['sweeps']} sweeps in {idle['window']['seconds']}s)")
+    sw = r.get("sweep", {})
+    for label in ("small", "large"):
+        s = sw.get(label)
+        if s:
+            p(f"sweep {label} ({s['finished_orders_in_store']:,} finished orders): "
+              f"{s['sweep_with_due_rows']['duration_ms']} ms with {s['due_rows']} due rows "
+              f"({s['sweep_with_due_rows']['entities_read']} entities read), steady "
+              f"{s['sweep_steady']['duration_ms']} ms ({s['sweep_steady']['entities_read']} read)")
+    if "time_ratio_large_over_small" in sw:
+        p(f"sweep time ratio large/small: {sw['time_ratio_large_over_small']} "
+          f"(steady {sw['steady_time_ratio_large_over_small']})")
+    rec = r.get("recovery")
+    if rec:
+        p(f"recovery: {rec.get('recovered_s')} s (bound {rec.get('bound_s')} s) {rec.get('error', '')}")
+    proj = r.get("azure_projection")
+    if proj:
+        p("Azure projection: " + "; ".join(f"{k}: {v['orders_per_s']} orders/s" for k, v in proj.items()
+                                           if isinstance(v, dict)))
+    p("targets:")
+    for t in r.get("targets", []):
+        p(f"  [{'met' if t['met'] else 'NOT MET'}] {t['target']}: {t['value']}")
+    wt = r.get("where_time_goes", {})
+    if wt.get("by_process_group"):
+        p(f"CPU seconds at saturation ({wt['wall_seconds']}s wall, {wt['machine_cpu_seconds_available']} CPU-s "
+          f"available): {wt['by_process_group']}")
+    for name, prof in (wt.get("profiles") or {}).items():
+        if prof.get("top_self"):
+            p(f"  {name} top self: " + "; ".join(f"{x['frame']} {x['pct_of_busy']}%" for x in prof["top_self"][:5]))
+    if r.get("error"):
+        p(f"ERROR: {r['error']}")
+    p("=" * 78)
+
+
+def plots(bench: Any) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir: Path = bench.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    orders = [o for run in bench.runs for o in run.collect()]
+    if not orders:
+        return {}
+    t0 = min(o.submitted for o in orders)
+    t_end = max([o.processed for o in orders if o.processed] + [o.submitted for o in orders])
+    n = int(t_end - t0) + 2
+    posted = [0] * n
+    done = [0] * n
+    for o in orders:
+        posted[int(o.submitted - t0)] += 1
+        if o.processed:
+            done[int(o.processed - t0)] += 1
+    work = [0] * n
+    for inv in bench.hostlog.invocations if bench.hostlog else []:
+        if inv.function in ("scheduler", "scheduler_replies") or inv.function.startswith("agent_"):
+            k = int(inv.at - t0)
+            if 0 <= k < n:
+                work[k] += 1
+    xs = list(range(n))
+    fig, ax = plt.subplots(figsize=(9, 4), dpi=90)
+    ax.plot(xs, work, label="work items/s (scheduler + agent invocations)", lw=1, color="tab:gray")
+    ax.plot(xs, done, label="orders Processed/s", lw=1.5, color="tab:green")
+    ax.plot(xs, posted, label="orders posted/s", lw=1, color="tab:blue", ls="--")
+    colors = ["#fde2e2", "#e2f0fd", "#e8fde2", "#fdf6e2", "#efe2fd", "#e2fdf8"]
+    for i, (name, a, b) in enumerate(w for w in bench.phase_windows if w[2] >= t0 and w[1] <= t_end):
+        ax.axvspan(max(0, a - t0), min(n, b - t0), color=colors[i % len(colors)], alpha=0.6, lw=0)
+        ax.text(max(0, a - t0) + 0.5, ax.get_ylim()[1] * 0.95 if ax.get_ylim()[1] else 1, name, fontsize=7,
+                va="top")
+    ax.set_xlabel("seconds since the first order")
+    ax.set_ylabel("per second")
+    ax.set_title("Throughput over time")
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    p1 = out_dir / "throughput.png"
+    fig.savefig(p1)
+    plt.close(fig)
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=90)
+    for phase, color in (("latency", "tab:green"), ("sustained", "tab:orange"), ("saturation", "tab:red")):
+        lat = sorted(1000 * (o.processed - o.submitted) for o in orders if o.phase == phase and o.processed)
+        if not lat:
+            continue
+        ax1.hist(lat, bins=40, alpha=0.5, color=color, label=f"{phase} (n={len(lat)})")
+        ax2.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], color=color, label=phase)
+    ax1.set_xlabel("submit -> Processed (ms)")
+    ax1.set_ylabel("orders")
+    ax1.legend(fontsize=7)
+    ax2.set_xscale("log")
+    ax2.set_xlabel("submit -> Processed (ms, log)")
+    ax2.set_ylabel("fraction")
+    ax2.axvline(500, color="k", lw=0.8, ls=":")
+    ax2.axhline(0.99, color="k", lw=0.5, ls=":")
+    ax2.legend(fontsize=7)
+    fig.suptitle("Latency distribution", fontsize=10)
+    fig.tight_layout()
+    p2 = out_dir / "latency.png"
+    fig.savefig(p2)
+    plt.close(fig)
+    return {"throughput": str(p1), "latency": str(p2)}

@@ -1,0 +1,666 @@
+"""The benchmark runner: ``python -m bench`` (``make bench``).
+
+One run, on the local stack (Azurite, the Service Bus emulator, the remote services simulator,
+the local Functions host with N instances), in phases:
+
+1. **emulator alone**: messages/s through the SDK (``bench.emulator``), before the stack starts;
+2. **Azurite raw**: entity-group transactions/s of a submission's shape (5 entities), raw HTTP
+   over keep-alive connections from 1 and 4 threads, on the stack's own Azurite;
+3. **sweep, small**: ``--sweep-small`` finished orders seeded; one sweep timed and its reads counted;
+4. **saturation**: a closed loop keeps ``--window`` orders in flight; orders/s, work items/s;
+5. **latency**: a fixed arrival rate of 20% of the saturation rate; submit→Processed p50/p95/p99;
+6. **sustained**: a fixed arrival rate of 60% of saturation;
+7. **idle**: operations per minute with nothing in flight;
+8. **recovery**: a host instance SIGKILLed in the middle of a step; time to that step's success;
+9. **sweep, large**: seeded up to ``--sweep-large`` finished orders; the sweep again.
+
+Counts are counted, not estimated: table requests by the app's transport
+(``shared.opcount``, switched on by ``ORDERS_OPCOUNT_DIR``), bus operations by the emulator
+(``--stats-file``), invocations from the host's log. Results: printed, ``bench/results/bench.json``,
+and PNG plots next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import busstats
+from bench.azraw import TableHttp, raw_rate
+from bench.hostlog import HostLog
+from bench.load import LoadRun, Poster, StatusWatcher, percentile
+from bench.profiling import CpuMeter, group_pids, start_record, summarize_raw
+from bench.seed import seed_finished
+from local.procs import REPO_ROOT
+from shared import opcount
+
+RESULTS = REPO_ROOT / "bench" / "results"
+STATUS_QUEUE = "order-status"
+WORK_QUEUES = ("scheduler", "replies", "agent-inventory", "agent-payment", "agent-shipping")
+STEPS = 3
+SB_STANDARD_OPS = 1000.0
+STORAGE_ACCOUNT_ENTITIES = 20000.0
+STORAGE_PARTITION_ENTITIES = 2000.0
+
+
+def log(msg: str) -> None:
+    print(f"[{datetime.now().strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def machine() -> dict[str, Any]:
+    mem = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    cpu = None
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "python": platform.python_version(),
+            "platform": platform.platform(), "loadavg_at_start": list(os.getloadavg())}
+
+
+# ---------------------------------------------------------------------------------------------
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.out_dir = Path(args.out_dir)
+        self.work = Path(tempfile.mkdtemp(prefix="bench-"))
+        self.count_dir = self.work / "opcount"
+        self.bus_stats_path = self.work / "servicebus-stats.json"
+        self.result: dict[str, Any] = {"started_at": datetime.now(UTC).isoformat(), "machine": machine(),
+                                       "config": {k: v for k, v in vars(args).items()}}
+        self.stack: Any = None
+        self.hostlog: HostLog | None = None
+        self.watcher: StatusWatcher | None = None
+        self.poster: Poster | None = None
+        self.runs: list[LoadRun] = []
+        self.phase_windows: list[tuple[str, float, float]] = []
+        self.profiles: dict[str, Any] = {}
+
+    # ---- counters ------------------------------------------------------------------------------
+    def table_snapshot(self) -> dict[str, dict[str, float]]:
+        return opcount.read_totals(self.count_dir)
+
+    def bus_snapshot(self) -> dict[str, dict[str, Any]] | None:
+        return self.bus.snapshot()
+
+    def snapshot(self) -> dict[str, Any]:
+        time.sleep(0.7)  # every process writes its table counters twice a second
+        assert self.hostlog is not None
+        self.hostlog.poll()
+        return {"at": time.time(), "table": self.table_snapshot(), "bus": self.bus_snapshot()}
+
+    @staticmethod
+    def table_diff(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for k, v in a.items():
+            w = b.get(k, {})
+            d = {f: round(v.get(f, 0) - w.get(f, 0), 3) for f in ("requests", "entities", "failed", "seconds")}
+            if d["requests"]:
+                out[k] = d
+        return out
+
+    def window(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+        table = self.table_diff(after["table"], before["table"])
+        bus = busstats.diff(after["bus"], before["bus"])
+        assert self.hostlog is not None
+        inv = self.hostlog.counts(before["at"] - 0.7, after["at"] - 0.7)
+        return {"seconds": round(after["at"] - before["at"], 2), "table": table, "bus": bus,
+                "invocations": dict(inv)}
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        t_start = time.time()
+        try:
+            if not self.args.skip_emulator:
+                self.phase_emulator()
+            self.start_stack()
+            self.phase_raw()
+            self.phase_sweep("small", self.args.sweep_small)
+            self.phase_warmup()
+            self.phase_saturation()
+            self.phase_fixed("latency", 0.2, self.args.latency_seconds)
+            if self.args.sustained_seconds > 0:
+                self.phase_fixed("sustained", 0.6, self.args.sustained_seconds)
+            self.phase_idle()
+            if not self.args.skip_recovery:
+                self.phase_recovery()
+            self.phase_sweep("large", self.args.sweep_large)
+        except BaseException as e:
+            self.result["error"] = f"{type(e).__name__}: {e}"
+            self.result["traceback"] = traceback.format_exc()
+            log(f"ERROR: {e!r}")
+            if isinstance(e, KeyboardInterrupt):
+                raise
+        finally:
+            self.stop_stack()
+            self.result["duration_s"] = round(time.time() - t_start, 1)
+            try:
+                self.summarize()
+            except Exception as e:  # noqa: BLE001
+                self.result.setdefault("error", f"summary failed: {e!r}")
+                self.result["summary_traceback"] = traceback.format_exc()
+            self.write()
+            if not self.args.keep:
+                shutil.rmtree(self.work, ignore_errors=True)
+            else:
+                log(f"kept {self.work}")
+        return self.result
+
+    def start_stack(self) -> None:
+        from local.stack import Stack
+
+        os.environ[opcount.ENV] = str(self.count_dir)
+        os.environ[busstats.ENV] = str(self.bus_stats_path)
+        overrides = {"StepTimeoutSeconds": str(self.args.step_timeout),
+                     "SupervisorSchedule": f"*/{self.args.supervisor_period} * * * * *"}
+        log(f"starting the stack ({self.args.instances} host instances; step timeout {self.args.step_timeout}s, "
+            f"supervisor every {self.args.supervisor_period}s) in {self.work}")
+        t0 = time.monotonic()
+        self.stack = Stack(state_dir=self.work / "stack", persistent=False, instances=self.args.instances,
+                           settings_overrides=overrides)
+        self.stack.start()
+        self.result["stack_start_s"] = round(time.monotonic() - t0, 1)
+        self.hostlog = HostLog(self.stack.log_dir / "host.log")
+        # instance -> pid now: the host's `instance K pid PID` lines scroll out of the stack's
+        # line buffer once the instances have logged a few thousand invocations
+        self.instance_pids: dict[int, int] = dict(self.stack.host_instances())
+        self.bus = busstats.BusStats(self.bus_stats_path, lambda: self.stack.proc("servicebus").pid)
+        self.watcher = StatusWatcher(self.stack.servicebus_connection_string, STATUS_QUEUE).start()
+        self.poster = Poster(self.stack.api_url, STATUS_QUEUE, seed=7)
+        if self.bus.snapshot() is None:
+            log("note: the emulator writes no stats file: bus operations are not counted in this run")
+        log(f"stack ready in {self.result['stack_start_s']}s: {self.stack.base_url}")
+
+    def stop_stack(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+        if self.stack is not None:
+            log("stopping the stack")
+            self.stack.stop()
+        os.environ.pop(opcount.ENV, None)
+        os.environ.pop(busstats.ENV, None)
+
+    # ---- phases --------------------------------------------------------------------------------
+    def phase_emulator(self) -> None:
+        log(f"phase: the emulator on its own ({self.args.emulator_messages} messages through the SDK)")
+        try:
+            from bench import emulator as emu
+        except ImportError as e:
+            self.result["emulator_alone"] = {"error": f"bench.emulator unavailable: {e}"}
+            return
+        out = self.work / "emulator.json"
+        t0 = time.time()
+        try:
+            emu.main(["--messages", str(self.args.emulator_messages), "--receivers", "2", "--out", str(out)])
+            self.result["emulator_alone"] = json.loads(out.read_text(encoding="utf-8"))
+        except Exception as e:  # noqa: BLE001 - its own failure must not stop the rest
+            self.result["emulator_alone"] = {"error": repr(e)}
+        self.phase_windows.append(("emulator alone", t0, time.time()))
+
+    def phase_raw(self) -> None:
+        log(f"phase: Azurite raw entity-group transactions ({self.args.raw_seconds:g}s per thread count)")
+        az = self.stack.azurite
+        t0 = time.time()
+
+        def entities(pk: str) -> list[dict[str, Any]]:  # a submission's shape: order + state + 3 steps
+            return [{"PartitionKey": pk, "RowKey": "order", "CustomerId": "c-1", "Currency": "EUR",
+                     "Items": json.dumps([{"sku": "SKU-1", "quantity": 2, "unitPrice": "9.99"}]), "Total": "19.98",
+                     "Priority": "normal", "StatusQueue": STATUS_QUEUE, "BodyHash": "x" * 64,
+                     "Traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01",
+                     "CreatedAt": "2026-11-22T08:00:00.000000+00:00"},
+                    {"PartitionKey": pk, "RowKey": "state", "OrderID": pk, "ProcessState": "Pending", "Mode": "forward",
+                     "CompleteBy": "2026-11-22T08:00:30.000000+00:00", "FailureCount": 0, "StepIndex": 0,
+                     "StepName": "reserve-inventory", "Attempt": 0, "CompIndex": -1, "CompFailureCount": 0,
+                     "LeaseKey": "unclaimed", "ScheduleSeq": 0, "ClaimedSeq": -1,
+                     "CreatedAt": "2026-11-22T08:00:00.000000+00:00", "UpdatedAt": "2026-11-22T08:00:00.000000+00:00"},
+                    *({"PartitionKey": pk, "RowKey": f"step-0{i}-{n}", "Name": n, "Index": i, "State": "Pending",
+                       "Attempt": 0, "Compensation": ""}
+                      for i, n in enumerate(("reserve-inventory", "charge-payment", "create-shipment")))]
+
+        runs = []
+        for threads in self.args.raw_threads:
+            r = raw_rate(az.host, az.table_port, entities, table="benchraw", threads=threads,
+                         seconds=self.args.raw_seconds)
+            log(f"  {threads} thread(s): {r['tx_per_s']} tx/s ({r['entities_per_tx']} entities each, "
+                f"p50 {r['latency_ms_p50']} ms)")
+            runs.append(r)
+        best = max(runs, key=lambda r: r["tx_per_s"])
+        self.result["azurite_raw"] = {"runs": runs, "best_tx_per_s": best["tx_per_s"],
+                                      "best_entities_per_s": round(best["tx_per_s"] * best["entities_per_tx"], 1)}
+        self.phase_windows.append(("azurite raw", t0, time.time()))
+
+    def _state_tables(self) -> tuple[str, str]:
+        s = self.stack.settings
+        return s.get("StateTable") or "orders", s.get("DeadlineTable") or "deadlines"
+
+    def phase_sweep(self, label: str, target: int) -> None:
+        assert self.hostlog is not None
+        state_table, deadline_table = self._state_tables()
+        az = self.stack.azurite
+        seeded_before = sum(v.get("orders", 0) for v in self.result.get("seeding", {}).values())
+        app_orders = sum(len(r.orders) for r in self.runs)
+        n = max(0, target - seeded_before)
+        log(f"phase: sweep with {target:,} finished orders: seeding {n:,} finished orders "
+            f"(one transaction each, {self.args.seed_threads} threads)")
+        t0 = time.time()
+
+        def progress(done: int, total: int, secs: float) -> None:
+            rate = done / secs if secs else 0
+            eta = (total - done) / rate if rate else 0
+            print(f"  seeded {done:,}/{total:,} ({rate:,.0f} orders/s, ~{eta:,.0f}s left)", flush=True)
+
+        seeding = seed_finished(az.host, az.table_port, state_table=state_table, deadline_table=deadline_table,
+                                count=n, leftover=0, threads=self.args.seed_threads, progress=progress)
+        self.result.setdefault("seeding", {})[label] = seeding
+        log(f"  seeded {n:,} orders in {seeding['seconds']}s ({seeding['tx_per_s']} tx/s)")
+        # The lazily-left index rows (their best-effort delete lost) go in right after a sweep,
+        # so that the next sweep is the one that finds them due.
+        period = self.args.supervisor_period
+        first = self._next_sweep(time.time(), timeout=period * 3 + 30)
+        from bench.seed import finished_order_template, leftover_index_row
+
+        tpl = finished_order_template()
+        c = TableHttp(az.host, az.table_port)
+        try:
+            ids = [r["PartitionKey"] for r in c.query(state_table, "RowKey eq 'state' and ProcessState eq 'Processed'",
+                                                      select="PartitionKey", limit=self.args.leftover)]
+            due = datetime.now(UTC).replace(second=0, microsecond=0)
+            from datetime import timedelta
+
+            due -= timedelta(minutes=3)
+            rows = [leftover_index_row(tpl, oid, due) for oid in ids]
+            for i in range(0, len(rows), 100):
+                c.batch(deadline_table, rows[i:i + 100])
+            index_now = c.query(deadline_table)
+        finally:
+            c.close()
+        now = datetime.now(UTC)
+        due_rows = sum(1 for r in index_now if datetime.fromisoformat(r["Due"]) <= now)
+        before = self.snapshot()
+        sweep_b = self._next_sweep(first.at + 0.01, timeout=period * 3 + 30)
+        mid = self.snapshot()
+        sweep_c = self._next_sweep(sweep_b.at + 0.01, timeout=period * 3 + 30)
+        after = self.snapshot()
+        w1, w2 = self.window(before, mid), self.window(mid, after)
+
+        def reads(w: dict[str, Any]) -> dict[str, int]:
+            t = w["table"]
+            reading = {k: v for k, v in t.items() if k.endswith("|query") or k.endswith("|get")}
+            return {"entities_read": sum(int(v["entities"]) for v in reading.values()),
+                    "index_entities_read": sum(int(v["entities"]) for k, v in reading.items()
+                                               if k.startswith(deadline_table + "|")),
+                    "state_entities_read": sum(int(v["entities"]) for k, v in reading.items()
+                                               if k.startswith(state_table + "|")),
+                    "read_requests": sum(int(v["requests"]) for v in reading.values()),
+                    "table_requests": sum(int(v["requests"]) for v in t.values())}
+
+        total_finished = seeded_before + n + app_orders
+        res = {"finished_orders_in_store": total_finished, "seeded": seeded_before + n, "app_orders": app_orders,
+               "index_rows_in_table": len(index_now), "due_rows": due_rows,
+               "sweep_with_due_rows": {"duration_ms": sweep_b.duration_ms, **reads(w1), "table": w1["table"],
+                                       "bus": w1["bus"]},
+               "sweep_steady": {"duration_ms": sweep_c.duration_ms, **reads(w2), "table": w2["table"]},
+               }
+        # The bound is on the index: at most due + 10 index rows read; each due row then costs one
+        # point read of its order's state row (reported apart: it is work on a due row, not history).
+        b, c = res["sweep_with_due_rows"], res["sweep_steady"]
+        res["reads_within_bound"] = (b["index_entities_read"] <= due_rows + 10 and b["state_entities_read"] <= due_rows
+                                     and c["entities_read"] <= 10)
+        self.result.setdefault("sweep", {})[label] = res
+        log(f"  sweep with {total_finished:,} finished orders and {due_rows} due rows: "
+            f"{sweep_b.duration_ms} ms, {b['index_entities_read']} index + {b['state_entities_read']} state entities "
+            f"read ({b['read_requests']} read requests); steady sweep "
+            f"{sweep_c.duration_ms} ms, {res['sweep_steady']['entities_read']} entities read")
+        self.phase_windows.append((f"sweep {label}", t0, time.time()))
+
+    def _next_sweep(self, after: float, timeout: float) -> Any:
+        assert self.hostlog is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.hostlog.poll()
+            got = [i for i in self.hostlog.of("supervisor") if i.at > after]
+            if got:
+                return got[0]
+            time.sleep(0.1)
+        raise RuntimeError(f"no supervisor sweep within {timeout}s")
+
+    def new_run(self, phase: str) -> LoadRun:
+        assert self.poster is not None and self.watcher is not None
+        r = LoadRun(self.poster, self.watcher, phase)
+        self.runs.append(r)
+        return r
+
+    def phase_warmup(self) -> None:
+        log(f"phase: warm-up ({self.args.warmup} orders)")
+        r = self.new_run("warmup")
+        r.open_loop(rate=max(2.0, self.args.warmup / 3), seconds=min(3.0, self.args.warmup / 2.0), threads=4)
+        if not r.wait_all(60):
+            log(f"  warning: {len(r.orders) - r.finished()} warm-up orders unfinished")
+
+    def _measured(self, name: str, r: LoadRun, before: dict[str, Any], t0: float, drain_timeout: float,
+                  steady_from: float | None = None) -> dict[str, Any]:
+        ok = r.wait_all(drain_timeout, progress=lambda s: print(s, flush=True))
+        time.sleep(0.5)  # let the last settlements and status sends land
+        after = self.snapshot()
+        t1 = time.time()
+        self.phase_windows.append((name, t0, t1))
+        orders = r.collect()
+        processed = [o for o in orders if o.processed]
+        lat = [o.processed - o.submitted for o in processed]
+        post = [o.accepted - o.submitted for o in orders if o.accepted]
+        w = self.window(before, after)
+        first = min((o.submitted for o in orders), default=t0)
+        last = max((o.processed for o in processed), default=t1)
+        res: dict[str, Any] = {
+            "orders_posted": len(orders), "post_failures": r.post_failures, "processed": len(processed),
+            "failed": sum(1 for o in orders if o.failed), "unfinished": len(orders) - len(processed) -
+            sum(1 for o in orders if o.failed), "all_finished": ok,
+            "seconds": round(last - first, 2),
+            "orders_per_s": round(len(processed) / (last - first), 2) if last > first else None,
+            "latency_ms": {f"p{p}": _ms(percentile(lat, p)) for p in (50, 95, 99)}
+            | {"max": _ms(max(lat, default=None))},
+            "post_latency_ms": {f"p{p}": _ms(percentile(post, p)) for p in (50, 99)},
+            "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
+            "window": w,
+        }
+        assert self.hostlog is not None
+        work = self.hostlog.work_items(first - 0.01, last + 0.5)
+        res["work_items"] = work
+        res["work_items_per_s"] = round(work / (last - first), 1) if last > first else None
+        if steady_from is not None:
+            done_in = [o for o in processed if steady_from <= o.processed <= r_end(orders)]
+            span = r_end(orders) - steady_from
+            res["steady"] = {"from": steady_from, "seconds": round(span, 2),
+                             "orders_per_s": round(len(done_in) / span, 2) if span > 0 else None,
+                             "work_items_per_s":
+                                 round(self.hostlog.work_items(steady_from, steady_from + span) / span, 1)
+                             if span > 0 else None}
+        return res
+
+    def phase_saturation(self) -> None:
+        a = self.args
+        log(f"phase: saturation (closed loop, {a.window} orders in flight, {a.saturation_seconds:g}s)")
+        r = self.new_run("saturation")
+        before = self.snapshot()
+        t0 = time.time()
+        pids = self._pids()
+        meter = CpuMeter(pids)
+        meter.start()
+        prof_procs = []
+        if not a.no_profile:
+            secs = max(3, int(a.saturation_seconds * 0.6))
+            start_at = a.saturation_seconds * 0.25
+
+            def later() -> None:
+                time.sleep(start_at)
+                for name, plist in pids.items():
+                    if name.startswith("host instance") or name == "servicebus emulator":
+                        for pid in plist:
+                            p = start_record(pid, secs, self.work / "profiles" / f"{name.replace(' ', '_')}-{pid}.txt")
+                            if p is not None:
+                                prof_procs.append((name, pid, p))
+
+            import threading
+
+            threading.Thread(target=later, daemon=True).start()
+        r.closed_loop(a.window, a.saturation_seconds, threads=min(32, a.window),
+                      progress=lambda s: print(s, flush=True))
+        cpu = meter.stop()
+        wall = time.time() - t0
+        res = self._measured("saturation", r, before, t0, drain_timeout=120,
+                             steady_from=t0 + min(5.0, a.saturation_seconds / 4))
+        res["cpu_seconds"] = cpu
+        res["cpu_wall_seconds"] = round(wall, 2)
+        res["cpu_share_of_machine"] = {k: round(v / (wall * (os.cpu_count() or 1)), 3) for k, v in cpu.items()}
+        for name, pid, p in prof_procs:
+            try:
+                p.wait(timeout=60)
+            except Exception:  # noqa: BLE001
+                p.kill()
+            path = self.work / "profiles" / f"{name.replace(' ', '_')}-{pid}.txt"
+            self.profiles[f"{name} (pid {pid})"] = summarize_raw(path)
+        self.result.setdefault("phases", {})["saturation"] = res
+        st = res.get("steady", {})
+        log(f"  saturation: {st.get('orders_per_s')} orders/s, {st.get('work_items_per_s')} work items/s (steady); "
+            f"p50 {res['latency_ms']['p50']} ms, p99 {res['latency_ms']['p99']} ms; CPU s: {cpu}")
+
+    def host_instances(self) -> dict[int, int]:
+        self.instance_pids.update(self.stack.host_instances())
+        return dict(self.instance_pids)
+
+    def _pids(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for k, pid in sorted(self.host_instances().items()):
+            out[f"host instance {k}"] = [pid]
+        out["host supervisor"] = [self.stack.proc("host").pid]
+        out["servicebus emulator"] = [self.stack.proc("servicebus").pid]
+        out["azurite"] = group_pids(self.stack.azurite.proc.pid) or [self.stack.azurite.proc.pid]
+        out["remotes"] = [self.stack.proc("remotes").pid]
+        out["bench (load + status consumer)"] = [os.getpid()]
+        return out
+
+    def saturation_rate(self) -> float:
+        st = self.result.get("phases", {}).get("saturation", {})
+        return float((st.get("steady") or {}).get("orders_per_s") or st.get("orders_per_s") or 5.0)
+
+    def phase_fixed(self, name: str, fraction: float, seconds: float) -> None:
+        rate = max(0.5, fraction * self.saturation_rate())
+        log(f"phase: {name}: fixed arrival rate {rate:.2f} orders/s ({fraction:.0%} of saturation) for {seconds:g}s")
+        r = self.new_run(name)
+        before = self.snapshot()
+        t0 = time.time()
+        r.open_loop(rate, seconds, threads=8, progress=lambda s: print(s, flush=True))
+        res = self._measured(name, r, before, t0, drain_timeout=120)
+        res["arrival_rate"] = round(rate, 2)
+        res["fraction_of_saturation"] = fraction
+        self.result.setdefault("phases", {})[name] = res
+        log(f"  {name}: {res['processed']}/{res['orders_posted']} processed, {res['orders_per_s']} orders/s; "
+            f"latency p50 {res['latency_ms']['p50']} ms, p95 {res['latency_ms']['p95']} ms, "
+            f"p99 {res['latency_ms']['p99']} ms")
+
+    def phase_idle(self) -> None:
+        secs = self.args.idle_seconds
+        log(f"phase: idle ({secs:g}s with no orders in flight)")
+        time.sleep(1.0)
+        before = self.snapshot()
+        t0 = time.time()
+        end = time.monotonic() + secs
+        while time.monotonic() < end:
+            time.sleep(min(10.0, max(0.0, end - time.monotonic())))
+            if time.monotonic() < end:
+                print(f"  idle: {end - time.monotonic():.0f}s left", flush=True)
+        after = self.snapshot()
+        self.phase_windows.append(("idle", t0, time.time()))
+        w = self.window(before, after)
+        minutes = w["seconds"] / 60.0
+        bus_all = busstats.totals(w["bus"])
+        bus_ops = sum(v for k, v in bus_all.items() if k in ("sent", "delivered", "management", *busstats.SETTLEMENTS))
+        table_req = sum(int(v["requests"]) for v in w["table"].values())
+        table_ent = sum(int(v["entities"]) for v in w["table"].values())
+        sweeps = w["invocations"].get("supervisor", 0)
+        res = {"window": w, "sweeps": sweeps,
+               "bus_ops_per_min": round(bus_ops / minutes, 1), "table_requests_per_min": round(table_req / minutes, 1),
+               "table_entities_per_min": round(table_ent / minutes, 1),
+               "table_requests_per_sweep": round(table_req / sweeps, 2) if sweeps else None,
+               "at_default_schedule_15s": {"table_requests_per_min":
+                                           round(4 * table_req / sweeps, 1) if sweeps else None},
+               "credit_flows_per_min": round(bus_all.get("flows", 0) / minutes, 1) if "flows" in bus_all else None}
+        self.result["idle"] = res
+        log(f"  idle: {res['bus_ops_per_min']} bus ops/min, {res['table_requests_per_min']} table requests/min "
+            f"({sweeps} sweeps)")
+
+    def phase_recovery(self) -> None:
+        assert self.hostlog is not None and self.watcher is not None
+        log("phase: recovery (SIGKILL the host instance running charge-payment, mid-call)")
+        remotes = self.stack.remotes
+        remotes.set_faults("payment", latencyMs=int(self.args.recovery_hang * 1000))
+        t0 = time.time()
+        r = self.new_run("recovery")
+        res: dict[str, Any] = {}
+        try:
+            oid = r._post_one()
+            if oid is None:
+                raise RuntimeError("recovery order was not accepted")
+            deadline = time.monotonic() + 30
+            ex: list[tuple[int, float, str]] = []
+            while time.monotonic() < deadline and not ex:
+                self.hostlog.poll()
+                ex = self.hostlog.executing_of("agent_payment", since=t0 - 1)
+                time.sleep(0.05)
+            if not ex:
+                raise RuntimeError("agent_payment never started")
+            instance = ex[0][0]
+            time.sleep(min(1.0, self.args.recovery_hang / 3))  # in the middle of the remote call
+            order = self.stack.get_order(oid)
+            step = next(s for s in order["steps"] if s["name"] == "charge-payment")
+            complete_by = datetime.fromisoformat(step["completeBy"]).timestamp()
+            k, pid = instance, self.host_instances()[instance]
+            os.kill(pid, signal.SIGKILL)
+            t_kill = time.time()
+            remotes.reset_faults()
+            log(f"  killed host instance {k} (pid {pid}) running charge-payment attempt {step['attempt']}; "
+                f"CompleteBy in {complete_by - t_kill:.1f}s")
+            bound = complete_by + self.args.supervisor_period + 1.0
+            wait_until = time.monotonic() + (bound - t_kill) + 60
+            done_at = None
+            while time.monotonic() < wait_until:
+                ev = self.watcher.events.get(oid, {})
+                if "step-done:charge-payment" in ev:
+                    done_at = ev["step-done:charge-payment"]
+                    break
+                time.sleep(0.05)
+            r.wait_all(60)
+            final = self.stack.get_order(oid)
+            st = next(s for s in final["steps"] if s["name"] == "charge-payment")
+            res = {"order_id": oid, "killed_instance": k, "killed_pid": pid,
+                   "complete_by_after_kill_s": round(complete_by - t_kill, 2),
+                   "supervisor_period_s": self.args.supervisor_period,
+                   "bound_s": round(bound - t_kill, 2),
+                   "recovered_s": round(done_at - t_kill, 2) if done_at else None,
+                   "within_bound": bool(done_at and done_at <= bound),
+                   "attempts": st["attempt"], "final_state": final["processState"],
+                   "failure_count": final["failureCount"]}
+            try:
+                self.stack.wait_host_instance_replaced(k, pid, timeout=30)
+            except Exception as e:  # noqa: BLE001
+                res["instance_restart"] = repr(e)
+        except Exception as e:  # noqa: BLE001
+            res["error"] = repr(e)
+        finally:
+            try:
+                remotes.reset_faults()
+            except Exception:  # noqa: BLE001,S110
+                pass
+        self.result["recovery"] = res
+        self.phase_windows.append(("recovery", t0, time.time()))
+        log(f"  recovery: step succeeded {res.get('recovered_s')}s after the kill (bound {res.get('bound_s')}s; "
+            f"attempts {res.get('attempts')}) {res.get('error', '')}")
+
+    # ---- summary -------------------------------------------------------------------------------
+    def summarize(self) -> None:
+        from bench.report import summarize
+
+        summarize(self)
+
+    def write(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = self.out_dir / "bench.json"
+        path.write_text(json.dumps(self.result, indent=2, default=str) + "\n", encoding="utf-8")
+        log(f"wrote {path}")
+
+
+def r_end(orders: list[Any]) -> float:
+    return max((o.processed for o in orders if o.processed), default=time.time())
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(1000 * v, 1)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="a short CI-sized run (small counts, no profiling)")
+    ap.add_argument("--out-dir", default=str(RESULTS))
+    ap.add_argument("--instances", type=int, default=2)
+    ap.add_argument("--step-timeout", type=int, default=15, help="StepTimeoutSeconds for the run")
+    ap.add_argument("--supervisor-period", type=int, default=5, help="seconds between supervisor sweeps")
+    ap.add_argument("--emulator-messages", type=int, default=5000)
+    ap.add_argument("--skip-emulator", action="store_true")
+    ap.add_argument("--raw-seconds", type=float, default=5.0)
+    ap.add_argument("--raw-threads", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
+    ap.add_argument("--sweep-small", type=int, default=1000)
+    ap.add_argument("--sweep-large", type=int, default=100000)
+    ap.add_argument("--leftover", type=int, default=20, help="lazily-left index rows (due) before the measured sweep")
+    ap.add_argument("--seed-threads", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--window", type=int, default=48, help="orders in flight at saturation")
+    ap.add_argument("--saturation-seconds", type=float, default=40.0)
+    ap.add_argument("--latency-seconds", type=float, default=40.0)
+    ap.add_argument("--sustained-seconds", type=float, default=25.0)
+    ap.add_argument("--idle-seconds", type=float, default=60.0)
+    ap.add_argument("--skip-recovery", action="store_true")
+    ap.add_argument("--recovery-hang", type=float, default=3.0, help="remote latency while the agent is killed")
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, counters, profiles)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.emulator_messages = min(args.emulator_messages, 500)
+        args.raw_seconds = min(args.raw_seconds, 1.5)
+        args.raw_threads = [2]
+        args.sweep_small, args.sweep_large = min(args.sweep_small, 50), min(args.sweep_large, 100)
+        args.leftover = min(args.leftover, 5)
+        args.warmup = min(args.warmup, 3)
+        args.window = min(args.window, 6)
+        args.saturation_seconds = min(args.saturation_seconds, 5.0)
+        args.latency_seconds = min(args.latency_seconds, 4.0)
+        args.sustained_seconds = 0.0
+        args.idle_seconds = min(args.idle_seconds, 6.0)
+        args.supervisor_period = min(args.supervisor_period, 2)
+        args.step_timeout = min(args.step_timeout, 6)
+        args.recovery_hang = min(args.recovery_hang, 1.5)
+        args.no_profile = True
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    bench = Bench(args)
+
+    def on_term(signum: int, _frame: Any) -> None:
+        # once: the run then stops its stack and writes what it measured, undisturbed
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    result = bench.run()
+    return 1 if result.get("error") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

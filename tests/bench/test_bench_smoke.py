@@ -1,0 +1,75 @@
+"""A CI-sized run of the benchmark (``python -m bench --smoke``): the runner works and its counts
+are consistent. It never asserts a speed: the figures depend on the machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from local.procs import REPO_ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+WORK_QUEUES = ("scheduler", "replies", "agent-inventory", "agent-payment", "agent-shipping")
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--out-dir", str(out)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads((out / "bench.json").read_text(encoding="utf-8")), out
+
+
+def test_outputs_written(result: tuple[dict, Path]) -> None:
+    r, out = result
+    assert "error" not in r, r.get("traceback")
+    for name in ("throughput.png", "latency.png"):
+        png = out / name
+        assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert r["machine"]["nproc"] >= 1 and r["targets"]
+
+
+def test_every_order_posted_is_processed(result: tuple[dict, Path]) -> None:
+    r, _ = result
+    for name in ("saturation", "latency"):
+        ph = r["phases"][name]
+        assert ph["orders_posted"] > 0 and ph["post_failures"] == 0
+        assert ph["processed"] == ph["orders_posted"], ph
+        assert ph["latency_ms"]["p50"] > 0
+        # work items: at least one scheduler claim, 3 agent calls and 3 replies per order
+        assert ph["work_items"] >= 7 * ph["processed"]
+
+
+def test_counts_are_consistent(result: tuple[dict, Path]) -> None:
+    r, _ = result
+    po = r["per_order"]
+    assert po["table"]["requests_per_order"] > 0 and po["table"]["entities_per_order"] > 0
+    assert po["table"]["requests_per_order_by_kind"]["orders|batch"] >= 4  # submission + claim + 3 replies - 1
+    bus = po["bus"]
+    assert bus["work_queue_messages_per_order"] > 0 and bus["status_sends_per_order"] > 0
+    for q in WORK_QUEUES:  # quiescent at both ends of every window: what was sent was consumed
+        c = bus["consistency"][q]
+        assert c["sent"] > 0 and c["completed"] == c["sent"] and c["delivered"] >= c["sent"], (q, c)
+    assert r["azure_projection"]["binding_limit_orders_per_s"] > 0
+
+
+def test_idle_sweep_and_recovery_measured(result: tuple[dict, Path]) -> None:
+    r, _ = result
+    assert r["idle"]["sweeps"] >= 1
+    for label in ("small", "large"):
+        s = r["sweep"][label]
+        assert s["due_rows"] >= 1
+        assert s["sweep_with_due_rows"]["index_entities_read"] >= s["due_rows"]
+        assert s["sweep_steady"]["duration_ms"] >= 0
+    assert r["sweep"]["large"]["finished_orders_in_store"] > r["sweep"]["small"]["finished_orders_in_store"]
+    rec = r["recovery"]
+    assert "error" not in rec, rec
+    assert rec["attempts"] >= 2 and rec["final_state"] == "Processed" and rec["recovered_s"] > 0
+    emu = r["emulator_alone"]
+    assert emu["send"]["msgs_per_s"] > 0 and emu["receive_complete"]["received"] >= emu["messages"]
