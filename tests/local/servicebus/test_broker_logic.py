@@ -84,7 +84,7 @@ def test_repository_config_loads() -> None:
     names = {qc.name for qc in cfg.queues}
     assert "scheduler" in names
     sched = next(qc for qc in cfg.queues if qc.name == "scheduler")
-    assert sched.lock_duration_ms == 60_000 and sched.requires_duplicate_detection
+    assert sched.lock_duration_ms == 30_000 and sched.requires_duplicate_detection  # PT30S
     assert sched.duplicate_window_ms == 300_000 and sched.max_delivery_count == 10
 
 
