@@ -750,6 +750,13 @@ def index_verdict(state: dict[str, Any] | None, lease: str, due: datetime, now: 
     return "act"
 
 
+def _redrive_timing(st: Mapping[str, Any], failures: int, ctx: Ctx) -> tuple[timedelta, datetime, int]:
+    """A redrive's notice delay (backoff), the unclaimed guard's deadline (delay + grace) and the
+    schedule message's sequence number: the same for a step and for a compensation."""
+    delay = ctx.config.backoff(failures)
+    return delay, ctx.now + delay + timedelta(seconds=ctx.config.grace_seconds), int(st.get("ScheduleSeq") or 0) + 1
+
+
 def decide_expired(v: View, lease: str, ctx: Ctx) -> Decision:
     st = v.state
     if st is None:
@@ -787,9 +794,7 @@ def decide_expired(v: View, lease: str, ctx: Ctx) -> Decision:
         failures = int(st.get("FailureCount") or 0) + 1
         reason = f"timed out (attempt {attempt})"
         if failures < cfg.max_failures:
-            delay = cfg.backoff(failures)
-            due = now + delay + timedelta(seconds=cfg.grace_seconds)
-            seq = int(st.get("ScheduleSeq") or 0) + 1
+            delay, due, seq = _redrive_timing(st, failures, ctx)
             new_state = _upd(st, ProcessState="Pending", LockedBy=None, ClaimToken=None, CompleteBy=iso(due),
                              LeaseKey=UNCLAIMED, FailureCount=failures, ScheduleSeq=seq, UpdatedAt=iso(now))
             # OutcomeUnknown: the attempt may have applied the effect; a cancel of the Pending
@@ -817,9 +822,7 @@ def decide_expired(v: View, lease: str, ctx: Ctx) -> Decision:
     failures = int(st.get("CompFailureCount") or 0) + 1
     reason = f"compensation timed out (attempt {attempt})"
     if failures < cfg.max_failures:
-        delay = cfg.backoff(failures)
-        due = now + delay + timedelta(seconds=cfg.grace_seconds)
-        seq = int(st.get("ScheduleSeq") or 0) + 1
+        delay, due, seq = _redrive_timing(st, failures, ctx)
         new_state = _upd(st, LockedBy=None, ClaimToken=None, CompleteBy=iso(due), LeaseKey=UNCLAIMED,
                          CompFailureCount=failures, ScheduleSeq=seq, UpdatedAt=iso(now))
         new_row = _upd(row, Compensation="Pending", CompensationCompleteBy=None, CompensationReason=reason)

@@ -440,13 +440,17 @@ class TableStore:
         changeset, batch = f"changeset_{uuid.uuid4()}", f"batch_{uuid.uuid4()}"
         out = [f"--{batch}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n"]
         pk = quote(order_id.replace("'", "''"), safe="")
+
+        def entity_json(op: Op) -> str:
+            return json.dumps(_add_entity_properties({**clean(op.row), "PartitionKey": order_id,
+                                                      "RowKey": op.row_key}))
+
         for i, op in enumerate(ops):
             head = (f"--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n"
                     f"Content-ID: {i}\r\n\r\n")
             common = "DataServiceVersion: 3.0\r\nAccept: application/json;odata=minimalmetadata\r\n"
             if op.kind == "create":
-                body = json.dumps(_add_entity_properties({**clean(op.row), "PartitionKey": order_id,
-                                                          "RowKey": op.row_key}))
+                body = entity_json(op)
                 out.append(f"{head}POST {table_url} HTTP/1.1\r\nContent-Type: application/json\r\n"
                            f"Content-Length: {len(body.encode())}\r\nPrefer: return-no-content\r\n{common}\r\n"
                            f"{body}\r\n")
@@ -456,8 +460,7 @@ class TableStore:
             if op.etag is None:
                 raise ValueError("replace/delete need the ETag they were decided on")
             if op.kind == "replace":
-                body = json.dumps(_add_entity_properties({**clean(op.row), "PartitionKey": order_id,
-                                                          "RowKey": op.row_key}))
+                body = entity_json(op)
                 out.append(f"{head}PUT {url} HTTP/1.1\r\nContent-Type: application/json\r\n"
                            f"Content-Length: {len(body.encode())}\r\nIf-Match: {op.etag}\r\n{common}\r\n"
                            f"{body}\r\n")
