@@ -279,9 +279,8 @@ class Bench:
         # so that the next sweep is the one that finds them due.
         period = self.args.supervisor_period
         first = self._next_sweep(time.time(), timeout=period * 3 + 30)
-        from bench.seed import finished_order_template, leftover_index_row
+        from bench.seed import leftover_index_row
 
-        tpl = finished_order_template()
         c = TableHttp(az.host, az.table_port)
         try:
             ids = [r["PartitionKey"] for r in c.query(state_table, "RowKey eq 'state' and ProcessState eq 'Processed'",
@@ -290,7 +289,7 @@ class Bench:
             from datetime import timedelta
 
             due -= timedelta(minutes=3)
-            rows = [leftover_index_row(tpl, oid, due) for oid in ids]
+            rows = [leftover_index_row(oid, due) for oid in ids]
             for i in range(0, len(rows), 100):
                 c.batch(deadline_table, rows[i:i + 100])
             index_now = c.query(deadline_table)

@@ -4,10 +4,10 @@ The template is produced by the app's own core: one order is submitted, claimed 
 to step by step through ``shared.submission`` / ``shared.scheduler`` on the in-memory store
 (the same code the functions run), until it is Processed. Its rows are then copied under new
 order ids with raw ``$batch`` transactions (one per order: its partition), from several
-threads. Index rows: the app deletes each lease's deadline row right after the lease ends
-(best effort), so a finished order normally leaves none; the rows the sweep must clean up
-"lazily" are those whose best-effort delete was lost. ``leftover`` of the seeded orders get
-such a row (the last lease's row, due in the past), exactly as the app's ``PutIndex`` wrote it.
+threads. Index rows: the app deletes an order's deadline row when the order finishes (best
+effort), so a finished order normally leaves none; the rows the sweep must clean up "lazily"
+are those whose best-effort delete was lost. ``leftover`` of the seeded orders get such a row
+(due in the past), exactly as the app's ``PutIndex`` writes it.
 """
 
 from __future__ import annotations
@@ -24,13 +24,11 @@ from bench.azraw import TableHttp, run_parallel
 _ODATA_SKIP = ("_etag", "Timestamp")
 
 
-Template = tuple[str, dict[str, dict[str, Any]], list[dict[str, Any]], str]
+Template = tuple[str, dict[str, dict[str, Any]], list[dict[str, Any]]]
 
 
 def finished_order_template() -> Template:
-    """(order id, rows of the Processed order by RowKey, the index rows the app left, the
-    last lease)."""
-    from shared.effects import PutIndex
+    """(order id, rows of the Processed order by RowKey, the index rows the app left)."""
     from shared.messaging import MemoryBus
     from shared.runtime import Runtime
     from shared.scheduler import handle_reply, handle_schedule
@@ -48,7 +46,6 @@ def finished_order_template() -> Template:
     assert res.status == 202, res.body
     oid = res.body["orderId"]
     q = rt.config.queues
-    last_put: PutIndex | None = None
     for _ in range(20):
         for m in rt.bus.take(q["SchedulerQueue"]):  # type: ignore[attr-defined]
             handle_schedule(rt, json.dumps(m.body).encode(), message_id=m.message_id)
@@ -61,7 +58,6 @@ def finished_order_template() -> Template:
         b = req.body
         result = {"reserve": {"reservationId": uuid.uuid4().hex}, "charge": {"paymentId": uuid.uuid4().hex,
                   "amount": "38.98"}, "ship": {"shipmentId": uuid.uuid4().hex}}[b["operation"]]
-        last_put = PutIndex(oid, f"{b['step']}:{b['attempt']}", datetime.fromisoformat(b["completeBy"]))
         reply = {"kind": "step", "orderId": oid, "step": b["step"], "attempt": b["attempt"], "outcome": "success",
                  "result": result, "reason": None}
         handle_reply(rt, json.dumps(reply).encode(), message_id=f"reply:{req.message_id}")
@@ -69,7 +65,7 @@ def finished_order_template() -> Template:
     assert rows["state"]["ProcessState"] == "Processed", rows["state"]
     index = rt.store.index_rows()  # type: ignore[attr-defined]
     clean = {rk: {k: v for k, v in r.items() if k not in _ODATA_SKIP} for rk, r in rows.items()}
-    return oid, clean, index, last_put.lease if last_put is not None else "create-shipment:1"
+    return oid, clean, index
 
 
 def _odata(entity: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +84,7 @@ def _odata(entity: dict[str, Any]) -> dict[str, Any]:
 
 
 def order_entities(template: Template, new_id: str) -> list[dict[str, Any]]:
-    oid, rows, _idx, _lease = template
+    oid, rows, _idx = template
     ents = []
     for rk, r in rows.items():
         e = json.loads(json.dumps(r).replace(oid, new_id))
@@ -98,12 +94,11 @@ def order_entities(template: Template, new_id: str) -> list[dict[str, Any]]:
     return ents
 
 
-def leftover_index_row(template: Template, new_id: str, due: datetime) -> dict[str, Any]:
-    from shared.effects import bucket_of, index_row_key
+def leftover_index_row(new_id: str, due: datetime) -> dict[str, Any]:
+    from shared.effects import PutIndex, iso
 
-    lease = template[3]
-    return {"PartitionKey": bucket_of(due), "RowKey": index_row_key(new_id, lease, due), "OrderId": new_id,
-            "Lease": lease, "Due": due.isoformat(timespec="microseconds")}
+    put = PutIndex(new_id, due)
+    return {"PartitionKey": put.bucket, "RowKey": put.row_key, "OrderId": new_id, "Due": iso(due)}
 
 
 def seed_finished(host: str, port: int, *, state_table: str, deadline_table: str, count: int, leftover: int,
@@ -134,7 +129,7 @@ def seed_finished(host: str, port: int, *, state_table: str, deadline_table: str
     seed_s = time.perf_counter() - t0
     # lazily-left index rows of the first `leftover` orders, due 5 minutes ago (one bucket)
     due = now - timedelta(minutes=5)
-    rows = [leftover_index_row(template, oid, due) for oid in ids[:leftover]]
+    rows = [leftover_index_row(oid, due) for oid in ids[:leftover]]
     by_bucket: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_bucket.setdefault(r["PartitionKey"], []).append(r)

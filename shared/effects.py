@@ -34,19 +34,19 @@ def bucket_of(due: datetime) -> str:
     return due.strftime("%Y%m%d%H%M")
 
 
-def index_row_key(order_id: str, lease: str, due: datetime) -> str:
-    """``orderId:LEASE:due``. The due instant is part of the key, so that a row guarding a new
-    deadline of the same lease (e.g. 'unclaimed' pushed later) never shares a key with the row
-    of the old deadline: deleting the old row can never delete the new one."""
-    return f"{order_id}:{lease}:{due.strftime('%Y%m%dT%H%M%S%f')}"
+def index_row_key(order_id: str, due: datetime) -> str:
+    """``orderId:due``. The due instant is part of the key, so that a new row of the same order
+    (a later deadline, moved or put by another writer) never shares a key with an older one:
+    deleting the old row can never delete the new one."""
+    return f"{order_id}:{due.strftime('%Y%m%dT%H%M%S%f')}"
 
 
 @dataclass(frozen=True)
 class PutIndex:
-    """Upsert a deadline index row. Always written BEFORE the state write it guards."""
+    """Upsert a deadline index row (one per order, see ``shared.statemachine``: "The deadline
+    index"). Always written BEFORE the state write whose deadline it must cover."""
 
     order_id: str
-    lease: str
     due: datetime
     note: str = ""
 
@@ -56,12 +56,12 @@ class PutIndex:
 
     @property
     def row_key(self) -> str:
-        return index_row_key(self.order_id, self.lease, self.due)
+        return index_row_key(self.order_id, self.due)
 
 
 @dataclass(frozen=True)
 class DeleteIndex:
-    """Best-effort delete of an index row whose lease has ended (the sweep also deletes lazily)."""
+    """Best-effort delete of an index row the order no longer needs (the sweep also deletes lazily)."""
 
     bucket: str
     row_key: str
@@ -121,8 +121,7 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
         if limit is not None and n >= limit:
             break
         if isinstance(eff, PutIndex):
-            store.put_index(eff.bucket, eff.row_key,
-                            {"OrderId": eff.order_id, "Lease": eff.lease, "Due": iso(eff.due)})
+            store.put_index(eff.bucket, eff.row_key, {"OrderId": eff.order_id, "Due": iso(eff.due)})
         elif isinstance(eff, DeleteIndex):
             try:
                 store.delete_index(eff.bucket, eff.row_key)

@@ -25,6 +25,23 @@ Transitions: claim (schedule message), step reply (success -> next step or Proce
 -> on-failure policy), compensation reply, supervisor expiry (redrive with FailureCount+1,
 or Error at MaxFailureCount), unclaimed re-schedule (lost send), operator retry/cancel.
 
+The deadline index (the Supervisor's way to find overdue steps without reading history):
+about one row per order in flight, ``Due`` never later than the order's ``CompleteBy``. Two
+rules make one row enough, with no index write on the forward path:
+
+* every write that sets a ``CompleteBy`` at time t sets it at least ``floor`` later, where
+  ``floor = min(every step timeout, UnclaimedGraceSeconds)`` (``Config.index_floor``);
+* every index row put at time t is due at most ``floor`` later (``_cover``).
+
+So a row that exists covers every deadline the order will ever get: a claim, a next step, a
+compensation or a redrive sets ``CompleteBy >= now + floor >= Due``. The submission puts the
+order's row before its transaction; the last transition (Processed, held, finished) deletes
+it, best effort (the state row's ``IndexDue`` names it). When a row falls due and the order
+is merely slower than that (``CompleteBy`` still ahead), the sweep moves it: a new row at
+``min(CompleteBy, now + floor)``, then the old one deleted. When the deadline has passed, the
+Supervisor acts and covers the new deadline the same way. An order whose rows were all
+deleted (held, finished) and that an operator retries or cancels gets a new row first.
+
 Fencing: a reply is applied only if the state row's LeaseKey is exactly its step and
 attempt, the claim is held (LockedBy) and the step row agrees. The ETag condition on the
 transaction serialises it against a concurrent supervisor/scheduler: whichever writes first
@@ -111,6 +128,10 @@ class Config:
 
     def timeout(self, step: Step) -> timedelta:
         return timedelta(seconds=self.step_timeout_override or step.timeout_seconds)
+
+    def index_floor(self) -> timedelta:
+        """The shortest time from any write to the deadline it sets (module docstring)."""
+        return min([self.timeout(s) for s in self.workflow] + [timedelta(seconds=self.grace_seconds)])
 
     def agent_queue(self, step: Step) -> str:
         return self.queues[AGENTS_BY_NAME[step.agent].queue_setting]
@@ -218,13 +239,18 @@ def parse_lease(lease: str) -> tuple[str, str, int] | None:
     return None
 
 
-def _old_index(state: dict[str, Any]) -> list[Effect]:
-    """Best-effort delete of the index row of the deadline that is ending (the old state's
-    lease and CompleteBy). The new deadline's row has another key (the due instant is in it)."""
-    lease, cb = state.get("LeaseKey"), parse_iso(state.get("CompleteBy"))
-    if not lease or cb is None:
+def _cover(order_id: str, complete_by: datetime, ctx: Ctx, note: str) -> PutIndex:
+    """The index row that covers ``complete_by`` and every later deadline of the order."""
+    return PutIndex(order_id, min(complete_by, ctx.now + ctx.config.index_floor()), note=note)
+
+
+def _drop_index(st: dict[str, Any]) -> list[Effect]:
+    """Best-effort delete of the order's index row (the one named by ``IndexDue``), when the
+    order has no deadline left. A row the sweep moved meanwhile is deleted by the sweep."""
+    due = parse_iso(st.get("IndexDue"))
+    if due is None:
         return []
-    return [DeleteIndex(bucket_of(cb), index_row_key(str(state["OrderID"]), lease, cb))]
+    return [DeleteIndex(bucket_of(due), index_row_key(str(st["OrderID"]), due))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,33 +413,40 @@ def inflight_request(v: View, ctx: Ctx) -> Send | None:
 
 def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, body_hash: str,
                     idempotency_key: str | None, traceparent: str, ctx: Ctx) -> list[Effect]:
+    """The submission: the order, its state and step rows in ONE transaction, and the
+    Scheduler told in-process: that transaction is also the Scheduler's first claim (the
+    state row is written claimed, the first step Running, attempt 1), and the first request
+    is sent right after it. The scheduler queue carries what needs a claim later (redrives,
+    compensations, operator actions); the order's start needs no message of its own."""
     now = ctx.now
-    due = now + timedelta(seconds=ctx.config.grace_seconds)
     order_row = {"RowKey": ORDER_ROW, "CustomerId": canonical["customerId"], "Currency": canonical["currency"],
                  "Items": dumps(canonical["items"]), "Total": total, "Priority": canonical["priority"],
                  "StatusQueue": canonical["statusQueue"], "BodyHash": body_hash, "IdempotencyKey": idempotency_key,
                  "Traceparent": traceparent, "CreatedAt": iso(now)}
-    first = ctx.config.workflow[0]
-    state_row = {"RowKey": STATE_ROW, "OrderID": order_id, "ProcessState": "Pending", "Mode": "forward",
-                 "LockedBy": None, "CompleteBy": iso(due), "FailureCount": 0, "StepIndex": 0,
-                 "StepName": first.name, "Attempt": 0, "CompIndex": -1, "CompFailureCount": 0,
-                 "LeaseKey": UNCLAIMED, "ScheduleSeq": 0, "ClaimedSeq": -1, "CreatedAt": iso(now),
-                 "UpdatedAt": iso(now)}
-    step_rows = [{"RowKey": step_row_key(i, s.name), "Name": s.name, "Index": i, "State": "Pending", "Attempt": 0,
-                  "Compensation": ""} for i, s in enumerate(ctx.config.workflow)]
+    pending = [{"RowKey": step_row_key(i, s.name), "Name": s.name, "Index": i, "State": "Pending", "Attempt": 0,
+                "Compensation": ""} for i, s in enumerate(ctx.config.workflow)]
+    first, changes, cb, lease = _dispatch_step(View({}), pending[0], ctx)
+    step_rows = [first, *pending[1:]]
+    index = _cover(order_id, cb, ctx, note="order deadline")
+    state_row = {"RowKey": STATE_ROW, "OrderID": order_id, "ProcessState": "Processing", "Mode": "forward",
+                 "LockedBy": ctx.instance_id, "ClaimToken": ctx.token, "FailureCount": 0, "CompIndex": -1,
+                 "CompFailureCount": 0, "ScheduleSeq": 0, "ClaimedSeq": 0, "IndexDue": iso(index.due),
+                 "CreatedAt": iso(now), **changes}
     view = View({r["RowKey"]: r for r in (order_row, state_row, *step_rows)})
     return [
         # Crash after this: no order row exists; the sweep finds no state row and deletes
         # the index row once it is ORPHAN_INDEX_AGE old. The client saw no 202 and retries.
-        PutIndex(order_id, UNCLAIMED, due, note="unclaimed guard"),
-        # The ONE write of the submission (order + state + step rows, one transaction).
-        # Crash after this: the order exists but no schedule message was sent; the
-        # 'unclaimed' index row fires after UnclaimedGraceSeconds and the Supervisor sends it.
+        index,
+        # The ONE write of the submission (order + state + step rows, one transaction), the
+        # first step claimed. A second submission with the same id conflicts here (replay).
+        # Crash after this (request not sent): the client's retry replays and re-sends it
+        # (same message id: deduplicated); without a retry the Supervisor finds the step
+        # overdue at CompleteBy and redrives it (FailureCount+1), like any lost request.
         Transact(order_id, tuple(Op("create", r) for r in (order_row, state_row, *step_rows)),
-                 note="submission"),
-        # Not critical: a lost send is recovered by the unclaimed index row above.
-        Send(schedule_message(order_id, 0, ctx, traceparent), critical=False, what="schedule"),
-        *status_sends(view, "received", ctx, processState="Pending"),
+                 note="submission + first claim"),
+        Send(request_message(view, first, "step", 1, cb, ctx), critical=False, what="request"),
+        *status_sends(view, "received", ctx, processState="Processing"),
+        _log(logging.INFO, "order.claimed", view, step=first["Name"], lease=lease, completeBy=iso(cb)),
     ]
 
 
@@ -461,9 +494,7 @@ def _claim(v: View, seq: int, ctx: Ctx) -> Decision:
     else:
         return Decision("ignored", [_log(logging.INFO, "schedule.ignored", v, seq=seq, mode=mode)])
     return Decision("claimed", [
-        # Crash after this: state untouched (still unclaimed); the schedule message is
-        # redelivered (or the unclaimed index row fires) and claims again. Orphan row: lazy delete.
-        PutIndex(v.order_id, lease, cb, note="lease deadline"),
+        # No index write: the order's row covers this deadline (>= now + floor).
         # The claim: LockedBy/CompleteBy/Processing + step Running (attempt n) in ONE transaction.
         # Lost ETag race -> another instance owns the order: nothing after this runs.
         # Crash after this (request not sent): a redelivered schedule message (seq == ClaimedSeq)
@@ -471,7 +502,6 @@ def _claim(v: View, seq: int, ctx: Ctx) -> Decision:
         Transact(v.order_id, (_replace(st, new_state), _replace(row, new_row)), note="claim"),
         send,
         _log(logging.INFO, "order.claimed", v, step=new_row["Name"], lease=lease, completeBy=iso(cb)),
-        *_old_index(st),
     ])
 
 
@@ -530,8 +560,7 @@ def _step_done(v: View, row: dict[str, Any], result: dict[str, Any], ctx: Ctx) -
         new_state = _upd(st, **changes)  # the claim (LockedBy) carries on to the next step
         after = v.with_rows(done, new_next, new_state)
         return Decision("step-done", [
-            # Crash after this: nothing recorded; the reply is redelivered and applied again.
-            PutIndex(v.order_id, lease, cb, note="next step deadline"),
+            # No index write: the order's row covers the next deadline (>= now + floor).
             # Step Done (+result) and next step Running and state, ONE transaction.
             # Crash after this: the redelivered reply is a duplicate of a Done step and
             # re-sends the next request (inflight_request); if the reply is not redelivered,
@@ -541,18 +570,17 @@ def _step_done(v: View, row: dict[str, Any], result: dict[str, Any], ctx: Ctx) -
             Send(request_message(after, new_next, "step", new_next["Attempt"], cb, ctx), what="request"),
             *status_sends(v, "step-done", ctx, step=row["Name"]),
             _log(logging.INFO, "step.done", v, step=row["Name"], attempt=row.get("Attempt"), next=nxt["Name"]),
-            *_old_index(st),
         ])
     new_state = _upd(st, ProcessState="Processed", Mode="finished", Outcome="processed", LockedBy=None,
                      ClaimToken=None, CompleteBy=None, LeaseKey="", UpdatedAt=iso(now), FinishedAt=iso(now))
     return Decision("processed", [
         # Crash after this: the order is Processed; status messages may be missing (best-effort);
-        # the lease's index row is deleted lazily by the sweep.
+        # its index row is deleted lazily by the sweep.
         Transact(v.order_id, (_replace(st, new_state), _replace(row, done)), note="last step done"),
         *status_sends(v, "step-done", ctx, step=row["Name"]),
         *status_sends(v, "processed", ctx, processState="Processed"),
         _log(logging.INFO, "order.processed", v, step=row["Name"]),
-        *_old_index(st),
+        *_drop_index(st),
     ])
 
 
@@ -586,8 +614,7 @@ def _fail_step(v: View, row: dict[str, Any], reason: str, ctx: Ctx, *, state_cha
     released = {"LockedBy": None, "ClaimToken": None}
     policy = "hold" if unknown and spec.compensation is None else spec.on_failure
     comps = _to_compensate(v.with_rows(failed), ctx) if policy == "compensate" else []
-    tail: list[Effect] = [*status_sends(v, "failed", ctx, step=row["Name"], reason=reason, processState="Error"),
-                          *_old_index(st)]
+    tail: list[Effect] = [*status_sends(v, "failed", ctx, step=row["Name"], reason=reason, processState="Error")]
     if policy == "hold":
         new_state = _upd(base, Mode="held", Outcome="held", CompleteBy=None, LeaseKey="", **released)
         return Decision("held", [
@@ -595,6 +622,7 @@ def _fail_step(v: View, row: dict[str, Any], reason: str, ctx: Ctx, *, state_cha
             # Crash after this: held in Error for an operator; nothing in flight.
             Transact(v.order_id, (_replace(st, new_state), _replace(row, failed)), note="step failed, held"),
             *tail,
+            *_drop_index(st),
         ])
     if not comps:
         new_state = _upd(base, Mode="finished", Outcome=outcome, CompleteBy=None, LeaseKey="",
@@ -604,6 +632,7 @@ def _fail_step(v: View, row: dict[str, Any], reason: str, ctx: Ctx, *, state_cha
             # Crash after this: final state; only best-effort messages are missing.
             Transact(v.order_id, (_replace(st, new_state), _replace(row, failed)), note="step failed, final"),
             *tail,
+            *_drop_index(st),
         ])
     # The rows to write: the failed step, and every step to compensate marked Pending (the
     # failed step itself among them when its outcome is unknown). One op per row.
@@ -617,8 +646,7 @@ def _fail_step(v: View, row: dict[str, Any], reason: str, ctx: Ctx, *, state_cha
         ops = (_replace(st, new_state), *(_replace(v.rows[k], m) for k, m in marks.items()))
         return Decision("compensating", [
             alert,
-            # Crash after this: nothing recorded; the reply is redelivered and decided again.
-            PutIndex(v.order_id, lease, cb, note="compensation deadline"),
+            # No index write: the order's row covers the compensation's deadline.
             # Step Failed + compensations Pending + first compensation Running, ONE transaction.
             # Crash after this: the redelivered error reply is a duplicate and re-sends the
             # compensation request; else the Supervisor expires the compensation lease.
@@ -627,18 +655,20 @@ def _fail_step(v: View, row: dict[str, Any], reason: str, ctx: Ctx, *, state_cha
                                  new_first["CompensationAttempt"], cb, ctx), what="compensation"),
             *tail,
         ])
+    # The Supervisor (not direct): the index row it is handling ends; cover the new deadline.
     due = now + timedelta(seconds=cfg.grace_seconds)
     seq = int(st.get("ScheduleSeq") or 0) + 1
+    cover = _cover(v.order_id, due, ctx, note="compensation unclaimed guard")
     new_state = _upd(base, Mode="compensate", Outcome=outcome, CompIndex=first["Index"], CompFailureCount=0,
                      CompensationState="running", CompleteBy=iso(due), LeaseKey=UNCLAIMED, ScheduleSeq=seq,
-                     **released)
+                     IndexDue=iso(cover.due), **released)
     ops = (_replace(st, new_state), *(_replace(v.rows[k], m) for k, m in marks.items()))
     return Decision("compensating", [
         alert,
-        # Crash after this: state unchanged; the expired lease is still due: next sweep redoes it.
-        PutIndex(v.order_id, UNCLAIMED, due, note="compensation unclaimed guard"),
-        # Crash after this: compensation pending but no schedule message; the unclaimed row
-        # fires after the grace period and the Supervisor sends it.
+        # Crash after this: state unchanged; the overdue row is still due: next sweep redoes it.
+        cover,
+        # Crash after this: compensation pending but no schedule message; the new row fires
+        # by the grace period and the Supervisor sends it.
         Transact(v.order_id, ops, note="step failed, compensation scheduled"),
         Send(schedule_message(v.order_id, seq, ctx, v.traceparent), critical=False, what="schedule compensation"),
         *tail,
@@ -690,8 +720,7 @@ def _next_compensation(v: View, row: dict[str, Any], updated: dict[str, Any], ct
             new_next, changes, cb, lease = _dispatch_compensation(nxt, ctx)
             new_state = _upd(st, **{**changes0, "CompFailureCount": 0, **changes})
             return Decision("compensation-next", head + [
-                # Crash after this: nothing recorded; the reply is redelivered and applied again.
-                PutIndex(v.order_id, lease, cb, note="next compensation deadline"),
+                # No index write: the order's row covers the next deadline.
                 # Crash after this: the redelivered reply is a duplicate and re-sends the next
                 # compensation request; else the Supervisor expires its lease.
                 Transact(v.order_id, (_replace(st, new_state), _replace(row, updated), _replace(nxt, new_next)),
@@ -700,20 +729,20 @@ def _next_compensation(v: View, row: dict[str, Any], updated: dict[str, Any], ct
                                      new_next["CompensationAttempt"], cb, ctx), what="compensation"),
                 _log(logging.INFO, "compensation.ended", v, step=row["Name"], compensation=updated["Compensation"],
                      next=nxt["Name"]),
-                *_old_index(st),
             ])
+        # The Supervisor (not direct): the index row it is handling ends; cover the new deadline.
         due = now + timedelta(seconds=ctx.config.grace_seconds)
         seq = int(st.get("ScheduleSeq") or 0) + 1
+        cover = _cover(v.order_id, due, ctx, note="compensation unclaimed guard")
         new_state = _upd(st, **{**changes0, "CompIndex": nxt["Index"], "CompFailureCount": 0, "LockedBy": None,
                                 "ClaimToken": None, "CompleteBy": iso(due), "LeaseKey": UNCLAIMED,
-                                "ScheduleSeq": seq, "UpdatedAt": iso(now)})
+                                "ScheduleSeq": seq, "IndexDue": iso(cover.due), "UpdatedAt": iso(now)})
         return Decision("compensation-next", head + [
-            PutIndex(v.order_id, UNCLAIMED, due, note="compensation unclaimed guard"),
-            # Crash after this: the unclaimed row fires and the Supervisor schedules the next one.
+            cover,
+            # Crash after this: the new row fires and the Supervisor schedules the next one.
             Transact(v.order_id, (_replace(st, new_state), _replace(row, updated)),
                      note="compensation ended, next scheduled"),
             Send(schedule_message(v.order_id, seq, ctx, v.traceparent), critical=False, what="schedule compensation"),
-            *_old_index(st),
         ])
     any_failed = any(s.get("Compensation") == "Failed" for s in after.steps)
     new_state = _upd(st, **changes0, Mode="finished", LockedBy=None, ClaimToken=None, CompleteBy=None, LeaseKey="",
@@ -725,7 +754,7 @@ def _next_compensation(v: View, row: dict[str, Any], updated: dict[str, Any], ct
         *status_sends(v, "compensated", ctx, outcome=st.get("Outcome"),
                       compensation="failed" if any_failed else "completed"),
         _log(logging.INFO, "order.compensated", v, outcome=st.get("Outcome"), anyFailed=any_failed),
-        *_old_index(st),
+        *_drop_index(st),
     ])
 
 
@@ -733,21 +762,19 @@ def _next_compensation(v: View, row: dict[str, Any], updated: dict[str, Any], ct
 # Supervisor
 
 
-def index_verdict(state: dict[str, Any] | None, lease: str, due: datetime, now: datetime) -> str:
-    """What a due index row means, from a point read of the state row alone:
-    'act' (the lease it guards is overdue), 'delete' (obsolete) or 'keep' (not yet)."""
+def index_verdict(state: dict[str, Any] | None, due: datetime, now: datetime) -> str:
+    """What a due index row means, from a point read of the state row alone: 'keep' (not due
+    yet, or an orphan too young to tell), 'delete' (the order has no deadline: it is finished
+    or held, or it never came to exist), 'move' (the order is slower than the row: cover its
+    deadline with a later row) or 'act' (the deadline has passed)."""
     if due > now:
         return "keep"
     if state is None:
         return "delete" if due < now - ORPHAN_INDEX_AGE else "keep"
-    if state.get("LeaseKey") != lease:
-        return "delete"  # that lease ended; the current one has its own row
     cb = parse_iso(state.get("CompleteBy"))
-    if cb is None or cb != due:
-        # the deadline moved (or a write that would have set this one lost its race):
-        # the current deadline has its own row, written before the state that set it
+    if cb is None or not state.get("LeaseKey"):
         return "delete"
-    return "act"
+    return "move" if cb > now else "act"
 
 
 def _redrive_timing(st: Mapping[str, Any], failures: int, ctx: Ctx) -> tuple[timedelta, datetime, int]:
@@ -757,26 +784,30 @@ def _redrive_timing(st: Mapping[str, Any], failures: int, ctx: Ctx) -> tuple[tim
     return delay, ctx.now + delay + timedelta(seconds=ctx.config.grace_seconds), int(st.get("ScheduleSeq") or 0) + 1
 
 
-def decide_expired(v: View, lease: str, ctx: Ctx) -> Decision:
+def decide_expired(v: View, ctx: Ctx) -> Decision:
+    """The Supervisor on an order whose index row fell due. Every outcome with a deadline
+    left puts the row that covers it first (the row being handled is deleted after)."""
     st = v.state
     if st is None:
         return Decision("obsolete")
     cb = parse_iso(st.get("CompleteBy"))
-    if st.get("LeaseKey") != lease or cb is None:
+    lease = str(st.get("LeaseKey") or "")
+    if not lease or cb is None:
         return Decision("obsolete")
     if cb > ctx.now:
-        return Decision("not-due")
+        return Decision("not-due", [_cover(v.order_id, cb, ctx, note="moved")])
     cfg, now = ctx.config, ctx.now
     if lease == UNCLAIMED:
-        # Lost send (submission, redrive, retry/cancel): the order waited unclaimed past the
-        # grace period. Re-send the schedule message; push the deadline (ETag: once per race).
+        # Lost send (redrive, retry/cancel): the order waited unclaimed past the grace
+        # period. Re-send the schedule message; push the deadline (ETag: once per race).
         due = now + timedelta(seconds=cfg.grace_seconds)
         seq = int(st.get("ScheduleSeq") or 0) + 1
-        new_state = _upd(st, CompleteBy=iso(due), ScheduleSeq=seq, UpdatedAt=iso(now))
+        cover = _cover(v.order_id, due, ctx, note="unclaimed guard")
+        new_state = _upd(st, CompleteBy=iso(due), ScheduleSeq=seq, IndexDue=iso(cover.due), UpdatedAt=iso(now))
         return Decision("rescheduled", [
             # Crash after this: the overdue row is still there; the next sweep redoes this.
-            PutIndex(v.order_id, UNCLAIMED, due, note="unclaimed guard"),
-            # Crash after this (schedule not sent): the new row fires after the grace period.
+            cover,
+            # Crash after this (schedule not sent): the new row fires by the grace period.
             Transact(v.order_id, (_replace(st, new_state),), note="unclaimed rescheduled"),
             Send(schedule_message(v.order_id, seq, ctx, v.traceparent), critical=False, what="schedule (lost send)"),
             _log(logging.WARNING, "supervisor.unclaimed_rescheduled", v, seq=seq, mode=st.get("Mode")),
@@ -795,17 +826,19 @@ def decide_expired(v: View, lease: str, ctx: Ctx) -> Decision:
         reason = f"timed out (attempt {attempt})"
         if failures < cfg.max_failures:
             delay, due, seq = _redrive_timing(st, failures, ctx)
+            cover = _cover(v.order_id, due, ctx, note="redrive unclaimed guard")
             new_state = _upd(st, ProcessState="Pending", LockedBy=None, ClaimToken=None, CompleteBy=iso(due),
-                             LeaseKey=UNCLAIMED, FailureCount=failures, ScheduleSeq=seq, UpdatedAt=iso(now))
+                             LeaseKey=UNCLAIMED, FailureCount=failures, ScheduleSeq=seq, IndexDue=iso(cover.due),
+                             UpdatedAt=iso(now))
             # OutcomeUnknown: the attempt may have applied the effect; a cancel of the Pending
             # order compensates it (an error reply or Done of a later attempt settles it).
             new_row = _upd(row, State="Pending", CompleteBy=None, FailureReason=reason, OutcomeUnknown=True)
             return Decision("redriven", [
-                # Crash after this: state unchanged; the lease is still overdue: next sweep.
-                PutIndex(v.order_id, UNCLAIMED, due, note="redrive unclaimed guard"),
+                # Crash after this: state unchanged; the row is still overdue: next sweep.
+                cover,
                 # FailureCount+1, claim released, Pending: ETag-conditional, so two supervisors
                 # never count one failure twice. Crash after this (notice not sent): the
-                # unclaimed row fires after delay+grace and the schedule message is re-sent.
+                # new row fires by delay+grace and the schedule message is re-sent.
                 Transact(v.order_id, (_replace(st, new_state), _replace(row, new_row)), note="redrive"),
                 Send(schedule_message(v.order_id, seq, ctx, v.traceparent, not_before=now + delay),
                      critical=False, what="schedule (redrive)"),
@@ -823,12 +856,13 @@ def decide_expired(v: View, lease: str, ctx: Ctx) -> Decision:
     reason = f"compensation timed out (attempt {attempt})"
     if failures < cfg.max_failures:
         delay, due, seq = _redrive_timing(st, failures, ctx)
+        cover = _cover(v.order_id, due, ctx, note="compensation redrive guard")
         new_state = _upd(st, LockedBy=None, ClaimToken=None, CompleteBy=iso(due), LeaseKey=UNCLAIMED,
-                         CompFailureCount=failures, ScheduleSeq=seq, UpdatedAt=iso(now))
+                         CompFailureCount=failures, ScheduleSeq=seq, IndexDue=iso(cover.due), UpdatedAt=iso(now))
         new_row = _upd(row, Compensation="Pending", CompensationCompleteBy=None, CompensationReason=reason)
         return Decision("compensation-redriven", [
-            PutIndex(v.order_id, UNCLAIMED, due, note="compensation redrive guard"),
-            # Same as a step redrive: ETag-conditional, the unclaimed row backs up the notice.
+            cover,
+            # Same as a step redrive: ETag-conditional, the new row backs up the notice.
             Transact(v.order_id, (_replace(st, new_state), _replace(row, new_row)), note="compensation redrive"),
             Send(schedule_message(v.order_id, seq, ctx, v.traceparent, not_before=now + delay),
                  critical=False, what="schedule (compensation redrive)"),
@@ -857,15 +891,17 @@ def decide_retry(v: View, ctx: Ctx) -> Decision:
     now = ctx.now
     due = now + timedelta(seconds=ctx.config.grace_seconds)
     seq = int(st.get("ScheduleSeq") or 0) + 1
+    cover = _cover(v.order_id, due, ctx, note="retry unclaimed guard")
     new_state = _upd(st, ProcessState="Pending", Mode="forward", Outcome=None, FailureCount=0, LockedBy=None,
-                     ClaimToken=None, CompleteBy=iso(due), LeaseKey=UNCLAIMED, ScheduleSeq=seq,
+                     ClaimToken=None, CompleteBy=iso(due), LeaseKey=UNCLAIMED, ScheduleSeq=seq, IndexDue=iso(cover.due),
                      StepIndex=failed["Index"], StepName=failed["Name"], FailedStep=None, Reason=None,
                      UpdatedAt=iso(now), RetriedAt=iso(now))
     new_row = _upd(failed, State="Pending", FinishedAt=None)
     return Decision("retried", [
         # Crash after this: state unchanged (still held); the operator's call failed: retry it.
-        PutIndex(v.order_id, UNCLAIMED, due, note="retry unclaimed guard"),
-        # Crash after this: Pending, unclaimed; the unclaimed row fires and schedules it.
+        # (A held order has no index row: its deadline needs a new one.)
+        cover,
+        # Crash after this: Pending, unclaimed; the new row fires and schedules it.
         Transact(v.order_id, (_replace(st, new_state), _replace(failed, new_row)), note="operator retry"),
         Send(schedule_message(v.order_id, seq, ctx, v.traceparent), critical=False, what="schedule (retry)"),
         _log(logging.WARNING, "operator.retry", v, step=failed["Name"]),
@@ -894,22 +930,24 @@ def decide_cancel(v: View, ctx: Ctx) -> Decision:
             Transact(v.order_id, (_replace(st, new_state),), note="operator cancel"),
             *status_sends(v, "cancelled", ctx, processState="Error"),
             _log(logging.WARNING, "operator.cancel", v, compensations=0),
-            *_old_index(st),
+            *_drop_index(st),
         ])
     due = now + timedelta(seconds=ctx.config.grace_seconds)
     seq = int(st.get("ScheduleSeq") or 0) + 1
+    # A held order has no index row: its new deadline needs one. A Pending order has its row.
+    covers = [] if pending else [_cover(v.order_id, due, ctx, note="cancel unclaimed guard")]
     marks = [(c, _upd(c, Compensation="Pending")) for c in comps]
     new_state = _upd(base, Mode="compensate", CompIndex=comps[0]["Index"], CompFailureCount=0,
-                     CompensationState="running", CompleteBy=iso(due), LeaseKey=UNCLAIMED, ScheduleSeq=seq)
+                     CompensationState="running", CompleteBy=iso(due), LeaseKey=UNCLAIMED, ScheduleSeq=seq,
+                     **({"IndexDue": iso(covers[0].due)} if covers else {}))
     return Decision("cancelling", [
         # Crash after this: state unchanged; the operator's call failed: retry it.
-        PutIndex(v.order_id, UNCLAIMED, due, note="cancel unclaimed guard"),
-        # Crash after this: compensation pending, unclaimed; the unclaimed row schedules it.
+        *covers,
+        # Crash after this: compensation pending, unclaimed; the new row schedules it.
         Transact(v.order_id, (_replace(st, new_state), *(_replace(c, m) for c, m in marks)), note="operator cancel"),
         Send(schedule_message(v.order_id, seq, ctx, v.traceparent), critical=False, what="schedule (cancel)"),
         *status_sends(v, "cancelled", ctx, processState="Error"),
         _log(logging.WARNING, "operator.cancel", v, compensations=len(comps)),
-        *_old_index(st),
     ])
 
 

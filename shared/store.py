@@ -20,11 +20,16 @@ row of an order can be written in ONE entity-group transaction:
   CompensationCompleteBy, CompensationStartedAt, CompensationFinishedAt, CompensationResult,
   CompensationReason.
 
-DeadlineTable (setting ``DeadlineTable``): the Supervisor's index of deadlines.
-PartitionKey = due minute ``yyyyMMddHHmm`` (UTC), RowKey = ``orderId:LEASE`` (``LEASE`` as in
-the state row's LeaseKey), properties OrderId, Lease, Due. An index row is written BEFORE the
-state write that creates the deadline it guards and deleted lazily (or best-effort right after
-the lease ends), so a sweep reads only buckets that are due: ``PartitionKey le @bucket``.
+DeadlineTable (setting ``DeadlineTable``): the Supervisor's index of deadlines, about ONE row
+per order in flight (``shared.statemachine``, "The deadline index"). PartitionKey = due minute
+``yyyyMMddHHmm`` (UTC), RowKey = ``orderId:due``, properties OrderId, Due. A row's Due is never
+later than its order's CompleteBy; the submission writes it BEFORE its transaction, the forward
+path never touches it, the last transition deletes it (best effort) and the sweep moves it
+later when the order is slower than that. A sweep reads only buckets that are due:
+``PartitionKey le @bucket``.
+
+The state row's ``IndexDue`` names the row the order's own writes put (so that the last
+transition can delete it).
 
 Times are stored as ISO-8601 UTC strings with microseconds (they sort as text), money as
 decimal strings, absent values as absent properties (REPLACE writes the full entity).
@@ -350,7 +355,7 @@ class TableStore:
 
     state: Any  # azure.data.tables.TableClient
     deadlines: Any  # azure.data.tables.TableClient
-    _select: tuple[str, ...] = field(default=("PartitionKey", "RowKey", "OrderId", "Lease", "Due"))
+    _select: tuple[str, ...] = field(default=("PartitionKey", "RowKey", "OrderId", "Due"))
     batch_index: bool = True
     raw_batch: bool = True  # entity-group transactions built here (see _raw_transact)
     _index: _IndexWriter | None = field(default=None, repr=False, compare=False)

@@ -3,10 +3,12 @@
 * POST /api/orders: 415 unless the body is JSON (content type, UTF-8, parseable), 413 over
   MaxRequestBytes, 400 problem+json naming every bad field; nothing is written on any
   rejection. Then the order row + state row + step rows in ONE transaction (preceded by the
-  'unclaimed' deadline index row) and a schedule message; 202 + Location.
+  order's deadline index row), and the Scheduler told in-process: that transaction is its
+  first claim, and the first step's request is sent right after it; 202 + Location.
 * Idempotency-Key: the order id is uuid5(key), so a replay hits the same partition and its
   create conflicts. Same body hash -> 200 with the existing order's id and state (and the
-  schedule notice re-sent if it is still unclaimed); different body -> 409 problem+json.
+  request in flight re-sent, deduplicated by its message id, in case the first submission
+  died before sending it); different body -> 409 problem+json.
 * GET /api/orders/{id}: the order, its state, steps and compensation progress.
 * POST /api/orders/{id}/retry | /cancel (operator): 409 problem+json with the reason when the
   order is in the wrong state.
@@ -44,6 +46,7 @@ from shared.statemachine import (
     View,
     decide_cancel,
     decide_retry,
+    inflight_request,
     plan_submission,
     schedule_message,
 )
@@ -170,7 +173,7 @@ def submit(rt: Runtime, body: bytes | None, headers: Mapping[str, str] | None, *
         return _replay(rt, order_id, body_hash, key)
     log_event(logging.INFO, "order.accepted", order_id=order_id, traceparent=traceparent,
               items=len(order.items), total=format(order.total, "f"), idempotent=key is not None)
-    return HttpResult(202, {"orderId": order_id, "processState": "Pending"},
+    return HttpResult(202, {"orderId": order_id, "processState": "Processing"},
                       headers={"Location": f"/api/orders/{order_id}"})
 
 
@@ -183,10 +186,14 @@ def _replay(rt: Runtime, order_id: str, body_hash: str, key: str | None) -> Http
         return problem(409, "idempotency-key-reuse", "Idempotency-Key reused",
                        "this Idempotency-Key was used for a different order body", orderId=order_id)
     view = View(rows)
+    ctx = rt.ctx()
     if state.get("LeaseKey") == UNCLAIMED and not state.get("LockedBy"):
-        # the first request's schedule send may have been lost: send it again (deduplicated)
-        rt.run([Send(schedule_message(order_id, int(state.get("ScheduleSeq") or 0), rt.ctx(), view.traceparent),
+        # redriven and waiting for a claim: its schedule notice may have been lost (deduplicated)
+        rt.run([Send(schedule_message(order_id, int(state.get("ScheduleSeq") or 0), ctx, view.traceparent),
                      critical=False, what="schedule (replay)")])
+    elif (resend := inflight_request(view, ctx)) is not None:
+        # the first submission may have died between its transaction and its send
+        rt.run([Send(resend.message, critical=False, what="request (replay)")])
     log_event(logging.INFO, "order.replayed", order_id=order_id, traceparent=view.traceparent)
     return HttpResult(200, {"orderId": order_id, "processState": state.get("ProcessState")},
                       headers={"Location": f"/api/orders/{order_id}", "Idempotent-Replayed": "true"})

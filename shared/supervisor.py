@@ -2,11 +2,13 @@
 
 Cost: a sweep queries ``DeadlineTable`` for ``PartitionKey le @bucket`` (the current due
 minute; a parameterised filter), i.e. only rows due by now (plus not-yet-due rows of the
-current minute, skipped). Finished orders have no index row (deleted when their last lease
-ended, or lazily here), so a sweep never reads them. For each due row it point-reads the
-order's state row; only when the lease it guards is really overdue does it read the
-partition and act. Every action is ETag-conditional: a lost race (another supervisor, a late
-reply, a claim) means skip, so two supervisors never count one failure twice.
+current minute, skipped). Finished orders have no index row (deleted by their last
+transition, or lazily here), so a sweep never reads them. For each due row it point-reads
+the order's state row: a finished order's row is deleted, the row of an order slower than
+the row is moved to a later due, and only when the order's deadline has passed does it read
+the partition and act (``shared.statemachine``, "The deadline index"). Every action is
+ETag-conditional: a lost race (another supervisor, a late reply, a claim) means skip, so two
+supervisors never count one failure twice.
 
 Latency: due rows are handled by a small thread pool (each is a few round trips, all I/O),
 and a sweep stops taking new rows after a time budget, so a burst of expiries (an outage, a
@@ -40,6 +42,7 @@ class SweepReport:
     acted: dict[str, int] = field(default_factory=dict)
     deleted: int = 0
     kept: int = 0
+    moved: int = 0  # rows of orders slower than their row: a later row put, this one deleted
     lost_races: int = 0
     errors: int = 0
     deferred: int = 0  # due rows left for the next tick (time budget spent)
@@ -80,13 +83,14 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
         f.result()  # handle() keeps ordinary errors; anything else (an abort) propagates as before
     if report.acted or report.errors or report.lost_races or report.deferred:
         log_event(logging.INFO, "supervisor.sweep", seen=report.seen, acted=report.acted, deleted=report.deleted,
+                  moved=report.moved,
                   lostRaces=report.lost_races, errors=report.errors, deferred=report.deferred)
     return report
 
 
 def _one(rt: Runtime, row: dict, now, report: SweepReport) -> None:  # type: ignore[no-untyped-def]
-    order_id, lease, due = row.get("OrderId"), row.get("Lease"), parse_iso(row.get("Due"))
-    if not order_id or not lease or due is None:
+    order_id, due = row.get("OrderId"), parse_iso(row.get("Due"))
+    if not order_id or due is None:
         rt.store.delete_index(row["PartitionKey"], row["RowKey"])
         report.count("deleted")
         return
@@ -94,28 +98,30 @@ def _one(rt: Runtime, row: dict, now, report: SweepReport) -> None:  # type: ign
         report.count("kept")
         return
     state = rt.store.read_row(order_id, STATE_ROW)
-    verdict = index_verdict(state, lease, due, now)
+    verdict = index_verdict(state, due, now)
     if verdict == "keep":
         report.count("kept")
         return
-    if verdict == "delete":
-        rt.store.delete_index(row["PartitionKey"], row["RowKey"])
-        report.count("deleted")
-        return
-    view = View(rt.store.read_partition(order_id))
-    decision = decide_expired(view, lease, rt.ctx())
-    outcome = rt.run(decision.effects)
-    if outcome.lost_race:
-        report.count("lost_races")  # someone else moved the order on: skip; re-evaluated next sweep
-        return
-    if decision.verdict == "not-due":
-        report.count("kept")
-        return
-    report.count("acted", decision.verdict)
-    # the deadline this row guarded has ended (or was obsolete): the row is done, unless the
-    # decision re-wrote the very same row (same lease, same due: cannot happen, due > now)
-    rewritten = any(isinstance(e, PutIndex) and (e.bucket, e.row_key) == (row["PartitionKey"], row["RowKey"])
-                    for e in decision.effects)
-    if not rewritten:
-        rt.store.delete_index(row["PartitionKey"], row["RowKey"])
-        report.count("deleted")
+    if verdict == "move":
+        # The order is slower than its row: a later row covers its deadline (put first;
+        # ``now`` is the sweep's start, before the read, so the row is never too late).
+        assert state is not None
+        cb = parse_iso(state.get("CompleteBy"))
+        assert cb is not None
+        rt.run([PutIndex(order_id, min(cb, now + rt.config.index_floor()), note="moved")])
+        report.count("moved")
+    elif verdict == "act":
+        view = View(rt.store.read_partition(order_id))
+        decision = decide_expired(view, rt.ctx())
+        outcome = rt.run(decision.effects)
+        if outcome.lost_race:
+            report.count("lost_races")  # someone else moved the order on: the row stays due; next sweep
+            return
+        if decision.verdict == "not-due":
+            report.count("moved")  # the order moved on between the two reads; its row was put
+        elif decision.verdict != "obsolete":
+            report.count("acted", decision.verdict)
+    # This row is done: the order has no deadline, or a row covering it was put above
+    # (a later due, so never this row's key).
+    rt.store.delete_index(row["PartitionKey"], row["RowKey"])
+    report.count("deleted")

@@ -42,20 +42,23 @@ def test_every_order_posted_is_processed(result: tuple[dict, Path]) -> None:
         assert ph["orders_posted"] > 0 and ph["post_failures"] == 0
         assert ph["processed"] == ph["orders_posted"], ph
         assert ph["latency_ms"]["p50"] > 0
-        # work items: at least one scheduler claim, 3 agent calls and 3 replies per order
-        assert ph["work_items"] >= 7 * ph["processed"]
+        # work items: 3 agent calls and 3 replies per order (the submission claims step 1 itself)
+        assert ph["work_items"] >= 6 * ph["processed"]
 
 
 def test_counts_are_consistent(result: tuple[dict, Path]) -> None:
     r, _ = result
     po = r["per_order"]
     assert po["table"]["requests_per_order"] > 0 and po["table"]["entities_per_order"] > 0
-    assert po["table"]["requests_per_order_by_kind"]["orders|batch"] >= 4  # submission + claim + 3 replies - 1
+    assert po["table"]["requests_per_order_by_kind"]["orders|batch"] >= 4  # submission + 3 replies
     bus = po["bus"]
-    assert bus["work_queue_messages_per_order"] > 0 and bus["status_sends_per_order"] > 0
+    assert bus["work_queue_messages_per_order"] >= 12  # 3 requests + 3 replies, each sent and delivered
+    assert bus["status_sends_per_order"] > 0
     for q in WORK_QUEUES:  # quiescent at both ends of every window: what was sent was consumed
         c = bus["consistency"][q]
-        assert c["sent"] > 0 and c["completed"] == c["sent"] and c["delivered"] >= c["sent"], (q, c)
+        assert c["completed"] == c["sent"] and c["delivered"] >= c["sent"], (q, c)
+        # a new order needs no schedule message; every other work queue carries each order
+        assert c["sent"] > 0 or q == "scheduler", (q, c)
     assert r["azure_projection"]["binding_limit_orders_per_s"] > 0
 
 

@@ -97,6 +97,26 @@ def post(rt: Runtime, body: Any = None, headers: dict[str, str] | None = None, m
     return submit(rt, raw, {**JSON_HEADERS, **(headers or {})}, max_bytes=max_bytes)
 
 
+def redriven(rt: Runtime, **post_kwargs: Any) -> str:
+    """An order whose first request was lost, timed out and redriven by the Supervisor: Pending,
+    unclaimed, its schedule message in the scheduler queue (a new order needs none: the
+    submission claims it). Needs a bus with ``fail`` (MemoryBus)."""
+    fail: set[str] = rt.bus.fail  # type: ignore[attr-defined]
+    first = rt.config.agent_queue(rt.config.workflow[0])
+    fail.add(first)
+    try:
+        r = post(rt, **post_kwargs)
+    finally:
+        fail.discard(first)
+    assert r.status == 202, r.body
+    oid = str(r.body["orderId"])
+    rt.clock.advance(rt.config.timeout(rt.config.workflow[0]).total_seconds() + 1)  # type: ignore[attr-defined]
+    assert sweep(rt).acted == {"redriven": 1}
+    st = state(rt, oid)
+    assert (st["ProcessState"], st["LeaseKey"], st.get("LockedBy")) == ("Pending", "unclaimed", None)
+    return oid
+
+
 def state(rt: Runtime, order_id: str) -> dict[str, Any]:
     row = rt.store.read_row(order_id, STATE_ROW)
     assert row is not None

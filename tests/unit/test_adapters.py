@@ -13,6 +13,7 @@ import functions.scheduler as sched_fn
 import functions.submission as sub_fn
 import functions.supervisor as sup_fn
 from shared.messaging import PoisonMessage
+from shared.supervisor import sweep
 from tests.unit.harness import BODY, make_runtime
 
 
@@ -41,11 +42,15 @@ def test_http_adapters(rt: Any) -> None:
     oid = json.loads(resp.get_body())["orderId"]
     assert resp.headers["Location"] == f"/api/orders/{oid}"
     got = _user(sub_fn.get_order_status)(_http("GET", f"/api/orders/{oid}", route_params={"id": oid}))
-    assert got.status_code == 200 and json.loads(got.get_body())["processState"] == "Pending"
+    assert got.status_code == 200 and json.loads(got.get_body())["processState"] == "Processing"
     bad = _user(sub_fn.get_order_status)(_http("GET", "/api/orders/zz", route_params={"id": "zz"}))
     assert bad.status_code == 400 and bad.mimetype == "application/problem+json"
     r = _user(sub_fn.retry)(_http("POST", f"/api/orders/{oid}/retry", route_params={"id": oid}))
     assert r.status_code == 409
+    c = _user(sub_fn.cancel)(_http("POST", f"/api/orders/{oid}/cancel", route_params={"id": oid}))
+    assert c.status_code == 409 and c.mimetype == "application/problem+json"  # a step is in flight
+    rt.clock.advance(31)
+    sweep(rt)  # the step timed out: redriven, Pending and unclaimed, so it can be cancelled
     c = _user(sub_fn.cancel)(_http("POST", f"/api/orders/{oid}/cancel", route_params={"id": oid}))
     assert c.status_code == 202
     t = _user(sub_fn.submit_order)(_http("POST", "/api/orders", b"hello", {"Content-Type": "text/plain"}))
@@ -60,14 +65,12 @@ def _sb(body: bytes, message_id: str, props: dict | None = None) -> ServiceBusMe
 def test_service_bus_and_timer_adapters(rt: Any) -> None:
     oid = json.loads(_user(sub_fn.submit_order)(_http("POST", "/api/orders", json.dumps(BODY).encode(),
                                                       {"Content-Type": "application/json"})).get_body())["orderId"]
-    [m] = rt.bus.take("scheduler")
-    msg = _sb(json.dumps(m.body).encode(), m.message_id, {"traceparent": m.application_properties["traceparent"]})
-    _user(sched_fn.scheduler)(msg)
+    assert rt.bus.peek("scheduler") == []  # the submission claimed the order itself
     [req] = rt.bus.take("agent-inventory")
     reply = {"kind": "step", "orderId": oid, "step": "reserve-inventory", "attempt": 1, "outcome": "success",
              "result": {"reservationId": "r"}, "reason": None}
     _user(sched_fn.replies)(_sb(json.dumps(reply).encode(), "reply:" + req.message_id))
-    assert len(rt.bus.peek("agent-payment")) == 1
+    assert len(rt.bus.take("agent-payment")) == 1
     with pytest.raises(PoisonMessage):  # poison: abandoned, so the broker dead-letters it
         _user(sched_fn.replies)(_sb(b"garbage", "x"))
     rt.clock.advance(31)
@@ -77,3 +80,8 @@ def test_service_bus_and_timer_adapters(rt: Any) -> None:
 
     _user(sup_fn.supervisor)(Timer())
     assert rt.store.read_row(oid, "state")["FailureCount"] == 1
+    [m] = rt.bus.take("scheduler")  # the redrive's schedule message: the scheduler claims again
+    msg = _sb(json.dumps(m.body).encode(), m.message_id, {"traceparent": m.application_properties["traceparent"]})
+    _user(sched_fn.scheduler)(msg)
+    [again] = rt.bus.take("agent-payment")
+    assert again.body["attempt"] == 2

@@ -16,7 +16,7 @@ from shared.statemachine import View, decide_reply, decide_schedule
 from shared.submission import cancel_order, get_order, retry_order
 from shared.supervisor import sweep
 from shared.workflow import WORKFLOW
-from tests.unit.harness import AgentSim, deliver_schedules, drive, make_runtime, post, state, steps
+from tests.unit.harness import AgentSim, deliver_schedules, drive, make_runtime, post, redriven, state, steps
 
 HOLD_WORKFLOW = tuple(replace(s, on_failure="hold") if s.name == "charge-payment" else s for s in WORKFLOW)
 
@@ -44,10 +44,10 @@ def _snapshot(rt):  # type: ignore[no-untyped-def]
 
 
 # ---------------------------------------------------------------------------------------------
-def test_claim_sets_lock_deadline_and_dispatches_first_step() -> None:
+def test_submission_claims_and_dispatches_first_step() -> None:
     rt = make_runtime()
     oid = _new(rt)
-    assert deliver_schedules(rt) == ["claimed"]
+    assert rt.bus.peek("scheduler") == []  # told in-process: no schedule message
     st = state(rt, oid)
     assert st["ProcessState"] == "Processing"
     assert st["LockedBy"] == "instance-a" and st["ClaimToken"]
@@ -66,9 +66,24 @@ def test_claim_sets_lock_deadline_and_dispatches_first_step() -> None:
                                   "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": "9.99"}]},
                         "context": {}}
     assert req.application_properties["traceparent"].startswith("00-")
-    # the lease's index row was written; the unclaimed one deleted
-    assert [r["RowKey"] for r in rt.store.index_rows()] == [f"{oid}:reserve-inventory:1:20261122T080030000000"]
-    assert [(r["Lease"], r["Due"]) for r in rt.store.index_rows()] == [("reserve-inventory:1", st["CompleteBy"])]
+    # the order's one index row, due no later than its deadline (here: the same instant)
+    assert [r["RowKey"] for r in rt.store.index_rows()] == [f"{oid}:20261122T080030000000"]
+    assert [r["Due"] for r in rt.store.index_rows()] == [st["CompleteBy"]] == [st["IndexDue"]]
+
+
+def test_claim_on_a_schedule_message_writes_no_index_row() -> None:
+    rt = make_runtime()
+    oid = redriven(rt)
+    index = rt.store.index_rows()
+    assert [r["Due"] for r in index] == ["2026-11-22T08:01:01.000000+00:00"]  # now + grace
+    rt.clock.advance(5)
+    assert deliver_schedules(rt) == ["claimed"]
+    st = state(rt, oid)
+    assert (st["LeaseKey"], st["LockedBy"], st["CompleteBy"]) == ("reserve-inventory:2", "instance-a",
+                                                                   "2026-11-22T08:01:06.000000+00:00")
+    assert rt.store.index_rows() == index  # the row covers the new deadline (>= now + floor)
+    [req] = _requests(rt, "agent-inventory")
+    assert req.message_id == f"{oid}:reserve-inventory:2"
 
 
 def test_step_timeout_setting_overrides() -> None:
@@ -229,21 +244,24 @@ def test_operator_cancel_held_order_compensates_done_steps() -> None:
 
 def test_operator_cancel_pending_order() -> None:
     rt = make_runtime()
-    oid = _new(rt)
+    oid = redriven(rt)  # its first attempt may have reserved stock (outcome unknown)
     r = cancel_order(rt, oid)
     assert r.status == 202 and r.body["processState"] == "Error"
     st = state(rt, oid)
-    assert (st["Outcome"], st["Mode"]) == ("cancelled", "finished")
-    # the schedule message still in the queue finds nothing to claim
-    assert deliver_schedules(rt) == ["ignored"]
+    assert (st["Outcome"], st["Mode"], st["LeaseKey"]) == ("cancelled", "compensate", "unclaimed")
+    agents = AgentSim(rt)
+    st = drive(rt, oid, agents)
+    assert (st["Outcome"], st["Mode"], st["CompensationState"]) == ("cancelled", "finished", "completed")
+    # nothing was reserved (the request was lost): the release finds nothing and tombstones the key
+    assert agents.calls == [] and agents.tombstones == [(oid, "reserve-inventory", "release")]
 
 
 def test_operator_wrong_state_is_409() -> None:
     rt = make_runtime()
-    oid = _new(rt)
-    r = retry_order(rt, oid)
+    pending = redriven(rt)
+    r = retry_order(rt, pending)
     assert r.status == 409 and r.content_type == "application/problem+json" and "Pending" in r.body["detail"]
-    deliver_schedules(rt)
+    oid = _new(rt)
     before = _snapshot(rt)
     for action in (retry_order, cancel_order):
         r = action(rt, oid)
@@ -360,7 +378,7 @@ def test_alert_send_failure_does_not_break_processing() -> None:
 
 def test_request_send_failure_raises_for_redelivery() -> None:
     rt = make_runtime()
-    oid = _new(rt)
+    oid = redriven(rt)
     rt.bus.fail.add("agent-inventory")
     msgs = rt.bus.take("scheduler")
     with pytest.raises(ConnectionError):
@@ -368,17 +386,17 @@ def test_request_send_failure_raises_for_redelivery() -> None:
     rt.bus.fail.clear()
     # redelivery: the claim is there, same seq -> resend
     assert handle_schedule(rt, json.dumps(msgs[0].body).encode()) == "resumed"
-    assert [m.message_id for m in rt.bus.peek("agent-inventory")] == [f"{oid}:reserve-inventory:1"]
+    assert [m.message_id for m in rt.bus.peek("agent-inventory")] == [f"{oid}:reserve-inventory:2"]
 
 
 def test_pure_decisions_do_no_io() -> None:
     rt = make_runtime()
-    oid = _new(rt)
+    oid = redriven(rt)
     view = View(rt.store.read_partition(oid))
     writes = rt.store.writes
-    d = decide_schedule(view, 0, rt.ctx())
+    d = decide_schedule(view, 1, rt.ctx())
     assert d.verdict == "claimed"
-    assert isinstance(d.effects[0], PutIndex) and isinstance(d.effects[1], Transact)
+    assert isinstance(d.effects[0], Transact) and not any(isinstance(e, PutIndex) for e in d.effects)
     assert rt.store.writes == writes
     r = ReplyMessage(kind="step", orderId=oid, step="reserve-inventory", attempt=1, outcome="success")
     assert decide_reply(view, r, rt.ctx()).verdict == "stale"

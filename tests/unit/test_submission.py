@@ -23,20 +23,22 @@ def test_accepts_order_and_writes_one_transaction() -> None:
     r = post(rt)
     assert r.status == 202
     oid = r.body["orderId"]
-    assert r.body == {"orderId": oid, "processState": "Pending"}
+    assert r.body == {"orderId": oid, "processState": "Processing"}
     assert r.headers["Location"] == f"/api/orders/{oid}"
-    # index row + ONE transaction (order, state, 3 steps)
+    # index row + ONE transaction (order, state, 3 steps: the first one claimed in it)
     assert rt.store.writes == 2
     st = state(rt, oid)
-    assert (st["OrderID"], st["ProcessState"], st.get("LockedBy"), st["FailureCount"]) == (oid, "Pending", None, 0)
+    assert (st["OrderID"], st["ProcessState"], st["LockedBy"], st["FailureCount"]) == (oid, "Processing",
+                                                                                      "instance-a", 0)
     assert set(steps(rt, oid)) == {"reserve-inventory", "charge-payment", "create-shipment"}
-    assert all(s["State"] == "Pending" for s in steps(rt, oid).values())
-    sched = rt.bus.peek("scheduler")
-    assert [m.body for m in sched] == [{"kind": "schedule", "orderId": oid, "seq": 0}]
-    assert sched[0].application_properties["traceparent"].startswith("00-")
+    assert [s["State"] for s in steps(rt, oid).values()] == ["Running", "Pending", "Pending"]
+    # the Scheduler is told in-process: the first request is sent, no schedule message
+    assert rt.bus.peek("scheduler") == []
+    [req] = rt.bus.peek("agent-inventory")
+    assert req.body["orderId"] == oid and req.application_properties["traceparent"].startswith("00-")
     [idx] = rt.store.index_rows()
-    assert idx["RowKey"] == f"{oid}:unclaimed:20261122T080030000000" and idx["PartitionKey"] == "202611220800"
-    assert idx["Due"] == st["CompleteBy"]  # written for the deadline the state row holds
+    assert idx["RowKey"] == f"{oid}:20261122T080030000000" and idx["PartitionKey"] == "202611220800"
+    assert idx["Due"] == st["CompleteBy"] == st["IndexDue"]  # covers the deadline the state row holds
 
 
 def test_amounts_are_decimal_strings_never_floats() -> None:
@@ -55,7 +57,7 @@ def test_traceparent_from_request_is_carried() -> None:
     rt = make_runtime()
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     r = post(rt, headers={"traceparent": tp})
-    msg = rt.bus.peek("scheduler")[0]
+    msg = rt.bus.peek("agent-inventory")[0]
     child = msg.application_properties["traceparent"]
     assert child.split("-")[1] == "0af7651916cd43dd8448eb211c80319c"
     assert child != tp
@@ -179,12 +181,17 @@ def test_bad_idempotency_key() -> None:
     _nothing_written(rt)
 
 
-def test_lost_schedule_send_still_answers_202() -> None:
+def test_lost_first_request_still_answers_202_and_a_replay_resends_it() -> None:
     rt = make_runtime()
-    rt.bus.fail.add("scheduler")
-    r = post(rt)
-    assert r.status == 202
-    assert state(rt, r.body["orderId"])["LeaseKey"] == "unclaimed"
+    rt.bus.fail.add("agent-inventory")
+    r = post(rt, headers={"Idempotency-Key": "k-lost"})
+    assert r.status == 202  # the order is stored; the request is re-sent by a replay or redriven
+    oid = r.body["orderId"]
+    assert state(rt, oid)["LeaseKey"] == "reserve-inventory:1" and rt.bus.peek("agent-inventory") == []
+    rt.bus.fail.clear()
+    again = post(rt, headers={"Idempotency-Key": "k-lost"})
+    assert again.status == 200 and again.body == {"orderId": oid, "processState": "Processing"}
+    assert [m.message_id for m in rt.bus.peek("agent-inventory")] == [f"{oid}:reserve-inventory:1"]
 
 
 def test_get_order_404_and_400() -> None:

@@ -16,8 +16,8 @@ from tests.unit.harness import T0, AgentSim, Clock, DedupBus, deliver_schedules,
 
 
 def _claimed(rt) -> str:  # type: ignore[no-untyped-def]
-    oid = post(rt).body["orderId"]
-    assert deliver_schedules(rt) == ["claimed"]
+    oid = post(rt).body["orderId"]  # the submission claims the order and dispatches step 1
+    assert state(rt, oid)["LockedBy"]
     return oid
 
 
@@ -113,10 +113,9 @@ def test_two_supervisors_race_count_failure_once() -> None:
     b = make_runtime(store, bus, clock, instance="sup-b")
     oid = _claimed(a)
     clock.advance(31)
-    lease = state(a, oid)["LeaseKey"]
     # both read the same rows and decide, then both write
-    da = decide_expired(View(store.read_partition(oid)), lease, a.ctx())
-    db = decide_expired(View(store.read_partition(oid)), lease, b.ctx())
+    da = decide_expired(View(store.read_partition(oid)), a.ctx())
+    db = decide_expired(View(store.read_partition(oid)), b.ctx())
     oa, ob = a.run(da.effects), b.run(db.effects)
     assert sorted([oa.lost_race, ob.lost_race]) == [False, True]
     assert state(a, oid)["FailureCount"] == 1
@@ -126,20 +125,27 @@ def test_two_supervisors_race_count_failure_once() -> None:
     assert state(a, oid)["FailureCount"] == 1
 
 
-def test_lost_submission_send_is_recovered_after_grace() -> None:
+def test_lost_first_request_and_lost_redrive_notice_are_recovered() -> None:
     rt = make_runtime()
-    rt.bus.fail.add("scheduler")
+    rt.bus.fail.add("agent-inventory")
     oid = post(rt).body["orderId"]
+    rt.bus.fail.clear()
+    rt.clock.advance(29)
+    assert sweep(rt).acted == {}  # the step's deadline has not passed
+    rt.bus.fail.add("scheduler")  # ... and the redrive's schedule message is lost as well
+    rt.clock.advance(2)
+    assert sweep(rt).acted == {"redriven": 1}
     rt.bus.fail.clear()
     rt.clock.advance(20)
     assert sweep(rt).acted == {}  # within the grace period
     rt.clock.advance(11)
     assert sweep(rt).acted == {"rescheduled": 1}
     [msg] = rt.bus.peek("scheduler")
-    assert msg.body["seq"] == 1
+    assert msg.body["seq"] == 2
     assert deliver_schedules(rt) == ["claimed"]
     assert drive(rt, oid, AgentSim(rt))["ProcessState"] == "Processed"
-    assert state(rt, oid)["FailureCount"] == 0
+    assert state(rt, oid)["FailureCount"] == 1
+    assert rt.store.index_rows() == []
 
 
 def test_sweep_never_reads_finished_or_future_orders() -> None:
@@ -160,23 +166,63 @@ def test_sweep_never_reads_finished_or_future_orders() -> None:
 
 def test_index_row_verdicts() -> None:
     now = T0
-    st = {"LeaseKey": "s:1", "CompleteBy": (now - timedelta(seconds=1)).isoformat()}
-    assert index_verdict(st, "s:1", now - timedelta(seconds=1), now) == "act"
-    # an older row of the same lease (the deadline has moved since): obsolete
-    assert index_verdict(st, "s:1", now - timedelta(seconds=5), now) == "delete"
-    assert index_verdict(st, "s:2", now - timedelta(seconds=1), now) == "delete"
-    assert index_verdict({**st, "CompleteBy": (now + timedelta(seconds=9)).isoformat()}, "s:1",
-                         now - timedelta(seconds=1), now) == "delete"
-    assert index_verdict({"LeaseKey": ""}, "s:1", now, now) == "delete"
-    assert index_verdict(st, "s:1", now + timedelta(seconds=1), now) == "keep"
-    assert index_verdict(None, "s:1", now - timedelta(seconds=10), now) == "keep"
-    assert index_verdict(None, "s:1", now - timedelta(minutes=6), now) == "delete"
+    past, ahead = now - timedelta(seconds=1), now + timedelta(seconds=9)
+    st = {"LeaseKey": "s:1", "CompleteBy": past.isoformat()}
+    assert index_verdict(st, past, now) == "act"
+    assert index_verdict(st, now - timedelta(seconds=5), now) == "act"  # any due row of an overdue order
+    # the order is slower than its row: its deadline is still ahead, so the row moves there
+    assert index_verdict({**st, "CompleteBy": ahead.isoformat()}, past, now) == "move"
+    assert index_verdict({"LeaseKey": ""}, past, now) == "delete"  # finished or held: no deadline
+    assert index_verdict({"LeaseKey": "s:1"}, past, now) == "delete"
+    assert index_verdict(st, now + timedelta(seconds=1), now) == "keep"  # not due yet
+    assert index_verdict(None, now - timedelta(seconds=10), now) == "keep"  # its submission may be running
+    assert index_verdict(None, now - timedelta(minutes=6), now) == "delete"  # an orphan
+
+
+def test_slow_order_row_is_moved_not_acted() -> None:
+    rt = make_runtime()
+    oid = _claimed(rt)  # step 1 due T0+30; the order's row too
+    from tests.unit.test_statemachine import _reply
+
+    rt.clock.advance(20)
+    assert _reply(rt, oid, "reserve-inventory", 1) == "step-done"  # step 2 due T0+50
+    rt.clock.advance(11)
+    report = sweep(rt)
+    assert (report.acted, report.moved, report.deleted) == ({}, 1, 1)
+    assert [r["Due"] for r in rt.store.index_rows()] == [state(rt, oid)["CompleteBy"]]
+    rt.clock.advance(20)
+    assert sweep(rt).acted == {"redriven": 1}  # on time for step 2's deadline
+
+
+def test_a_later_step_with_a_shorter_timeout_is_supervised_on_time() -> None:
+    from dataclasses import replace
+
+    from shared.workflow import WORKFLOW
+
+    uneven = tuple(replace(s, timeout_seconds=t) for s, t in zip(WORKFLOW, (60, 10, 60), strict=True))
+    rt = make_runtime(workflow=uneven)
+    assert rt.config.index_floor() == timedelta(seconds=10)
+    oid = _claimed(rt)
+    at = (T0 + timedelta(seconds=10)).isoformat(timespec="microseconds")
+    assert [r["Due"] for r in rt.store.index_rows()] == [at]
+    rt.clock.advance(11)
+    assert sweep(rt).moved == 1  # step 1 (60 s) still running: re-checked within the floor
+    from tests.unit.test_statemachine import _reply
+
+    rt.clock.advance(4)
+    assert _reply(rt, oid, "reserve-inventory", 1) == "step-done"  # step 2 due T0+25, no index write
+    dues = [r["Due"] for r in rt.store.index_rows()]
+    assert dues == [(T0 + timedelta(seconds=21)).isoformat(timespec="microseconds")]
+    rt.clock.advance(7)  # T0+22: step 2's deadline is still ahead
+    assert sweep(rt).moved == 1
+    rt.clock.advance(4)  # T0+26: one second late at most
+    assert sweep(rt).acted == {"redriven": 1}
 
 
 def test_orphan_index_rows_are_deleted_lazily() -> None:
     rt = make_runtime()
-    rt.store.put_index(bucket_of(T0), "f" * 32 + ":unclaimed", {"OrderId": "f" * 32, "Lease": "unclaimed",
-                                                                 "Due": T0.isoformat()})
+    rt.store.put_index(bucket_of(T0), f"{'f' * 32}:20261122T080000000000", {"OrderId": "f" * 32,
+                                                                          "Due": T0.isoformat()})
     rt.store.put_index(bucket_of(T0), "broken", {})
     rt.clock.advance(400)
     report = sweep(rt)

@@ -217,7 +217,7 @@ def test_threshold_decision_writes_each_row_once_and_schedules_the_failed_step_f
     assert req.body["step"] == "reserve-inventory"
     rt.clock.advance(31)
     v = View(rt.store.read_partition(oid))
-    d = decide_expired(v, v.state["LeaseKey"], rt.ctx())  # type: ignore[index]
+    d = decide_expired(v, rt.ctx())
     assert d.verdict == "compensating"
     [tx] = [e for e in d.effects if isinstance(e, Transact)]
     keys = [op.row["RowKey"] for op in tx.ops]
