@@ -188,6 +188,36 @@ def where_time_goes(result: dict[str, Any], profiles: dict[str, Any]) -> dict[st
     po = result.get("per_order") or {}
     if po:
         out["table_request_mean_ms"] = po["table"]["mean_request_ms_by_kind"]
+    out.update(_bounds(result, sat, cpu, wall, hosts))
+    return out
+
+
+def _bounds(result: dict[str, Any], sat: dict[str, Any], cpu: dict[str, float], wall: float,
+            hosts: float) -> dict[str, Any]:
+    """What bounds saturation: CPU per order by process group, Azurite's own latency (the
+    probe) against the app's, and the rate Azurite could serve on one full core with the app's
+    request mix (Node runs it on one thread), as a share of the raw baseline."""
+    out: dict[str, Any] = {}
+    win = sat.get("window") or {}
+    reqs = sum(v["requests"] for v in (win.get("table") or {}).values())
+    orders = sat.get("processed") or 0
+    raw = (result.get("azurite_raw") or {}).get("best_tx_per_s")
+    if orders and cpu:
+        out["cpu_ms_per_order"] = {"host instances (the app)": round(1000 * hosts / orders, 1),
+                                   **{k: round(1000 * v / orders, 1) for k, v in cpu.items()
+                                      if not k.startswith("host instance")}}
+        avail = wall * (result["machine"]["nproc"] or 1)
+        out["machine_cpu_used_share"] = round(sum(cpu.values()) / avail, 3) if avail else None
+    az = cpu.get("azurite")
+    if reqs and az:
+        per_req = 1000 * az / reqs
+        out["azurite_cpu_ms_per_app_request"] = round(per_req, 3)
+        out["azurite_one_core_requests_per_s"] = round(1000 / per_req, 1)
+        if raw:
+            out["azurite_one_core_share_of_raw"] = round(1000 / per_req / raw, 3)
+    probe = sat.get("azurite_probe")
+    if probe:
+        out["azurite_point_read_ms_during_saturation"] = probe.get("point_read_ms")
     return out
 
 
@@ -272,6 +302,15 @@ def print_summary(r: dict[str, Any]) -> None:
     if wt.get("by_process_group"):
         p(f"CPU seconds at saturation ({wt['wall_seconds']}s wall, {wt['machine_cpu_seconds_available']} CPU-s "
           f"available): {wt['by_process_group']}")
+    if wt.get("cpu_ms_per_order"):
+        busy = 100 * (wt.get("machine_cpu_used_share") or 0)
+        p(f"CPU ms per order at saturation: {wt['cpu_ms_per_order']} (machine {busy:.0f}% busy)")
+    if wt.get("azurite_cpu_ms_per_app_request"):
+        share = 100 * (wt.get("azurite_one_core_share_of_raw") or 0)
+        p(f"Azurite: {wt['azurite_cpu_ms_per_app_request']} CPU-ms per app request, so one full core serves "
+          f"{wt['azurite_one_core_requests_per_s']} of them/s = {share:.0f}% "
+          f"of the raw rate; its point reads during saturation: {wt.get('azurite_point_read_ms_during_saturation')} "
+          f"ms, the app's requests: {wt.get('table_request_mean_ms')} ms")
     for name, prof in (wt.get("profiles") or {}).items():
         if prof.get("top_self"):
             p(f"  {name} top self: " + "; ".join(f"{x['frame']} {x['pct_of_busy']}%" for x in prof["top_self"][:5]))

@@ -28,6 +28,7 @@ import os
 import platform
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -412,10 +413,15 @@ class Bench:
             secs = max(3, int(a.saturation_seconds * 0.6))
             start_at = a.saturation_seconds * 0.25
 
+            # One host instance (they run the same code on the same load) and the emulator: every
+            # py-spy takes CPU from the 2 the stack shares, so profiling all of them would change
+            # what it measures.
+            profiled = ("host instance 1", "servicebus emulator")
+
             def later() -> None:
                 time.sleep(start_at)
                 for name, plist in pids.items():
-                    if name.startswith("host instance") or name == "servicebus emulator":
+                    if name in profiled:
                         for pid in plist:
                             p = start_record(pid, secs, self.work / "profiles" / f"{name.replace(' ', '_')}-{pid}.txt")
                             if p is not None:
@@ -424,15 +430,18 @@ class Bench:
             import threading
 
             threading.Thread(target=later, daemon=True).start()
+        probe = self._start_probe(a.saturation_seconds + 30)
         r.closed_loop(a.window, a.saturation_seconds, threads=min(32, a.window),
                       progress=lambda s: print(s, flush=True))
         cpu = meter.stop()
         wall = time.time() - t0
+        probed = self._stop_probe(probe)
         res = self._measured("saturation", r, before, t0, drain_timeout=120,
                              steady_from=t0 + min(5.0, a.saturation_seconds / 4))
         res["cpu_seconds"] = cpu
         res["cpu_wall_seconds"] = round(wall, 2)
         res["cpu_share_of_machine"] = {k: round(v / (wall * (os.cpu_count() or 1)), 3) for k, v in cpu.items()}
+        res["azurite_probe"] = probed
         for name, pid, p in prof_procs:
             try:
                 p.wait(timeout=60)
@@ -444,6 +453,30 @@ class Bench:
         st = res.get("steady", {})
         log(f"  saturation: {st.get('orders_per_s')} orders/s, {st.get('work_items_per_s')} work items/s (steady); "
             f"p50 {res['latency_ms']['p50']} ms, p99 {res['latency_ms']['p99']} ms; CPU s: {cpu}")
+
+    def _start_probe(self, seconds: float) -> subprocess.Popen[str] | None:
+        """Azurite's own latency during the phase, measured from a process of its own."""
+        az = self.stack.azurite
+        state_table, _ = self._state_tables()
+        try:
+            return subprocess.Popen([sys.executable, "-m", "bench.probe", "--host", az.host, "--port",
+                                     str(az.table_port), "--table", state_table, "--seconds", str(seconds)],
+                                    cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                    start_new_session=True)
+        except OSError:
+            return None
+
+    @staticmethod
+    def _stop_probe(proc: subprocess.Popen[str] | None) -> dict[str, Any] | None:
+        if proc is None:
+            return None
+        proc.terminate()
+        try:
+            out, _ = proc.communicate(timeout=10)
+            return json.loads(out.strip().splitlines()[-1])
+        except Exception:  # noqa: BLE001 - a diagnostic: its failure must not fail the phase
+            proc.kill()
+            return None
 
     def host_instances(self) -> dict[int, int]:
         self.instance_pids.update(self.stack.host_instances())
@@ -603,7 +636,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="a short CI-sized run (small counts, no profiling)")
     ap.add_argument("--out-dir", default=str(RESULTS))
-    ap.add_argument("--instances", type=int, default=2)
+    ap.add_argument("--instances", type=int, default=4,
+                    help="host instances (one Python worker process each: the GIL makes one process's threads "
+                         "wait on each other, so the app scales out by processes, as Functions does by instances)")
     ap.add_argument("--step-timeout", type=int, default=15, help="StepTimeoutSeconds for the run")
     ap.add_argument("--supervisor-period", type=int, default=5, help="seconds between supervisor sweeps")
     ap.add_argument("--emulator-messages", type=int, default=5000)
@@ -642,6 +677,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.step_timeout = min(args.step_timeout, 6)
         args.recovery_hang = min(args.recovery_hang, 1.5)
         args.no_profile = True
+        args.instances = min(args.instances, 2)
     return args
 
 

@@ -12,8 +12,9 @@ States (state row):
 =============  =========  ==========  =====================================================
 ProcessState   Mode       LeaseKey    meaning
 =============  =========  ==========  =====================================================
-Pending        forward    unclaimed   accepted or redriven; waits for a scheduler claim
-Processing     forward    STEP:N      step dispatched (attempt N), claim held (LockedBy)
+Pending        forward    unclaimed   redriven or retried; waits for a scheduler claim
+Processing     forward    STEP:N      step dispatched (attempt N), claim held (LockedBy); a new
+                                      order starts here (the submission's transaction claims it)
 Processed      finished   ''          all steps done
 Error          held       ''          a step failed for good, ``hold`` policy: operator
 Error          compensate unclaimed   compensation to dispatch (after supervisor/cancel)
@@ -21,9 +22,10 @@ Error          compensate STEP:compensate:N   compensation in flight, claim held
 Error          finished   ''          failed or cancelled; compensations done (or failed)
 =============  =========  ==========  =====================================================
 
-Transitions: claim (schedule message), step reply (success -> next step or Processed; error
--> on-failure policy), compensation reply, supervisor expiry (redrive with FailureCount+1,
-or Error at MaxFailureCount), unclaimed re-schedule (lost send), operator retry/cancel.
+Transitions: submission (created claimed, first request sent), claim (schedule message), step
+reply (success -> next step or Processed; error -> on-failure policy), compensation reply,
+supervisor expiry (redrive with FailureCount+1, or Error at MaxFailureCount), unclaimed
+re-schedule (lost send), operator retry/cancel.
 
 The deadline index (the Supervisor's way to find overdue steps without reading history):
 about one row per order in flight, ``Due`` never later than the order's ``CompleteBy``. Two

@@ -1,0 +1,62 @@
+"""A latency probe of Azurite, run as its own process during the saturation phase.
+
+It point-reads one (absent) entity over one keep-alive raw HTTP connection every 50 ms and
+prints one JSON line of percentiles when it is stopped (SIGTERM) or its time is up. Run apart
+from the stack's Python processes (no shared GIL, no thread pool), it tells whether Azurite
+itself keeps requests waiting at saturation, or whether the wait the app's requests see
+happens in the app's own processes.
+
+``python -m bench.probe --host H --port P --table T --seconds S``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import sys
+import time
+
+
+def percentiles(samples: list[float]) -> dict[str, float | int | None]:
+    if not samples:
+        return {"n": 0, "p50": None, "p95": None, "max": None}
+    s = sorted(samples)
+    return {"n": len(s), "p50": round(statistics.median(s), 2), "p95": round(s[int(0.95 * (len(s) - 1))], 2),
+            "max": round(s[-1], 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.azraw import TableHttp
+
+    ap = argparse.ArgumentParser(prog="python -m bench.probe")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--table", required=True)
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--interval", type=float, default=0.05)
+    a = ap.parse_args(argv)
+    stop = [False]
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
+    conn = TableHttp(a.host, a.port)
+    samples: list[float] = []
+    errors = 0
+    end = time.monotonic() + a.seconds
+    try:
+        while not stop[0] and time.monotonic() < end:
+            t0 = time.perf_counter()
+            try:
+                conn.request("GET", f"/{a.table}(PartitionKey='probe',RowKey='probe')")
+                samples.append(1000 * (time.perf_counter() - t0))
+            except OSError:
+                errors += 1
+            time.sleep(a.interval)
+    finally:
+        conn.close()
+    print(json.dumps({"point_read_ms": percentiles(samples), "errors": errors}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
