@@ -60,6 +60,10 @@ def test_counts_are_consistent(result: tuple[dict, Path]) -> None:
         # a new order needs no schedule message; every other work queue carries each order
         assert c["sent"] > 0 or q == "scheduler", (q, c)
     assert r["azure_projection"]["binding_limit_orders_per_s"] > 0
+    # what bounds saturation: Azurite probed from its own process, CPU per order by process
+    assert r["phases"]["saturation"]["azurite_probe"]["point_read_ms"]["n"] > 0
+    wt = r["where_time_goes"]
+    assert wt["cpu_ms_per_order"]["host instances (the app)"] > 0 and wt["azurite_cpu_ms_per_app_request"] > 0
 
 
 def test_idle_sweep_and_recovery_measured(result: tuple[dict, Path]) -> None:
