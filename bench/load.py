@@ -1,8 +1,8 @@
 """Load generation: POST orders (open loop at a fixed rate, or closed loop at saturation) and
 timestamp their progress from the status queue, without polling the API.
 
-Every order names the status queue (``statusQueue``); the scheduler sends ``received``,
-``step-done``, ``processed`` and ``failed`` messages there, each carrying the orderId. One
+Every order names the status queue (``statusQueue``); the submission sends ``received`` and
+the scheduler ``step-done``, ``processed`` and ``failed`` messages there, each carrying the orderId. One
 SDK receiver (receive-and-delete, prefetch) consumes them and stamps their arrival.
 """
 
