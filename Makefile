@@ -33,6 +33,7 @@ bench: setup
 
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) node_modules .local .pytest_cache

@@ -804,6 +804,7 @@ class ChaosRun:
             "UnclaimedGraceSeconds": str(max(3, o.step_timeout)),
             "BackoffBaseSeconds": "1",
         }
+        assert o.state_dir is not None  # set by ChaosOptions.resolved()
         self.stack = Stack(o.state_dir, persistent=True, instances=o.instances, settings_overrides=overrides,
                            remotes_seed=o.seed or 0, echo=o.echo)
         threads: list[threading.Thread] = []
@@ -1039,7 +1040,7 @@ class ChaosRun:
     def fault_counts(self, stats: dict[str, Any]) -> dict[str, Any]:
         """Injected faults. Process faults and duplicates are counted as they are injected; the
         remotes' faults come from their /_stats."""
-        f = dict(self.faults)
+        f: dict[str, Any] = dict(self.faults)
         for k in ("hostInstanceKills", "serviceBusEmulatorRestarts", "azuriteRestarts", "duplicateSubmissions",
                   "duplicateRequestDeliveries", "duplicateReplyDeliveries", "shippingOutageWindows"):
             f.setdefault(k, 0)
@@ -1070,12 +1071,16 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
     and the simulator's ledger. -> (checks, order summary, examples of what failed)."""
     errors = errors or []
     accepted = [r for r in recs if r.order_id]
-    ids = {r.order_id for r in accepted}
+    ids = {r.order_id for r in accepted if r.order_id}
     sweep = sweep_seconds
     states: Counter[str] = Counter()
-    terminal, lost, stuck, not_found = [], [], [], []
+    terminal: list[str] = []
+    lost: list[str] = []
+    stuck: list[str] = []
+    not_found: list[str] = []
     for r in accepted:
-        status, view = views.get(r.order_id, (None, None))  # type: ignore[arg-type]
+        assert r.order_id is not None
+        status, view = views.get(r.order_id, (None, None))
         if status == 404:
             not_found.append(r.order_id)
             lost.append(r.order_id)
@@ -1198,7 +1203,7 @@ def render_summary(report: dict[str, Any]) -> str:
     c, f, orders = report["checks"], report["faults"], report["orders"]
     mark = lambda ok: "ok " if ok else "FAIL"  # noqa: E731
     inj = f.get("remoteInjected", {})
-    tot = Counter()
+    tot: Counter[str] = Counter()
     for svc in SERVICES:
         tot.update({k: v for k, v in inj.get(svc, {}).items() if isinstance(v, int)})
     rej = f["permanentRejections"]
