@@ -349,7 +349,7 @@ def _log(level: int, event: str, v: View | None, **fields: Any) -> Log:
 # Dispatch helpers (they return the rows to write, the index effect and the send)
 
 
-def _dispatch_step(v: View, step_row: dict[str, Any], ctx: Ctx) -> tuple[dict[str, Any], dict[str, Any], datetime, str]:
+def _dispatch_step(step_row: dict[str, Any], ctx: Ctx) -> tuple[dict[str, Any], dict[str, Any], datetime, str]:
     """Rows for 'step_row becomes Running with the next attempt'; state changes are returned too."""
     attempt = int(step_row.get("Attempt") or 0) + 1
     cb = ctx.now + ctx.config.timeout(ctx.config.spec(step_row["Name"]))
@@ -427,7 +427,7 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
                  "Traceparent": traceparent, "CreatedAt": iso(now)}
     pending = [{"RowKey": step_row_key(i, s.name), "Name": s.name, "Index": i, "State": "Pending", "Attempt": 0,
                 "Compensation": ""} for i, s in enumerate(ctx.config.workflow)]
-    first, changes, cb, lease = _dispatch_step(View({}), pending[0], ctx)
+    first, changes, cb, lease = _dispatch_step(pending[0], ctx)
     step_rows = [first, *pending[1:]]
     index = _cover(order_id, cb, ctx, note="order deadline")
     state_row = {"RowKey": STATE_ROW, "OrderID": order_id, "ProcessState": "Processing", "Mode": "forward",
@@ -481,7 +481,7 @@ def _claim(v: View, seq: int, ctx: Ctx) -> Decision:
         row = v.step_at(int(st["StepIndex"]))
         if row is None or row["State"] == "Done":
             return Decision("inconsistent", [_log(logging.ERROR, "schedule.inconsistent", v, seq=seq)])
-        new_row, changes, cb, lease = _dispatch_step(v, row, ctx)
+        new_row, changes, cb, lease = _dispatch_step(row, ctx)
         new_state = _upd(st, ProcessState="Processing", **claim, **changes)
         send = Send(request_message(v.with_rows(new_row), new_row, "step", new_row["Attempt"], cb, ctx),
                     what="request")
@@ -558,7 +558,7 @@ def _step_done(v: View, row: dict[str, Any], result: dict[str, Any], ctx: Ctx) -
     done = _upd(row, State="Done", Result=dumps(result), FinishedAt=iso(now), CompleteBy=None)
     nxt = v.after(row["Index"])
     if nxt is not None:
-        new_next, changes, cb, lease = _dispatch_step(v, nxt, ctx)
+        new_next, changes, cb, lease = _dispatch_step(nxt, ctx)
         new_state = _upd(st, **changes)  # the claim (LockedBy) carries on to the next step
         after = v.with_rows(done, new_next, new_state)
         return Decision("step-done", [
