@@ -577,7 +577,7 @@ def _step_done(v: View, row: dict[str, Any], result: dict[str, Any], ctx: Ctx) -
                      ClaimToken=None, CompleteBy=None, LeaseKey="", UpdatedAt=iso(now), FinishedAt=iso(now))
     return Decision("processed", [
         # Crash after this: the order is Processed; status messages may be missing (best-effort);
-        # its index row is deleted lazily by the sweep.
+        # its index row is deleted next (best effort), else lazily by the sweep.
         Transact(v.order_id, (_replace(st, new_state), _replace(row, done)), note="last step done"),
         *status_sends(v, "step-done", ctx, step=row["Name"]),
         *status_sends(v, "processed", ctx, processState="Processed"),
