@@ -779,11 +779,19 @@ def index_verdict(state: dict[str, Any] | None, due: datetime, now: datetime) ->
     return "move" if cb > now else "act"
 
 
-def _redrive_timing(st: Mapping[str, Any], failures: int, ctx: Ctx) -> tuple[timedelta, datetime, int]:
-    """A redrive's notice delay (backoff), the unclaimed guard's deadline (delay + grace) and the
-    schedule message's sequence number: the same for a step and for a compensation."""
+def _redrive(v: View, failures: int, ctx: Ctx, note: str) -> tuple[timedelta, int, PutIndex, dict[str, Any]]:
+    """What a step redrive and a compensation redrive share: the notice's delay (backoff), the
+    schedule message's sequence number, the index row covering the unclaimed deadline (delay +
+    grace), and the state changes that release the claim and set that deadline."""
+    st = v.state
+    assert st is not None
     delay = ctx.config.backoff(failures)
-    return delay, ctx.now + delay + timedelta(seconds=ctx.config.grace_seconds), int(st.get("ScheduleSeq") or 0) + 1
+    due = ctx.now + delay + timedelta(seconds=ctx.config.grace_seconds)
+    seq = int(st.get("ScheduleSeq") or 0) + 1
+    cover = _cover(v.order_id, due, ctx, note=note)
+    changes = {"LockedBy": None, "ClaimToken": None, "CompleteBy": iso(due), "LeaseKey": UNCLAIMED,
+               "ScheduleSeq": seq, "IndexDue": iso(cover.due), "UpdatedAt": iso(ctx.now)}
+    return delay, seq, cover, changes
 
 
 def decide_expired(v: View, ctx: Ctx) -> Decision:
@@ -827,11 +835,8 @@ def decide_expired(v: View, ctx: Ctx) -> Decision:
         failures = int(st.get("FailureCount") or 0) + 1
         reason = f"timed out (attempt {attempt})"
         if failures < cfg.max_failures:
-            delay, due, seq = _redrive_timing(st, failures, ctx)
-            cover = _cover(v.order_id, due, ctx, note="redrive unclaimed guard")
-            new_state = _upd(st, ProcessState="Pending", LockedBy=None, ClaimToken=None, CompleteBy=iso(due),
-                             LeaseKey=UNCLAIMED, FailureCount=failures, ScheduleSeq=seq, IndexDue=iso(cover.due),
-                             UpdatedAt=iso(now))
+            delay, seq, cover, released = _redrive(v, failures, ctx, note="redrive unclaimed guard")
+            new_state = _upd(st, ProcessState="Pending", FailureCount=failures, **released)
             # OutcomeUnknown: the attempt may have applied the effect; a cancel of the Pending
             # order compensates it (an error reply or Done of a later attempt settles it).
             new_row = _upd(row, State="Pending", CompleteBy=None, FailureReason=reason, OutcomeUnknown=True)
@@ -857,10 +862,8 @@ def decide_expired(v: View, ctx: Ctx) -> Decision:
     failures = int(st.get("CompFailureCount") or 0) + 1
     reason = f"compensation timed out (attempt {attempt})"
     if failures < cfg.max_failures:
-        delay, due, seq = _redrive_timing(st, failures, ctx)
-        cover = _cover(v.order_id, due, ctx, note="compensation redrive guard")
-        new_state = _upd(st, LockedBy=None, ClaimToken=None, CompleteBy=iso(due), LeaseKey=UNCLAIMED,
-                         CompFailureCount=failures, ScheduleSeq=seq, IndexDue=iso(cover.due), UpdatedAt=iso(now))
+        delay, seq, cover, released = _redrive(v, failures, ctx, note="compensation redrive guard")
+        new_state = _upd(st, CompFailureCount=failures, **released)
         new_row = _upd(row, Compensation="Pending", CompensationCompleteBy=None, CompensationReason=reason)
         return Decision("compensation-redriven", [
             cover,
