@@ -50,7 +50,7 @@ def handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None = None,
     except (ValueError, ValidationError) as exc:
         poison("scheduler", f"invalid schedule message: {exc}".splitlines()[0], body, message_id,
                       traceparent)
-    view = View(rt.store.read_partition(msg.orderId))
+    view = View.from_entities(rt.store.read_partition(msg.orderId))
     if view.state is None:
         poison("scheduler", f"unknown order {msg.orderId}", body, message_id, traceparent)
     decision = decide_schedule(view, msg.seq, rt.ctx())
@@ -68,7 +68,7 @@ def handle_reply(rt: Runtime, body: bytes, *, message_id: str | None = None,
     except (ValueError, ValidationError) as exc:
         poison("replies", f"invalid reply: {exc}".splitlines()[0], body, message_id, traceparent)
     for _ in range(REPLY_RACE_RETRIES):
-        view = View(rt.store.read_partition(reply.orderId))
+        view = View.from_entities(rt.store.read_partition(reply.orderId))
         if view.state is None:
             poison("replies", f"unknown order {reply.orderId}", body, message_id, traceparent)
         decision = decide_reply(view, reply, rt.ctx())

@@ -1,7 +1,8 @@
 """Submission and the order API (HTTP), framework-neutral: bytes + headers in, HttpResult out.
 
-* POST /api/orders: 415 unless the body is JSON (content type, UTF-8, parseable), 413 over
-  MaxRequestBytes, 400 problem+json naming every bad field; nothing is written on any
+* POST /api/orders: 413 over MaxRequestBytes, 415 unless the Content-Type is JSON (UTF-8),
+  400 problem+json when the body so declared is not valid UTF-8 JSON (``invalid-json``, saying
+  where) or names a bad field (``validation``, naming every one); nothing is written on any
   rejection. Then the order row + state row + step rows in ONE transaction (preceded by the
   order's deadline index row), and the Scheduler told in-process: that transaction is its
   first claim, and the first step's request is sent right after it; 202 + Location.
@@ -12,37 +13,44 @@
 * GET /api/orders/{id}: the order, its state, steps and compensation progress.
 * POST /api/orders/{id}/retry | /cancel (operator): 409 problem+json with the reason when the
   order is in the wrong state.
-Ids are validated (32 hex) before any table call; Table filters are parameterised.
+Ids (32 lower-case hex, or a UUID with dashes in any case: the same order) are validated and
+brought to their stored form before any table call; Table filters are parameterised.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from shared.effects import Send, Transact
+from shared.effects import Send, Transact, iso
 from shared.logs import log_event, new_traceparent, parse_traceparent
 from shared.models import (
     IDEMPOTENCY_KEY,
     MAX_IDEMPOTENCY_KEY_LENGTH,
+    ORDER_ID_FORMS,
     DuplicateKeyError,
     OrderRequest,
     dumps,
-    is_order_id,
     loads,
     new_order_id,
     order_id_for_key,
+    parse_order_id,
     too_deep,
     validation_errors,
 )
 from shared.runtime import Runtime
 from shared.statemachine import (
-    UNCLAIMED,
+    CompensationState,
+    Mode,
+    OrderCompensation,
     Rejected,
+    StepRow,
     View,
     decide_cancel,
     decide_retry,
@@ -50,7 +58,7 @@ from shared.statemachine import (
     plan_submission,
     schedule_message,
 )
-from shared.store import ORDER_ROW, STATE_ROW
+from shared.store import STATE_ROW
 
 PROBLEM = "application/problem+json"
 PROBLEM_BASE = "https://errors.orders.example/"
@@ -101,39 +109,62 @@ def _is_json_type(content_type: str | None) -> bool:
     return True
 
 
-def bad_id(order_id: str | None) -> HttpResult | None:
-    if is_order_id(order_id):
-        return None
-    return problem(400, "invalid-order-id", "Invalid order id", "an order id is 32 lower-case hex characters",
-                   errors=[{"field": "id", "message": "must be 32 lower-case hexadecimal characters"}])
+def resolve_id(raw: str | None) -> str | HttpResult:
+    """The stored form of an order id from a route (either API form), or the 400 showing them."""
+    order_id = parse_order_id(raw)
+    if order_id is not None:
+        return order_id
+    return problem(400, "invalid-order-id", "Invalid order id", f"an order id is {ORDER_ID_FORMS}",
+                   errors=[{"field": "id", "message": f"must be {ORDER_ID_FORMS}"}])
+
+
+def invalid_json(reason: str) -> HttpResult:
+    """400 for a body declared JSON that is not (RFC 8259: UTF-8 JSON text): the reason, where."""
+    return problem(400, "invalid-json", "Invalid JSON", f"the body is not valid JSON: {reason}",
+                   errors=[{"field": "(body)", "message": f"invalid JSON: {reason}"}])
+
+
+def _parse_body(body: bytes, h: Mapping[str, str], max_bytes: int) -> tuple[Any, HttpResult | None]:
+    """The parsed JSON body, or its rejection: 413 too large, 415 not declared JSON, 400 not JSON."""
+    declared = h.get("content-length")
+    if len(body) > max_bytes or (declared and declared.isdigit() and int(declared) > max_bytes):
+        return None, problem(413, "too-large", "Request body too large", f"the body must be at most {max_bytes} bytes")
+    if not _is_json_type(h.get("content-type")):
+        return None, problem(415, "unsupported-media-type", "Unsupported media type",
+                             "the body must be JSON (Content-Type: application/json, UTF-8)")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, invalid_json(f"byte 0x{body[exc.start]:02x} at offset {exc.start} is not UTF-8 "
+                                  "(JSON is UTF-8 text)")
+    if not text.strip():
+        return None, invalid_json("the body is empty; expected a JSON object")
+    if text.startswith("\ufeff"):
+        return None, invalid_json("it starts with a byte order mark (U+FEFF); send UTF-8 without one")
+    deep = too_deep(text, MAX_JSON_DEPTH)
+    if deep is not None:
+        return None, problem(400, "validation", "Invalid order", f"JSON nests deeper than {MAX_JSON_DEPTH} levels",
+                             errors=[{"field": deep, "message": f"nests deeper than {MAX_JSON_DEPTH} levels"}])
+    try:
+        return loads(text), None
+    except DuplicateKeyError as exc:
+        return None, problem(400, "validation", "Invalid order", str(exc),
+                             errors=[{"field": "(body)", "message": str(exc)}])
+    except json.JSONDecodeError as exc:
+        return None, invalid_json(f"{exc.msg} at line {exc.lineno}, column {exc.colno}")
+    except ValueError as exc:  # NaN, Infinity
+        return None, invalid_json(str(exc))
+    except RecursionError:  # nesting deep enough to exhaust the parser's stack, yet under the size limit
+        return None, problem(400, "validation", "Invalid order", "the JSON nests too deeply",
+                             errors=[{"field": "(body)", "message": "nests too deeply"}])
 
 
 # ---------------------------------------------------------------------------------------------
 def submit(rt: Runtime, body: bytes | None, headers: Mapping[str, str] | None, *, max_bytes: int) -> HttpResult:
     h = _lower(headers)
-    body = body or b""
-    declared = h.get("content-length")
-    if len(body) > max_bytes or (declared and declared.isdigit() and int(declared) > max_bytes):
-        return problem(413, "too-large", "Request body too large", f"the body must be at most {max_bytes} bytes")
-    if not _is_json_type(h.get("content-type")):
-        return problem(415, "unsupported-media-type", "Unsupported media type",
-                       "the body must be JSON (Content-Type: application/json, UTF-8)")
-    try:
-        deep = too_deep(body.decode("utf-8"), MAX_JSON_DEPTH)
-    except UnicodeDecodeError:
-        return problem(415, "unsupported-media-type", "Unsupported media type", "the body is not valid UTF-8 JSON")
-    if deep is not None:
-        return problem(400, "validation", "Invalid order", f"JSON nests deeper than {MAX_JSON_DEPTH} levels",
-                       errors=[{"field": deep, "message": f"nests deeper than {MAX_JSON_DEPTH} levels"}])
-    try:
-        payload = loads(body)
-    except DuplicateKeyError as exc:
-        return problem(400, "validation", "Invalid order", str(exc), errors=[{"field": "(body)", "message": str(exc)}])
-    except (UnicodeDecodeError, ValueError):
-        return problem(415, "unsupported-media-type", "Unsupported media type", "the body is not valid UTF-8 JSON")
-    except RecursionError:  # nesting deep enough to exhaust the parser's stack, yet under the size limit
-        return problem(400, "validation", "Invalid order", "the JSON nests too deeply",
-                       errors=[{"field": "(body)", "message": "nests too deeply"}])
+    payload, rejected = _parse_body(body or b"", h, max_bytes)
+    if rejected is not None:
+        return rejected
     key = h.get("idempotency-key")
     errors: list[dict[str, str]] = []
     if key is not None and not (0 < len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH and IDEMPOTENCY_KEY.fullmatch(key)):
@@ -178,98 +209,99 @@ def submit(rt: Runtime, body: bytes | None, headers: Mapping[str, str] | None, *
 
 
 def _replay(rt: Runtime, order_id: str, body_hash: str, key: str | None) -> HttpResult:
-    rows = rt.store.read_partition(order_id)
-    order, state = rows.get(ORDER_ROW), rows.get(STATE_ROW)
+    view = View.from_entities(rt.store.read_partition(order_id))
+    order, state = view.order, view.state
     if order is None or state is None or key is None:
         raise RuntimeError(f"order {order_id} conflicted but cannot be read")
-    if order.get("BodyHash") != body_hash:
+    if order.body_hash != body_hash:
         return problem(409, "idempotency-key-reuse", "Idempotency-Key reused",
                        "this Idempotency-Key was used for a different order body", orderId=order_id)
-    view = View(rows)
     ctx = rt.ctx()
-    if state.get("LeaseKey") == UNCLAIMED and not state.get("LockedBy"):
+    if state.waiting_for_claim:
         # redriven and waiting for a claim: its schedule notice may have been lost (deduplicated)
-        rt.run([Send(schedule_message(order_id, int(state.get("ScheduleSeq") or 0), ctx, view.traceparent),
+        rt.run([Send(schedule_message(order_id, state.schedule_seq, ctx, view.traceparent),
                      critical=False, what="schedule (replay)")])
     elif (resend := inflight_request(view, ctx)) is not None:
         # the first submission may have died between its transaction and its send
         rt.run([Send(resend.message, critical=False, what="request (replay)")])
     log_event(logging.INFO, "order.replayed", order_id=order_id, traceparent=view.traceparent)
-    return HttpResult(200, {"orderId": order_id, "processState": state.get("ProcessState")},
+    return HttpResult(200, {"orderId": order_id, "processState": state.process_state},
                       headers={"Location": f"/api/orders/{order_id}", "Idempotent-Replayed": "true"})
 
 
 # ---------------------------------------------------------------------------------------------
-def _json_or_none(raw: str | None) -> Any:
-    return loads(raw) if raw else None
+def _time(value: datetime | None) -> str | None:
+    return iso(value) if value is not None else None
 
 
-def order_view(rows: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
-    v = View(rows)
-    st, order = v.state or {}, v.order or {}
-    steps = []
-    for s in v.steps:
-        comp = None
-        if s.get("Compensation"):
-            comp = {"state": s.get("Compensation"), "attempt": s.get("CompensationAttempt") or 0,
-                    "startedAt": s.get("CompensationStartedAt"), "finishedAt": s.get("CompensationFinishedAt"),
-                    "completeBy": s.get("CompensationCompleteBy"),
-                    "result": _json_or_none(s.get("CompensationResult")), "reason": s.get("CompensationReason")}
-        steps.append({"name": s["Name"], "state": s["State"], "attempt": s.get("Attempt") or 0,
-                      "startedAt": s.get("StartedAt"), "finishedAt": s.get("FinishedAt"),
-                      "completeBy": s.get("CompleteBy"), "result": _json_or_none(s.get("Result")),
-                      "failureReason": s.get("FailureReason"), "compensation": comp})
-    comp_steps = [s for s in steps if s["compensation"]]
+def _step_view(step: StepRow) -> dict[str, Any]:
+    compensation = None
+    if step.compensation is not CompensationState.NONE:
+        compensation = {"state": step.compensation, "attempt": step.compensation_attempt,
+                        "startedAt": _time(step.compensation_started_at),
+                        "finishedAt": _time(step.compensation_finished_at),
+                        "completeBy": _time(step.compensation_complete_by), "result": step.compensation_result,
+                        "reason": step.compensation_reason}
+    return {"name": step.name, "state": step.state, "attempt": step.attempt, "startedAt": _time(step.started_at),
+            "finishedAt": _time(step.finished_at), "completeBy": _time(step.complete_by), "result": step.result,
+            "failureReason": step.failure_reason, "compensation": compensation}
+
+
+def order_view(view: View) -> dict[str, Any]:
+    """The order as ``GET /api/orders/{id}`` shows it."""
+    state, order = view.state, view.order
+    assert state is not None and order is not None
+    steps = [_step_view(s) for s in view.steps]
+    compensations = [s.compensation for s in view.steps if s.compensation is not CompensationState.NONE]
     return {
-        "orderId": st.get("OrderID"),
-        "processState": st.get("ProcessState"),
-        "failureCount": st.get("FailureCount") or 0,
-        "outcome": st.get("Outcome"),
-        "reason": st.get("Reason"),
-        "failedStep": st.get("FailedStep"),
-        "lockedBy": st.get("LockedBy"),
-        "completeBy": st.get("CompleteBy"),
-        "currentStep": st.get("StepName") if st.get("Mode") == "forward" else None,
-        "createdAt": order.get("CreatedAt"),
-        "updatedAt": st.get("UpdatedAt"),
-        "order": {"customerId": order.get("CustomerId"), "currency": order.get("Currency"),
-                  "items": _json_or_none(order.get("Items")), "total": order.get("Total"),
-                  "priority": order.get("Priority"), "statusQueue": order.get("StatusQueue")},
+        "orderId": state.order_id,
+        "processState": state.process_state,
+        "failureCount": state.failure_count,
+        "outcome": state.outcome,
+        "reason": state.reason,
+        "failedStep": state.failed_step,
+        "lockedBy": state.locked_by,
+        "completeBy": _time(state.complete_by),
+        "currentStep": state.step_name if state.mode is Mode.FORWARD else None,
+        "createdAt": _time(order.created_at),
+        "updatedAt": _time(state.updated_at),
+        "order": {"customerId": order.customer_id, "currency": order.currency, "items": order.items,
+                  "total": order.total, "priority": order.priority, "statusQueue": order.status_queue},
         "steps": steps,
         "compensation": {
-            "state": st.get("CompensationState") or "none",
-            "total": len(comp_steps),
-            "done": sum(1 for s in comp_steps if s["compensation"]["state"] == "Done"),
-            "failed": sum(1 for s in comp_steps if s["compensation"]["state"] == "Failed"),
-            "pending": sum(1 for s in comp_steps if s["compensation"]["state"] in ("Pending", "Running")),
+            "state": state.compensation_state or OrderCompensation.NONE,
+            "total": len(compensations),
+            "done": compensations.count(CompensationState.DONE),
+            "failed": compensations.count(CompensationState.FAILED),
+            "pending": sum(1 for c in compensations if c in (CompensationState.PENDING, CompensationState.RUNNING)),
         },
     }
 
 
-def get_order(rt: Runtime, order_id: str | None) -> HttpResult:
-    if (bad := bad_id(order_id)) is not None:
-        return bad
-    assert order_id is not None
-    rows = rt.store.read_partition(order_id)
-    if STATE_ROW not in rows or ORDER_ROW not in rows:
+def get_order(rt: Runtime, raw_id: str | None) -> HttpResult:
+    order_id = resolve_id(raw_id)
+    if isinstance(order_id, HttpResult):
+        return order_id
+    view = View.from_entities(rt.store.read_partition(order_id))
+    if view.state is None or view.order is None:
         return problem(404, "not-found", "Order not found", f"no order {order_id}")
-    return HttpResult(200, order_view(rows))
+    return HttpResult(200, order_view(view))
 
 
-def _operate(rt: Runtime, order_id: str | None, action: str) -> HttpResult:
-    if (bad := bad_id(order_id)) is not None:
-        return bad
-    assert order_id is not None
+def _operate(rt: Runtime, raw_id: str | None, action: str) -> HttpResult:
+    order_id = resolve_id(raw_id)
+    if isinstance(order_id, HttpResult):
+        return order_id
     decide = decide_retry if action == "retry" else decide_cancel
     for _ in range(OPERATOR_RACE_RETRIES):
-        rows = rt.store.read_partition(order_id)
-        if STATE_ROW not in rows:
+        view = View.from_entities(rt.store.read_partition(order_id))
+        if view.state is None:
             return problem(404, "not-found", "Order not found", f"no order {order_id}")
         try:
-            decision = decide(View(rows), rt.ctx())
+            decision = decide(view, rt.ctx())
         except Rejected as exc:
             return problem(409, "wrong-state", f"Cannot {action} this order", str(exc), orderId=order_id,
-                           processState=rows[STATE_ROW].get("ProcessState"))
+                           processState=view.state.process_state)
         outcome = rt.run(decision.effects)
         if not outcome.lost_race:
             new_state = next((op.row for e in decision.effects if isinstance(e, Transact) for op in e.ops

@@ -24,11 +24,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
-from shared.effects import PutIndex, parse_iso
+from shared.effects import PutIndex
 from shared.logs import log_event
 from shared.runtime import Runtime
-from shared.statemachine import View, decide_expired, index_verdict
+from shared.statemachine import IndexRow, IndexVerdict, StateRow, View, decide_expired, index_verdict
 from shared.store import STATE_ROW
 
 DEFAULT_BATCH = 500
@@ -63,16 +65,16 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
     bucket = now.strftime("%Y%m%d%H%M")
     deadline = time.monotonic() + budget_seconds
 
-    def handle(row: dict) -> None:
+    def handle(entity: dict[str, Any]) -> None:
         if time.monotonic() > deadline:
             report.count("deferred")  # still due: the next tick takes it
             return
         try:
-            _one(rt, row, now, report)
+            _handle_due_row(rt, IndexRow.from_entity(entity), now, report)
         except Exception as exc:  # one bad row must not stop the sweep; it stays for next time
             report.count("errors")
-            log_event(logging.ERROR, "supervisor.row_failed", order_id=row.get("OrderId"), row=row.get("RowKey"),
-                      error=repr(exc))
+            log_event(logging.ERROR, "supervisor.row_failed", order_id=entity.get("OrderId"),
+                      row=entity.get("RowKey"), error=repr(exc))
 
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="sweep") as pool:
         futures = []
@@ -88,30 +90,28 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
     return report
 
 
-def _one(rt: Runtime, row: dict, now, report: SweepReport) -> None:  # type: ignore[no-untyped-def]
-    order_id, due = row.get("OrderId"), parse_iso(row.get("Due"))
-    if not order_id or due is None:
-        rt.store.delete_index(row["PartitionKey"], row["RowKey"])
+def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepReport) -> None:
+    if not row.order_id or row.due is None:
+        rt.store.delete_index(row.bucket, row.row_key)
         report.count("deleted")
         return
-    if due > now:  # the current minute's rows that are not due yet: no state read
+    if row.due > now:  # the current minute's rows that are not due yet: no state read
         report.count("kept")
         return
-    state = rt.store.read_row(order_id, STATE_ROW)
-    verdict = index_verdict(state, due, now)
-    if verdict == "keep":
+    entity = rt.store.read_row(row.order_id, STATE_ROW)
+    state = StateRow.from_entity(entity) if entity is not None else None
+    verdict = index_verdict(state, row.due, now)
+    if verdict is IndexVerdict.KEEP:
         report.count("kept")
         return
-    if verdict == "move":
+    if verdict is IndexVerdict.MOVE:
         # The order is slower than its row: a later row covers its deadline (put first;
         # ``now`` is the sweep's start, before the read, so the row is never too late).
-        assert state is not None
-        cb = parse_iso(state.get("CompleteBy"))
-        assert cb is not None
-        rt.run([PutIndex(order_id, min(cb, now + rt.config.index_floor()), note="moved")])
+        assert state is not None and state.complete_by is not None
+        rt.run([PutIndex(row.order_id, min(state.complete_by, now + rt.config.index_floor()), note="moved")])
         report.count("moved")
-    elif verdict == "act":
-        view = View(rt.store.read_partition(order_id))
+    elif verdict is IndexVerdict.ACT:
+        view = View.from_entities(rt.store.read_partition(row.order_id))
         decision = decide_expired(view, rt.ctx())
         outcome = rt.run(decision.effects)
         if outcome.lost_race:
@@ -123,5 +123,5 @@ def _one(rt: Runtime, row: dict, now, report: SweepReport) -> None:  # type: ign
             report.count("acted", decision.verdict)
     # This row is done: the order has no deadline, or a row covering it was put above
     # (a later due, so never this row's key).
-    rt.store.delete_index(row["PartitionKey"], row["RowKey"])
+    rt.store.delete_index(row.bucket, row.row_key)
     report.count("deleted")

@@ -256,7 +256,7 @@ def test_transaction_touches_state_and_steps_together(table_runtime) -> None:  #
     rt = table_runtime()
     oid = post(rt).body["orderId"]
     deliver_schedules(rt)
-    view = View(rt.store.read_partition(oid))
+    view = View.from_entities(rt.store.read_partition(oid))
     from shared.models import ReplyMessage
     from shared.statemachine import decide_reply
 

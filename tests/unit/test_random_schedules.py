@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from shared.scheduler import handle_reply, handle_schedule
-from shared.statemachine import parse_lease
+from shared.statemachine import Lease, LeaseKind
 from shared.supervisor import sweep
 from shared.workflow import WORKFLOW
 from tests.unit.harness import AgentSim, Crash, drive, make_runtime, post
@@ -41,12 +41,12 @@ def check_rows(rt: Any, oid: str) -> None:
     steps = sorted((r for k, r in rows.items() if k.startswith("step-")), key=lambda r: r["Index"])
     assert sum(1 for s in steps if s["State"] == "Running") <= 1
     assert sum(1 for s in steps if s.get("Compensation") == "Running") <= 1
-    lease = parse_lease(state.get("LeaseKey") or "")
+    lease = Lease.parse(state.get("LeaseKey"))
     if state.get("LockedBy"):
-        assert lease is not None, state
-        kind, name, attempt = lease
+        assert lease is not None and not lease.is_unclaimed, state
+        name, attempt = lease.step, lease.attempt
         row = next(s for s in steps if s["Name"] == name)
-        if kind == "step":
+        if lease.kind is LeaseKind.STEP:
             assert (row["State"], row["Attempt"]) == ("Running", attempt)
             assert state["ProcessState"] == "Processing"
         else:

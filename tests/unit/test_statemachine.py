@@ -16,13 +16,13 @@ from shared.statemachine import View, decide_reply, decide_schedule
 from shared.submission import cancel_order, get_order, retry_order
 from shared.supervisor import sweep
 from shared.workflow import WORKFLOW
-from tests.unit.harness import AgentSim, deliver_schedules, drive, make_runtime, post, redriven, state, steps
+from tests.unit.harness import BODY, AgentSim, deliver_schedules, drive, make_runtime, post, redriven, state, steps
 
 HOLD_WORKFLOW = tuple(replace(s, on_failure="hold") if s.name == "charge-payment" else s for s in WORKFLOW)
 
 
-def _new(rt) -> str:  # type: ignore[no-untyped-def]
-    r = post(rt)
+def _new(rt, **fields) -> str:  # type: ignore[no-untyped-def]
+    r = post(rt, {**BODY, **fields})
     assert r.status == 202
     return r.body["orderId"]
 
@@ -107,7 +107,7 @@ def test_duplicate_schedule_message_is_ignored() -> None:
 
 def test_success_reply_records_result_and_dispatches_next_with_context() -> None:
     rt = make_runtime()
-    oid = _new(rt)
+    oid = _new(rt, statusQueue="order-status")
     deliver_schedules(rt)
     _requests(rt, "agent-inventory")
     assert _reply(rt, oid, "reserve-inventory", 1, result={"reservationId": "r-1"}) == "step-done"
@@ -126,7 +126,7 @@ def test_success_reply_records_result_and_dispatches_next_with_context() -> None
 
 def test_last_reply_processes_and_clears_lock() -> None:
     rt = make_runtime()
-    oid = _new(rt)
+    oid = _new(rt, statusQueue="order-status")
     st = drive(rt, oid, AgentSim(rt))
     assert st["ProcessState"] == "Processed"
     assert "LockedBy" not in st and st["LeaseKey"] == "" if "LeaseKey" in st else True
@@ -364,8 +364,15 @@ def test_poison_schedule_messages(body: bytes) -> None:
 def test_status_queue_failure_does_not_break_processing() -> None:
     rt = make_runtime()
     rt.bus.fail.add("order-status")
-    oid = _new(rt)
+    oid = _new(rt, statusQueue="order-status")
     assert drive(rt, oid, AgentSim(rt))["ProcessState"] == "Processed"
+
+
+def test_an_order_that_names_no_status_queue_gets_no_status_messages() -> None:
+    rt = make_runtime()
+    oid = _new(rt)
+    assert drive(rt, oid, AgentSim(rt, reject={"charge-payment": "no"}))["ProcessState"] == "Error"
+    assert [m for m in rt.bus.all() if m.subject == "status"] == []
 
 
 def test_alert_send_failure_does_not_break_processing() -> None:
@@ -392,7 +399,7 @@ def test_request_send_failure_raises_for_redelivery() -> None:
 def test_pure_decisions_do_no_io() -> None:
     rt = make_runtime()
     oid = redriven(rt)
-    view = View(rt.store.read_partition(oid))
+    view = View.from_entities(rt.store.read_partition(oid))
     writes = rt.store.writes
     d = decide_schedule(view, 1, rt.ctx())
     assert d.verdict == "claimed"

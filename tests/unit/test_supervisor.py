@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from shared.effects import bucket_of
-from shared.statemachine import View, decide_expired, index_verdict
+from shared.statemachine import StateRow, View, decide_expired, index_verdict
 from shared.store import MemoryStore
 from shared.supervisor import sweep
 from tests.unit.harness import T0, AgentSim, Clock, DedupBus, deliver_schedules, drive, make_runtime, post, state, steps
@@ -114,8 +114,8 @@ def test_two_supervisors_race_count_failure_once() -> None:
     oid = _claimed(a)
     clock.advance(31)
     # both read the same rows and decide, then both write
-    da = decide_expired(View(store.read_partition(oid)), a.ctx())
-    db = decide_expired(View(store.read_partition(oid)), b.ctx())
+    da = decide_expired(View.from_entities(store.read_partition(oid)), a.ctx())
+    db = decide_expired(View.from_entities(store.read_partition(oid)), b.ctx())
     oa, ob = a.run(da.effects), b.run(db.effects)
     assert sorted([oa.lost_race, ob.lost_race]) == [False, True]
     assert state(a, oid)["FailureCount"] == 1
@@ -167,14 +167,15 @@ def test_sweep_never_reads_finished_or_future_orders() -> None:
 def test_index_row_verdicts() -> None:
     now = T0
     past, ahead = now - timedelta(seconds=1), now + timedelta(seconds=9)
-    st = {"LeaseKey": "s:1", "CompleteBy": past.isoformat()}
-    assert index_verdict(st, past, now) == "act"
-    assert index_verdict(st, now - timedelta(seconds=5), now) == "act"  # any due row of an overdue order
+    st = {"LeaseKey": "s:1", "CompleteBy": past.isoformat()}  # stored state rows, read as the sweep reads them
+    row = StateRow.from_entity
+    assert index_verdict(row(st), past, now) == "act"
+    assert index_verdict(row(st), now - timedelta(seconds=5), now) == "act"  # any due row of an overdue order
     # the order is slower than its row: its deadline is still ahead, so the row moves there
-    assert index_verdict({**st, "CompleteBy": ahead.isoformat()}, past, now) == "move"
-    assert index_verdict({"LeaseKey": ""}, past, now) == "delete"  # finished or held: no deadline
-    assert index_verdict({"LeaseKey": "s:1"}, past, now) == "delete"
-    assert index_verdict(st, now + timedelta(seconds=1), now) == "keep"  # not due yet
+    assert index_verdict(row({**st, "CompleteBy": ahead.isoformat()}), past, now) == "move"
+    assert index_verdict(row({"LeaseKey": ""}), past, now) == "delete"  # finished or held: no deadline
+    assert index_verdict(row({"LeaseKey": "s:1"}), past, now) == "delete"
+    assert index_verdict(row(st), now + timedelta(seconds=1), now) == "keep"  # not due yet
     assert index_verdict(None, now - timedelta(seconds=10), now) == "keep"  # its submission may be running
     assert index_verdict(None, now - timedelta(minutes=6), now) == "delete"  # an orphan
 

@@ -216,7 +216,7 @@ def test_threshold_decision_writes_each_row_once_and_schedules_the_failed_step_f
                                  "reason": None}).encode())
     assert req.body["step"] == "reserve-inventory"
     rt.clock.advance(31)
-    v = View(rt.store.read_partition(oid))
+    v = View.from_entities(rt.store.read_partition(oid))
     d = decide_expired(v, rt.ctx())
     assert d.verdict == "compensating"
     [tx] = [e for e in d.effects if isinstance(e, Transact)]

@@ -1,0 +1,139 @@
+"""A step that failed for good: its on-failure policy, as four named outcomes.
+
+A step fails for good on an error reply (the remote applied nothing under its key) or when
+the Supervisor gives up after MaxFailureCount timeouts (``timed_out``: no answer, so the
+remote may have applied the effect; the step's outcome is unknown).
+
+* :func:`_hold` - policy ``hold``, or a timed-out step with no compensation (the pivot: a
+  shipment cannot be undone, and refunding the steps before it could refund goods that left).
+  An operator retries (replaying the step's idempotency key) or cancels.
+* :func:`_fail_final` - policy ``compensate`` with nothing to compensate.
+* :func:`_compensate_now` - an error reply: the reply's handler holds the claim and puts the
+  first compensation in flight itself.
+* :func:`_compensate_later` - a timeout: the Supervisor hands the order to a scheduler.
+
+A timed-out step with a compensation is compensated first (by its idempotency key), then the
+Done steps in reverse order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from shared.effects import Alert, Effect, Transact
+from shared.statemachine.config import Ctx, Decision
+from shared.statemachine.deadlines import drop_index, hand_off
+from shared.statemachine.dispatch import dispatch_compensation, to_compensate
+from shared.statemachine.messages import alert, compensation_request, status_sends
+from shared.statemachine.rows import StateRow, StepRow
+from shared.statemachine.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
+from shared.statemachine.view import View
+from shared.store import Op
+
+
+def fail_step(view: View, step: StepRow, reason: str, ctx: Ctx, *, timed_out: bool,
+              failure_count: int | None = None) -> Decision:
+    """Apply the step's on-failure policy (module docstring)."""
+    state = view.state
+    assert state is not None
+    spec = ctx.config.spec(step.name)
+    failed = replace(step, state=StepState.FAILED, failure_reason=reason, finished_at=ctx.now, complete_by=None,
+                     outcome_unknown=timed_out)
+    count = state.failure_count if failure_count is None else failure_count
+    # Alert first, with a deterministic id: a crash or lost race after it leads to the same
+    # alert again, which the alerts queue's duplicate detection drops.
+    head = alert(view, step.name, reason, count, f"{step.name}:{step.attempt}", ctx)
+    base = replace(state, failure_count=count, process_state=ProcessState.ERROR, failed_step=step.name, reason=reason,
+                   updated_at=ctx.now)
+    tail = status_sends(view, "failed", ctx, step=step.name, reason=reason, processState=ProcessState.ERROR)
+    holds = spec.on_failure == "hold" or (timed_out and spec.compensation is None)
+    if holds:
+        return _hold(view, step, failed, base, [head], tail)
+    comps = to_compensate(view.with_steps(failed), ctx)
+    if not comps:
+        return _fail_final(view, step, failed, base, [head], tail, ctx)
+    # The rows to write: the failed step, and every step to compensate marked Pending (the
+    # failed step itself among them when its outcome is unknown). One op per row.
+    marked = {s.index: replace(s, compensation=CompensationState.PENDING) for s in comps}
+    marked.setdefault(failed.index, failed)
+    if timed_out:
+        return _compensate_later(view, base, marked, comps[0].index, [head], tail, ctx)
+    return _compensate_now(view, base, marked, comps[0].index, [head], tail, ctx)
+
+
+def _released(state: StateRow) -> StateRow:
+    return replace(state, locked_by=None, claim_token=None, complete_by=None, lease=None)
+
+
+def _hold(view: View, step: StepRow, failed: StepRow, base: StateRow, head: list[Alert],
+          tail: list[Effect]) -> Decision:
+    state = view.state
+    assert state is not None
+    new_state = replace(_released(base), mode=Mode.HELD, outcome=Outcome.HELD)
+    return Decision("held", [
+        *head,
+        # Crash after this: held in Error for an operator; nothing in flight.
+        Transact(view.order_id, (new_state.replacing(state), failed.replacing(step)), note="step failed, held"),
+        *tail,
+        *drop_index(state),
+    ])
+
+
+def _fail_final(view: View, step: StepRow, failed: StepRow, base: StateRow, head: list[Alert],
+                tail: list[Effect], ctx: Ctx) -> Decision:
+    state = view.state
+    assert state is not None
+    new_state = replace(_released(base), mode=Mode.FINISHED, outcome=Outcome.FAILED,
+                        compensation_state=OrderCompensation.NONE, finished_at=ctx.now)
+    return Decision("failed", [
+        *head,
+        # Crash after this: final state; only best-effort messages are missing.
+        Transact(view.order_id, (new_state.replacing(state), failed.replacing(step)), note="step failed, final"),
+        *tail,
+        *drop_index(state),
+    ])
+
+
+def _ops(view: View, state: StateRow, new_state: StateRow, marked: dict[int, StepRow]) -> tuple[Op, ...]:
+    old = {s.index: s for s in view.steps}
+    return (new_state.replacing(state), *(row.replacing(old[i]) for i, row in marked.items()))
+
+
+def _compensate_now(view: View, base: StateRow, marked: dict[int, StepRow], first: int, head: list[Alert],
+                    tail: list[Effect], ctx: Ctx) -> Decision:
+    state = view.state
+    assert state is not None
+    compensating = replace(base, mode=Mode.COMPENSATE, outcome=Outcome.FAILED, comp_failure_count=0,
+                           compensation_state=OrderCompensation.RUNNING)
+    running, new_state = dispatch_compensation(marked[first], compensating, ctx)
+    marked[first] = running
+    return Decision("compensating", [
+        *head,
+        # No index write: the order's row covers the compensation's deadline.
+        # Step Failed + compensations Pending + first compensation Running, ONE transaction.
+        # Crash after this: the redelivered error reply is a duplicate and re-sends the
+        # compensation request; else the Supervisor expires the compensation lease.
+        Transact(view.order_id, _ops(view, state, new_state, marked), note="step failed, compensating"),
+        compensation_request(view.with_steps(running), running, ctx),
+        *tail,
+    ])
+
+
+def _compensate_later(view: View, base: StateRow, marked: dict[int, StepRow], first: int, head: list[Alert],
+                      tail: list[Effect], ctx: Ctx) -> Decision:
+    state = view.state
+    assert state is not None
+    # The Supervisor: the index row it is handling ends; cover the new deadline.
+    handoff = hand_off(view, ctx, note="compensation unclaimed guard")
+    new_state = handoff.apply(replace(base, mode=Mode.COMPENSATE, outcome=Outcome.FAILED, comp_index=first,
+                                      comp_failure_count=0, compensation_state=OrderCompensation.RUNNING))
+    return Decision("compensating", [
+        *head,
+        # Crash after this: state unchanged; the overdue row is still due: next sweep redoes it.
+        *handoff.puts,
+        # Crash after this: compensation pending but no schedule message; the new row fires
+        # by the grace period and the Supervisor sends it.
+        Transact(view.order_id, _ops(view, state, new_state, marked), note="step failed, compensation scheduled"),
+        handoff.notice,
+        *tail,
+    ])
