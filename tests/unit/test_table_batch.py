@@ -1,0 +1,102 @@
+"""shared.table_batch without Azure: which path is chosen at start-up, the fast path's request
+and how it reads a response. The paths' behaviour on real Table Storage is the store contract
+(tests/integration/test_store_azurite.py runs it on both)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from azure.core.exceptions import HttpResponseError
+from azure.data.tables import TableClient
+
+from shared.store import Conflict, TooLarge
+from shared.table_batch import FastSender, PublicSender, Write, sender_for
+
+AZURITE = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+           "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
+           "TableEndpoint=http://127.0.0.1:1/devstoreaccount1;")
+
+
+def table() -> TableClient:
+    return TableClient.from_connection_string(AZURITE, "orders")
+
+
+def test_fast_path_when_the_sdk_has_what_it_needs() -> None:
+    assert isinstance(sender_for(table()), FastSender)
+    assert isinstance(sender_for(table(), fast=False), PublicSender)
+
+
+def test_public_path_when_a_private_name_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import azure.data.tables._serialize as serialize
+
+    client = table()
+    monkeypatch.delattr(serialize, "_add_entity_properties")
+    assert isinstance(sender_for(client), PublicSender)
+    monkeypatch.undo()
+    monkeypatch.delattr(client, "_client")
+    assert isinstance(sender_for(client), PublicSender)
+
+
+def test_public_path_when_the_url_carries_a_sas() -> None:
+    sas = TableClient(endpoint="https://acct.table.core.windows.net/?sv=2019-02-02&sig=x", table_name="orders")
+    assert isinstance(sender_for(sas), PublicSender)
+
+
+class Response:
+    def __init__(self, status: int, body: bytes = b"") -> None:
+        self.status_code, self.body = status, body
+        self.headers: dict[str, str] = {}
+        self.reason, self.content_type = "", "multipart/mixed"
+
+    def read(self) -> bytes:
+        return self.body
+
+    def text(self) -> str:
+        return self.body.decode()
+
+
+def fast_sender(*responses: Response) -> tuple[FastSender, list[Any]]:
+    sent: list[Any] = []
+    queue = list(responses)
+
+    def send_request(request: Any, stream: bool = False) -> Response:
+        sent.append(request)
+        return queue.pop(0)
+
+    client = table()
+    return FastSender(client, lambda e: dict(e), send_request), sent
+
+
+def part(status: str) -> bytes:
+    return f"--changesetresponse_x\r\nContent-Type: application/http\r\n\r\nHTTP/1.1 {status}\r\n\r\n".encode()
+
+
+def test_fast_request_is_one_changeset_with_the_etags() -> None:
+    send, sent = fast_sender(Response(202, part("201 Created") + part("204 No Content") * 3))
+    send("p'k", [Write("create", "order", {"A": 1}), Write("replace", "state", {"B": "x"}, 'W/"1"'),
+                 Write("upsert", "u", {"C": 2}), Write("delete", "d")])
+    body = sent[0].content.decode()
+    assert sent[0].url == "http://127.0.0.1:1/devstoreaccount1/$batch"
+    assert sent[0].headers["Content-Type"].startswith("multipart/mixed; boundary=batch_")
+    assert body.count("Content-Type: application/http") == 4
+    assert "POST http://127.0.0.1:1/devstoreaccount1/orders HTTP/1.1" in body
+    assert "PUT http://127.0.0.1:1/devstoreaccount1/orders(PartitionKey='p%27%27k',RowKey='state') HTTP/1.1" in body
+    assert 'If-Match: W/"1"' in body and "If-Match: *" in body  # the delete without an ETag: whatever is there
+    assert body.count("If-Match") == 2  # the upsert is unconditional: no If-Match at all
+    assert '{"A": 1, "PartitionKey": "p\'k", "RowKey": "order"}' in body
+
+
+@pytest.mark.parametrize(("response", "error"), [
+    (Response(202, part("412 Precondition Failed")), Conflict),
+    (Response(202, part("404 Not Found")), Conflict),
+    (Response(202, part("409 Conflict")), Conflict),
+    (Response(202, part("413 Request Entity Too Large")), TooLarge),
+    (Response(413), TooLarge),
+    (Response(500, b"busy"), HttpResponseError),
+    (Response(202, part("400 Bad Request")), HttpResponseError),
+])
+def test_fast_response_outcomes(response: Response, error: type[Exception]) -> None:
+    send, _sent = fast_sender(response)
+    with pytest.raises(error):
+        send("pk", [Write("create", "a")])
