@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -78,5 +79,66 @@ def check_injection_safe_keys(store: Store) -> None:
     assert store.read_row(nasty, "state") is None
 
 
+def check_mixed_transaction_and_values(store: Store) -> None:
+    # create, replace and delete in one transaction; keys that need quoting; the value types the app writes
+    pk = f"{_pk()}'q"
+    store.transact(pk, [Op("create", {"RowKey": "o'k é", "n": 1}), Op("create", {"RowKey": "gone", "n": 2})])
+    rows = store.read_partition(pk)
+    values = {"RowKey": "new", "s": "ünï'code \" {json}", "i": -7, "big": 2**31 - 1, "b": True, "f": 1.5}
+    store.transact(pk, [Op("create", values),
+                        Op("replace", {"RowKey": "o'k é", "n": 3}, etag=rows["o'k é"][ETAG]),
+                        Op("delete", {"RowKey": "gone"}, etag=rows["gone"][ETAG])])
+    rows = store.read_partition(pk)
+    assert set(rows) == {"new", "o'k é"} and rows["o'k é"]["n"] == 3
+    assert {k: rows["new"][k] for k in values} == values
+
+
+def check_delete_needs_current_etag(store: Store) -> None:
+    pk = _pk()
+    store.transact(pk, [Op("create", {"RowKey": "d", "n": 0})])
+    d = store.read_row(pk, "d")
+    assert d is not None
+    store.transact(pk, [Op("replace", {"RowKey": "d", "n": 1}, etag=d[ETAG])])
+    with pytest.raises(Conflict):
+        store.transact(pk, [Op("delete", {"RowKey": "d"}, etag=d[ETAG])])  # stale
+    with pytest.raises(Conflict):
+        store.transact(pk, [Op("delete", {"RowKey": "nope"}, etag='W/"1"')])  # missing
+    fresh = store.read_row(pk, "d")
+    assert fresh is not None and fresh["n"] == 1
+    store.transact(pk, [Op("delete", {"RowKey": "d"}, etag=fresh[ETAG])])
+    assert store.read_row(pk, "d") is None
+
+
+def check_index_many_rows_of_one_bucket(store: Store) -> None:
+    # concurrent puts of one bucket (group-committed in the Table store), then deletes of
+    # several rows of it (sent as one batch when the sweep's read flushes them)
+    tag, bucket = _pk()[:6], "202611221000"
+    keys = [f"{tag}:{i:02d}" for i in range(12)]
+    barrier = threading.Barrier(len(keys))
+    errors: list[BaseException] = []
+
+    def put(rk: str) -> None:
+        barrier.wait()
+        try:
+            store.put_index(bucket, rk, {"OrderId": tag, "Due": "2026-11-22T10:00:00+00:00"})
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=put, args=(rk,)) for rk in keys]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    due = [r for r in store.due_index(bucket, 1000) if r["RowKey"].startswith(tag)]
+    assert [r["RowKey"] for r in due] == keys and all(r["OrderId"] == tag for r in due)
+    for rk in keys[:10]:
+        store.delete_index(bucket, rk)
+    assert [r["RowKey"] for r in store.due_index(bucket, 1000) if r["RowKey"].startswith(tag)] == keys[10:]
+    for rk in keys[10:]:
+        store.delete_index(bucket, rk)
+
+
 ALL = [check_create_conflict_is_atomic, check_etag_replace, check_replace_removes_absent_and_none,
-       check_replace_missing_row_conflicts, check_index, check_injection_safe_keys]
+       check_replace_missing_row_conflicts, check_index, check_injection_safe_keys,
+       check_mixed_transaction_and_values, check_delete_needs_current_etag, check_index_many_rows_of_one_bucket]
