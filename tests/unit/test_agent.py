@@ -1,4 +1,4 @@
-"""Unit tests of the agent runtime (shared/agent.py) and its adapter (functions/agents.py).
+"""Unit tests of the agent runtime (shared/agent/) and its adapter (functions/agents.py).
 
 The remote service is a real HTTP server on a random loopback port, scripted per test
 (statuses, hangs, bodies), recording every request it gets; replies go to a recording

@@ -1,0 +1,264 @@
+"""One request's call to the agent's remote service, retried on transient faults until completeBy.
+
+``POST {base}/{operation}`` with ``Idempotency-Key`` and ``traceparent`` headers and the body
+``{"orderId", "order", "context"}`` (plus ``compensates`` for a compensation). Transient faults
+(connect errors, timeouts, 408/425/429, 5xx, a 2xx whose body is not a JSON object) are retried
+by tenacity with exponential backoff plus jitter (at least the server's ``Retry-After``), never
+past completeBy; each call's timeout is bounded by the time left and by a per-call maximum. The
+idempotency key is the same on every attempt, so a lost response is answered from the service's
+stored result and the effect happens once. Any other answer is final.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import requests
+import tenacity
+from requests.adapters import HTTPAdapter
+
+from shared import models
+from shared.agent_messages import ReceivedRequest
+
+TRANSIENT_STATUSES = frozenset({408, 425, 429})
+
+
+def loads(data: bytes | str) -> Any:
+    """Strict JSON with every non-integer number a Decimal (the app's ``shared.models.loads``)."""
+    return models.loads(data)
+
+
+def dumps(value: Any) -> bytes:
+    """JSON with Decimals as strings (the app's ``shared.models.dumps``), UTF-8."""
+    return models.dumps(value).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    initial_backoff: float = 0.2  # first wait, seconds; doubles per attempt
+    max_backoff: float = 5.0
+    jitter: float = 0.2  # uniform random seconds added to each wait
+    max_call_timeout: float = 10.0  # upper bound of one call's (read) timeout
+    connect_timeout: float = 3.0
+    min_call_seconds: float = 0.05  # do not start a call with less time left than this
+    max_attempts: int | None = None  # None: keep retrying until completeBy
+
+
+@dataclass(frozen=True)
+class RemoteAnswer:
+    """The service's final answer: a 2xx with its JSON object, or a rejection with its reason."""
+
+    status: int
+    payload: Any  # 2xx: the result object; otherwise the reason (str)
+
+    @property
+    def succeeded(self) -> bool:
+        return 200 <= self.status < 300
+
+
+class TransientFault(Exception):
+    """A call that may succeed if repeated (retried while time is left)."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class DeadlineReached(Exception):
+    """completeBy came before an answer: the step is the Supervisor's now, nothing is sent."""
+
+    def __init__(self, when: str, detail: str, fault: str | None = None) -> None:
+        super().__init__(detail)
+        self.when = when  # "during retries" | "before the next call"
+        self.detail = detail
+        self.fault = fault  # the last transient fault, if any
+
+
+class RetriesExhausted(Exception):
+    """``max_attempts`` transient faults while time was still left."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------- sessions
+
+_sessions: dict[str, requests.Session] = {}
+_sessions_lock = threading.Lock()
+
+
+def session_for(base_url: str, pool_size: int = 32) -> requests.Session:
+    """One ``requests.Session`` per worker per service, shared by the worker's threads.
+
+    urllib3's connection pool is thread-safe; the session holds no per-request state we use
+    (no cookies/auth). ``trust_env`` is off: no per-request scan of proxy environment variables
+    or .netrc. Adapter-level retries are off: tenacity does the retrying, bounded by completeBy.
+    """
+    with _sessions_lock:
+        session = _sessions.get(base_url)
+        if session is None:
+            session = requests.Session()
+            session.trust_env = False
+            adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+            _sessions[base_url] = session
+        return session
+
+
+# --------------------------------------------------------------------------- the call
+
+@dataclass
+class RemotePost:
+    """One request's POST, repeated on transient faults until an answer or completeBy."""
+
+    session: requests.Session
+    url: str
+    body: bytes
+    headers: dict[str, str]
+    policy: RetryPolicy
+    time_left: Callable[[], float]  # seconds until completeBy
+    now: Callable[[], datetime]
+    statuses: list[int | str] = field(default_factory=list)  # per call: HTTP status or fault
+
+    @classmethod
+    def for_request(cls, request: ReceivedRequest, span: str, base_url: str, session: requests.Session,
+                    policy: RetryPolicy, time_left: Callable[[], float], now: Callable[[], datetime]) -> RemotePost:
+        """The call ``request`` asks for, in the agent's span (``traceparent``)."""
+        headers = {
+            "Idempotency-Key": request.idempotency_key,
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "traceparent": span,
+        }
+        if request.envelope.tracestate:
+            headers["tracestate"] = request.envelope.tracestate
+        body: dict[str, Any] = {"orderId": request.order_id, "order": request.order, "context": request.context}
+        if request.compensates is not None:
+            body["compensates"] = request.compensates.model_dump(by_alias=True)
+        return cls(session, f"{base_url}/{request.operation}", dumps(body), headers, policy, time_left, now)
+
+    def run(self, sleep: Callable[[float], None],
+            on_retry: Callable[[tenacity.RetryCallState], None]) -> RemoteAnswer:
+        """The final answer. Raises :class:`DeadlineReached` or :class:`RetriesExhausted`."""
+        stop = _StopAtDeadline(self.policy, self.time_left)
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(TransientFault),
+            wait=_BoundedWait(self.policy, self.time_left),
+            stop=stop,
+            sleep=sleep,
+            before_sleep=on_retry,
+            reraise=True,
+        )
+        try:
+            return retrying(self._post_once)
+        except TransientFault as e:
+            if self.time_left() - self.policy.min_call_seconds <= 0 or stop.stopped_by_deadline:
+                raise DeadlineReached("during retries", f"completeBy reached during retries: {e.reason}",
+                                      fault=e.reason) from None
+            raise RetriesExhausted(e.reason) from None
+
+    def _post_once(self) -> RemoteAnswer:
+        left = self.time_left()
+        if left < self.policy.min_call_seconds:
+            raise DeadlineReached("before the next call", "completeBy reached before the next call")
+        read_timeout = min(self.policy.max_call_timeout, left)
+        connect_timeout = min(self.policy.connect_timeout, left)
+        try:
+            response = self.session.post(self.url, data=self.body, headers=self.headers,
+                                         timeout=(connect_timeout, read_timeout), allow_redirects=False)
+        except requests.Timeout as e:
+            self.statuses.append("timeout")
+            raise TransientFault(f"timeout after {read_timeout:.2f}s: {type(e).__name__}") from None
+        except requests.ConnectionError as e:
+            self.statuses.append("connection-error")
+            raise TransientFault(f"connection error: {type(e).__name__}") from None
+        except requests.RequestException as e:  # ChunkedEncodingError, ContentDecodingError ...
+            self.statuses.append("protocol-error")
+            raise TransientFault(f"{type(e).__name__}: {e}") from None
+        self.statuses.append(response.status_code)
+        return _answer(response, self.now())
+
+
+def _answer(response: requests.Response, now: datetime) -> RemoteAnswer:
+    """The service's answer, or :class:`TransientFault` when it is not final."""
+    try:
+        payload = loads(response.content) if response.content else None
+    except (ValueError, UnicodeDecodeError):
+        payload = None
+    code = response.status_code
+    if code in TRANSIENT_STATUSES or code >= 500:
+        raise TransientFault(_reason(payload, response), _retry_after(response, now))
+    if 200 <= code < 300:
+        if not isinstance(payload, dict):
+            # A 2xx without a JSON object (a proxy page, a truncated body): not the service's
+            # answer. Retrying is safe: the same Idempotency-Key returns the stored result.
+            raise TransientFault(f"HTTP {code} without a JSON object body")
+        return RemoteAnswer(code, payload)
+    # Any other status (a business 4xx: 400/404/409/422 ...; an unexpected 3xx) is final.
+    return RemoteAnswer(code, _reason(payload, response))
+
+
+def _retry_after(response: requests.Response, now: datetime) -> float | None:
+    """The ``Retry-After`` header in seconds (delta-seconds or an HTTP date), if any."""
+    value = response.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def _reason(payload: Any, response: requests.Response) -> str:
+    """Why the service refused: its body's ``error`` field, else the status and a text excerpt."""
+    if isinstance(payload, dict) and isinstance(payload.get("error"), str) and payload["error"]:
+        return str(payload["error"])
+    text = (response.text or "").strip()
+    return f"HTTP {response.status_code}" + (f": {text[:300]}" if text else "")
+
+
+class _BoundedWait(tenacity.wait.wait_base):
+    """Exponential backoff plus jitter, at least the server's Retry-After, capped by time left."""
+
+    def __init__(self, policy: RetryPolicy, time_left: Callable[[], float]) -> None:
+        self._exponential = tenacity.wait_exponential_jitter(
+            multiplier=policy.initial_backoff, max=policy.max_backoff, jitter=policy.jitter)
+        self._max = policy.max_backoff
+        self._time_left = time_left
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        wait = self._exponential(retry_state)
+        fault = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(fault, TransientFault) and fault.retry_after is not None:
+            wait = max(wait, min(fault.retry_after, self._max))
+        return max(0.0, min(wait, self._time_left()))
+
+
+class _StopAtDeadline(tenacity.stop.stop_base):
+    """Stop when the next attempt would start at or after completeBy (or after max_attempts)."""
+
+    def __init__(self, policy: RetryPolicy, time_left: Callable[[], float]) -> None:
+        self._policy = policy
+        self._time_left = time_left
+        self.stopped_by_deadline = False
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        if self._time_left() - retry_state.upcoming_sleep < self._policy.min_call_seconds:
+            self.stopped_by_deadline = True
+            return True
+        return self._policy.max_attempts is not None and retry_state.attempt_number >= self._policy.max_attempts

@@ -1,0 +1,47 @@
+"""The agent's reply to a request (docs/contracts.md, "Agent messages": Reply).
+
+Sent to the request's ``reply_to`` with message_id ``reply:<request message_id>`` (the replies
+queue has duplicate detection, so a redelivered request's second reply is dropped),
+correlation_id = the request's message_id, and the agent's ``traceparent``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from shared.agent_messages import ReceivedRequest
+from shared.messaging import OutMessage
+
+Outcome = Literal["success", "error"]
+
+
+def reply_message_id(request_message_id: str) -> str:
+    return f"reply:{request_message_id}"
+
+
+def build_reply(request: ReceivedRequest, outcome: Outcome, result: dict[str, Any] | None,
+                reason: str | None) -> dict[str, Any]:
+    """The reply body: the request's coordinates, the outcome, and its result or reason."""
+    return {
+        "kind": request.kind,
+        "orderId": request.order_id,
+        "step": request.step,
+        "attempt": request.attempt,
+        "outcome": outcome,
+        "result": result,
+        "reason": reason,
+    }
+
+
+def reply_message(request: ReceivedRequest, span: str, reply: dict[str, Any]) -> OutMessage:
+    """``reply`` addressed to the request's reply queue, in the agent's span."""
+    properties = {"traceparent": span}
+    if request.envelope.tracestate:
+        properties["tracestate"] = request.envelope.tracestate
+    return OutMessage(
+        queue=request.envelope.reply_to,
+        body=reply,
+        message_id=reply_message_id(request.envelope.message_id),
+        correlation_id=request.envelope.message_id,
+        application_properties=properties,
+    )

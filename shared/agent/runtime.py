@@ -1,0 +1,163 @@
+"""The agent runtime: one request -> one remote call (retried until completeBy) -> at most one reply.
+
+* Past ``completeBy`` on arrival: send nothing, make no call (the Supervisor owns the step now).
+* Otherwise call the remote (``shared.agent.remote``). Running out of time during retries, or
+  getting the answer only after completeBy: send nothing.
+* A 2xx -> a ``success`` reply with the result; a permanent rejection (any other 4xx:
+  400/404/409/422 ...) -> an ``error`` reply with the reason from the body's ``error`` field.
+  (409 ``compensated``: the step's key was tombstoned by its compensation; the late original
+  call applied nothing.)
+
+The agent's ``traceparent`` is a child of the request's (same trace id, the agent's own span id;
+a new trace if the request had none), the same on every attempt and on the reply. Logs are the
+app's structured JSON lines (``shared.logs.log_event``) carrying the order id.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import requests
+import tenacity
+
+from shared.agent.parsing import parse_request
+from shared.agent.remote import DeadlineReached, RemoteAnswer, RemotePost, RetriesExhausted, RetryPolicy, session_for
+from shared.agent.replies import Outcome, build_reply, reply_message
+from shared.agent_messages import ReceivedRequest
+from shared.logs import child_traceparent, log_event
+from shared.messaging import Bus
+from shared.workflow import WORKFLOW, Step
+
+Status = Literal["replied", "expired", "exhausted"]
+RequestLog = Callable[..., None]  # (level, event, **fields): a log line about one request
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """What the runtime did with one request.
+
+    * ``replied``: a reply was sent (``outcome`` success or error, ``reply`` its body).
+    * ``expired``: completeBy passed (on arrival, during retries, or before the response was in
+      hand); nothing was sent. ``calls`` is 0 when it had already expired on arrival.
+    * ``exhausted``: ``max_attempts`` transient failures while time was still left; nothing was
+      sent. The adapter raises so Service Bus redelivers the request (its TTL ends at completeBy).
+    """
+
+    status: Status
+    outcome: Outcome | None = None
+    reply: dict[str, Any] | None = None
+    calls: int = 0
+    detail: str = ""
+    statuses: tuple[int | str, ...] = field(default_factory=tuple)  # per call: HTTP status or fault
+
+    @property
+    def replied(self) -> bool:
+        return self.status == "replied"
+
+
+class TransientFailure(RuntimeError):
+    """Raised by the adapter for an ``exhausted`` result: abandon -> redelivery while time is left."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class AgentRuntime:
+    """Handles requests for one agent against its remote service. Thread-safe; one per worker.
+
+    ``bus`` is the app's ``shared.messaging.Bus`` (anything with ``send(OutMessage)``).
+    """
+
+    def __init__(
+        self,
+        agent: str,
+        base_url: str,
+        bus: Bus,
+        *,
+        session: requests.Session | None = None,
+        policy: RetryPolicy | None = None,
+        now: Callable[[], datetime] = utcnow,
+        sleep: Callable[[float], None] = time.sleep,
+        workflow: Sequence[Step] = WORKFLOW,
+    ) -> None:
+        self.agent = agent
+        self.workflow = workflow
+        self.base_url = base_url.rstrip("/")
+        self.bus = bus
+        self.session = session or session_for(self.base_url)
+        self.policy = policy or RetryPolicy()
+        self._now = now
+        self._sleep = sleep
+
+    def handle_message(self, body: bytes | str, *, message_id: str | None, reply_to: str | None,
+                       application_properties: Mapping[Any, Any] | None = None) -> AgentResult:
+        """Parse (raises ``PoisonMessage``) and handle one request message."""
+        request = parse_request(body, message_id=message_id, reply_to=reply_to,
+                                application_properties=application_properties, agent=self.agent,
+                                workflow=self.workflow)
+        return self.handle(request)
+
+    def handle(self, request: ReceivedRequest) -> AgentResult:
+        """Call the remote for ``request`` and reply, unless completeBy comes first."""
+        span = child_traceparent(request.envelope.traceparent)  # the agent's span: HTTP calls and the reply
+        note = self._request_log(request, span)
+        left = self._time_left(request)
+        if left <= 0:
+            note(logging.WARNING, "agent.expired", when="on arrival", lateSeconds=round(-left, 3),
+                 action="nothing sent, no call made")
+            return AgentResult("expired", detail="past completeBy on arrival")
+
+        post = RemotePost.for_request(request, span, self.base_url, self.session, self.policy,
+                                      lambda: self._time_left(request), self._now)
+        try:
+            answer = post.run(self._sleep, on_retry=lambda state: _note_retry(note, state))
+        except DeadlineReached as e:
+            faults = {"fault": e.fault} if e.fault is not None else {}
+            note(logging.WARNING, "agent.expired", when=e.when, calls=len(post.statuses), **faults,
+                 action="nothing sent")
+            return AgentResult("expired", calls=len(post.statuses), detail=e.detail, statuses=tuple(post.statuses))
+        except RetriesExhausted as e:
+            note(logging.ERROR, "agent.exhausted", calls=len(post.statuses), fault=e.reason,
+                 action="left to redelivery")
+            return AgentResult("exhausted", calls=len(post.statuses), detail=e.reason, statuses=tuple(post.statuses))
+
+        if self._time_left(request) <= 0:
+            note(logging.WARNING, "agent.expired", when="response after completeBy", calls=len(post.statuses),
+                 status=answer.status, action="nothing sent")
+            return AgentResult("expired", calls=len(post.statuses), detail="response after completeBy",
+                               statuses=tuple(post.statuses))
+        return self._reply(request, span, answer, tuple(post.statuses), note)
+
+    def _reply(self, request: ReceivedRequest, span: str, answer: RemoteAnswer,
+               statuses: tuple[int | str, ...], note: RequestLog) -> AgentResult:
+        """Send the reply the service's final answer calls for."""
+        if answer.succeeded:
+            reply = build_reply(request, "success", answer.payload, None)
+        else:
+            reply = build_reply(request, "error", None, answer.payload)
+        self.bus.send(reply_message(request, span, reply))
+        note(logging.INFO if reply["outcome"] == "success" else logging.WARNING, "agent.replied",
+             outcome=reply["outcome"], reason=reply["reason"], calls=len(statuses), status=answer.status)
+        return AgentResult("replied", outcome=reply["outcome"], reply=reply, calls=len(statuses), statuses=statuses)
+
+    def _time_left(self, request: ReceivedRequest) -> float:
+        return (request.complete_by - self._now()).total_seconds()
+
+    def _request_log(self, request: ReceivedRequest, span: str) -> RequestLog:
+        def note(level: int, event: str, **fields: Any) -> None:
+            log_event(level, event, order_id=request.order_id, traceparent=span, agent=self.agent,
+                      kind=request.kind, step=request.step, operation=request.operation,
+                      attempt=request.attempt, messageId=request.envelope.message_id, **fields)
+
+        return note
+
+
+def _note_retry(note: RequestLog, state: tenacity.RetryCallState) -> None:
+    note(logging.INFO, "agent.retry", call=state.attempt_number, waitSeconds=round(state.upcoming_sleep, 3),
+         fault=str(state.outcome.exception()) if state.outcome else None)
