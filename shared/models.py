@@ -1,7 +1,8 @@
 """Models (pydantic v2) of the public order contract and of the internal messages.
 
 Money is ``Decimal`` end to end: JSON is parsed with ``parse_float=Decimal`` and amounts are
-written back as strings; a float never holds an amount.
+written back as strings; a float never holds an amount. Currencies come from the ISO 4217 list
+kept by the ``iso4217`` package (the maintenance agency's table, with its publication date).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
+import iso4217
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 # ---------------------------------------------------------------------------------------------
@@ -29,8 +31,14 @@ MAX_IDEMPOTENCY_KEY_LENGTH = 200
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
 # Service Bus queue names: letters, digits, . _ - (we do not accept hierarchical '/').
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,258}[A-Za-z0-9])?$")
-CURRENCY = re.compile(r"^[A-Z]{3}$")
+# An order id as stored and returned: 32 lower-case hex digits (uuid.hex). The API also takes the
+# canonical UUID text form (8-4-4-4-12 hex digits with dashes, any case: RFC 9562 reads UUIDs
+# case-insensitively) and maps it to this one.
 ORDER_ID = re.compile(r"^[0-9a-f]{32}$")
+ORDER_ID_UUID_FORM = re.compile(r"^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$")
+ORDER_ID_EXAMPLE = "0f8fad5bd9cb469fa16570867728950e"
+ORDER_ID_FORMS = (f"32 lower-case hex digits ({ORDER_ID_EXAMPLE}) or a UUID with dashes, any case "
+                  f"({uuid.UUID(ORDER_ID_EXAMPLE)})")
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces
 
 # Namespace of order ids derived from Idempotency-Key headers (uuid5): stable across workers.
@@ -46,7 +54,41 @@ def order_id_for_key(key: str) -> str:
 
 
 def is_order_id(value: str | None) -> bool:
+    """Whether ``value`` is an order id in its stored form (32 lower-case hex digits)."""
     return bool(value) and ORDER_ID.fullmatch(value) is not None  # type: ignore[arg-type]
+
+
+def parse_order_id(value: str | None) -> str | None:
+    """The stored form of an order id given in either API form (``ORDER_ID_FORMS``), else None."""
+    if not value:
+        return None
+    if ORDER_ID.fullmatch(value):
+        return value
+    if ORDER_ID_UUID_FORM.fullmatch(value):
+        return value.replace("-", "").lower()
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Currencies: ISO 4217 codes an amount can be paid in, i.e. those with a minor unit. The codes
+# without one (gold, silver, platinum, palladium, the bond-market units, XDR, XSU, XUA, and XTS
+# "testing" and XXX "no currency") are ISO 4217 codes but not money an order is paid in.
+ISO4217_PUBLISHED = iso4217.__published__.isoformat()
+ISO4217_CODES = frozenset(c.code for c in iso4217.Currency)
+CURRENCIES = frozenset(c.code for c in iso4217.Currency if c.exponent is not None)
+_CURRENCY_EXPECTED = (f"one of the ISO 4217 codes (list of {ISO4217_PUBLISHED}; lower case is accepted and "
+                      f"upper-cased): {', '.join(sorted(CURRENCIES))}")
+
+
+def currency_code(value: str) -> str:
+    """``value`` as an upper-case code from ``CURRENCIES``; a ValueError listing them otherwise."""
+    code = value.upper() if value.isascii() else value  # ASCII first: "ınr".upper() == "INR"
+    if code in CURRENCIES:
+        return code
+    if code in ISO4217_CODES:
+        raise ValueError(f"{code} has no minor unit: it is not a currency an order is paid in; "
+                         f"must be {_CURRENCY_EXPECTED}")
+    raise ValueError(f"must be {_CURRENCY_EXPECTED}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,9 +242,7 @@ class OrderRequest(BaseModel):
     @field_validator("currency")
     @classmethod
     def _currency(cls, v: str) -> str:
-        if not CURRENCY.fullmatch(v):
-            raise ValueError("must be an ISO 4217 code: three upper-case letters")
-        return v
+        return currency_code(v)
 
     @field_validator("statusQueue")
     @classmethod

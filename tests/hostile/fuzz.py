@@ -275,7 +275,8 @@ def check_rows(tables: Tables, before: Any, report: FuzzReport) -> None:
         row = tables.state.get_entity(partition_key=oid, row_key="order") if per_part[oid] else None
         if row is None or not isinstance(body, dict):
             continue
-        if row.get("CustomerId") != body.get("customerId") or row.get("Currency") != body.get("currency") \
+        # The currency is stored upper-case (an accepted "eur" is stored "EUR").
+        if row.get("CustomerId") != body.get("customerId") or row.get("Currency") != str(body.get("currency")).upper() \
                 or len(json.loads(row.get("Items") or "[]")) != len(body.get("items") or []):
             changed.append({"orderId": oid, "row": {k: row.get(k) for k in ("CustomerId", "Currency")},
                             "accepted": {k: body.get(k) for k in ("customerId", "currency")}})

@@ -89,7 +89,11 @@ BAD_IDS = {
     "long": "a" * 8000,
     "long-hex": "0" * 33,
     "short-hex": "0" * 31,
-    "upper-hex": "A" * 32,
+    "upper-hex": "A" * 32,  # the undashed form is the one responses use: lower case only
+    "uuid-braces": "{0f8fad5b-d9cb-469f-a165-70867728950e}",
+    "uuid-urn": "urn:uuid:0f8fad5b-d9cb-469f-a165-70867728950e",
+    "uuid-misplaced-dashes": "0f8fad5bd-9cb-469f-a165-70867728950e",
+    "uuid-short": "0f8fad5b-d9cb-469f-a165-70867728950",
     "unicode": "%C3%A9" * 16,
     "unicode-digits": "%D9%A3" * 32,
     "odata-quote": "x'%20or%20PartitionKey%20ne%20'",
@@ -126,9 +130,28 @@ def test_unencoded_slash_in_id_matches_no_function(hostile_stack: Any, tables: T
 
 
 @pytest.mark.parametrize("route", ["", "/retry", "/cancel"])
-def test_unknown_order_is_404(hostile_stack: Any, tables: Tables, route: str) -> None:
-    assert_rejected(hostile_stack, tables, "GET" if route == "" else "POST", f"/api/orders/{'0' * 32}{route}",
+@pytest.mark.parametrize("unknown", ["0" * 32, "0f8fad5b-d9cb-469f-a165-70867728950e",
+                                     "0F8FAD5B-D9CB-469F-A165-70867728950E"])
+def test_unknown_order_is_404(hostile_stack: Any, tables: Tables, route: str, unknown: str) -> None:
+    assert_rejected(hostile_stack, tables, "GET" if route == "" else "POST", f"/api/orders/{unknown}{route}",
                     b"", [], 404)
+
+
+def _dashed(oid: str) -> str:
+    return f"{oid[:8]}-{oid[8:12]}-{oid[12:16]}-{oid[16:20]}-{oid[20:]}"
+
+
+def test_an_order_id_with_dashes_in_any_case_names_the_same_order(hostile_stack: Any, tables: Tables) -> None:
+    oid = post_ok(hostile_stack, body_of(GOOD_BODY)).json()["orderId"]
+    for form in (_dashed(oid), _dashed(oid).upper()):
+        r = send(hostile_stack, "GET", f"/api/orders/{form}")
+        assert r.status == 200 and r.json()["orderId"] == oid, (form, r.status, r.body[:300])
+        for route in ("/retry", "/cancel"):  # found (the step is in flight): the wrong state, not 400/404
+            before = tables.snapshot()
+            r = send(hostile_stack, "POST", f"/api/orders/{form}{route}")
+            assert r.status in (202, 409) and r.json()["orderId"] == oid, (route, r.status, r.body[:300])
+            if r.status == 409:
+                assert before.new_rows(tables.snapshot()) == {"state": [], "deadlineOrders": []}
 
 
 # ------------------------------------------------------------------ Idempotency-Key
@@ -232,8 +255,10 @@ NOT_JSON = {
 
 
 @pytest.mark.parametrize("name", sorted(NOT_JSON))
-def test_not_json_or_not_utf8_is_415(hostile_stack: Any, tables: Tables, name: str) -> None:
-    post_rejected(hostile_stack, tables, NOT_JSON[name], 415)
+def test_not_json_or_not_utf8_declared_as_json_is_400(hostile_stack: Any, tables: Tables, name: str) -> None:
+    # Content-Type says JSON, the body is not: the body is at fault (400), not the media type (415).
+    r = post_rejected(hostile_stack, tables, NOT_JSON[name], 400, ["(body)"])
+    assert r.json()["type"].endswith("/invalid-json") and r.json()["detail"].startswith("the body is not valid JSON")
 
 
 # ------------------------------------------------------------------ numbers
@@ -343,7 +368,7 @@ STRUCTURE: dict[str, tuple[bytes | dict[str, Any] | list[Any] | None, list[str]]
                       b'"items":[{"sku":"S","quantity":1,"unitPrice":1}]}', ["customerId"]),
     "duplicate-item-key": (b'{"customerId":"c-1","currency":"EUR",'
                            b'"items":[{"sku":"S","quantity":1,"quantity":1000,"unitPrice":1}]}', ["quantity"]),
-    "every-field-bad": ({"customerId": "", "currency": "eur", "items": [{"sku": "S/1", "quantity": 0,
+    "every-field-bad": ({"customerId": "", "currency": "euro", "items": [{"sku": "S/1", "quantity": 0,
                                                                        "unitPrice": -1}], "priority": "urgent",
                          "statusQueue": "a/b"},
                         ["customerId", "currency", "items[0].sku", "items[0].quantity", "items[0].unitPrice",
@@ -388,11 +413,20 @@ def test_bad_identifiers_are_400(hostile_stack: Any, tables: Tables, field: str,
 
 
 @pytest.mark.parametrize("field,value", [("currency", "\u20acUR"), ("currency", "EU"), ("currency", "E\u00dcR"),
+                                         ("currency", "ABC"), ("currency", "XTS"), ("currency", "\u0131nr"),
                                          ("statusQueue", "\u961f\u5217"), ("statusQueue", "q\x00"),
                                          ("statusQueue", "-q"), ("statusQueue", "q" * 261),
                                          ("priority", "n\u00f6rmal")])
 def test_bad_other_fields_are_400(hostile_stack: Any, tables: Tables, field: str, value: str) -> None:
     post_rejected(hostile_stack, tables, body_of({**GOOD_BODY, field: value}), 400, [field])
+
+
+def test_currency_is_from_the_iso_4217_list_in_any_case(hostile_stack: Any, tables: Tables) -> None:
+    r = post_rejected(hostile_stack, tables, body_of({**GOOD_BODY, "currency": "QQQ"}), 400, ["currency"])
+    [message] = [e["message"] for e in r.json()["errors"] if e["field"] == "currency"]
+    assert "ISO 4217" in message and "EUR" in message and "USD" in message  # lists what is expected
+    oid = post_ok(hostile_stack, body_of({**GOOD_BODY, "currency": "chf"})).json()["orderId"]
+    assert tables.partition(oid)["order"]["Currency"] == "CHF"
 
 
 def test_unicode_is_handled_consistently(hostile_stack: Any, tables: Tables) -> None:

@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from shared.models import order_id_for_key
-from shared.submission import get_order
+from shared.models import CURRENCIES, order_id_for_key
+from shared.submission import cancel_order, get_order, retry_order, submit
 from tests.unit.harness import BODY, make_runtime, post, state, steps
 
 
@@ -68,21 +68,42 @@ def test_traceparent_from_request_is_carried() -> None:
     (None, json.dumps(BODY).encode()),
     ("text/plain", json.dumps(BODY).encode()),
     ("application/xml", b"<order/>"),
-    ("application/json", b"{not json"),
-    ("application/json", b"\xff\xfe{}"),
     ("application/json; charset=latin-1", json.dumps(BODY).encode()),
-    ("application/json", b""),
-    ("application/json", b'{"a": NaN}'),
+    ("text/plain", b"{not json"),
 ])
-def test_not_json_is_415(content_type: str | None, body: bytes) -> None:
+def test_a_content_type_that_is_not_json_is_415(content_type: str | None, body: bytes) -> None:
     rt = make_runtime()
-    from shared.submission import submit
-
     headers = {"Content-Type": content_type} if content_type else {}
     r = submit(rt, body, headers, max_bytes=65536)
     assert r.status == 415
     assert r.content_type == "application/problem+json"
     assert r.body["status"] == 415 and r.body["type"] and r.body["title"]
+    _nothing_written(rt)
+
+
+# Declared JSON, but not: 400 (the body is at fault, not the Content-Type), saying where.
+@pytest.mark.parametrize("content_type,body,says", [
+    ("application/json", b"{not json", "Expecting property name enclosed in double quotes at line 1, column 2"),
+    ("application/json", b'{"customerId": "c-1",\n "currency" "EUR"}', "Expecting ':' delimiter at line 2, column 13"),
+    ("application/json", json.dumps(BODY).encode() + b"x", "Extra data at line 1, column"),
+    ("application/json", b"\xff\xfe{}", "byte 0xff at offset 0 is not UTF-8"),
+    ("application/json", b'{"customerId": "c-\xe9"}', "byte 0xe9 at offset 18 is not UTF-8"),
+    ("application/json", b"", "the body is empty"),
+    ("application/json", b" \n ", "the body is empty"),
+    ("application/json", b'{"a": NaN}', "NaN is not valid JSON"),
+    ("application/json", b"\xef\xbb\xbf" + json.dumps(BODY).encode(), "byte order mark"),
+    ("application/json; charset=utf-8", b"{'a': 1}", "Expecting property name"),
+    ("application/merge-patch+json", b"[1,]", "Expecting value"),
+])
+def test_invalid_json_declared_as_json_is_400_saying_where(content_type: str, body: bytes, says: str) -> None:
+    rt = make_runtime()
+    r = submit(rt, body, {"Content-Type": content_type}, max_bytes=65536)
+    assert r.status == 400, r.body
+    assert r.content_type == "application/problem+json"
+    assert r.body["type"].endswith("/invalid-json") and r.body["title"] == "Invalid JSON" and r.body["status"] == 400
+    assert says in r.body["detail"] and r.body["detail"].startswith("the body is not valid JSON: ")
+    assert r.body["errors"] == [{"field": "(body)", "message": r.body["errors"][0]["message"]}]
+    assert says in r.body["errors"][0]["message"]
     _nothing_written(rt)
 
 
@@ -132,6 +153,59 @@ def test_single_bad_field(body: object, field: str) -> None:
     assert r.status == 400, r.body
     assert field in {e["field"] for e in r.body["errors"]}
     _nothing_written(rt)
+
+
+@pytest.mark.parametrize("given,stored", [("EUR", "EUR"), ("eur", "EUR"), ("Jpy", "JPY"), ("chf", "CHF"),
+                                          ("XOF", "XOF"), ("ZWG", "ZWG")])
+def test_currency_from_the_iso_4217_list_any_case_is_stored_upper_case(given: str, stored: str) -> None:
+    rt = make_runtime()
+    r = post(rt, {**BODY, "currency": given})
+    assert r.status == 202, r.body
+    assert rt.store.read_row(r.body["orderId"], "order")["Currency"] == stored
+    [req] = rt.bus.peek("agent-inventory")
+    assert req.body["order"]["currency"] == stored
+
+
+@pytest.mark.parametrize("currency", ["ABC", "EU", "EURO", "", " EUR", "EUR ", "E1R", "QQQ", "ANG", "DEM",
+                                      "\u0131nr", "\u20acUR", "usd\n"])
+def test_currency_not_in_the_list_is_400_listing_the_codes(currency: str) -> None:
+    rt = make_runtime()
+    r = post(rt, {**BODY, "currency": currency})
+    assert r.status == 400, r.body
+    [err] = [e for e in r.body["errors"] if e["field"] == "currency"]
+    assert err["message"].startswith("must be one of the ISO 4217 codes (list of 20")
+    assert "lower case is accepted" in err["message"]
+    listed = set(err["message"].rsplit(": ", 1)[1].split(", "))
+    assert listed == CURRENCIES and {"EUR", "USD", "JPY", "GBP", "CHF"} <= listed
+    _nothing_written(rt)
+
+
+@pytest.mark.parametrize("code", ["XAU", "xts", "XXX", "XDR", "XBA"])
+def test_iso_4217_codes_without_a_minor_unit_are_not_money(code: str) -> None:
+    rt = make_runtime()
+    r = post(rt, {**BODY, "currency": code})
+    assert r.status == 400
+    [err] = [e for e in r.body["errors"] if e["field"] == "currency"]
+    assert err["message"].startswith(f"{code.upper()} has no minor unit") and "EUR" in err["message"]
+    _nothing_written(rt)
+
+
+def test_currency_case_is_one_body_for_idempotency() -> None:
+    rt = make_runtime()
+    first = post(rt, {**BODY, "currency": "EUR"}, headers={"Idempotency-Key": "k-case"})
+    again = post(rt, {**BODY, "currency": "eur"}, headers={"Idempotency-Key": "k-case"})
+    assert (first.status, again.status) == (202, 200) and again.body["orderId"] == first.body["orderId"]
+
+
+def test_currency_list_is_the_one_the_openapi_document_enumerates() -> None:
+    import yaml
+
+    from local.procs import REPO_ROOT
+
+    doc = yaml.safe_load((REPO_ROOT / "functions" / "openapi.yaml").read_text())
+    listed = doc["components"]["schemas"]["OrderRequest"]["properties"]["currency"]["enum"]
+    assert listed == sorted(CURRENCIES), "update the currency enum of functions/openapi.yaml"
+    assert 150 < len(CURRENCIES) < 200 and "XTS" not in CURRENCIES and "XXX" not in CURRENCIES
 
 
 def test_duplicate_json_keys_rejected() -> None:
@@ -201,6 +275,50 @@ def test_get_order_404_and_400() -> None:
         r = get_order(rt, bad)
         assert r.status == 400 and r.content_type == "application/problem+json"
     assert rt.store.reads == [("state", "0" * 32)]  # malformed ids never reached the store
+
+
+def _dashed(oid: str) -> str:
+    return f"{oid[:8]}-{oid[8:12]}-{oid[12:16]}-{oid[16:20]}-{oid[20:]}"
+
+
+def test_an_order_id_as_a_uuid_with_dashes_in_any_case_is_the_same_order() -> None:
+    rt = make_runtime()
+    oid = post(rt).body["orderId"]
+    for form in (oid, _dashed(oid), _dashed(oid).upper(), _dashed(oid).title()):
+        r = get_order(rt, form)
+        assert r.status == 200 and r.body["orderId"] == oid, (form, r.body)
+    missing = _dashed("ab" * 16).upper()
+    r = get_order(rt, missing)
+    assert r.status == 404 and r.body["detail"] == f"no order {'ab' * 16}"
+
+
+@pytest.mark.parametrize("operate", [retry_order, cancel_order])
+def test_operator_routes_take_the_dashed_form_too(operate) -> None:  # type: ignore[no-untyped-def]
+    rt = make_runtime()
+    oid = post(rt).body["orderId"]
+    r = operate(rt, _dashed(oid).upper())
+    assert r.status == 409 and r.body["orderId"] == oid  # found: in flight, so the wrong state
+    assert operate(rt, _dashed("cd" * 16)).status == 404
+
+
+@pytest.mark.parametrize("bad", [
+    "A" * 32,  # the 32-digit form is the one responses use: lower case only
+    "{" + _dashed("ab" * 16) + "}", "urn:uuid:" + _dashed("ab" * 16), _dashed("ab" * 16)[:-1],
+    _dashed("ab" * 16) + "0", "ab" * 4 + "-" + "ab" * 12, "abababab-abab-abab-abab-ababababab-ab",
+    _dashed("ab" * 16).replace("a", "g", 1), _dashed("ab" * 16) + "\n", " " + "ab" * 16,
+    "\uff10" * 32, "0" * 32 + "\n",
+])
+@pytest.mark.parametrize("route", [get_order, retry_order, cancel_order])
+def test_any_other_id_is_400_showing_both_forms(route, bad: str) -> None:  # type: ignore[no-untyped-def]
+    rt = make_runtime()
+    r = route(rt, bad)
+    assert r.status == 400 and r.content_type == "application/problem+json"
+    assert r.body["type"].endswith("/invalid-order-id")
+    for shown in ("32 lower-case hex digits", "0f8fad5bd9cb469fa16570867728950e",
+                  "0f8fad5b-d9cb-469f-a165-70867728950e", "any case"):
+        assert shown in r.body["detail"] and shown in r.body["errors"][0]["message"]
+    assert r.body["errors"][0]["field"] == "id"
+    assert rt.store.reads == []
 
 
 def test_status_queue_named_by_order() -> None:
