@@ -14,8 +14,8 @@ the local Functions host with N instances), in phases:
 8. **recovery**: a host instance SIGKILLed in the middle of a step; time to that step's success;
 9. **sweep, large**: seeded up to ``--sweep-large`` finished orders; the sweep again.
 
-Counts are counted, not estimated: table requests by the app's transport
-(``shared.opcount``, switched on by ``ORDERS_OPCOUNT_DIR``), bus operations by the emulator
+Counts are counted, not estimated: table requests at the host processes' azure-core transport
+(``bench.opcount``, attached from outside the app at their start-up), bus operations by the emulator
 (``--stats-file``), invocations from the host's log. Results: printed, ``bench/results/bench.json``,
 and PNG plots next to it.
 """
@@ -37,14 +37,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import busstats
+from bench import busstats, opcount
 from bench.azraw import TableHttp, raw_rate
 from bench.hostlog import HostLog
 from bench.load import LoadRun, Poster, StatusWatcher, percentile
 from bench.profiling import CpuMeter, group_pids, start_record, summarize_raw
 from bench.seed import seed_finished
 from local.procs import REPO_ROOT
-from shared import opcount
 
 RESULTS = REPO_ROOT / "bench" / "results"
 STATUS_QUEUE = "order-status"
@@ -172,7 +171,6 @@ class Bench:
     def start_stack(self) -> None:
         from local.stack import Stack
 
-        os.environ[opcount.ENV] = str(self.count_dir)
         os.environ[busstats.ENV] = str(self.bus_stats_path)
         overrides = {"StepTimeoutSeconds": str(self.args.step_timeout),
                      "SupervisorSchedule": f"*/{self.args.supervisor_period} * * * * *"}
@@ -180,7 +178,7 @@ class Bench:
             f"supervisor every {self.args.supervisor_period}s) in {self.work}")
         t0 = time.monotonic()
         self.stack = Stack(state_dir=self.work / "stack", persistent=False, instances=self.args.instances,
-                           settings_overrides=overrides)
+                           settings_overrides=overrides, host_env=opcount.host_env(self.count_dir))
         self.stack.start()
         self.result["stack_start_s"] = round(time.monotonic() - t0, 1)
         self.hostlog = HostLog(self.stack.log_dir / "host.log")
@@ -200,7 +198,6 @@ class Bench:
         if self.stack is not None:
             log("stopping the stack")
             self.stack.stop()
-        os.environ.pop(opcount.ENV, None)
         os.environ.pop(busstats.ENV, None)
 
     # ---- phases --------------------------------------------------------------------------------

@@ -52,10 +52,7 @@ def http_transport() -> Any:
     adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
-    from shared import opcount
-
-    # counted only when the benchmark switches counting on (ORDERS_OPCOUNT_DIR); else unchanged
-    return opcount.wrap(RequestsTransport(session=session, session_owner=False, use_env_settings=False))
+    return RequestsTransport(session=session, session_owner=False, use_env_settings=False)
 
 
 _multipart_patched = False

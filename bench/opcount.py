@@ -1,18 +1,23 @@
-"""Counting of Table Storage requests, for the benchmark (inert unless switched on).
+"""Counting of Table Storage requests, attached to the host processes from outside the app.
 
-When the environment variable ``ORDERS_OPCOUNT_DIR`` names a folder (the benchmark sets it
-for the processes it starts; it is not an app setting and is never set in Azure), the
-worker's table transport (``shared.clients.http_transport``) is wrapped in
-:class:`CountingTransport`: every HTTP request that leaves for the table service is counted
-at the transport boundary (so SDK retries count too), by table and kind, with the number of
-entities each one carries or returns. A thread writes the totals to
-``DIR/table-<pid>.json`` twice a second and at exit; the benchmark sums the files of every
-process (a SIGKILLed process leaves its last totals behind).
+The app knows nothing of it. When the benchmark starts the local stack, it gives the host
+processes (and only them) two environment variables (:func:`host_env`): ``PYTHONPATH`` with
+``bench/startup`` first, whose ``sitecustomize.py`` Python runs at start-up, and
+``BENCH_OPCOUNT_DIR``. The ``sitecustomize`` then calls :func:`install`, which wraps
+``azure.core.pipeline.transport.RequestsTransport.send``: every HTTP request that leaves for
+the table service is counted at the transport boundary (so SDK retries count too), by table
+and kind, with the number of entities each one carries or returns. In a host process the
+table clients are the only users of that transport (Service Bus speaks AMQP). A thread writes
+the totals to ``DIR/table-<pid>.json`` twice a second and at exit; the benchmark sums the
+files of every process (a SIGKILLed process leaves its last totals behind).
 
 Kinds: ``batch`` (an entity-group transaction; ``entities`` = its operations), ``query`` (a
 GET with a filter, or of a partition; ``entities`` = the entities returned), ``get`` (a point
 read), ``insert``, ``upsert`` (PUT/MERGE), ``delete``, ``table`` (create/list tables).
 Cost: a dictionary update per request, under a lock.
+
+Standard library only (azure-core is imported by :func:`install`): ``sitecustomize`` loads
+this file by its path, before the app's folder is on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-ENV = "ORDERS_OPCOUNT_DIR"
+ENV = "BENCH_OPCOUNT_DIR"
+STARTUP_DIR = Path(__file__).resolve().parent / "startup"  # holds the sitecustomize.py
 _APP_HTTP = b"application/http"
 _PART_LINE = re.compile(rb"(?:POST|PUT|MERGE|PATCH|DELETE) (https?://\S+) HTTP/1")
 
@@ -140,50 +146,12 @@ def _entities_returned(response: Any) -> int:
     return body.count(b'"PartitionKey"')
 
 
-class CountingTransport:
-    """An ``HttpTransport`` that counts every request it sends (wraps another transport)."""
-
-    def __init__(self, inner: Any, counter: Counter) -> None:
-        self.inner = inner
-        self.counter = counter
-
-    def send(self, request: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        response = self.inner.send(request, **kwargs)
-        dt = time.perf_counter() - t0
-        try:
-            table, kind, entities = classify(request.method, request.url, _body(request))
-            if kind in ("get", "query"):
-                entities = _entities_returned(response)
-            self.counter.add(table, kind, entities, int(getattr(response, "status_code", 0) or 0), dt)
-        except Exception:  # noqa: BLE001 - counting must never break a request
-            pass
-        return response
-
-    # the rest of the HttpTransport protocol
-    def open(self) -> None:
-        self.inner.open()
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __enter__(self) -> CountingTransport:
-        self.inner.__enter__()
-        return self
-
-    def __exit__(self, *args: Any) -> None:
-        self.inner.__exit__(*args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 _counter: Counter | None = None
 _lock = threading.Lock()
 
 
 def counter() -> Counter:
-    """This process's counter (writing to ``$ORDERS_OPCOUNT_DIR/table-<pid>.json`` if set)."""
+    """This process's counter (writing to ``$BENCH_OPCOUNT_DIR/table-<pid>.json`` if set)."""
     global _counter
     if _counter is None:
         with _lock:
@@ -193,11 +161,47 @@ def counter() -> Counter:
     return _counter
 
 
-def wrap(transport: Any) -> Any:
-    """``transport`` counted if ``ORDERS_OPCOUNT_DIR`` is set, else unchanged."""
+def count_request(counter: Counter, request: Any, response: Any, seconds: float) -> None:
+    """Add one sent request (and its response) to ``counter``; never raises."""
+    try:
+        table, kind, entities = classify(request.method, request.url, _body(request))
+        if kind in ("get", "query"):
+            entities = _entities_returned(response)
+        counter.add(table, kind, entities, int(getattr(response, "status_code", 0) or 0), seconds)
+    except Exception:  # noqa: BLE001 - counting must never break a request
+        pass
+
+
+def install() -> bool:
+    """Count every request azure-core's ``RequestsTransport`` sends in this process (once).
+
+    Returns False (and changes nothing) if counting is not switched on (``BENCH_OPCOUNT_DIR``)."""
     if not enabled():
-        return transport
-    return CountingTransport(transport, counter())
+        return False
+    from azure.core.pipeline.transport import RequestsTransport
+
+    original = RequestsTransport.send
+    if getattr(original, "counted_by_bench", False):
+        return True
+    totals = counter()
+
+    def send(self: Any, request: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        response = original(self, request, **kwargs)
+        count_request(totals, request, response, time.perf_counter() - started)
+        return response
+
+    send.counted_by_bench = True  # type: ignore[attr-defined]
+    send.__wrapped__ = original  # type: ignore[attr-defined]
+    RequestsTransport.send = send  # type: ignore[method-assign]
+    return True
+
+
+def host_env(directory: Path | str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that switches counting on in the processes it is given to."""
+    base = dict(os.environ) if base is None else base
+    paths = [str(STARTUP_DIR), *(p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return {ENV: str(directory), "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def read_totals(directory: Path | str) -> dict[str, dict[str, float]]:

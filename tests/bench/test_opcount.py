@@ -1,0 +1,93 @@
+"""Table-request counting is the benchmark's, attached to the host processes from outside the app:
+``bench/startup/sitecustomize.py`` + ``BENCH_OPCOUNT_DIR`` wrap azure-core's RequestsTransport."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import opcount
+from local.procs import REPO_ROOT
+
+# A process started as the bench starts the host: a tiny table service answers every request,
+# azure-core's RequestsTransport (as shared.clients builds it) sends one request of each kind.
+CHILD = r'''
+import json, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from azure.core.pipeline.transport import HttpRequest, RequestsTransport
+
+class Table(BaseHTTPRequestHandler):
+    def _answer(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"value": [{"PartitionKey": "a"}, {"PartitionKey": "b"}]}).encode()
+        self.send_response(404 if "missing" in self.path else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = do_PUT = do_DELETE = do_MERGE = _answer
+    def log_message(self, *a):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Table)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+base = f"http://127.0.0.1:{server.server_port}/devstoreaccount1"
+batch = (b"--changeset\r\nContent-Type: application/http\r\n\r\nPOST " + base.encode() + b"/orders HTTP/1.1\r\n\r\n"
+         b"--changeset\r\nContent-Type: application/http\r\n\r\nMERGE " + base.encode() + b"/orders HTTP/1.1\r\n\r\n")
+with RequestsTransport() as transport:
+    for method, url, data in [
+        ("GET", base + "/orders()?$filter=PartitionKey%20eq%20'a'", None),
+        ("GET", base + "/orders(PartitionKey='a',RowKey='state')", None),
+        ("POST", base + "/$batch", batch),
+        ("PUT", base + "/deadlines(PartitionKey='d',RowKey='o')", b"{}"),
+        ("DELETE", base + "/missing(PartitionKey='d',RowKey='o')", None),
+    ]:
+        transport.send(HttpRequest(method, url, data=data))
+print("counted" if getattr(RequestsTransport.send, "counted_by_bench", False) else "not counted")
+'''
+
+
+def run_child(env: dict[str, str]) -> str:
+    proc = subprocess.run([sys.executable, "-c", CHILD], cwd="/", env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_a_process_started_with_host_env_counts_its_table_requests(tmp_path: Path) -> None:
+    env = {**os.environ, **opcount.host_env(tmp_path / "counts")}
+    assert run_child(env) == "counted"
+    totals = opcount.read_totals(tmp_path / "counts")
+    got = {k: (v["requests"], v["entities"], v["failed"]) for k, v in totals.items()}
+    assert got == {
+        "orders|query": (1, 2, 0),  # entities returned
+        "orders|get": (1, 2, 0),
+        "orders|batch": (1, 2, 0),  # operations of the changeset, named by the table inside it
+        "deadlines|upsert": (1, 1, 0),
+        "missing|delete": (1, 1, 1),  # a 404 is a failed request
+    }
+
+
+def test_without_the_variable_nothing_is_counted(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != opcount.ENV}
+    env["PYTHONPATH"] = str(opcount.STARTUP_DIR)
+    assert run_child(env) == "not counted"
+    assert opcount.read_totals(tmp_path) == {}
+
+
+def test_host_env_puts_the_startup_folder_first() -> None:
+    env = opcount.host_env("/tmp/c", base={"PYTHONPATH": "/a" + os.pathsep + "/b"})
+    assert env == {opcount.ENV: "/tmp/c", "PYTHONPATH": os.pathsep.join([str(opcount.STARTUP_DIR), "/a", "/b"])}
+    assert (opcount.STARTUP_DIR / "sitecustomize.py").is_file()
+    assert sorted(p.name for p in opcount.STARTUP_DIR.iterdir() if p.suffix == ".py") == ["sitecustomize.py"]
+
+
+def test_the_app_holds_no_benchmark_code() -> None:
+    files = [REPO_ROOT / "function_app.py", *(REPO_ROOT / "shared").rglob("*.py"),
+             *(REPO_ROOT / "functions").rglob("*.py")]
+    pattern = re.compile(r"opcount|OPCOUNT|bench")  # issue 10 §4: the app holds only the app
+    hits = [f"{f.relative_to(REPO_ROOT)}:{n}" for f in files
+            for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
+    assert hits == []
