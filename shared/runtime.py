@@ -17,7 +17,8 @@ from shared.effects import Effect, Outcome, execute
 from shared.messaging import Bus, ServiceBusBus
 from shared.settings import Settings, instance_id
 from shared.statemachine import Config, Ctx
-from shared.store import Store, TableStore
+from shared.store import Store
+from shared.table_store import TableStore
 
 
 def utcnow() -> datetime:

@@ -117,7 +117,7 @@ def test_injection_through_status_queue(hostile_stack: Any, tables: Tables, vict
 def fresh_store(hostile_stack: Any) -> Iterator[Any]:
     from azure.data.tables import TableServiceClient
 
-    from shared.store import TableStore
+    from shared.table_store import TableStore
 
     service = TableServiceClient.from_connection_string(hostile_stack.settings["StateStorage"])
     suffix = uuid.uuid4().hex[:10]

@@ -1,0 +1,250 @@
+"""The state store on Azure Table Storage (azure-data-tables ``TableClient`` per table).
+
+The table layout and the store's semantics are those of ``shared.store`` (``Store``,
+``MemoryStore``). Entity-group transactions go through ``shared.table_batch`` (the SDK's public
+``submit_transaction``, or its faster path when this SDK allows it); the deadline index is
+written through :class:`_IndexWriter` (group-committed puts, deferred batched deletes).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.store import ETAG, MAX_BATCH_OPS, Op, TooLarge, check_entity, clean
+from shared.table_batch import FastSender, PublicSender, Write, sender_for
+
+
+class _IndexWriter:
+    """Fewer requests for the deadline index, same guarantees (one per ``TableStore``).
+
+    * ``put``: a group commit. The rows of one bucket (one partition) that threads of this
+      worker put at the same time go out as ONE entity-group transaction of upserts; each
+      caller returns only once the transaction holding its row is committed, so "the index
+      row is written BEFORE the state write it guards" still holds. A lone put is sent at once
+      (no added latency); while one transaction of a bucket is in flight, the next callers
+      queue up and the first of them sends them all when it returns.
+    * ``delete`` (best effort; the sweep deletes lazily anyway): queued and sent every
+      ``delete_interval`` seconds, as transactions of up to 100 deletes per bucket. A delete
+      that finds nothing (the sweep was first) fails its transaction: those rows are then
+      deleted one by one (404 ignored). A crash loses at most the queued deletes: the sweep
+      finds those rows, point-reads their state and deletes them. ``due_index`` flushes the
+      queue first, so this worker's own reads never see a row it already deleted.
+    """
+
+    def __init__(self, table: Any, send: PublicSender | FastSender, delete_interval: float = 0.25) -> None:
+        self.table = table
+        self.send = send  # entity-group transactions on ``table``
+        self.delete_interval = delete_interval
+        self._lock = threading.Lock()
+        self._puts: dict[str, list[tuple[dict[str, Any], _Waiter]]] = {}
+        self._busy: set[str] = set()
+        self._deletes: dict[str, set[str]] = {}
+        self._flusher: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    # group-committed puts --------------------------------------------------------------------
+    def put(self, entity: dict[str, Any]) -> None:
+        bucket = str(entity["PartitionKey"])
+        me = _Waiter()
+        with self._lock:
+            self._puts.setdefault(bucket, []).append((entity, me))
+            lead = bucket not in self._busy
+            if lead:
+                self._busy.add(bucket)
+        if not lead:
+            me.done.wait()  # committed by another caller's transaction, or promoted to send
+            if not me.lead:
+                if me.error is not None:
+                    raise me.error
+                return
+        try:
+            while not me.sent:  # send batches (ours among them), then hand over
+                self._send_puts(self._next_batch(bucket))
+        finally:
+            with self._lock:
+                rest = self._puts.get(bucket, [])
+                if rest:
+                    rest[0][1].lead = True  # the next caller sends what queued up meanwhile
+                    rest[0][1].done.set()
+                else:
+                    self._puts.pop(bucket, None)
+                    self._busy.discard(bucket)
+        if me.error is not None:
+            raise me.error
+
+    def _next_batch(self, bucket: str) -> list[tuple[dict[str, Any], _Waiter]]:
+        """Take the queued puts of ``bucket`` that fit one transaction (one per row, <= 100)."""
+        with self._lock:
+            batch: list[tuple[dict[str, Any], _Waiter]] = []
+            keys: set[str] = set()
+            rest = []
+            for item in self._puts.get(bucket, []):
+                rk = str(item[0]["RowKey"])
+                if rk in keys or len(batch) >= MAX_BATCH_OPS:
+                    rest.append(item)
+                else:
+                    keys.add(rk)
+                    batch.append(item)
+            self._puts[bucket] = rest
+        return batch
+
+    def _send_puts(self, batch: list[tuple[dict[str, Any], _Waiter]]) -> None:
+        from azure.data.tables import UpdateMode
+
+        error: BaseException | None = None
+        try:
+            if len(batch) == 1:
+                self.table.upsert_entity(batch[0][0], mode=UpdateMode.REPLACE)
+            else:
+                bucket = str(batch[0][0]["PartitionKey"])
+                self.send(bucket, [Write("upsert", str(e["RowKey"]), clean(e)) for e, _w in batch])
+        except Exception as exc:  # every caller of this batch sees the failure (and is retried)
+            error = exc
+        for _e, w in batch:
+            w.error = error
+            w.sent = True
+            w.done.set()
+
+    # deferred, batched deletes ----------------------------------------------------------------
+    def delete(self, bucket: str, row_key: str) -> None:
+        with self._lock:
+            self._deletes.setdefault(bucket, set()).add(row_key)
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._run, name="index-deletes", daemon=True)
+                self._flusher.start()
+                import atexit
+
+                atexit.register(self.flush)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.delete_interval)
+            self._wake.clear()
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - best effort: the sweep deletes lazily
+                pass
+
+    def flush(self) -> None:
+        with self._lock:
+            pending, self._deletes = self._deletes, {}
+        for bucket, keys in pending.items():
+            rows = sorted(keys)
+            for i in range(0, len(rows), MAX_BATCH_OPS):
+                chunk = rows[i:i + MAX_BATCH_OPS]
+                try:
+                    if len(chunk) == 1:
+                        self.table.delete_entity(partition_key=bucket, row_key=chunk[0])  # 404 is ignored
+                    else:
+                        self.send(bucket, [Write("delete", rk) for rk in chunk])
+                except Exception:  # noqa: BLE001 - e.g. one row already deleted by the sweep
+                    for rk in chunk:
+                        try:
+                            self.table.delete_entity(partition_key=bucket, row_key=rk)
+                        except Exception:  # noqa: BLE001,S110 - best effort
+                            pass
+
+
+class _Waiter:
+    __slots__ = ("done", "error", "lead", "sent")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.lead = False  # promoted to send the queued batch
+        self.sent = False  # its row's transaction was sent (error says how it went)
+
+
+@dataclass
+class TableStore:
+    """Azure Table Storage (azure-data-tables ``TableClient`` for each table).
+
+    ``batch_index``: the deadline index is written through :class:`_IndexWriter` (group-committed
+    puts, deferred batched deletes); off, every put and delete is its own request.
+    ``fast_batch``: entity-group transactions take ``shared.table_batch``'s fast path when this
+    SDK allows it (``batch_path`` says which one is used); off, always the public one."""
+
+    state: Any  # azure.data.tables.TableClient
+    deadlines: Any  # azure.data.tables.TableClient
+    _select: tuple[str, ...] = field(default=("PartitionKey", "RowKey", "OrderId", "Due"))
+    batch_index: bool = True
+    fast_batch: bool = True
+    _index: _IndexWriter | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._send = sender_for(self.state, fast=self.fast_batch)
+        if self.batch_index:
+            self._index = _IndexWriter(self.deadlines, sender_for(self.deadlines, fast=self.fast_batch))
+
+    @property
+    def batch_path(self) -> str:
+        """``fast`` or ``public``: how this store's transactions are sent."""
+        return self._send.path
+
+    @staticmethod
+    def _row(entity: Any) -> dict[str, Any]:
+        row = dict(entity)
+        row[ETAG] = entity.metadata.get("etag")
+        return row
+
+    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+        # parameterised filter: the SDK quotes the value; never string-concatenate input
+        entities = self.state.query_entities("PartitionKey eq @pk", parameters={"pk": order_id})
+        return {e["RowKey"]: self._row(e) for e in entities}
+
+    def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            return self._row(self.state.get_entity(partition_key=order_id, row_key=row_key))
+        except ResourceNotFoundError:
+            return None
+
+    def transact(self, order_id: str, ops: Sequence[Op]) -> None:
+        """All of ``ops`` on the order's partition, or none: a lost race is ``Conflict``."""
+        if not ops:
+            return
+        if len(ops) > MAX_BATCH_OPS:
+            raise TooLarge(f"{len(ops)} operations in one transaction")
+        for op in ops:
+            if op.kind != "create" and op.etag is None:
+                raise ValueError("replace/delete need the ETag they were decided on")
+            if op.kind != "delete":
+                check_entity(op.row)
+        self._send(order_id, [Write(op.kind, op.row_key, {} if op.kind == "delete" else clean(op.row), op.etag)
+                              for op in ops])
+
+    def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None:
+        from azure.data.tables import UpdateMode
+
+        entity = {**clean(props), "PartitionKey": bucket, "RowKey": row_key}
+        if self._index is not None:
+            self._index.put(entity)  # returns once committed (group commit)
+            return
+        self.deadlines.upsert_entity(entity, mode=UpdateMode.REPLACE)
+
+    def delete_index(self, bucket: str, row_key: str) -> None:
+        if self._index is not None:
+            self._index.delete(bucket, row_key)  # best effort, batched within a quarter second
+            return
+        # delete_entity is idempotent in azure-data-tables (404 is swallowed)
+        self.deadlines.delete_entity(partition_key=bucket, row_key=row_key)
+
+    def flush_index(self) -> None:
+        if self._index is not None:
+            self._index.flush()
+
+    def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]:
+        self.flush_index()  # this worker's queued deletes first
+        rows: list[dict[str, Any]] = []
+        pages: Iterable[Any] = self.deadlines.query_entities(
+            "PartitionKey le @bucket", parameters={"bucket": bucket}, select=list(self._select),
+            results_per_page=min(limit, 1000))
+        for e in pages:
+            rows.append(dict(e))
+            if len(rows) >= limit:
+                break
+        return rows
