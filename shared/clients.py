@@ -7,7 +7,8 @@ under a lock and then shared:
   transport is a ``RequestsTransport`` over one ``requests.Session`` with ``trust_env=False``
   (the default transport re-reads proxy settings from the environment on every call, a few
   ms of CPU each) and a connection pool sized for the thread pool. Tables are created once
-  per worker (``create_table_if_not_exists``) on first use.
+  per worker (``create_table_if_not_exists``) on first use. Nothing of azure-core or the SDKs
+  is modified: ``shared.table_batch`` decides how a store's transactions are sent.
 * Service Bus: one ``ServiceBusClient``; one sender per queue, each behind its own lock
   (senders are not thread-safe). A sender that fails is closed and rebuilt on next use.
 
@@ -55,71 +56,8 @@ def http_transport() -> Any:
     return RequestsTransport(session=session, session_owner=False, use_env_settings=False)
 
 
-_multipart_patched = False
-
-
-def sequential_multipart() -> None:
-    """Run azure-core's per-part policies of a multipart (``$batch``) request in the calling
-    thread instead of a new ``ThreadPoolExecutor`` per request and per response.
-
-    azure-core applies the sub-requests' policies "concurrently": it creates a thread pool for
-    the batch, another for its changeset and a third for the response's parts, i.e. it starts
-    and joins several threads for every entity-group transaction. The policies are a header
-    policy on a handful of in-memory requests (no I/O), so the threads only cost: profiled at
-    saturation, thread start/join was the largest single item of the workers' CPU. Same
-    policies, same order of effects, same errors; only without the threads. Applied once per
-    process; left alone if azure-core's internals are not the expected ones.
-    """
-    global _multipart_patched
-    if _multipart_patched:
-        return
-    _multipart_patched = True
-    try:
-        from azure.core.pipeline import PipelineContext, PipelineRequest, PipelineResponse
-        from azure.core.pipeline import _base as pipeline_base
-        from azure.core.rest import _http_response_impl as rest_impl
-        from azure.core.utils import _pipeline_transport_rest_shared as rest_shared
-    except ImportError:  # pragma: no cover - another azure-core layout: keep its behaviour
-        return
-    await_result = getattr(pipeline_base, "_await_result", None)
-    if (await_result is None or not hasattr(pipeline_base.Pipeline, "_prepare_multipart_mixed_request")
-            or getattr(rest_impl, "_parts_helper", None) is not rest_shared._parts_helper):
-        return
-
-    def prepare(request: Any) -> None:
-        info = request.multipart_mixed_info
-        if not info:
-            return
-        requests, policies, pipeline_options = info[0], info[1], info[3]
-        for req in requests:
-            if req.multipart_mixed_info:
-                prepare(req)  # the changeset's sub-requests
-            pipeline_request = PipelineRequest(req, PipelineContext(None, **pipeline_options))
-            for policy in policies:
-                await_result(policy.on_request, pipeline_request)
-
-    def parts(response: Any) -> Any:
-        if not response.content_type or not response.content_type.startswith("multipart/mixed"):
-            raise ValueError("You can't get parts if the response is not multipart/mixed")
-        responses = response._get_raw_parts()
-        if response.request.multipart_mixed_info:
-            policies = response.request.multipart_mixed_info[1]
-            for part in responses:
-                context = PipelineContext(None)
-                pipeline_request = PipelineRequest(part.request, context)
-                pipeline_response = PipelineResponse(part.request, part, context=context)
-                for policy in policies:
-                    await_result(policy.on_response, pipeline_request, pipeline_response)
-        return responses
-
-    pipeline_base.Pipeline._prepare_multipart_mixed_request = staticmethod(prepare)  # type: ignore[method-assign]
-    rest_impl._parts_helper = parts
-
-
 def table_service_client(conn: Connection, transport: Any | None = None) -> Any:
     from azure.data.tables import TableServiceClient
-
-    sequential_multipart()
 
     transport = transport if transport is not None else http_transport()
     if conn.connection_string:
