@@ -7,7 +7,9 @@ It starts the four in that order (waiting for each to be ready), writes
 ``.local/local.settings.json`` (what the host reads, as ``func start`` would) and
 ``.local/stack.json`` (every endpoint and connection string), prints the HTTP base URL,
 then posts demo orders and shows their progress. Ctrl-C or SIGTERM stops everything, by PID
-and process group. Logs: ``.local/logs/NAME.log``.
+and process group, and removes stack.json: it exists only while the stack runs
+(``python -m local.stackinfo`` prints the base URL, or says the stack is not running).
+Logs: ``.local/logs/NAME.log``.
 
 As a library (tests, chaos runner, benchmarks)::
 
@@ -41,6 +43,7 @@ from local.azurite import Azurite, start_azurite
 from local.connections import servicebus_connection_string
 from local.procs import REPO_ROOT, Proc, free_port
 from local.remotes.client import RemotesClient
+from local.stackinfo import STACK_JSON
 from shared.settings import SERVICE_BUS_CONNECTION, SETTINGS, STATE_STORAGE_CONNECTION
 
 HOST = "127.0.0.1"
@@ -85,12 +88,11 @@ class Stack:
         remotes_seed: int = 0,
         echo: bool = False,
         start_timeout: float = 120.0,
-        host_env: Mapping[str, str] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.log_dir = self.state_dir / "logs"
         self.settings_path = self.state_dir / "local.settings.json"
-        self.stack_json_path = self.state_dir / "stack.json"
+        self.stack_json_path = self.state_dir / STACK_JSON
         self.persistent = persistent
         self.instances = instances
         self.settings_overrides = {k: str(v) for k, v in (settings_overrides or {}).items()}
@@ -99,8 +101,6 @@ class Stack:
         self.remotes_seed = remotes_seed
         self.echo = echo
         self.start_timeout = start_timeout
-        # extra environment for the host's processes only (the benchmark attaches its counters so)
-        self.host_env = dict(host_env or {})
 
         self.azurite: Azurite | None = None
         self.procs: dict[str, Proc] = {}  # servicebus, remotes, host (azurite's is self.azurite.proc)
@@ -130,6 +130,8 @@ class Stack:
         for name in COMPONENTS:
             (self.log_dir / f"{name}.log").write_text("", encoding="utf-8")
         self.started_at = datetime.now(UTC).isoformat()
+        # A stack killed outright left its stack.json: gone now, so no stale URL is read meanwhile.
+        self.stack_json_path.unlink(missing_ok=True)
         try:
             self._start_azurite()
             self._start_servicebus()
@@ -158,9 +160,9 @@ class Stack:
         return env
 
     def _start_proc(self, name: str, args: list[str], ready_word: str, timeout: float | None = None,
-                    on_line: Callable[[str], None] | None = None, env: Mapping[str, str] | None = None) -> Proc:
-        proc = Proc(name, args, env={**self._child_env(), **(env or {})}, cwd=REPO_ROOT, log_path=self._log(name),
-                    echo=self.echo, on_line=on_line)
+                    on_line: Callable[[str], None] | None = None) -> Proc:
+        proc = Proc(name, args, env=self._child_env(), cwd=REPO_ROOT, log_path=self._log(name), echo=self.echo,
+                    on_line=on_line)
         self.procs[name] = proc
         self._ready_words[name] = ready_word
         proc.start(ready_word, timeout=timeout or self.start_timeout)
@@ -206,7 +208,7 @@ class Stack:
             sys.executable, "-m", "local.host", "--app-dir", str(self.app_dir),
             "--settings", str(self.settings_path), "--instances", str(self.instances),
             "--host", HOST, "--port", str(port),
-        ], "ready http", on_line=self._track_instance, env=self.host_env)
+        ], "ready http", on_line=self._track_instance)
         self.ports["host"] = port
         url = f"http://{HOST}:{port}"
         for line in proc.lines:
@@ -248,14 +250,17 @@ class Stack:
                         self.procs[name].stop()
                 except Exception as e:  # keep stopping the others
                     sys.stderr.write(f"stopping {name}: {e}\n")
-            if not self._stopped and self.stack_json_path.exists():
-                try:
-                    data = json.loads(self.stack_json_path.read_text(encoding="utf-8"))
-                    data["stoppedAt"] = datetime.now(UTC).isoformat()
-                    self._write_json(self.stack_json_path, data)
-                except (OSError, ValueError):
-                    pass
+            self._remove_stack_json()
             self._stopped = True
+
+    def _remove_stack_json(self) -> None:
+        """Remove stack.json if this stack wrote it: a stopped stack leaves no URL to be read."""
+        try:
+            data = json.loads(self.stack_json_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict) and data.get("stackPid") == os.getpid() and data.get("startedAt") == self.started_at:
+            self.stack_json_path.unlink(missing_ok=True)
 
     # ---- individual processes (chaos, tests) -----------------------------------------------
 

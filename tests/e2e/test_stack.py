@@ -21,6 +21,7 @@ import requests
 
 from local.procs import REPO_ROOT
 from local.stack import Stack, StackError, demo_order
+from local.stackinfo import StackNotRunning, read_running
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -138,6 +139,7 @@ def test_fifty_orders_all_processed_despite_a_killed_host_instance(tmp_path: Pat
     while any(_alive(p) for p in all_pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in all_pids if _alive(p)] == []
+    assert not stack.stack_json_path.exists()  # a stopped stack leaves no URL behind
 
 
 def test_make_run_posts_demo_orders_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
@@ -163,6 +165,10 @@ def test_make_run_posts_demo_orders_and_stops_cleanly_on_sigterm(tmp_path: Path)
         assert any(line.startswith("[") and "/10" in line for line in lines), out
 
         described = json.loads((state / "stack.json").read_text())
+        assert read_running(state)["baseUrl"] == described["baseUrl"]
+        printed = subprocess.run([sys.executable, "-m", "local.stackinfo", "--state-dir", str(state)], cwd=REPO_ROOT,
+                                 capture_output=True, text=True, timeout=30)
+        assert (printed.returncode, printed.stdout.strip()) == (0, described["baseUrl"]), printed
         pids = [described["azurite"]["pid"], described["servicebus"]["pid"], described["remotes"]["pid"],
                 described["host"]["pid"]]
         assert all(isinstance(p, int) and _alive(p) for p in pids), described
@@ -185,7 +191,13 @@ def test_make_run_posts_demo_orders_and_stops_cleanly_on_sigterm(tmp_path: Path)
         while any(_alive(p) for p in pids + instance_pids) and time.monotonic() < gone_by:
             time.sleep(0.1)
         assert [p for p in pids + instance_pids if _alive(p)] == []
-        assert "stoppedAt" in json.loads((state / "stack.json").read_text())
+        # Stopped: no stack.json, so no dead URL for the README's BASE= line; the reader says why.
+        assert not (state / "stack.json").exists()
+        with pytest.raises(StackNotRunning, match="not running"):
+            read_running(state)
+        printed = subprocess.run([sys.executable, "-m", "local.stackinfo", "--state-dir", str(state)], cwd=REPO_ROOT,
+                                 capture_output=True, text=True, timeout=30)
+        assert printed.returncode == 1 and printed.stdout == "" and "not running" in printed.stderr, printed
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
