@@ -88,6 +88,7 @@ class Stack:
         remotes_seed: int = 0,
         echo: bool = False,
         start_timeout: float = 120.0,
+        host_env: Mapping[str, str] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.log_dir = self.state_dir / "logs"
@@ -101,6 +102,8 @@ class Stack:
         self.remotes_seed = remotes_seed
         self.echo = echo
         self.start_timeout = start_timeout
+        # extra environment for the host's processes only (the benchmark attaches its counters so)
+        self.host_env = dict(host_env or {})
 
         self.azurite: Azurite | None = None
         self.procs: dict[str, Proc] = {}  # servicebus, remotes, host (azurite's is self.azurite.proc)
@@ -160,9 +163,9 @@ class Stack:
         return env
 
     def _start_proc(self, name: str, args: list[str], ready_word: str, timeout: float | None = None,
-                    on_line: Callable[[str], None] | None = None) -> Proc:
-        proc = Proc(name, args, env=self._child_env(), cwd=REPO_ROOT, log_path=self._log(name), echo=self.echo,
-                    on_line=on_line)
+                    on_line: Callable[[str], None] | None = None, env: Mapping[str, str] | None = None) -> Proc:
+        proc = Proc(name, args, env={**self._child_env(), **(env or {})}, cwd=REPO_ROOT, log_path=self._log(name),
+                    echo=self.echo, on_line=on_line)
         self.procs[name] = proc
         self._ready_words[name] = ready_word
         proc.start(ready_word, timeout=timeout or self.start_timeout)
@@ -208,7 +211,7 @@ class Stack:
             sys.executable, "-m", "local.host", "--app-dir", str(self.app_dir),
             "--settings", str(self.settings_path), "--instances", str(self.instances),
             "--host", HOST, "--port", str(port),
-        ], "ready http", on_line=self._track_instance)
+        ], "ready http", on_line=self._track_instance, env=self.host_env)
         self.ports["host"] = port
         url = f"http://{HOST}:{port}"
         for line in proc.lines:
