@@ -10,6 +10,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared.agent_messages import AgentRequest, CompensationTarget, Kind
 from shared.effects import Alert, Effect, Log, Send, iso
 from shared.logs import child_traceparent
 from shared.messaging import OutMessage
@@ -32,7 +33,7 @@ def compensation_request(view: View, step: StepRow, ctx: Ctx) -> Send:
                 what="compensation")
 
 
-def _request(view: View, step: StepRow, kind: str, attempt: int, complete_by: datetime, ctx: Ctx) -> OutMessage:
+def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: datetime, ctx: Ctx) -> OutMessage:
     cfg = ctx.config
     spec = cfg.spec(step.name)
     order_id = view.order_id
@@ -50,14 +51,13 @@ def _request(view: View, step: StepRow, kind: str, attempt: int, complete_by: da
         # The step's result when it has one (a Done step); a step whose outcome is unknown
         # (timed out) has none: the remote finds the effect by the step's idempotency key.
         context = {spec.name: step.result} if step.result is not None else {}
-    body: dict[str, Any] = {"kind": kind, "orderId": order_id, "step": spec.name, "operation": operation,
-                            "attempt": attempt, "idempotencyKey": key, "completeBy": iso(complete_by),
-                            "order": view.order.payload(), "context": context}
-    if kind != "step":
-        # The effect to undo, addressed by the stable idempotency key every attempt of the step
-        # was sent with. A remote with nothing applied under it answers "nothing to undo" and
-        # tombstones the key, so a late original call with it is refused (docs/contracts.md).
-        body["compensates"] = {"step": spec.name, "idempotencyKey": f"{order_id}:{spec.name}"}
+    target = None if kind == "step" else CompensationTarget(step=spec.name, idempotency_key=f"{order_id}:{spec.name}")
+    # ``compensates``: the effect to undo, addressed by the stable idempotency key every attempt
+    # of the step was sent with. A remote with nothing applied under it answers "nothing to
+    # undo" and tombstones the key, so a late original call with it is refused.
+    body = AgentRequest(kind=kind, order_id=order_id, step=spec.name, operation=operation, attempt=attempt,
+                        idempotency_key=key, complete_by=complete_by, order=view.order.payload(), context=context,
+                        compensates=target).to_body()
     ttl = max(complete_by - ctx.now, timedelta(seconds=1))
     return OutMessage(queue=cfg.agent_queue(spec), body=body, message_id=message_id, correlation_id=message_id,
                       reply_to=cfg.queues["RepliesQueue"], subject=kind, time_to_live=ttl,

@@ -72,15 +72,14 @@ def decide_cancel(view: View, ctx: Ctx) -> Decision:
         ])
     # A Pending order has its index row; a held one has none: its new deadline needs one.
     handoff = hand_off(view, ctx, note="cancel unclaimed guard", needs_cover=not pending)
-    marked = [replace(c, compensation=CompensationState.PENDING) for c in comps]
+    marks = tuple(replace(c, compensation=CompensationState.PENDING).replacing(c) for c in comps)
     new_state = handoff.apply(replace(base, mode=Mode.COMPENSATE, comp_index=comps[0].index, comp_failure_count=0,
                                       compensation_state=OrderCompensation.RUNNING))
     return Decision("cancelling", [
         # Crash after this: state unchanged; the operator's call failed: retry it.
         *handoff.puts,
         # Crash after this: compensation pending, unclaimed; the new row schedules it.
-        Transact(view.order_id, (new_state.replacing(state), *(mark.replacing(step) for step, mark in
-                                                               zip(comps, marked, strict=True))), note="operator cancel"),
+        Transact(view.order_id, (new_state.replacing(state), *marks), note="operator cancel"),
         handoff.notice,
         *status_sends(view, "cancelled", ctx, processState=ProcessState.ERROR),
         log(logging.WARNING, "operator.cancel", view, compensations=len(comps)),
