@@ -32,12 +32,13 @@ def finished_order_template() -> Template:
     from shared.messaging import MemoryBus
     from shared.runtime import Runtime
     from shared.scheduler import handle_reply, handle_schedule
-    from shared.settings import Settings
+    from shared.settings import REQUIRED_SETTINGS, Settings
     from shared.statemachine import Config
     from shared.store import MemoryStore
     from shared.submission import submit
 
-    settings = Settings.from_env({})
+    # the remote services' URLs are required; the seeder's orders never call them
+    settings = Settings.from_env({s.name: "http://unused.invalid" for s in REQUIRED_SETTINGS})
     rt = Runtime(store=MemoryStore(), bus=MemoryBus(), config=Config.from_settings(settings), instance_id="seed")
     body = {"customerId": "c-1", "currency": "EUR", "priority": "normal", "statusQueue": None,
             "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": 9.99}, {"sku": "SKU-3", "quantity": 1,

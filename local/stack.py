@@ -222,7 +222,8 @@ class Stack:
 
     def build_settings(self) -> dict[str, str]:
         """local.settings.json ``Values``: connections to the local processes, every declared
-        setting at its default, the service URLs at the simulator, then the overrides."""
+        setting at its default, the service URLs (required: no default) at the simulator, then
+        the overrides. A required setting left without a value is a ``StackError`` naming it."""
         assert self.azurite is not None
         storage = self.azurite.connection_string
         values: dict[str, str] = {
@@ -236,9 +237,12 @@ class Stack:
                 values[spec.name] = storage
             elif spec.name in SERVICE_PATHS:
                 values[spec.name] = f"{self.remotes_url}/{SERVICE_PATHS[spec.name]}"
-            elif spec.kind != "connection":
+            elif spec.kind != "connection" and not spec.required:
                 values[spec.name] = spec.default or ""
         values.update(self.settings_overrides)
+        missing = [s.name for s in SETTINGS if s.required and not values.get(s.name, "").strip()]
+        if missing:
+            raise StackError(f"required settings with no local value: {', '.join(missing)}")
         return values
 
     def stop(self) -> None:

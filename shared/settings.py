@@ -11,6 +11,11 @@ either a connection string, or identity-based settings under
 ``ServiceBusConnection__fullyQualifiedNamespace`` (+ ``__credential``, ``__clientId``);
 ``StateStorage`` is either a connection string or ``StateStorage__tableServiceUri``
 (+ ``__credential``, ``__clientId``).
+
+A value setting declared with no default (the remote services' URLs: nothing is a safe
+default for them in Azure) is required: ``Settings.from_env`` raises ``MissingSettingError``,
+naming it, when it is unset or empty. ``local.settings.json.example`` and the local stack
+give them their local values.
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ class SettingSpec:
     # "table": the value names a table. "connection": a connection prefix.
     kind: str = "value"
 
+    @property
+    def required(self) -> bool:
+        """A value with no default: the app does not start without it."""
+        return self.default is None and self.kind != "connection"
+
 
 # Connection prefixes (not read as plain values; see Connection below).
 SERVICE_BUS_CONNECTION = "ServiceBusConnection"
@@ -47,9 +57,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("StatusQueue", "order-status", "Default status queue (an order may name its own)", "queue"),
     SettingSpec("StateTable", "orders", "Table holding order and state rows", "table"),
     SettingSpec("DeadlineTable", "deadlines", "Deadline index the Supervisor sweeps", "table"),
-    SettingSpec("InventoryServiceUrl", "http://127.0.0.1:7081/inventory", "Inventory service base URL"),
-    SettingSpec("PaymentServiceUrl", "http://127.0.0.1:7081/payment", "Payment service base URL"),
-    SettingSpec("ShippingServiceUrl", "http://127.0.0.1:7081/shipping", "Shipping service base URL"),
+    SettingSpec("InventoryServiceUrl", None, "Inventory service base URL"),
+    SettingSpec("PaymentServiceUrl", None, "Payment service base URL"),
+    SettingSpec("ShippingServiceUrl", None, "Shipping service base URL"),
     SettingSpec("SupervisorSchedule", "*/15 * * * * *", "NCRONTAB schedule of the Supervisor timer"),
     SettingSpec("MaxFailureCount", "3", "FailureCount at which a step goes to Error"),
     SettingSpec("BackoffThreshold", "1", "FailureCount after which the Supervisor delays the redrive"),
@@ -62,6 +72,18 @@ SETTINGS: tuple[SettingSpec, ...] = (
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)
 QUEUE_SETTINGS = tuple(s for s in SETTINGS if s.kind == "queue")
 TABLE_SETTINGS = tuple(s for s in SETTINGS if s.kind == "table")
+REQUIRED_SETTINGS = tuple(s for s in SETTINGS if s.required)
+
+
+class MissingSettingError(LookupError):
+    """Required app settings (no default) are unset or empty; ``names`` lists them."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = tuple(names)
+        plural = len(self.names) > 1
+        super().__init__(f"required app setting{'s' if plural else ''} not set: {', '.join(self.names)} "
+                         f"(no default is safe in Azure: set {'them' if plural else 'it'} as app "
+                         f"setting{'s' if plural else ''}, or in local.settings.json Values locally)")
 
 
 @dataclass(frozen=True)
@@ -113,13 +135,22 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings in ``env`` (default: the process environment, where the host puts them).
+
+        Raises ``MissingSettingError`` naming every required setting that is unset or empty."""
         env = os.environ if env is None else env
         values: dict[str, str] = {}
+        missing: list[str] = []
         for spec in SETTINGS:
             if spec.kind == "connection":
                 continue
             raw = env.get(spec.name)
+            if spec.required and not (raw or "").strip():
+                missing.append(spec.name)
+                continue
             values[spec.name] = raw if raw is not None else (spec.default or "")
+        if missing:
+            raise MissingSettingError(missing)
         sb = _maybe(lambda: read_connection(env, SERVICE_BUS_CONNECTION, "fullyQualifiedNamespace"))
         st = _maybe(lambda: read_connection(env, STATE_STORAGE_CONNECTION, "tableServiceUri"))
         return cls(values=values, service_bus=sb, state_storage=st)

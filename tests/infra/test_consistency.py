@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from shared.settings import QUEUE_SETTINGS, SETTINGS, TABLE_SETTINGS
+from shared.settings import QUEUE_SETTINGS, REQUIRED_SETTINGS, SETTINGS, TABLE_SETTINGS
 from shared.workflow import AGENTS
 
 from .conftest import (
@@ -200,6 +200,18 @@ def test_local_settings_example_values_match_the_declarations() -> None:
         assert values[spec.name] == spec.default, spec.name
 
 
+def test_required_settings_are_required_in_bicep_and_set_locally() -> None:
+    """No default in the app, none in Bicep (a deployment must give one); the example gives the local one."""
+    assert {s.name for s in REQUIRED_SETTINGS} == {"InventoryServiceUrl", "PaymentServiceUrl", "ShippingServiceUrl"}
+    main = bicep_text("main.bicep")
+    bicep = bicep_app_settings()
+    values = example_values()
+    for spec in REQUIRED_SETTINGS:
+        param = bicep[spec.name]
+        assert re.search(rf"^param {param} string$", main, re.M), (spec.name, param)
+        assert values[spec.name].startswith("http://127.0.0.1:"), (spec.name, values[spec.name])
+
+
 def test_local_settings_example_has_nothing_that_nothing_reads() -> None:
     values = example_values()
     declared = {s.name for s in SETTINGS}
@@ -245,5 +257,5 @@ def test_deploy_docs_list_every_setting() -> None:
     rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", docs, re.M))
     assert set(rows) == {s.name for s in SETTINGS}, "README.md settings table (Deploy to Azure) is out of date"
     for spec in VALUES:
-        expected = f"`{spec.default}`" if spec.default else "(empty)"
+        expected = "(required)" if spec.required else f"`{spec.default}`" if spec.default else "(empty)"
         assert rows[spec.name].strip() == expected, (spec.name, rows[spec.name])

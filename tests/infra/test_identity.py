@@ -6,6 +6,7 @@ building a client does not connect.
 
 from __future__ import annotations
 
+import json
 import os
 
 import azure.identity
@@ -16,7 +17,7 @@ from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
 import shared.clients as clients_module
 from shared.settings import SETTINGS
 
-from .conftest import bicep_app_settings, bicep_literal
+from .conftest import INFRA, bicep_app_settings, bicep_literal
 
 CLIENT_ID = "11111111-2222-3333-4444-555555555555"
 NAMESPACE = "sb-orders-example.servicebus.windows.net"
@@ -32,6 +33,9 @@ BICEP_EXPRESSIONS = {
                                    "IngestionEndpoint=https://example.in.applicationinsights.azure.com/",
 }
 DEFAULTS = {s.name: s.default for s in SETTINGS}
+# The example deployment's parameters: the required settings (no default) come from there.
+PARAMETERS = {name: str(p["value"])
+              for name, p in json.loads((INFRA / "main.parameters.json").read_text())["parameters"].items()}
 
 
 def azure_environment() -> dict[str, str]:
@@ -45,6 +49,8 @@ def azure_environment() -> dict[str, str]:
             env[name] = BICEP_EXPRESSIONS[expr]
         elif "${identityClientId}" in expr:
             env[name] = expr.strip("'").replace("${identityClientId}", CLIENT_ID)
+        elif expr in PARAMETERS:
+            env[name] = PARAMETERS[expr]
         else:
             env[name] = DEFAULTS[name] or ""  # a parameter whose default is the app's default
     return env

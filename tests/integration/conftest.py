@@ -13,12 +13,12 @@ import pytest
 from shared.clients import table_service_client
 from shared.settings import Settings
 from shared.store import TableStore
-from tests.unit.harness import Clock, CrashRuntime, DedupBus, make_runtime
+from tests.unit.harness import REQUIRED_VALUES, Clock, CrashRuntime, DedupBus, make_runtime
 
 
 @pytest.fixture(scope="session")
 def table_service(azurite: Any) -> Any:
-    settings = Settings.from_env({"StateStorage": azurite.connection_string})
+    settings = Settings.from_env({**REQUIRED_VALUES, "StateStorage": azurite.connection_string})
     return table_service_client(settings.state_storage)
 
 

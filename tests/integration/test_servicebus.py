@@ -20,7 +20,7 @@ from shared.settings import Settings
 from shared.statemachine import Config
 from shared.submission import get_order, submit
 from shared.supervisor import sweep
-from tests.unit.harness import BODY
+from tests.unit.harness import BODY, REQUIRED_VALUES
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ class Bus:
     """The module's Service Bus: the app's Clients (senders) and one open receiver per queue."""
 
     def __init__(self, connection_string: str) -> None:
-        self.clients = Clients(Settings.from_env({"ServiceBusConnection": connection_string}))
+        self.clients = Clients(Settings.from_env({**REQUIRED_VALUES, "ServiceBusConnection": connection_string}))
         self.receivers: dict[str, Any] = {}
 
     def receiver(self, queue: str) -> Any:
@@ -50,7 +50,7 @@ def bus(servicebus: Any) -> Iterator[Bus]:
 
 @pytest.fixture
 def sb_runtime(table_store: Any, bus: Bus) -> tuple[Runtime, Bus]:
-    settings = Settings.from_env({"StepTimeoutSeconds": "3", "UnclaimedGraceSeconds": "1"})
+    settings = Settings.from_env({**REQUIRED_VALUES, "StepTimeoutSeconds": "3", "UnclaimedGraceSeconds": "1"})
     rt = Runtime(store=table_store, bus=ServiceBusBus(bus.clients.sender), config=Config.from_settings(settings),
                  instance_id="it-1")
     return rt, bus

@@ -18,7 +18,7 @@ from shared.effects import Effect, Outcome, execute
 from shared.messaging import MemoryBus, OutMessage
 from shared.runtime import Runtime
 from shared.scheduler import handle_reply, handle_schedule
-from shared.settings import Settings
+from shared.settings import REQUIRED_SETTINGS, Settings
 from shared.statemachine import Config
 from shared.store import STATE_ROW, MemoryStore, Store
 from shared.submission import submit
@@ -80,8 +80,12 @@ class CrashRuntime(Runtime):
         return super().run(effects, limit)
 
 
+# The required settings (no default) at values no test calls: the workflow tests need only a Config.
+REQUIRED_VALUES = {s.name: f"http://{s.name.lower()}.invalid" for s in REQUIRED_SETTINGS}
+
+
 def config(workflow: tuple[Step, ...] = WORKFLOW, **overrides: Any) -> Config:
-    base = Config.from_settings(Settings.from_env({}), workflow)
+    base = Config.from_settings(Settings.from_env(REQUIRED_VALUES), workflow)
     values = {**base.__dict__, **overrides}
     return Config(**values)
 

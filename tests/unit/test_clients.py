@@ -8,7 +8,7 @@ from unittest import mock
 import pytest
 
 from shared import clients as C
-from shared.settings import Settings, instance_id
+from shared.settings import REQUIRED_SETTINGS, Settings, instance_id
 from shared.statemachine import Config
 
 AZURITE = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
@@ -16,10 +16,11 @@ AZURITE = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
            "TableEndpoint=http://127.0.0.1:1/devstoreaccount1;")
 SB = ("Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;"
       "UseDevelopmentEmulator=true;")
+URLS = {s.name: f"http://{s.name.lower()}.invalid" for s in REQUIRED_SETTINGS}  # required; never called here
 
 
 def test_connection_strings_are_used_as_is() -> None:
-    s = Settings.from_env({"StateStorage": AZURITE, "ServiceBusConnection": SB})
+    s = Settings.from_env({**URLS, "StateStorage": AZURITE, "ServiceBusConnection": SB})
     assert s.state_storage.connection_string == AZURITE and not s.state_storage.uses_identity
     svc = C.table_service_client(s.state_storage)
     assert svc.url.startswith("http://127.0.0.1:1")
@@ -36,7 +37,7 @@ def test_identity_settings_use_managed_identity_with_client_id() -> None:
            "StateStorage__clientId": "11111111-2222-3333-4444-555555555555",
            "ServiceBusConnection__fullyQualifiedNamespace": "ns.servicebus.windows.net",
            "ServiceBusConnection__credential": "managedidentity"}
-    s = Settings.from_env(env)
+    s = Settings.from_env({**URLS, **env})
     assert s.state_storage.uses_identity and s.state_storage.client_id.startswith("1111")
     with mock.patch("azure.identity.ManagedIdentityCredential", wraps=ManagedIdentityCredential) as mic:
         svc = C.table_service_client(s.state_storage)
@@ -50,7 +51,7 @@ def test_identity_settings_use_managed_identity_with_client_id() -> None:
 def test_identity_without_managedidentity_uses_default_credential() -> None:
     from azure.identity import DefaultAzureCredential
 
-    s = Settings.from_env({"StateStorage__tableServiceUri": "https://acct.table.core.windows.net",
+    s = Settings.from_env({**URLS, "StateStorage__tableServiceUri": "https://acct.table.core.windows.net",
                            "StateStorage__clientId": "cid"})
     with mock.patch("azure.identity.DefaultAzureCredential", wraps=DefaultAzureCredential) as dac:
         C.table_service_client(s.state_storage)
@@ -58,7 +59,7 @@ def test_identity_without_managedidentity_uses_default_credential() -> None:
 
 
 def test_missing_connection_is_reported_on_use() -> None:
-    clients = C.Clients(Settings.from_env({}))
+    clients = C.Clients(Settings.from_env(URLS))
     with pytest.raises(KeyError, match="StateStorage"):
         clients.table_service()
     with pytest.raises(KeyError, match="ServiceBusConnection"):
@@ -72,7 +73,7 @@ def test_transport_does_not_read_proxy_env() -> None:
 
 
 def test_clients_are_created_once_under_concurrency() -> None:
-    s = Settings.from_env({"StateStorage": AZURITE, "ServiceBusConnection": SB, "StateTable": "t1"})
+    s = Settings.from_env({**URLS, "StateStorage": AZURITE, "ServiceBusConnection": SB, "StateTable": "t1"})
     clients = C.Clients(s)
     created = []
 
@@ -144,13 +145,13 @@ def test_sender_is_rebuilt_after_failure_and_serialised() -> None:
 
 
 def test_config_reads_settings() -> None:
-    s = Settings.from_env({"MaxFailureCount": "5", "StepTimeoutSeconds": "2", "UnclaimedGraceSeconds": "7",
+    s = Settings.from_env({**URLS, "MaxFailureCount": "5", "StepTimeoutSeconds": "2", "UnclaimedGraceSeconds": "7",
                            "SchedulerQueue": "sched-x", "BackoffThreshold": "2", "BackoffBaseSeconds": "1.5"})
     c = Config.from_settings(s)
     assert (c.max_failures, c.step_timeout_override, c.grace_seconds) == (5, 2.0, 7.0)
     assert c.queues["SchedulerQueue"] == "sched-x" and c.queues["RepliesQueue"] == "replies"
     assert c.backoff(2).total_seconds() == 0 and c.backoff(3).total_seconds() == 1.5
-    assert Config.from_settings(Settings.from_env({})).step_timeout_override is None
+    assert Config.from_settings(Settings.from_env(URLS)).step_timeout_override is None
 
 
 def test_instance_id() -> None:

@@ -87,6 +87,27 @@ def test_local_settings_and_environment(tmp_path: Path):
         parse_set_args(["novalue"])
 
 
+def test_the_example_settings_give_the_app_its_required_urls(tmp_path: Path):
+    """local.settings.json.example, as the host hands it to the worker, starts the app's settings;
+    without a service URL (no default: nothing is safe in Azure) they fail naming it."""
+    from local.procs import REPO_ROOT
+    from shared.settings import REQUIRED_SETTINGS, MissingSettingError, Settings
+
+    values = load_local_settings(REPO_ROOT / "local.settings.json.example")["Values"]
+    env, _ = worker_environment({}, values, {})
+    settings = Settings.from_env(env)
+    for spec in REQUIRED_SETTINGS:
+        assert settings[spec.name] == values[spec.name]
+        without = {k: v for k, v in values.items() if k != spec.name}
+        env, _ = worker_environment({}, without, {})
+        with pytest.raises(MissingSettingError, match=spec.name) as missing:
+            Settings.from_env(env)
+        assert missing.value.names == (spec.name,)
+        env, _ = worker_environment({}, values, parse_set_args([f"{spec.name}="]))  # set, but empty
+        with pytest.raises(MissingSettingError, match=spec.name):
+            Settings.from_env(env)
+
+
 def test_connections():
     cs = "Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
     assert resolve_connection("SB", {"SB": cs}).connection_string == cs
