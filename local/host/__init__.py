@@ -16,6 +16,7 @@ worker would:
   with ``func start``: no keys are needed locally;
 - Service Bus triggers with peek-lock receivers, maxConcurrentCalls, auto-complete / abandon,
   lock renewal and reconnection (:mod:`local.host.servicebus`); Service Bus output bindings;
+  the function gets the message the host would hand the worker (:mod:`local.host.messages`);
 - timer triggers on NCRONTAB schedules, one runner per function across all instances through
   a file lease (:mod:`local.host.timers`, :mod:`local.host.ncrontab`);
 - ``--instances N`` separate processes on one port (:mod:`local.host.supervisor`).

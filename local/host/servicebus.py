@@ -15,20 +15,17 @@ Session-enabled triggers (``isSessionsEnabled``) take the next available session
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import azure.functions as func
-from azure.functions import meta
-from azure.functions.servicebus import ServiceBusMessage as FunctionServiceBusMessage
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import ServiceBusClient
 
 from .app import FunctionSpec, Invoker
+from .messages import to_sdk_message, traceparent_of, trigger_argument
 from .settings import ConnectionInfo, ServiceBusOptions, make_async_credential, resolve_connection
 
 log = logging.getLogger("local.host.servicebus")
@@ -45,116 +42,6 @@ def make_client(conn: ConnectionInfo) -> ServiceBusClient:
     assert conn.fully_qualified_namespace
     return ServiceBusClient(conn.fully_qualified_namespace, make_async_credential(conn),
                             retry_total=2, retry_backoff_max=5)
-
-
-def _text(v: Any) -> Any:
-    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else v
-
-
-def message_body(msg: Any) -> bytes:
-    body = msg.body
-    if isinstance(body, (bytes, bytearray)):
-        return bytes(body)
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    try:
-        parts = list(body)
-    except TypeError:
-        return json.dumps(body, default=str).encode("utf-8")
-    if all(isinstance(p, (bytes, bytearray)) for p in parts):
-        return b"".join(parts)
-    return json.dumps(parts, default=str).encode("utf-8")
-
-
-def function_delivery_count(msg: Any) -> int | None:
-    """Delivery count as the Functions host reports it: 1 on the first delivery.
-
-    On the wire the AMQP header's delivery-count is the number of PRIOR attempts (0 the first
-    time); the Python SDK passes it through unchanged, while the .NET SDK the host uses adds one.
-    """
-    dc = msg.delivery_count
-    return None if dc is None else int(dc) + 1
-
-
-def to_function_message(msg: Any) -> FunctionServiceBusMessage:
-    """The SDK's received message as the worker hands it to the function."""
-    props = {_text(k): _text(v) for k, v in (msg.application_properties or {}).items()}
-    lock_token = str(msg.lock_token) if getattr(msg, "lock_token", None) else None
-    enq = msg.enqueued_time_utc
-    metadata = {
-        "MessageId": meta.Datum(msg.message_id, "string"),
-        "DeliveryCount": meta.Datum(function_delivery_count(msg), "int"),
-        "SequenceNumber": meta.Datum(msg.sequence_number, "int"),
-        "EnqueuedTimeUtc": meta.Datum(enq.isoformat() if enq else None, "string"),
-        "ContentType": meta.Datum(msg.content_type, "string"),
-        "CorrelationId": meta.Datum(msg.correlation_id, "string"),
-        "ReplyTo": meta.Datum(msg.reply_to, "string"),
-        "SessionId": meta.Datum(msg.session_id, "string"),
-        "LockToken": meta.Datum(lock_token, "string"),
-        "ApplicationProperties": meta.Datum(json.dumps(props, default=str), "json"),
-        "UserProperties": meta.Datum(json.dumps(props, default=str), "json"),
-    }
-    state = getattr(msg, "state", None)
-    return FunctionServiceBusMessage(
-        body=message_body(msg),
-        trigger_metadata=metadata,
-        application_properties=props,
-        content_type=msg.content_type,
-        correlation_id=msg.correlation_id,
-        dead_letter_error_description=msg.dead_letter_error_description,
-        dead_letter_reason=msg.dead_letter_reason,
-        dead_letter_source=msg.dead_letter_source,
-        delivery_count=function_delivery_count(msg),
-        enqueued_sequence_number=msg.enqueued_sequence_number,
-        enqueued_time_utc=enq,
-        expires_at_utc=msg.expires_at_utc,
-        label=msg.subject,
-        locked_until=msg.locked_until_utc,
-        lock_token=lock_token,
-        message_id=msg.message_id,
-        partition_key=msg.partition_key,
-        reply_to=msg.reply_to,
-        reply_to_session_id=msg.reply_to_session_id,
-        scheduled_enqueue_time_utc=msg.scheduled_enqueue_time_utc,
-        sequence_number=msg.sequence_number,
-        session_id=msg.session_id,
-        state=int(state) if state is not None else None,
-        subject=msg.subject,
-        time_to_live=msg.time_to_live,
-        to=msg.to,
-        transaction_partition_key=None,
-        user_properties=dict(props),
-    )
-
-
-def trigger_argument(spec: FunctionSpec, msg: Any) -> Any:
-    """Convert by the parameter's annotation: ServiceBusMessage (default), str or bytes."""
-    ann = spec.trigger_annotation
-    if ann is str or ann == "str":
-        return message_body(msg).decode("utf-8")
-    if ann is bytes or ann == "bytes":
-        return message_body(msg)
-    return to_function_message(msg)
-
-
-def _traceparent(msg: Any) -> str | None:
-    props = msg.application_properties or {}
-    for key in (b"traceparent", "traceparent", b"Diagnostic-Id", "Diagnostic-Id"):
-        if key in props:
-            return str(_text(props[key]))
-    return None
-
-
-def to_sdk_message(value: Any) -> ServiceBusMessage:
-    """An output binding's value as SDK messages: str, bytes, JSON-able values, SDK messages."""
-    if isinstance(value, ServiceBusMessage):
-        return value
-    if isinstance(value, (str, bytes, bytearray)):
-        return ServiceBusMessage(bytes(value) if not isinstance(value, str) else value)
-    if isinstance(value, func.ServiceBusMessage):
-        return ServiceBusMessage(value.get_body(), correlation_id=value.correlation_id,
-                                 content_type=value.content_type, message_id=value.message_id)
-    return ServiceBusMessage(json.dumps(value), content_type="application/json")
 
 
 class LockRenewer:
@@ -403,7 +290,7 @@ class ServiceBusHost:
             try:
                 arg = trigger_argument(spec, msg)
                 await self.invoker.invoke(spec, arg, f"New ServiceBus message detected on '{self._entity(spec)}'.",
-                                          _traceparent(msg))
+                                          traceparent_of(msg))
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - logged by the invoker
