@@ -7,8 +7,8 @@ that knows two ways to send them.
   table client's own pipeline (authentication, retries, transport); the outcome is read
   from the parts' status lines. Measured on Azurite (bench/README.md, "Table transactions:
   public path vs raw path"), the public path costs about 4x the app CPU per transaction and
-  about twice the app CPU per order of the store and core: it builds and parses the multipart
-  bodies with the ``email`` package and starts new threads per batch for its per-part policies.
+  2.5x the core and store's CPU per order: it builds and parses the multipart bodies with the
+  ``email`` package and starts new threads per batch for its per-part policies.
 
 The fast path needs two private names of azure-data-tables: ``TableClient._client.send_request``
 (the client's pipeline) and ``azure.data.tables._serialize._add_entity_properties`` (the SDK's
