@@ -12,7 +12,7 @@ import pytest
 
 from shared.clients import table_service_client
 from shared.settings import Settings
-from shared.store import TableStore
+from shared.table_store import TableStore
 from tests.unit.harness import REQUIRED_VALUES, Clock, CrashRuntime, DedupBus, make_runtime
 
 

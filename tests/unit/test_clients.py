@@ -66,6 +66,22 @@ def test_missing_connection_is_reported_on_use() -> None:
         clients.service_bus()
 
 
+def test_table_clients_and_store_leave_azure_core_unmodified() -> None:
+    """No global patch: azure-core's multipart helpers are still its own after a table client
+    and a store are built (they run for every azure-core user in the process)."""
+    from shared.settings import Connection
+    from shared.table_store import TableStore
+
+    base = pytest.importorskip("azure.core.pipeline._base")
+    impl = pytest.importorskip("azure.core.rest._http_response_impl")
+    shared_helpers = pytest.importorskip("azure.core.utils._pipeline_transport_rest_shared")
+    svc = C.table_service_client(Connection(name="StateStorage", connection_string=AZURITE))
+    TableStore(state=svc.get_table_client("orders"), deadlines=svc.get_table_client("deadlines"))
+    prepare = base.Pipeline._prepare_multipart_mixed_request
+    assert (prepare.__module__, prepare.__qualname__) == (base.__name__, "Pipeline._prepare_multipart_mixed_request")
+    assert impl._parts_helper is shared_helpers._parts_helper
+
+
 def test_transport_does_not_read_proxy_env() -> None:
     t = C.http_transport()
     assert t.session.trust_env is False
