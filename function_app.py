@@ -4,6 +4,11 @@ supervisor, and the OpenAPI document of the HTTP API). All logic lives in shared
 import azure.functions as func
 
 from functions import agents, openapi, scheduler, submission, supervisor
+from shared.settings import Settings
+
+# A required setting that is missing (the remote services' URLs have no safe default) stops the
+# start here, at indexing, with a message naming it, rather than at the first invocation.
+Settings.from_env()
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 

@@ -5,7 +5,7 @@ that knows two ways to send them.
 * **fast**: the same ``$batch`` request (one changeset, one ``application/http`` part per
   write, ``If-Match`` = the ETag the decision was made on) built here and sent through the
   table client's own pipeline (authentication, retries, transport); the outcome is read
-  from the parts' status lines. Measured on Azurite (bench/README.md, "Table transactions:
+  from the parts' status lines. Measured on Azurite ("Table transactions:
   public path vs raw path"), the public path costs about 4x the app CPU per transaction and
   2.5x the core and store's CPU per order: it builds and parses the multipart bodies with the
   ``email`` package and starts new threads per batch for its per-part policies.

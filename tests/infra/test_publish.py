@@ -110,6 +110,7 @@ def unpacked(package: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def indexed(unpacked: Path, publish_python: Path) -> dict:
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", str(unpacked)), **IDENTITY_ENV}
     env.update({s.name: s.default for s in SETTINGS if s.kind != "connection" and s.default is not None})
+    env.update({s.name: f"https://{s.name.lower()}.example" for s in SETTINGS if s.required})
     proc = subprocess.run([str(publish_python), "-I", "-c", INDEX_SCRIPT, str(unpacked)], cwd=unpacked, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"function_app does not import from the package:\n{proc.stderr[-6000:]}"

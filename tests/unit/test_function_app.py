@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import subprocess
+import sys
+from unittest import mock
 
 from shared.settings import QUEUE_SETTINGS, SERVICE_BUS_CONNECTION, SETTING_NAMES
 from shared.workflow import AGENTS
+from tests.unit.harness import REQUIRED_VALUES
 
 
 @functools.cache
 def _functions() -> dict[str, dict]:
-    import function_app
+    with mock.patch.dict(os.environ, REQUIRED_VALUES):
+        import function_app
 
     return {f.get_function_name(): json.loads(f.get_function_json()) for f in function_app.app.get_functions()}
 
@@ -79,3 +85,13 @@ def test_local_settings_example_has_every_setting() -> None:
     values = json.loads((Path(__file__).resolve().parents[2] / "local.settings.json.example").read_text())["Values"]
     assert SETTING_NAMES <= set(values)
     assert values["FUNCTIONS_WORKER_RUNTIME"] == "python" and "AzureWebJobsStorage" in values
+
+
+def test_indexing_stops_on_a_missing_required_setting_and_names_it() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in REQUIRED_VALUES}
+    env["PaymentServiceUrl"] = "http://payment.invalid"
+    proc = subprocess.run([sys.executable, "-c", "import function_app"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0
+    assert "InventoryServiceUrl" in proc.stderr and "ShippingServiceUrl" in proc.stderr
+    assert "PaymentServiceUrl" not in proc.stderr.splitlines()[-1]
