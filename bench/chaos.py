@@ -1,6 +1,6 @@
 """Chaos runner: drive N orders through the whole local stack while injecting counted faults.
 
-    python -m bench.chaos [--orders 2000] [--seed S] [--instances 2] [--rate 8]
+    .venv/bin/python -m bench.chaos [--orders 2000] [--seed S] [--instances 2] [--rate 8]
                           [--out bench/results/chaos.json]
 
 It starts the local stack (``local.stack.Stack``: Azurite with a data folder, so it can be
@@ -208,7 +208,7 @@ _NO_FLAGS = {"restart_servicebus": "--no-servicebus-restart", "restart_azurite":
 def replay_command(o: ChaosOptions) -> str:
     """The command line that replays this run's orders and fault schedule."""
     d = asdict(ChaosOptions())
-    args = ["python -m bench.chaos", f"--seed {o.seed}", f"--orders {o.orders}"]
+    args = [".venv/bin/python -m bench.chaos", f"--seed {o.seed}", f"--orders {o.orders}"]
     for k, v in asdict(o).items():
         if k in ("seed", "orders") or k in _CLI_DEFAULTS or v == d.get(k):
             continue
@@ -1279,7 +1279,7 @@ class _Signal(Exception):
 
 def main(argv: Iterable[str] | None = None) -> int:
     d = ChaosOptions()
-    ap = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=".venv/bin/python -m bench.chaos", description=__doc__.split("\n\n")[0])
     ap.add_argument("--orders", type=int, default=d.orders)
     ap.add_argument("--seed", type=int, default=None, help="default: random (printed)")
     ap.add_argument("--instances", type=int, default=d.instances, help="host instances (>= 2)")

@@ -6,7 +6,7 @@ cannot remove it; a reader then finds the process that wrote it gone, or its hos
 answering. ``read_running`` raises ``StackNotRunning`` saying which, so nobody is handed the
 URL of a stack that is not there.
 
-    python -m local.stackinfo [--key baseUrl] [--state-dir .local]
+    .venv/bin/python -m local.stackinfo [--key baseUrl] [--state-dir .local]
 
 prints the running stack's base URL (or another top-level field of stack.json), or writes why
 the stack is not running to stderr and exits 1 (printing nothing, so ``BASE=$(...)`` stays
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 STACK_JSON = "stack.json"
 DEFAULT_STATE_DIR = Path(__file__).resolve().parent.parent / ".local"
-START_HINT = "start it with `make run` (python -m local.stack)"
+START_HINT = "start it with `make run`"
 CONNECT_TIMEOUT = 2.0
 
 
@@ -87,7 +87,7 @@ def read_running(state_dir: Path | str = DEFAULT_STATE_DIR) -> dict[str, Any]:
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m local.stackinfo", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=".venv/bin/python -m local.stackinfo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--key", default="baseUrl", help="top-level field of stack.json to print (default baseUrl)")
     ap.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help="default .local")
     args = ap.parse_args(list(argv) if argv is not None else None)

@@ -72,7 +72,7 @@ resource deadLetterAlert 'Microsoft.Insights/metricAlerts@2018-03-01' = {
   location: 'global'
   tags: tags
   properties: {
-    description: 'A Service Bus queue holds dead-lettered messages: read QUEUE/$DeadLetterQueue (see docs/deploy-to-azure.md).'
+    description: 'A Service Bus queue holds dead-lettered messages: read QUEUE/$DeadLetterQueue (see the README, "Reading the dead-letter queue").'
     severity: 2
     enabled: true
     scopes: [
@@ -128,8 +128,8 @@ resource supervisorAlert 'Microsoft.Insights/scheduledQueryRules@2023-03-15-prev
   tags: tags
   kind: 'LogAlert'
   properties: {
-    displayName: 'Supervisor raised an order alert'
-    description: 'The Supervisor gave up on an order step (failureCount reached MaxFailureCount, or compensation failed). See the alerts queue.'
+    displayName: 'An order alert was raised'
+    description: 'A step failed for good (an error reply, or failureCount reached MaxFailureCount) or a compensation failed. See the alerts queue.'
     severity: 1
     enabled: true
     scopes: [
