@@ -152,9 +152,9 @@ class Settings:
             values[spec.name] = raw if raw is not None else (spec.default or "")
         if missing:
             raise MissingSettingError(missing)
-        sb = _maybe(lambda: read_connection(env, SERVICE_BUS_CONNECTION, "fullyQualifiedNamespace"))
-        st = _maybe(lambda: read_connection(env, STATE_STORAGE_CONNECTION, "tableServiceUri"))
-        return cls(values=values, service_bus=sb, state_storage=st)
+        service_bus = _maybe(lambda: read_connection(env, SERVICE_BUS_CONNECTION, "fullyQualifiedNamespace"))
+        state_storage = _maybe(lambda: read_connection(env, STATE_STORAGE_CONNECTION, "tableServiceUri"))
+        return cls(values=values, service_bus=service_bus, state_storage=state_storage)
 
 
 def _maybe(fn):  # type: ignore[no-untyped-def]
