@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -52,7 +52,3 @@ class View:
 
     def with_state(self, state: StateRow) -> View:
         return replace(self, state=state)
-
-
-def steps_by_key(steps: Iterable[StepRow]) -> dict[str, StepRow]:
-    return {s.row_key: s for s in steps}
