@@ -33,6 +33,8 @@ Contract: docs/contracts.md, "Remote services". Behaviour worth knowing:
                         is reset (TCP RST) without any response.
   ``hangRate``          this fraction of calls stall ``hangSeconds`` and then get a 503 with
                         no effect (the caller normally times out long before).
+  ``hangSkus``          every call about an order holding one of these SKUs hangs so (every
+                        attempt: the demo's shipment that never answers).
   ``latencyMs``         every other call takes this long (as processing time, while holding
                         its idempotency key: duplicates of a call in progress wait for it).
   ``transientRate``     this fraction of calls get a 503 with no effect.
@@ -75,6 +77,7 @@ FAULT_DEFAULTS: dict[str, Any] = {
     "transientRate": 0.0,
     "hangRate": 0.0,
     "hangSeconds": 30,
+    "hangSkus": [],
     "lostResponseRate": 0.0,
     "rejectSkus": [],
     "rejectAmountOver": None,
@@ -149,11 +152,12 @@ def validate_faults(raw: Any) -> dict[str, Any]:
     for name in ("latencyMs", "hangSeconds"):
         if name in raw:
             f[name] = _non_negative(raw[name], name)
-    if "rejectSkus" in raw:
-        skus = raw["rejectSkus"]
-        if not isinstance(skus, list) or not all(isinstance(s, str) for s in skus):
-            raise BadRequest("rejectSkus must be a list of strings")
-        f["rejectSkus"] = list(skus)
+    for name in ("rejectSkus", "hangSkus"):
+        if name in raw:
+            skus = raw[name]
+            if not isinstance(skus, list) or not all(isinstance(s, str) for s in skus):
+                raise BadRequest(f"{name} must be a list of strings")
+            f[name] = list(skus)
     if raw.get("rejectAmountOver") is not None:
         f["rejectAmountOver"] = str(_decimal(raw["rejectAmountOver"], "rejectAmountOver"))
     if "down" in raw:
@@ -167,6 +171,14 @@ def validate_faults(raw: Any) -> dict[str, Any]:
         else:
             raise BadRequest('down must be true, false, "503" or "reset"')
     return f
+
+
+def _holds_sku(body: Any, skus: list[str]) -> bool:
+    """Whether a call's body is about an order holding one of ``skus`` (a malformed body holds none)."""
+    order = body.get("order") if isinstance(body, dict) else None
+    items = order.get("items") if isinstance(order, dict) else None
+    return bool(skus) and isinstance(items, list) and any(isinstance(i, dict) and i.get("sku") in skus
+                                                          for i in items)
 
 
 @dataclass
@@ -296,6 +308,7 @@ class Simulator:
             hang, transient, lost = (rng.random() < faults["hangRate"],
                                      rng.random() < faults["transientRate"],
                                      rng.random() < faults["lostResponseRate"])
+            hang = hang or _holds_sku(body, faults["hangSkus"])
             fault = ("reset" if faults["down"] == "reset" else "down" if faults["down"]
                      else "hang" if hang else "transient" if transient else None)
             if fault:

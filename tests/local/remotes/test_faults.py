@@ -19,7 +19,8 @@ def test_faults_default_and_replace(client: RemotesClient) -> None:
     faults = client.faults()
     assert set(faults) == {"inventory", "payment", "shipping"}
     assert faults["payment"] == {"latencyMs": 0, "transientRate": 0.0, "hangRate": 0.0, "hangSeconds": 30,
-                                 "lostResponseRate": 0.0, "rejectSkus": [], "rejectAmountOver": None, "down": False}
+                                 "hangSkus": [], "lostResponseRate": 0.0, "rejectSkus": [], "rejectAmountOver": None,
+                                 "down": False}
     client.set_faults("payment", transient_rate=0.5, latency_ms=10)  # snake_case works in the client
     assert client.faults()["payment"]["transientRate"] == 0.5
     # A PUT replaces: latency goes back to 0 when not given.
