@@ -1,12 +1,17 @@
 """The whole local stack: Azurite, the Service Bus emulator, the remote services simulator and
 the Functions host, each on a free loopback port. ``make run`` is ``python -m local.stack``.
 
-    python -m local.stack [--no-demo] [--orders N] [--instances 2] [--rate R]
+    python -m local.stack [--no-demo] [--orders N] [--rate R] [--no-failing-orders] [--instances 2]
 
 It starts the four in that order (waiting for each to be ready), writes
 ``.local/local.settings.json`` (what the host reads, as ``func start`` would) and
 ``.local/stack.json`` (every endpoint and connection string), prints the HTTP base URL,
-then posts demo orders and shows their progress. Ctrl-C or SIGTERM stops everything, by PID
+then posts demo orders and shows their progress (``local.demo``). A few of them fail on
+purpose (a payment declined, a shipment that hangs until the Supervisor holds it, an item out
+of stock), so that history, search and the attention list have something to show;
+``--no-failing-orders`` leaves them out. Then, until stopped, a live line counts the orders
+by search category (inFlight, attention, processed, error) and each operator alert is
+printed as it arrives (``local.watch``). Ctrl-C or SIGTERM stops everything, by PID
 and process group, and removes stack.json: it exists only while the stack runs
 (``python -m local.stackinfo`` prints the base URL, or says the stack is not running).
 Logs: ``.local/logs/NAME.log``.
@@ -30,9 +35,7 @@ import signal
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -428,7 +431,7 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-# ---- orders: demo stream and progress ---------------------------------------------------------
+# ---- orders: the demo's ordinary orders ---------------------------------------------------------
 
 _SKUS = [("SKU-1", 9.99), ("SKU-2", 4.5), ("SKU-3", 19.0), ("SKU-4", 0.1), ("SKU-5", 129.95)]
 
@@ -440,129 +443,6 @@ def demo_order(rng: random.Random) -> dict[str, Any]:
             "priority": "high" if rng.random() < 0.2 else "normal", "statusQueue": None}
 
 
-class OrderTracker:
-    """Polls orders' states over HTTP; thread-safe counts for a progress display."""
-
-    def __init__(self, stack: Stack, workers: int = 8) -> None:
-        self.stack = stack
-        self.states: dict[str, str] = {}
-        self.post_errors: list[str] = []
-        self.poll_errors = 0
-        self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="poll")
-        self._local = threading.local()
-
-    def _session(self) -> requests.Session:
-        s = getattr(self._local, "session", None)
-        if s is None:
-            s = self._local.session = requests.Session()
-        return s
-
-    def add(self, order_id: str, state: str = "Pending") -> None:
-        with self._lock:
-            self.states.setdefault(order_id, state)
-
-    def _poll_one(self, order_id: str) -> None:
-        try:
-            state = str(self.stack.get_order(order_id, session=self._session(), timeout=10)["processState"])
-        except (requests.RequestException, StackError, KeyError, ValueError):
-            with self._lock:
-                self.poll_errors += 1
-            return
-        with self._lock:
-            self.states[order_id] = state
-
-    def poll(self) -> None:
-        with self._lock:
-            pending = [o for o, s in self.states.items() if s not in TERMINAL_STATES]
-        list(self._pool.map(self._poll_one, pending))
-
-    def counts(self) -> Counter[str]:
-        with self._lock:
-            return Counter(self.states.values())
-
-    def done(self, total: int) -> bool:
-        c = self.counts()
-        return sum(c[s] for s in TERMINAL_STATES) + len(self.post_errors) >= total
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def render_progress(counts: Counter[str], total: int, posted: int, failed_posts: int, elapsed: float,
-                    columns: int | None = None) -> str:
-    """``[#####-----] 12/50  Pending 3 Processing 20 Processed 11 Error 1  posted 35/50  4.2s``.
-
-    With ``columns``, the bar shrinks (down to 10) so that the line fits a terminal line."""
-    finished = counts["Processed"] + counts["Error"]
-    by_state = " ".join(f"{s} {counts[s]}" for s in ORDER_STATES)
-    extra = " ".join(f"{s} {n}" for s, n in sorted(counts.items()) if s not in ORDER_STATES)
-    tail = (f" {finished}/{total}  {by_state}" + (f" {extra}" if extra else "")
-            + (f"  posted {posted}/{total}" if posted < total else "")
-            + (f"  {failed_posts} posts failed" if failed_posts else "")
-            + f"  {elapsed:.1f}s")
-    width = 30 if columns is None else max(10, min(30, columns - 3 - len(tail)))
-    filled = int(width * finished / total) if total else width
-    text = "[" + "#" * filled + "-" * (width - filled) + "]" + tail
-    return text if columns is None else text[: columns - 1]
-
-
-def run_demo(stack: Stack, orders: int, rate: float, out: Any = sys.stdout, seed: int | None = None) -> Counter[str]:
-    """Post ``orders`` demo orders at ``rate`` per second and show progress until all finish."""
-    tracker = OrderTracker(stack)
-    rng = random.Random(seed)
-    posted = 0
-    stop = threading.Event()
-
-    def poster() -> None:
-        nonlocal posted
-        session = requests.Session()
-        start = time.monotonic()
-        for i in range(orders):
-            if stop.is_set():
-                return
-            wait = start + i / rate - time.monotonic() if rate > 0 else 0
-            if wait > 0 and stop.wait(wait):
-                return
-            try:
-                tracker.add(stack.post_order(demo_order(rng), session=session))
-            except (requests.RequestException, StackError) as e:
-                tracker.post_errors.append(str(e))
-            posted += 1
-
-    t = threading.Thread(target=poster, name="demo-poster", daemon=True)
-    t.start()
-    tty = out.isatty() if hasattr(out, "isatty") else False
-    started = time.monotonic()
-    last_line = 0.0
-    try:
-        while True:
-            tracker.poll()
-            counts = tracker.counts()
-            columns = shutil.get_terminal_size().columns if tty else None  # one line, or \r redraw scrolls
-            line = render_progress(counts, orders, posted, len(tracker.post_errors), time.monotonic() - started,
-                                   columns)
-            finished = not t.is_alive() and tracker.done(orders)
-            if tty:
-                out.write("\r" + line + "\x1b[K")
-                out.flush()
-            elif finished or time.monotonic() - last_line >= 2.0:
-                out.write(line + "\n")
-                out.flush()
-                last_line = time.monotonic()
-            if finished:
-                break
-            time.sleep(0.5)
-    finally:
-        stop.set()
-        tracker.close()
-        if tty:
-            out.write("\n")
-    for err in tracker.post_errors[:5]:
-        out.write(f"post failed: {err}\n")
-    return tracker.counts()
-
-
 # ---- command line ---------------------------------------------------------------------------------
 
 
@@ -570,11 +450,15 @@ class _Stop(Exception):
     pass
 
 
-def main(argv: Iterable[str] | None = None) -> int:
+def _parse_args(argv: Iterable[str] | None) -> tuple[argparse.Namespace, dict[str, str]]:
+    """The command line, and its ``--set`` overrides as a dict."""
     ap = argparse.ArgumentParser(prog="python -m local.stack", description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-demo", action="store_true", help="start the stack without posting demo orders")
     ap.add_argument("--orders", type=int, default=100, help="demo orders to post (default 100)")
     ap.add_argument("--rate", type=float, default=10.0, help="demo orders per second (default 10)")
+    ap.add_argument("--no-failing-orders", action="store_true",
+                    help="post only orders that succeed: none of the demo's failing orders (a payment "
+                         "declined, a shipment that hangs, an item out of stock), no faults set")
     ap.add_argument("--instances", type=int, default=2, help="host instances (default 2)")
     ap.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help="default .local")
     ap.add_argument("--set", action="append", default=[], metavar="Name=Value",
@@ -582,13 +466,44 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--app-dir", default=str(REPO_ROOT), help="the function app (default: this repository)")
     ap.add_argument("--echo", action="store_true", help="also echo every process's output to stderr")
     args = ap.parse_args(list(argv) if argv is not None else None)
-
     overrides = {}
     for item in args.set:
         name, sep, value = item.partition("=")
         if not sep or not name:
             ap.error(f"--set expects Name=Value, got {item!r}")
         overrides[name] = value
+    return args, overrides
+
+
+def _dead_components(stack: Stack) -> list[str]:
+    return [f"warning: {name} exited; see {stack.log_dir / (name + '.log')}"
+            for name, ok in stack.alive().items() if not ok]
+
+
+def _serve(stack: Stack, args: argparse.Namespace) -> None:
+    """A started stack: its endpoints, the demo, then the live counts and alerts until interrupted."""
+    from local.demo import demo  # (local.demo and local.watch import this module)
+    from local.watch import Watch, watch_forever
+
+    print(f"\nHTTP base URL: {stack.base_url}\n"
+          f"  orders:      POST {stack.api_url}/orders   GET {stack.api_url}/orders/{{id}}\n"
+          f"  search:      GET {stack.api_url}/orders?state=attention\n"
+          f"  remotes:     {stack.remotes_url}  (ledger {stack.remotes_url}/_ledger)\n"
+          f"  stack.json:  {stack.stack_json_path}\n", flush=True)
+    if not args.no_demo and args.orders > 0:
+        demo(stack, args.orders, args.rate, not args.no_failing_orders, sys.stdout)
+    print("the stack is running; Ctrl-C stops it", flush=True)
+    print(f"order counts (GET /api/orders?state=...) and alerts (queue {stack.settings['AlertsQueue']}):",
+          flush=True)
+    watch = Watch(stack.api_url, stack.settings, sys.stdout).start()
+    try:
+        watch_forever(watch, lambda: _dead_components(stack))
+    finally:
+        watch.close()
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    args, overrides = _parse_args(argv)
 
     def _on_signal(signum: int, frame: object) -> None:
         raise _Stop(signal.Signals(signum).name)
@@ -602,22 +517,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     try:
         print(f"starting the local stack in {stack.state_dir} (logs in {stack.log_dir}) ...", flush=True)
         stack.start()
-        print(f"\nHTTP base URL: {stack.base_url}\n"
-              f"  orders:      POST {stack.api_url}/orders   GET {stack.api_url}/orders/{{id}}\n"
-              f"  remotes:     {stack.remotes_url}  (ledger {stack.remotes_url}/_ledger)\n"
-              f"  stack.json:  {stack.stack_json_path}\n", flush=True)
-        if not args.no_demo and args.orders > 0:
-            print(f"posting {args.orders} demo orders at {args.rate:g}/s ...", flush=True)
-            counts = run_demo(stack, args.orders, args.rate)
-            print("demo done: " + ", ".join(f"{s} {counts[s]}" for s in ORDER_STATES), flush=True)
-        print("the stack is running; Ctrl-C stops it", flush=True)
-        reported: set[str] = set()
-        while True:
-            time.sleep(1.0)
-            for name, ok in stack.alive().items():
-                if not ok and name not in reported:
-                    reported.add(name)
-                    print(f"warning: {name} exited; see {stack.log_dir / (name + '.log')}", flush=True)
+        _serve(stack, args)
     except _Stop as e:
         print(f"\n{e.args[0]}: stopping ...", flush=True)
     except KeyboardInterrupt:

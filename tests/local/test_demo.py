@@ -1,0 +1,117 @@
+"""The demo's order mix (local.demo), without a stack: which orders fail, where, and why they do."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from collections import Counter
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from local.demo import (
+    DEMO_FAULTS,
+    FAILING_CUSTOMER,
+    FAILING_KINDS,
+    PAYMENT_LIMIT,
+    SLOW_SHIP_SKU,
+    SOLD_OUT_SKU,
+    demo,
+    demo_plan,
+    failing_slots,
+    render_progress,
+)
+from local.remotes.server import FAULT_DEFAULTS, validate_faults
+from shared import models
+from shared.models import OrderRequest
+
+
+def _order(body: dict[str, Any]) -> OrderRequest:
+    """The body as the submission endpoint parses it (JSON, numbers as Decimals)."""
+    return OrderRequest.model_validate(models.loads(json.dumps(body)))
+
+
+def _skus(body: dict[str, Any]) -> set[str]:
+    return {item["sku"] for item in body["items"]}
+
+
+def test_the_failing_orders_are_one_of_each_kind_among_the_orders() -> None:
+    plan = demo_plan(20, random.Random(1))
+    assert len(plan) == 20
+    failing = [o.failing.name for o in plan if o.failing]
+    assert failing == ["payment-declined", "shipment-hangs", "out-of-stock"]
+    assert [o.awaited for o in plan if o.failing] == [True, False, True]  # the demo does not wait for the hang
+    assert all(o.body["customerId"] == FAILING_CUSTOMER for o in plan if o.failing)
+    assert all(o.body["customerId"] != FAILING_CUSTOMER for o in plan if not o.failing)
+
+
+def test_no_failing_orders_posts_the_same_ordinary_orders_and_nothing_else() -> None:
+    with_failing = demo_plan(20, random.Random(1))
+    without = demo_plan(20, random.Random(1), failing=False)
+    assert all(o.failing is None and o.awaited for o in without)
+    # The ordinary orders are the same draws either way: only the failing orders' places differ.
+    assert [o.body for o in with_failing if not o.failing] == [
+        o.body for o, w in zip(without, with_failing, strict=True) if not w.failing]
+
+
+@pytest.mark.parametrize("orders", [1, 2, 3, 4, 5, 7, 10, 100, 1000])
+def test_failing_slots_are_distinct_and_spread(orders: int) -> None:
+    kinds = min(len(FAILING_KINDS), orders)
+    slots = failing_slots(kinds, orders)
+    assert len(set(slots)) == kinds and all(0 <= s < orders for s in slots)
+    assert slots == sorted(slots)
+    plan = demo_plan(orders, random.Random(0))
+    assert [o.failing for o in plan if o.failing] == list(FAILING_KINDS[:kinds])
+
+
+def test_zero_orders_is_an_empty_plan() -> None:
+    assert demo_plan(0, random.Random(0)) == []
+
+
+def test_each_failing_order_is_a_valid_order_that_trips_its_fault() -> None:
+    bodies = {o.failing.name: o.body for o in demo_plan(10, random.Random(0)) if o.failing}
+    orders = {name: _order(body) for name, body in bodies.items()}  # the API accepts them all
+    assert orders["payment-declined"].total > Decimal(PAYMENT_LIMIT)
+    assert SLOW_SHIP_SKU in _skus(bodies["shipment-hangs"])
+    assert orders["shipment-hangs"].total <= Decimal(PAYMENT_LIMIT)  # it gets as far as the shipment
+    assert SOLD_OUT_SKU in _skus(bodies["out-of-stock"])
+    assert DEMO_FAULTS["payment"]["rejectAmountOver"] == PAYMENT_LIMIT
+    assert DEMO_FAULTS["shipping"]["hangSkus"] == [SLOW_SHIP_SKU]
+    assert DEMO_FAULTS["inventory"]["rejectSkus"] == [SOLD_OUT_SKU]
+
+
+def test_the_demo_faults_are_valid_and_spare_every_ordinary_order() -> None:
+    for faults in DEMO_FAULTS.values():
+        assert set(faults) <= set(FAULT_DEFAULTS)
+        validate_faults(faults)
+    ordinary = [o.body for o in demo_plan(2000, random.Random(3)) if not o.failing]
+    assert max(_order(b).total for b in ordinary) <= Decimal(PAYMENT_LIMIT)
+    assert not any(_skus(b) & {SOLD_OUT_SKU, SLOW_SHIP_SKU} for b in ordinary)
+
+
+def test_render_progress_line() -> None:
+    counts = Counter({"Pending": 3, "Processing": 20, "Processed": 11, "Error": 1})
+    line = render_progress(counts, 50, 35, 0, 4.25)
+    assert line == ("[#######-----------------------] 12/50  Pending 3 Processing 20 Processed 11 Error 1"
+                    "  posted 35/50  4.2s")
+    assert len(render_progress(counts, 50, 35, 2, 4.25, columns=60)) <= 59
+
+
+def test_a_demo_without_failing_orders_sets_no_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With only ordinary orders, the simulator is left alone (run_demo stubbed: no stack)."""
+    import local.demo as demo_module
+
+    calls: list[str] = []
+    monkeypatch.setattr(demo_module, "set_demo_faults", lambda remotes: calls.append("faults"))
+    monkeypatch.setattr(demo_module, "run_demo", lambda stack, plan, rate, out: (Counter(Processed=len(plan)), []))
+
+    class _Stack:
+        remotes = None
+
+    out = io.StringIO()
+    demo(_Stack(), 5, 10.0, False, out)  # type: ignore[arg-type]
+    assert calls == []
+    assert out.getvalue() == ("posting 5 demo orders at 10/s ...\n"
+                              "demo done: Pending 0, Processing 0, Processed 5, Error 0\n")

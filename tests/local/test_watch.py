@@ -1,0 +1,144 @@
+"""The live line and the alert lines after the demo (local.watch), without a stack."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime
+from typing import Any
+
+import pytest
+import requests
+
+from local.watch import (
+    CATEGORIES,
+    Tally,
+    Terminal,
+    Watch,
+    count_category,
+    render_alert,
+    render_tally,
+    tally,
+)
+
+AT = datetime(2025, 3, 1, 12, 3, 4)
+ORDERS_URL = "http://127.0.0.1:1/api/orders"
+
+
+def _response(status: int, body: Any) -> requests.Response:
+    r = requests.Response()
+    r.status_code = status
+    r._content = json.dumps(body).encode()
+    return r
+
+
+class FakeSearch:
+    """``GET /api/orders?state=`` over a fixed number of orders per category, paged by token."""
+
+    def __init__(self, sizes: dict[str, int], status: int = 200) -> None:
+        self.sizes = sizes
+        self.status = status
+        self.calls: list[dict[str, Any]] = []
+
+    def get(self, url: str, *, params: dict[str, Any], timeout: float) -> requests.Response:
+        self.calls.append(dict(params))
+        if self.status != 200:
+            return _response(self.status, {"title": "nope"})
+        start = int(params.get("continuationToken") or 0)
+        end = min(start + int(params["limit"]), self.sizes.get(params["state"], 0))
+        token = str(end) if end < self.sizes.get(params["state"], 0) else None
+        return _response(200, {"orders": [{"orderId": f"o-{i}"} for i in range(start, end)],
+                               "continuationToken": token})
+
+
+def test_count_pages_through_continuation_tokens() -> None:
+    search = FakeSearch({"processed": 450})
+    assert count_category(search.get, ORDERS_URL, "processed") == (450, False)
+    assert [c.get("continuationToken") for c in search.calls] == [None, "200", "400"]
+    assert count_category(search.get, ORDERS_URL, "attention") == (0, False)
+
+
+def test_count_stops_at_the_cap() -> None:
+    search = FakeSearch({"processed": 5000})
+    assert count_category(search.get, ORDERS_URL, "processed", cap=1000) == (1000, True)
+    assert len(search.calls) == 5
+
+
+def test_tally_and_its_line() -> None:
+    t = tally(FakeSearch({"inFlight": 1, "attention": 3, "processed": 17}).get, ORDERS_URL)
+    assert t == Tally({"inFlight": 1, "attention": 3, "processed": 17, "error": 0}, frozenset())
+    assert render_tally(t, AT) == "12:03:04  orders: inFlight 1 · attention 3 · processed 17 · error 0"
+    capped = Tally({c: 1000 if c == "processed" else 0 for c in CATEGORIES}, frozenset({"processed"}))
+    assert "processed 1000+ ·" in render_tally(capped, AT)
+
+
+def test_tally_says_why_there_are_no_counts() -> None:
+    t = tally(FakeSearch({}, status=405).get, ORDERS_URL)
+    assert render_tally(t, AT) == "12:03:04  orders: counts unavailable (GET /orders?state=inFlight: 405)"
+
+    def refused(url: str, *, params: dict[str, Any], timeout: float) -> requests.Response:
+        raise requests.ConnectionError("connection refused")
+
+    assert "counts unavailable (connection refused)" in render_tally(tally(refused, ORDERS_URL), AT)
+
+
+def test_alert_line() -> None:
+    body = {"kind": "alert", "orderId": "o-42", "step": "create-shipment", "reason": "timed out",
+            "failureCount": 3, "at": "2025-03-01T12:03:04.123456+00:00"}
+    assert render_alert(json.dumps(body).encode()) == \
+        "ALERT 12:03:04Z order o-42 step create-shipment (failures 3): timed out"
+    minimal = {"orderId": "o-1", "step": None, "reason": "compensation failed: 422"}
+    assert render_alert(json.dumps(minimal)) == "ALERT order o-1: compensation failed: 422"
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"reason": "no order id"}', b"[1, 2]", b"\xff\xfe"])
+def test_an_unreadable_alert_is_shown_as_it_is(body: bytes) -> None:
+    assert render_alert(body).startswith("ALERT (unreadable) ")
+
+
+def test_terminal_redraws_in_place_and_prints_alerts_above() -> None:
+    out = io.StringIO()
+    term = Terminal(out, tty=True)
+    term.live("counts 1")
+    term.live("counts 2")
+    term.say("ALERT x")
+    term.end()
+    assert out.getvalue() == "\rcounts 1\x1b[K\rcounts 2\x1b[K\r\x1b[KALERT x\ncounts 2\n"
+
+
+def test_terminal_without_tty_prints_whole_lines() -> None:
+    out = io.StringIO()
+    term = Terminal(out, tty=False)
+    term.live("counts 1")
+    term.say("ALERT x")
+    term.end()
+    assert out.getvalue() == "counts 1\nALERT x\n"
+
+
+def _watch(search: FakeSearch, tty: bool) -> tuple[Watch, io.StringIO]:
+    out = io.StringIO()
+    watch = Watch("http://127.0.0.1:1/api", {"ServiceBusConnection": "unused", "AlertsQueue": "alerts"}, out, tty)
+    watch.session.get = search.get  # type: ignore[method-assign]
+    return watch, out
+
+
+def test_without_tty_a_line_only_when_the_counts_change() -> None:
+    search = FakeSearch({"inFlight": 2})
+    watch, out = _watch(search, tty=False)
+    watch.refresh()
+    watch.refresh()
+    search.sizes = {"inFlight": 1, "attention": 1}
+    watch.refresh()
+    watch.refresh()
+    lines = out.getvalue().splitlines()
+    assert [line.split("  ", 1)[1] for line in lines] == [
+        "orders: inFlight 2 · attention 0 · processed 0 · error 0",
+        "orders: inFlight 1 · attention 1 · processed 0 · error 0",
+    ]
+
+
+def test_on_a_tty_every_refresh_redraws() -> None:
+    watch, out = _watch(FakeSearch({"processed": 3}), tty=True)
+    watch.refresh()
+    watch.refresh()
+    assert out.getvalue().count("\r") == 2 and "\n" not in out.getvalue()
