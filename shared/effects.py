@@ -12,6 +12,8 @@ Failure handling per effect:
   message is abandoned and redelivered; the handler is idempotent and resumes from the store).
 * ``Transact`` losing its ETag condition (``Conflict``): a lost race. Nothing after it runs;
   the outcome says so.
+* ``Reindex`` (the search index, after the state write): failures are logged, and the
+  ``DeleteIndex`` effects after it are skipped (the Supervisor re-indexes from the kept row).
 * Non-critical ``Send`` (status, best-effort schedule notices that an index row backs up),
   ``Alert`` and ``DeleteIndex``: failures are logged and the flow continues.
 """
@@ -77,6 +79,17 @@ class Transact:
 
 
 @dataclass(frozen=True)
+class Reindex:
+    """Write the order's search index rows (``shared.statemachine.search_index``): upsert
+    ``puts``, delete ``deletes``. After the state write it reflects; best effort (a failure is
+    logged, and the order's deadline row is then kept, so that the Supervisor re-indexes it)."""
+
+    order_id: str
+    puts: tuple[dict[str, Any], ...]
+    deletes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Send:
     message: OutMessage
     critical: bool = True
@@ -104,7 +117,7 @@ class Log:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Effect = PutIndex | DeleteIndex | Transact | Send | Alert | Log
+Effect = PutIndex | DeleteIndex | Transact | Reindex | Send | Alert | Log
 
 
 @dataclass
@@ -112,6 +125,7 @@ class Outcome:
     applied: int = 0
     lost_race: bool = False
     failed_sends: list[str] = field(default_factory=list)
+    index_failed: bool = False  # a Reindex failed: the deadline row is kept for the Supervisor
 
 
 def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | None = None) -> Outcome:
@@ -123,6 +137,9 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
         if isinstance(eff, PutIndex):
             store.put_index(eff.bucket, eff.row_key, {"OrderId": eff.order_id, "Due": iso(eff.due)})
         elif isinstance(eff, DeleteIndex):
+            if out.index_failed:  # kept: the sweep re-indexes the order when it deletes the row
+                out.applied = n + 1
+                continue
             try:
                 store.delete_index(eff.bucket, eff.row_key)
             except Exception as exc:  # lazily deleted by the sweep anyway
@@ -135,6 +152,12 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
                 log_event(logging.INFO, "state.lost_race", order_id=eff.order_id, note=eff.note, detail=str(exc))
                 out.applied = n
                 return out
+        elif isinstance(eff, Reindex):
+            try:
+                store.write_index(eff.puts, eff.deletes)
+            except Exception as exc:
+                out.index_failed = True
+                log_event(logging.WARNING, "index.write_failed", order_id=eff.order_id, error=repr(exc))
         elif isinstance(eff, Send):
             try:
                 bus.send(eff.message)

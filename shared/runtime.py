@@ -44,7 +44,8 @@ def runtime_from_settings(settings: Settings, clients: object | None = None) -> 
     from shared.clients import Clients
 
     c = clients if isinstance(clients, Clients) else Clients(settings)
-    store = TableStore(state=c.table("StateTable"), deadlines=c.table("DeadlineTable"))
+    store = TableStore(state=c.table("StateTable"), deadlines=c.table("DeadlineTable"),
+                       search=c.table("OrderIndexTable"))
     return Runtime(store=store, bus=ServiceBusBus(c.sender), config=Config.from_settings(settings),
                    instance_id=instance_id())
 

@@ -58,6 +58,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
                 "The status queue the deployment provides (status goes only to a statusQueue an order names)", "queue"),
     SettingSpec("StateTable", "orders", "Table holding order and state rows", "table"),
     SettingSpec("DeadlineTable", "deadlines", "Deadline index the Supervisor sweeps", "table"),
+    SettingSpec("OrderIndexTable", "orderindex", "Search index of orders (by time, customer, category, finish day)",
+                "table"),
     SettingSpec("InventoryServiceUrl", None, "Inventory service base URL"),
     SettingSpec("PaymentServiceUrl", None, "Payment service base URL"),
     SettingSpec("ShippingServiceUrl", None, "Shipping service base URL"),
@@ -68,6 +70,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("UnclaimedGraceSeconds", "30", "Age after which an unclaimed Pending order is rescheduled"),
     SettingSpec("StepTimeoutSeconds", "", "If set, overrides every step's timeout (short timeouts for tests)"),
     SettingSpec("MaxRequestBytes", "65536", "Largest accepted order body"),
+    SettingSpec("RetentionDays", "30", "Days a finished order (and its history) is kept before it is purged"),
+    SettingSpec("RetentionSchedule", "0 17 * * * *", "NCRONTAB schedule of the retention purge timer"),
 )
 
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)

@@ -56,8 +56,22 @@ ORDER_ROW = "order"
 STATE_ROW = "state"
 
 
+HISTORY_PREFIX = "history-"
+# The forward path reads an order's partition from here on: ``order``, ``state``, ``step-*``;
+# its history rows (``history-*``) sort before it and are read only to show them.
+LIVE_ROWS_FROM = ORDER_ROW
+
+
 def step_row_key(index: int, name: str) -> str:
     return f"step-{index:02d}-{name}"
+
+
+def history_row_key(seq: int) -> str:
+    return f"{HISTORY_PREFIX}{seq:08d}"
+
+
+INDEX_PARTITION = "orders"  # the one partition of the search index (OrderIndexTable)
+HISTORY_END = "history."  # the first key after every history row ('.' follows '-')
 
 
 class Conflict(Exception):
@@ -87,12 +101,21 @@ def clean(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class Store(Protocol):
-    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]: ...
+    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+        """The order's live rows (``order``, ``state``, ``step-*``): never its history."""
     def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None: ...
+    def read_history(self, order_id: str, after: int, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` history rows after event ``after``, oldest first."""
+    def partition_keys(self, order_id: str, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` (RowKey, ETag) of every row of the order (retention)."""
     def transact(self, order_id: str, ops: Sequence[Op]) -> None: ...
     def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None: ...
     def delete_index(self, bucket: str, row_key: str) -> None: ...
     def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]: ...
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str]) -> None:
+        """Upsert ``puts`` and delete ``deletes`` (RowKeys) in the search index (a missing row is fine)."""
+    def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+        """Search index rows with ``low <= RowKey < high``, ascending, at most ``limit``."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,11 +155,26 @@ class MemoryStore:
         return f'W/"{next(self._etags)}"'
 
     # state table ------------------------------------------------------------------------------
+    def _partition(self, order_id: str, low: str, high: str) -> dict[str, dict[str, Any]]:
+        return {rk: {**props, "PartitionKey": pk, "RowKey": rk, ETAG: etag}
+                for (t, pk, rk), (props, etag) in sorted(self._rows.items())
+                if t == "state" and pk == order_id and low <= rk < high}
+
     def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
         with self._lock:
             self.reads.append(("state", order_id))
-            return {rk: {**props, "PartitionKey": pk, "RowKey": rk, ETAG: etag}
-                    for (t, pk, rk), (props, etag) in self._rows.items() if t == "state" and pk == order_id}
+            return self._partition(order_id, LIVE_ROWS_FROM, "\uffff")
+
+    def read_history(self, order_id: str, after: int, limit: int) -> list[dict[str, Any]]:
+        with self._lock:
+            self.reads.append(("history", order_id))
+            rows = self._partition(order_id, history_row_key(after + 1), HISTORY_END)
+            return list(rows.values())[:limit]
+
+    def partition_keys(self, order_id: str, limit: int) -> list[tuple[str, str]]:
+        with self._lock:
+            self.reads.append(("state", order_id))
+            return [(rk, e[ETAG]) for rk, e in self._partition(order_id, "", "\uffff").items()][:limit]
 
     def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None:
         with self._lock:
@@ -198,6 +236,22 @@ class MemoryStore:
             rows = sorted(((pk, rk), props) for (t, pk, rk), (props, _e) in self._rows.items()
                           if t == "deadline" and pk <= bucket)
             return [{**props, "PartitionKey": pk, "RowKey": rk} for (pk, rk), props in rows[:limit]]
+
+    # search index -------------------------------------------------------------------------------
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str]) -> None:
+        with self._lock:
+            for row in puts:
+                self._rows[("search", INDEX_PARTITION, str(row["RowKey"]))] = (clean(row), self._etag())
+            for rk in deletes:
+                self._rows.pop(("search", INDEX_PARTITION, rk), None)
+            self.writes += 1
+
+    def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+        with self._lock:
+            self.reads.append(("search", low))
+            rows = sorted((rk, props) for (t, _pk, rk), (props, _e) in self._rows.items()
+                          if t == "search" and low <= rk < high)
+            return [{**props, "RowKey": rk} for rk, props in rows[:limit]]
 
     def index_rows(self) -> list[dict[str, Any]]:
         with self._lock:

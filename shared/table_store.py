@@ -13,19 +13,29 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.store import ETAG, MAX_BATCH_OPS, Op, TooLarge, check_entity, clean
+from shared.group_commit import GroupCommit
+from shared.store import (
+    ETAG,
+    HISTORY_END,
+    INDEX_PARTITION,
+    LIVE_ROWS_FROM,
+    MAX_BATCH_OPS,
+    Op,
+    TooLarge,
+    check_entity,
+    clean,
+    history_row_key,
+)
 from shared.table_batch import FastSender, PublicSender, Write, sender_for
 
 
 class _IndexWriter:
     """Fewer requests for the deadline index, same guarantees (one per ``TableStore``).
 
-    * ``put``: a group commit. The rows of one bucket (one partition) that threads of this
-      worker put at the same time go out as ONE entity-group transaction of upserts; each
-      caller returns only once the transaction holding its row is committed, so "the index
-      row is written BEFORE the state write it guards" still holds. A lone put is sent at once
-      (no added latency); while one transaction of a bucket is in flight, the next callers
-      queue up and the first of them sends them all when it returns.
+    * ``put``: a group commit (``shared.group_commit``). The rows of one bucket (one
+      partition) that threads of this worker put at the same time go out as ONE entity-group
+      transaction of upserts; each caller returns only once its row is committed, so "the
+      index row is written BEFORE the state write it guards" still holds.
     * ``delete`` (best effort; the sweep deletes lazily anyway): queued and sent every
       ``delete_interval`` seconds, as transactions of up to 100 deletes per bucket. A delete
       that finds nothing (the sweep was first) fails its transaction: those rows are then
@@ -38,75 +48,16 @@ class _IndexWriter:
         self.table = table
         self.send = send  # entity-group transactions on ``table``
         self.delete_interval = delete_interval
+        self._puts = GroupCommit(table, send)
         self._lock = threading.Lock()
-        self._puts: dict[str, list[tuple[dict[str, Any], _Waiter]]] = {}
-        self._busy: set[str] = set()
         self._deletes: dict[str, set[str]] = {}
         self._flusher: threading.Thread | None = None
         self._wake = threading.Event()
 
-    # group-committed puts --------------------------------------------------------------------
     def put(self, entity: dict[str, Any]) -> None:
+        """Upsert ``entity``; returns once it is committed."""
         bucket = str(entity["PartitionKey"])
-        me = _Waiter()
-        with self._lock:
-            self._puts.setdefault(bucket, []).append((entity, me))
-            lead = bucket not in self._busy
-            if lead:
-                self._busy.add(bucket)
-        if not lead:
-            me.done.wait()  # committed by another caller's transaction, or promoted to send
-            if not me.lead:
-                if me.error is not None:
-                    raise me.error
-                return
-        try:
-            while not me.sent:  # send batches (ours among them), then hand over
-                self._send_puts(self._next_batch(bucket))
-        finally:
-            with self._lock:
-                rest = self._puts.get(bucket, [])
-                if rest:
-                    rest[0][1].lead = True  # the next caller sends what queued up meanwhile
-                    rest[0][1].done.set()
-                else:
-                    self._puts.pop(bucket, None)
-                    self._busy.discard(bucket)
-        if me.error is not None:
-            raise me.error
-
-    def _next_batch(self, bucket: str) -> list[tuple[dict[str, Any], _Waiter]]:
-        """Take the queued puts of ``bucket`` that fit one transaction (one per row, <= 100)."""
-        with self._lock:
-            batch: list[tuple[dict[str, Any], _Waiter]] = []
-            keys: set[str] = set()
-            rest = []
-            for item in self._puts.get(bucket, []):
-                rk = str(item[0]["RowKey"])
-                if rk in keys or len(batch) >= MAX_BATCH_OPS:
-                    rest.append(item)
-                else:
-                    keys.add(rk)
-                    batch.append(item)
-            self._puts[bucket] = rest
-        return batch
-
-    def _send_puts(self, batch: list[tuple[dict[str, Any], _Waiter]]) -> None:
-        from azure.data.tables import UpdateMode
-
-        error: BaseException | None = None
-        try:
-            if len(batch) == 1:
-                self.table.upsert_entity(batch[0][0], mode=UpdateMode.REPLACE)
-            else:
-                bucket = str(batch[0][0]["PartitionKey"])
-                self.send(bucket, [Write("upsert", str(e["RowKey"]), clean(e)) for e, _w in batch])
-        except Exception as exc:  # every caller of this batch sees the failure (and is retried)
-            error = exc
-        for _e, w in batch:
-            w.error = error
-            w.sent = True
-            w.done.set()
+        self._puts.commit(bucket, [Write("upsert", str(entity["RowKey"]), clean(entity))])
 
     # deferred, batched deletes ----------------------------------------------------------------
     def delete(self, bucket: str, row_key: str) -> None:
@@ -148,16 +99,6 @@ class _IndexWriter:
                             pass
 
 
-class _Waiter:
-    __slots__ = ("done", "error", "lead", "sent")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-        self.lead = False  # promoted to send the queued batch
-        self.sent = False  # its row's transaction was sent (error says how it went)
-
-
 @dataclass
 class TableStore:
     """Azure Table Storage (azure-data-tables ``TableClient`` for each table).
@@ -169,13 +110,17 @@ class TableStore:
 
     state: Any  # azure.data.tables.TableClient
     deadlines: Any  # azure.data.tables.TableClient
+    search: Any = None  # azure.data.tables.TableClient of OrderIndexTable (None: no search index)
     _select: tuple[str, ...] = field(default=("PartitionKey", "RowKey", "OrderId", "Due"))
     batch_index: bool = True
     fast_batch: bool = True
     _index: _IndexWriter | None = field(default=None, repr=False, compare=False)
+    _search: GroupCommit | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._send = sender_for(self.state, fast=self.fast_batch)
+        if self.search is not None:
+            self._search = GroupCommit(self.search, sender_for(self.search, fast=self.fast_batch))
         if self.batch_index:
             self._index = _IndexWriter(self.deadlines, sender_for(self.deadlines, fast=self.fast_batch))
 
@@ -192,8 +137,20 @@ class TableStore:
 
     def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
         # parameterised filter: the SDK quotes the value; never string-concatenate input
-        entities = self.state.query_entities("PartitionKey eq @pk", parameters={"pk": order_id})
+        entities = self.state.query_entities("PartitionKey eq @pk and RowKey ge @live",
+                                             parameters={"pk": order_id, "live": LIVE_ROWS_FROM})
         return {e["RowKey"]: self._row(e) for e in entities}
+
+    def read_history(self, order_id: str, after: int, limit: int) -> list[dict[str, Any]]:
+        entities = self.state.query_entities(
+            "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high", results_per_page=min(limit, 1000),
+            parameters={"pk": order_id, "low": history_row_key(after + 1), "high": HISTORY_END})
+        return _first(entities, limit, self._row)
+
+    def partition_keys(self, order_id: str, limit: int) -> list[tuple[str, str]]:
+        entities = self.state.query_entities("PartitionKey eq @pk", parameters={"pk": order_id},
+                                             select=["RowKey"], results_per_page=min(limit, 1000))
+        return [(str(e["RowKey"]), str(e.metadata.get("etag"))) for e in _first(entities, limit, lambda e: e)]
 
     def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None:
         from azure.core.exceptions import ResourceNotFoundError
@@ -237,6 +194,21 @@ class TableStore:
         if self._index is not None:
             self._index.flush()
 
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str]) -> None:
+        if self._search is None:
+            raise RuntimeError("this store has no search index table (OrderIndexTable)")
+        writes = [Write("upsert", str(row["RowKey"]), clean(row)) for row in puts]
+        writes += [Write("delete", rk) for rk in deletes]
+        self._search.commit(INDEX_PARTITION, writes)
+
+    def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+        if self.search is None:
+            raise RuntimeError("this store has no search index table (OrderIndexTable)")
+        entities = self.search.query_entities(
+            "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high", results_per_page=min(limit, 1000),
+            parameters={"pk": INDEX_PARTITION, "low": low, "high": high})
+        return _first(entities, limit, dict)
+
     def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]:
         self.flush_index()  # this worker's queued deletes first
         rows: list[dict[str, Any]] = []
@@ -248,3 +220,13 @@ class TableStore:
             if len(rows) >= limit:
                 break
         return rows
+
+
+def _first(entities: Iterable[Any], limit: int, convert: Any) -> list[Any]:
+    """The first ``limit`` entities of a paged query (no further page is fetched)."""
+    out: list[Any] = []
+    for e in entities:
+        out.append(convert(e))
+        if len(out) >= limit:
+            break
+    return out

@@ -22,7 +22,10 @@ By concern:
 ``failure``      a step that failed for good: hold, fail, compensate now or later
 ``compensation`` a compensation's reply, and what follows a compensation
 ``expiry``       the Supervisor's moves on an overdue order
-``operator``     retry and cancel
+``history``      the order's history events, written in the transaction they record
+``search_index`` the search index rows of an order, and when they are written
+``operator``     retry (from any failure) and cancel
+``terminate``    terminate an order in flight
 ===============  ==========================================================================
 
 States (state row):
@@ -37,7 +40,8 @@ Processed      finished   none                 all steps done
 Error          held       none                 a step failed for good, ``hold``: operator
 Error          compensate unclaimed            compensation to dispatch
 Error          compensate STEP:compensate:N    compensation in flight, claim held
-Error          finished   none                 failed or cancelled; compensations ended
+Error          finished   none                 failed, cancelled or terminated;
+                                               compensations ended
 =============  =========  ===================  ===========================================
 
 Fencing: a reply is applied only if the state row's lease is exactly its step and attempt,
@@ -61,15 +65,27 @@ from shared.statemachine.deadlines import ORPHAN_INDEX_AGE, IndexVerdict, index_
 from shared.statemachine.dispatch import inflight_request
 from shared.statemachine.expiry import decide_expired
 from shared.statemachine.forward import decide_reply, decide_schedule, plan_submission
+from shared.statemachine.history import EventKind
 from shared.statemachine.lease import Lease, LeaseKind
 from shared.statemachine.messages import schedule_message
 from shared.statemachine.operator import decide_cancel, decide_retry
-from shared.statemachine.rows import IndexRow, OrderRow, StateRow, StepRow
-from shared.statemachine.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
+from shared.statemachine.rows import EventRow, IndexRow, OrderRow, StateRow, StepRow
+from shared.statemachine.search_index import category_of, index_rows
+from shared.statemachine.states import (
+    Category,
+    CompensationState,
+    Mode,
+    OrderCompensation,
+    Outcome,
+    ProcessState,
+    StepState,
+)
+from shared.statemachine.terminate import decide_terminate
 from shared.statemachine.view import View
 
 __all__ = [
-    "ORPHAN_INDEX_AGE", "CompensationState", "Config", "Ctx", "Decision", "IndexRow", "IndexVerdict", "Lease",
+    "ORPHAN_INDEX_AGE", "Category", "CompensationState", "EventKind", "EventRow", "category_of", "decide_terminate",
+    "index_rows", "Config", "Ctx", "Decision", "IndexRow", "IndexVerdict", "Lease",
     "LeaseKind", "Mode", "OrderCompensation", "OrderRow", "Outcome", "ProcessState", "Rejected", "StateRow",
     "StepRow", "StepState", "View", "decide_cancel", "decide_expired", "decide_reply", "decide_retry",
     "decide_schedule", "index_verdict", "inflight_request", "plan_submission", "schedule_message",

@@ -11,14 +11,16 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from shared.effects import Alert, Effect, Transact
+from shared.effects import Alert, Effect
 from shared.models import ReplyMessage
 from shared.statemachine.config import Ctx, Decision
 from shared.statemachine.deadlines import drop_index, hand_off
-from shared.statemachine.dispatch import dispatch_compensation, inflight_request
+from shared.statemachine.dispatch import compensation_dispatched, dispatch_compensation, inflight_request
+from shared.statemachine.history import Event, EventKind, commit, event
 from shared.statemachine.lease import Lease
 from shared.statemachine.messages import alert, compensation_request, info, log, status_sends
 from shared.statemachine.rows import StateRow, StepRow
+from shared.statemachine.search_index import reindex
 from shared.statemachine.states import CompensationState, Mode, OrderCompensation
 from shared.statemachine.view import View
 
@@ -62,25 +64,38 @@ def next_compensation(view: View, step: StepRow, ended: StepRow, ctx: Ctx, *, wa
     after = view.with_steps(ended)
     pending = [s for s in after.steps if s.compensation is CompensationState.PENDING and s.index < step.index]
     head: list[Effect] = [warning] if warning else []
+    events = _ended_events(step, ended, warning)
     if not pending:
-        return _compensated(view, step, ended, state_now, head, ctx)
+        return _compensated(view, step, ended, state_now, head, events, ctx)
     following = max(pending, key=lambda s: s.index)
     if by_supervisor:
-        return _hand_off_next(view, step, ended, state_now, following, head, ctx)
+        return _hand_off_next(view, step, ended, state_now, following, head, events, ctx)
     running, new_state = dispatch_compensation(following, replace(state_now, comp_failure_count=0), ctx)
     return Decision("compensation-next", head + [
         # No index write: the order's row covers the next deadline.
         # Crash after this: the redelivered reply is a duplicate and re-sends the next
         # compensation request; else the Supervisor expires its lease.
-        Transact(view.order_id, (new_state.replacing(state), ended.replacing(step), running.replacing(following)),
-                 note="compensation ended, next dispatched"),
+        commit(view, new_state, [ended.replacing(step), running.replacing(following)],
+               [*events, compensation_dispatched(running)], ctx, note="compensation ended, next dispatched"),
         compensation_request(after.with_steps(running), running, ctx),
         info("compensation.ended", view, step=step.name, compensation=ended.compensation, next=following.name),
     ])
 
 
+def _ended_events(step: StepRow, ended: StepRow, warning: Alert | None) -> list[Event]:
+    """The events of a compensation that ended: done, or failed for good (with its alert)."""
+    attempt = ended.compensation_attempt
+    if ended.compensation is CompensationState.DONE:
+        return [event(EventKind.COMPENSATION_DONE, step.name, attempt)]
+    failed = [event(EventKind.COMPENSATION_FAILED, step.name, attempt, reason=ended.compensation_reason)]
+    if warning is not None:
+        failed.append(event(EventKind.ALERT, step.name, attempt, reason=warning.reason,
+                            failureCount=warning.failure_count))
+    return failed
+
+
 def _hand_off_next(view: View, step: StepRow, ended: StepRow, state_now: StateRow, following: StepRow,
-                   head: list[Effect], ctx: Ctx) -> Decision:
+                   head: list[Effect], events: list[Event], ctx: Ctx) -> Decision:
     state = view.state
     assert state is not None
     # The Supervisor (not a reply): the index row it is handling ends; cover the new deadline.
@@ -89,14 +104,13 @@ def _hand_off_next(view: View, step: StepRow, ended: StepRow, state_now: StateRo
     return Decision("compensation-next", head + [
         *handoff.puts,
         # Crash after this: the new row fires and the Supervisor schedules the next one.
-        Transact(view.order_id, (new_state.replacing(state), ended.replacing(step)),
-                 note="compensation ended, next scheduled"),
+        commit(view, new_state, [ended.replacing(step)], events, ctx, note="compensation ended, next scheduled"),
         handoff.notice,
     ])
 
 
 def _compensated(view: View, step: StepRow, ended: StepRow, state_now: StateRow, head: list[Effect],
-                 ctx: Ctx) -> Decision:
+                 events: list[Event], ctx: Ctx) -> Decision:
     state = view.state
     assert state is not None
     after = view.with_steps(ended)
@@ -107,8 +121,12 @@ def _compensated(view: View, step: StepRow, ended: StepRow, state_now: StateRow,
                         finished_at=ctx.now)
     return Decision("compensated", head + [
         # Crash after this: final; only best-effort status is missing.
-        Transact(view.order_id, (new_state.replacing(state), ended.replacing(step)), note="last compensation ended"),
+        commit(view, new_state, [ended.replacing(step)],
+               [*events, event(EventKind.COMPENSATED, outcome=state.outcome, compensation=summary)], ctx,
+               note="last compensation ended"),
         *status_sends(view, "compensated", ctx, outcome=state.outcome, compensation=summary),
         info("order.compensated", view, outcome=state.outcome, anyFailed=any_failed),
+        # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
+        *reindex(view.order, state, new_state),
         *drop_index(state),
     ])

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from shared.effects import Send
+from shared.effects import Send, iso
 from shared.statemachine.config import Ctx
+from shared.statemachine.history import Event, EventKind, event
 from shared.statemachine.lease import Lease, LeaseKind
 from shared.statemachine.messages import compensation_request, step_request
 from shared.statemachine.rows import StateRow, StepRow
@@ -32,6 +33,18 @@ def dispatch_compensation(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[Ste
                       compensation_finished_at=None)
     return running, replace(state, comp_index=step.index, complete_by=complete_by,
                             lease=Lease.for_compensation(step.name, attempt), updated_at=ctx.now)
+
+
+def dispatched(step: StepRow) -> Event:
+    """The history event of a step put in flight (its attempt and deadline)."""
+    deadline = step.complete_by
+    return event(EventKind.DISPATCHED, step.name, step.attempt, completeBy=iso(deadline) if deadline else None)
+
+
+def compensation_dispatched(step: StepRow) -> Event:
+    deadline = step.compensation_complete_by
+    return event(EventKind.COMPENSATION_DISPATCHED, step.name, step.compensation_attempt,
+                 completeBy=iso(deadline) if deadline else None)
 
 
 def outcome_unknown(step: StepRow, ctx: Ctx) -> bool:

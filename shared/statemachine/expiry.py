@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from shared.effects import Transact
 from shared.statemachine.compensation import next_compensation
 from shared.statemachine.config import Ctx, Decision
 from shared.statemachine.deadlines import cover, hand_off
 from shared.statemachine.failure import fail_step
+from shared.statemachine.history import EventKind, commit, event
 from shared.statemachine.lease import LeaseKind
 from shared.statemachine.messages import alert, log
 from shared.statemachine.rows import StateRow, StepRow
@@ -58,7 +58,8 @@ def _reschedule(view: View, state: StateRow, ctx: Ctx) -> Decision:
         # Crash after this: the overdue row is still there; the next sweep redoes this.
         *handoff.puts,
         # Crash after this (schedule not sent): the new row fires by the grace period.
-        Transact(view.order_id, (new_state.replacing(state),), note="unclaimed rescheduled"),
+        commit(view, new_state, [], [event(EventKind.RESCHEDULED, seq=new_state.schedule_seq, mode=state.mode)], ctx,
+               note="unclaimed rescheduled"),
         handoff.notice,
         log(logging.WARNING, "supervisor.unclaimed_rescheduled", view, seq=new_state.schedule_seq, mode=state.mode),
     ])
@@ -84,7 +85,9 @@ def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decis
         # FailureCount+1, claim released, Pending: ETag-conditional, so two supervisors
         # never count one failure twice. Crash after this (notice not sent): the
         # new row fires by delay+grace and the schedule message is re-sent.
-        Transact(view.order_id, (new_state.replacing(state), pending.replacing(step)), note="redrive"),
+        commit(view, new_state, [pending.replacing(step)],
+               [event(EventKind.REDRIVEN, step.name, step.attempt, reason=reason, failureCount=failures,
+                      backoffSeconds=delay.total_seconds())], ctx, note="redrive"),
         handoff.notice,
         log(logging.WARNING, "supervisor.redrive", view, step=step.name, attempt=step.attempt, failureCount=failures,
             delaySeconds=delay.total_seconds()),
@@ -103,14 +106,17 @@ def _compensation_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) 
                         f"{step.name}:compensate:{attempt}", ctx)
         return next_compensation(view, step, failed, ctx, warning=warning, by_supervisor=True,
                                  comp_failure_count=failures)
-    handoff = hand_off(view, ctx, note="compensation redrive guard", delay=ctx.config.backoff(failures))
+    delay = ctx.config.backoff(failures)
+    handoff = hand_off(view, ctx, note="compensation redrive guard", delay=delay)
     new_state = handoff.apply(replace(state, comp_failure_count=failures))
     pending = replace(step, compensation=CompensationState.PENDING, compensation_complete_by=None,
                       compensation_reason=reason)
     return Decision("compensation-redriven", [
         *handoff.puts,
         # Same as a step redrive: ETag-conditional, the new row backs up the notice.
-        Transact(view.order_id, (new_state.replacing(state), pending.replacing(step)), note="compensation redrive"),
+        commit(view, new_state, [pending.replacing(step)],
+               [event(EventKind.COMPENSATION_REDRIVEN, step.name, attempt, reason=reason, failureCount=failures,
+                      backoffSeconds=delay.total_seconds())], ctx, note="compensation redrive"),
         handoff.notice,
         log(logging.WARNING, "supervisor.compensation_redrive", view, step=step.name, attempt=attempt,
             compFailureCount=failures),

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from shared.effects import Alert, Effect, Transact
+from shared.effects import Alert, Effect
 from shared.statemachine.config import Ctx, Decision
 from shared.statemachine.deadlines import drop_index, hand_off
-from shared.statemachine.dispatch import dispatch_compensation, to_compensate
+from shared.statemachine.dispatch import compensation_dispatched, dispatch_compensation, to_compensate
+from shared.statemachine.history import Event, EventKind, commit, event
 from shared.statemachine.messages import alert, compensation_request, status_sends
 from shared.statemachine.rows import StateRow, StepRow
+from shared.statemachine.search_index import reindex
 from shared.statemachine.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
 from shared.statemachine.view import View
 from shared.store import Op
@@ -46,19 +48,21 @@ def fail_step(view: View, step: StepRow, reason: str, ctx: Ctx, *, timed_out: bo
     base = replace(state, failure_count=count, process_state=ProcessState.ERROR, failed_step=step.name, reason=reason,
                    updated_at=ctx.now)
     tail = status_sends(view, "failed", ctx, step=step.name, reason=reason, processState=ProcessState.ERROR)
+    events = [event(EventKind.STEP_FAILED, step.name, step.attempt, reason=reason, outcomeUnknown=timed_out or None),
+              event(EventKind.ALERT, step.name, step.attempt, reason=reason, failureCount=count)]
     holds = spec.on_failure == "hold" or (timed_out and spec.compensation is None)
     if holds:
-        return _hold(view, step, failed, base, [head], tail)
+        return _hold(view, step, failed, base, [head], tail, events, ctx)
     comps = to_compensate(view.with_steps(failed), ctx)
     if not comps:
-        return _fail_final(view, step, failed, base, [head], tail, ctx)
+        return _fail_final(view, step, failed, base, [head], tail, events, ctx)
     # The rows to write: the failed step, and every step to compensate marked Pending (the
     # failed step itself among them when its outcome is unknown). One op per row.
     marked = {s.index: replace(s, compensation=CompensationState.PENDING) for s in comps}
     marked.setdefault(failed.index, failed)
     if timed_out:
-        return _compensate_later(view, base, marked, comps[0].index, [head], tail, ctx)
-    return _compensate_now(view, base, marked, comps[0].index, [head], tail, ctx)
+        return _compensate_later(view, base, marked, comps[0].index, [head], tail, events, ctx)
+    return _compensate_now(view, base, marked, comps[0].index, [head], tail, events, ctx)
 
 
 def _released(state: StateRow) -> StateRow:
@@ -66,21 +70,24 @@ def _released(state: StateRow) -> StateRow:
 
 
 def _hold(view: View, step: StepRow, failed: StepRow, base: StateRow, head: list[Alert],
-          tail: list[Effect]) -> Decision:
+          tail: list[Effect], events: list[Event], ctx: Ctx) -> Decision:
     state = view.state
     assert state is not None
     new_state = replace(_released(base), mode=Mode.HELD, outcome=Outcome.HELD)
     return Decision("held", [
         *head,
         # Crash after this: held in Error for an operator; nothing in flight.
-        Transact(view.order_id, (new_state.replacing(state), failed.replacing(step)), note="step failed, held"),
+        commit(view, new_state, [failed.replacing(step)], [*events, event(EventKind.HELD, step.name)], ctx,
+               note="step failed, held"),
         *tail,
+        # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
+        *reindex(view.order, state, new_state),
         *drop_index(state),
     ])
 
 
 def _fail_final(view: View, step: StepRow, failed: StepRow, base: StateRow, head: list[Alert],
-                tail: list[Effect], ctx: Ctx) -> Decision:
+                tail: list[Effect], events: list[Event], ctx: Ctx) -> Decision:
     state = view.state
     assert state is not None
     new_state = replace(_released(base), mode=Mode.FINISHED, outcome=Outcome.FAILED,
@@ -88,19 +95,21 @@ def _fail_final(view: View, step: StepRow, failed: StepRow, base: StateRow, head
     return Decision("failed", [
         *head,
         # Crash after this: final state; only best-effort messages are missing.
-        Transact(view.order_id, (new_state.replacing(state), failed.replacing(step)), note="step failed, final"),
+        commit(view, new_state, [failed.replacing(step)], [*events, event(EventKind.FAILED, step.name)], ctx,
+               note="step failed, final"),
         *tail,
+        *reindex(view.order, state, new_state),
         *drop_index(state),
     ])
 
 
-def _ops(view: View, state: StateRow, new_state: StateRow, marked: dict[int, StepRow]) -> tuple[Op, ...]:
+def _ops(view: View, marked: dict[int, StepRow]) -> tuple[Op, ...]:
     old = {s.index: s for s in view.steps}
-    return (new_state.replacing(state), *(row.replacing(old[i]) for i, row in marked.items()))
+    return tuple(row.replacing(old[i]) for i, row in marked.items())
 
 
 def _compensate_now(view: View, base: StateRow, marked: dict[int, StepRow], first: int, head: list[Alert],
-                    tail: list[Effect], ctx: Ctx) -> Decision:
+                    tail: list[Effect], events: list[Event], ctx: Ctx) -> Decision:
     state = view.state
     assert state is not None
     compensating = replace(base, mode=Mode.COMPENSATE, outcome=Outcome.FAILED, comp_failure_count=0,
@@ -113,14 +122,15 @@ def _compensate_now(view: View, base: StateRow, marked: dict[int, StepRow], firs
         # Step Failed + compensations Pending + first compensation Running, ONE transaction.
         # Crash after this: the redelivered error reply is a duplicate and re-sends the
         # compensation request; else the Supervisor expires the compensation lease.
-        Transact(view.order_id, _ops(view, state, new_state, marked), note="step failed, compensating"),
+        commit(view, new_state, _ops(view, marked), [*events, compensation_dispatched(running)], ctx,
+               note="step failed, compensating"),
         compensation_request(view.with_steps(running), running, ctx),
         *tail,
     ])
 
 
 def _compensate_later(view: View, base: StateRow, marked: dict[int, StepRow], first: int, head: list[Alert],
-                      tail: list[Effect], ctx: Ctx) -> Decision:
+                      tail: list[Effect], events: list[Event], ctx: Ctx) -> Decision:
     state = view.state
     assert state is not None
     # The Supervisor: the index row it is handling ends; cover the new deadline.
@@ -133,7 +143,7 @@ def _compensate_later(view: View, base: StateRow, marked: dict[int, StepRow], fi
         *handoff.puts,
         # Crash after this: compensation pending but no schedule message; the new row fires
         # by the grace period and the Supervisor sends it.
-        Transact(view.order_id, _ops(view, state, new_state, marked), note="step failed, compensation scheduled"),
+        commit(view, new_state, _ops(view, marked), events, ctx, note="step failed, compensation scheduled"),
         handoff.notice,
         *tail,
     ])

@@ -6,17 +6,25 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from shared.effects import Effect, Log, Transact
+from shared.effects import Effect, Log
 from shared.models import ReplyMessage
 from shared.statemachine.compensation import compensation_reply
 from shared.statemachine.config import Ctx, Decision
 from shared.statemachine.deadlines import cover, drop_index
-from shared.statemachine.dispatch import dispatch_compensation, dispatch_step, inflight_request
+from shared.statemachine.dispatch import (
+    compensation_dispatched,
+    dispatch_compensation,
+    dispatch_step,
+    dispatched,
+    inflight_request,
+)
 from shared.statemachine.failure import fail_step
+from shared.statemachine.history import EventKind, commit, event
 from shared.statemachine.lease import Lease
 from shared.statemachine.messages import alert, compensation_request, info, log, status_sends, step_request
 from shared.statemachine.rows import OrderRow, StateRow, StepRow
-from shared.statemachine.states import CompensationState, Mode, Outcome, ProcessState, StepState
+from shared.statemachine.search_index import reindex
+from shared.statemachine.states import TERMINATED_REASON, CompensationState, Mode, Outcome, ProcessState, StepState
 from shared.statemachine.view import View
 
 
@@ -47,10 +55,15 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
         # Crash after this (request not sent): the client's retry replays and re-sends it
         # (same message id: deduplicated); without a retry the Supervisor finds the step
         # overdue at CompleteBy and redrives it (FailureCount+1), like any lost request.
-        Transact(order_id, tuple(row.create() for row in (order, state, *view.steps)),
-                 note="submission + first claim"),
+        commit(View(order, None, view.steps), state, (row.create() for row in (order, *view.steps)),
+               [event(EventKind.ACCEPTED, total=total, currency=order.currency, items=len(order.items),
+                      priority=order.priority),
+                dispatched(first)], ctx, note="submission + first claim"),
         replace(step_request(view, first, ctx), critical=False),
         *status_sends(view, "received", ctx, processState=ProcessState.PROCESSING),
+        # Crash after the transaction, before this: the order is not listed in search until
+        # its category next changes (every index write puts all of its rows).
+        *reindex(order, None, state),
         info("order.claimed", view, step=first.name, lease=str(state.lease), completeBy=state.complete_by),
     ]
 
@@ -83,6 +96,7 @@ def _claim(view: View, seq: int, ctx: Ctx) -> Decision:
             return inconsistent
         running, new_state = dispatch_step(step, replace(claimed, process_state=ProcessState.PROCESSING), ctx)
         send = step_request(view.with_steps(running), running, ctx)
+        claimed_event = dispatched(running)
     elif state.mode is Mode.COMPENSATE:
         step = view.step_at(state.comp_index)
         if step is None or step.compensation not in (CompensationState.PENDING, CompensationState.RUNNING):
@@ -90,6 +104,7 @@ def _claim(view: View, seq: int, ctx: Ctx) -> Decision:
         # ProcessState stays Error while compensating
         running, new_state = dispatch_compensation(step, claimed, ctx)
         send = compensation_request(view, running, ctx)
+        claimed_event = compensation_dispatched(running)
     else:
         return Decision("ignored", [info("schedule.ignored", view, seq=seq, mode=state.mode)])
     return Decision("claimed", [
@@ -98,7 +113,7 @@ def _claim(view: View, seq: int, ctx: Ctx) -> Decision:
         # Lost ETag race -> another instance owns the order: nothing after this runs.
         # Crash after this (request not sent): a redelivered schedule message (seq == ClaimedSeq)
         # re-sends it; otherwise the Supervisor expires the lease at CompleteBy and redrives.
-        Transact(view.order_id, (new_state.replacing(state), running.replacing(step)), note="claim"),
+        commit(view, new_state, [running.replacing(step)], [claimed_event], ctx, note="claim"),
         send,
         info("order.claimed", view, step=running.name, lease=str(new_state.lease), completeBy=new_state.complete_by),
     ])
@@ -129,7 +144,7 @@ def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Dec
         return fail_step(view, step, reply.reason or "rejected", ctx, timed_out=False)
     if step.attempt == reply.attempt and step.state in (StepState.DONE, StepState.FAILED):
         effects: list[Effect] = [info("reply.duplicate", view, step=reply.step, attempt=reply.attempt)]
-        if step.state is StepState.FAILED:
+        if step.state is StepState.FAILED and step.failure_reason != TERMINATED_REASON:
             # the alert may have been lost in a crash: re-send it (same id: deduplicated)
             effects.append(alert(view, step.name, step.failure_reason or "failed", state.failure_count,
                                  f"{step.name}:{reply.attempt}", ctx))
@@ -145,6 +160,7 @@ def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx) -> D
     state = view.state
     assert state is not None
     done = replace(step, state=StepState.DONE, result=result, finished_at=ctx.now, complete_by=None)
+    step_done = event(EventKind.STEP_DONE, step.name, step.attempt)
     following = view.after(step.index)
     if following is not None:
         # the claim (LockedBy) carries on to the next step
@@ -155,8 +171,8 @@ def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx) -> D
             # Crash after this: the redelivered reply is a duplicate of a Done step and
             # re-sends the next request (inflight_request); if the reply is not redelivered,
             # the Supervisor expires the next lease at CompleteBy and redrives.
-            Transact(view.order_id, (new_state.replacing(state), done.replacing(step), running.replacing(following)),
-                     note="step done + next dispatched"),
+            commit(view, new_state, [done.replacing(step), running.replacing(following)],
+                   [step_done, dispatched(running)], ctx, note="step done + next dispatched"),
             step_request(view.with_steps(done, running).with_state(new_state), running, ctx),
             *status_sends(view, "step-done", ctx, step=step.name),
             info("step.done", view, step=step.name, attempt=step.attempt, next=following.name),
@@ -167,9 +183,12 @@ def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx) -> D
     return Decision("processed", [
         # Crash after this: the order is Processed; status messages may be missing (best-effort);
         # its index row is deleted next (best effort), else lazily by the sweep.
-        Transact(view.order_id, (new_state.replacing(state), done.replacing(step)), note="last step done"),
+        commit(view, new_state, [done.replacing(step)], [step_done, event(EventKind.PROCESSED)], ctx,
+               note="last step done"),
         *status_sends(view, "step-done", ctx, step=step.name),
         *status_sends(view, "processed", ctx, processState=ProcessState.PROCESSED),
         info("order.processed", view, step=step.name),
+        # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
+        *reindex(view.order, state, new_state),
         *drop_index(state),
     ])

@@ -37,21 +37,22 @@ def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: d
     cfg = ctx.config
     spec = cfg.spec(step.name)
     order_id = view.order_id
-    assert view.order is not None
+    assert view.order is not None and view.state is not None
+    step_key = idempotency_key(order_id, spec.name, view.state.generation)
     if kind == "step":
         operation = spec.operation
-        key = f"{order_id}:{spec.name}"
+        key = step_key
         message_id = f"{order_id}:{spec.name}:{attempt}"
         context = {s.name: s.result for s in view.steps if s.index < step.index and s.state is StepState.DONE}
     else:
         assert spec.compensation is not None
         operation = spec.compensation
-        key = f"{order_id}:{spec.name}:compensate"
+        key = f"{step_key}:compensate"
         message_id = f"{order_id}:{spec.name}:compensate:{attempt}"
         # The step's result when it has one (a Done step); a step whose outcome is unknown
         # (timed out) has none: the remote finds the effect by the step's idempotency key.
         context = {spec.name: step.result} if step.result is not None else {}
-    target = None if kind == "step" else CompensationTarget(step=spec.name, idempotency_key=f"{order_id}:{spec.name}")
+    target = None if kind == "step" else CompensationTarget(step=spec.name, idempotency_key=step_key)
     # ``compensates``: the effect to undo, addressed by the stable idempotency key every attempt
     # of the step was sent with. A remote with nothing applied under it answers "nothing to
     # undo" and tombstones the key, so a late original call with it is refused.
@@ -62,6 +63,13 @@ def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: d
     return OutMessage(queue=cfg.agent_queue(spec), body=body, message_id=message_id, correlation_id=message_id,
                       reply_to=cfg.queues["RepliesQueue"], subject=kind, time_to_live=ttl,
                       application_properties={"traceparent": child_traceparent(view.traceparent), "kind": kind})
+
+
+def idempotency_key(order_id: str, step: str, generation: int) -> str:
+    """The key every attempt of a step is sent with. A restarted order (a retry after its
+    effects were compensated) runs as a new generation, with fresh keys: the remote would
+    otherwise answer the new run with the undone effect of the old one."""
+    return f"{order_id}:{step}" if generation == 0 else f"{order_id}:g{generation}:{step}"
 
 
 def schedule_message(order_id: str, seq: int, ctx: Ctx, traceparent: str | None,
@@ -86,7 +94,9 @@ def status_sends(view: View, event: str, ctx: Ctx, *, step: str | None = None, *
     if step:
         body["step"] = step
     body.update({k: v for k, v in extra.items() if v is not None})
-    message_id = f"{order_id}:status:{event}" + (f":{step}" if step else "")
+    generation = view.state.generation
+    message_id = (f"{order_id}:status:{event}" + (f":{step}" if step else "")
+                  + (f":g{generation}" if generation else ""))
     message = OutMessage(queue=queue, body=body, message_id=message_id, correlation_id=order_id, subject="status",
                          application_properties={"traceparent": child_traceparent(view.traceparent),
                                                  "kind": "status"})

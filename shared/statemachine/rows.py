@@ -18,7 +18,7 @@ from shared.effects import iso, parse_iso
 from shared.models import dumps, loads
 from shared.statemachine.lease import Lease
 from shared.statemachine.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
-from shared.store import ETAG, ORDER_ROW, STATE_ROW, Op, step_row_key
+from shared.store import ETAG, ORDER_ROW, STATE_ROW, Op, history_row_key, step_row_key
 
 Entity = dict[str, Any]
 R = TypeVar("R", bound="Row")
@@ -150,6 +150,9 @@ class StateRow(Row):
     finished_at: datetime | None = None
     retried_at: datetime | None = None
     cancelled_at: datetime | None = None
+    terminated_at: datetime | None = None
+    event_seq: int = 0  # the last history event written (``history-{seq}``)
+    generation: int = 0  # a retry of a failed, compensated order runs again as the next generation
     etag: str | None = None
 
     @property
@@ -176,6 +179,7 @@ StateRow.PROPS = _props(StateRow, {
     "compensation_state": ("CompensationState", _enum(OrderCompensation)), "index_due": ("IndexDue", TIME),
     "created_at": ("CreatedAt", TIME), "updated_at": ("UpdatedAt", TIME), "finished_at": ("FinishedAt", TIME),
     "retried_at": ("RetriedAt", TIME), "cancelled_at": ("CancelledAt", TIME),
+    "terminated_at": ("TerminatedAt", TIME), "event_seq": ("EventSeq", INT), "generation": ("Generation", INT),
 })
 
 
@@ -219,6 +223,40 @@ StepRow.PROPS = _props(StepRow, {
     "compensation_started_at": ("CompensationStartedAt", TIME),
     "compensation_finished_at": ("CompensationFinishedAt", TIME),
     "compensation_result": ("CompensationResult", JSON), "compensation_reason": ("CompensationReason", TEXT),
+})
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow(Row):
+    """One immutable history event of the order (RowKey ``history-NNNNNNNN``), written in the
+    same transaction as the state change it records."""
+
+    seq: int
+    at: datetime
+    event: str
+    step: str | None = None
+    attempt: int | None = None
+    detail: dict[str, Any] | None = None
+    instance: str | None = None
+    trace_id: str | None = None
+    etag: str | None = None
+
+    @property
+    def row_key(self) -> str:
+        return history_row_key(self.seq)
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as ``GET /api/orders/{id}`` shows it (absent fields omitted)."""
+        out: dict[str, Any] = {"seq": self.seq, "at": iso(self.at), "event": self.event, "step": self.step,
+                               "attempt": self.attempt, "detail": self.detail, "instance": self.instance,
+                               "traceId": self.trace_id}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+EventRow.PROPS = _props(EventRow, {
+    "seq": ("Seq", INT), "at": ("At", TIME), "event": ("Event", TEXT), "step": ("Step", TEXT),
+    "attempt": ("Attempt", Codec(lambda v: None if v is None else int(v), int)), "detail": ("Detail", JSON),
+    "instance": ("Instance", TEXT), "trace_id": ("TraceId", TEXT),
 })
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+# The failure reason of a step an operator's terminate fenced while it was in flight.
+TERMINATED_REASON = "terminated by operator"
+
 
 class ProcessState(StrEnum):
     """The order's state as the pattern's state store records it."""
@@ -30,6 +33,7 @@ class Outcome(StrEnum):
     FAILED = "failed"
     HELD = "held"
     CANCELLED = "cancelled"
+    TERMINATED = "terminated"
 
 
 class StepState(StrEnum):
@@ -56,3 +60,19 @@ class OrderCompensation(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
+
+
+class Category(StrEnum):
+    """Where an order is listed in search (``GET /api/orders?state=``): exactly one of these.
+
+    ``processed`` and ``error`` are final: an order in them never moves again (it is only
+    purged). ``in_flight`` and ``attention`` change, so a search verifies their rows."""
+
+    IN_FLIGHT = "inFlight"  # running forward, or compensating
+    ATTENTION = "attention"  # held; failed and not retried; a compensation failed for good
+    PROCESSED = "processed"
+    ERROR = "error"  # ended in Error with nothing left to do (cancelled, terminated)
+
+    @property
+    def final(self) -> bool:
+        return self in (Category.PROCESSED, Category.ERROR)

@@ -27,9 +27,11 @@ def table_store(table_service: Any) -> Iterator[TableStore]:
     suffix = uuid.uuid4().hex[:10]
     state = table_service.create_table_if_not_exists(f"orders{suffix}")
     deadlines = table_service.create_table_if_not_exists(f"deadlines{suffix}")
-    yield TableStore(state=state, deadlines=deadlines)
+    search = table_service.create_table_if_not_exists(f"orderindex{suffix}")
+    yield TableStore(state=state, deadlines=deadlines, search=search)
     table_service.delete_table(f"orders{suffix}")
     table_service.delete_table(f"deadlines{suffix}")
+    table_service.delete_table(f"orderindex{suffix}")
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ def table_store(request: pytest.FixtureRequest, table_service: Any) -> Iterator[
     suffix = uuid.uuid4().hex[:10]
     state = table_service.create_table_if_not_exists(f"orders{suffix}")
     deadlines = table_service.create_table_if_not_exists(f"deadlines{suffix}")
-    store = TableStore(state=state, deadlines=deadlines, fast_batch=request.param == "fast")
+    search = table_service.create_table_if_not_exists(f"orderindex{suffix}")
+    store = TableStore(state=state, deadlines=deadlines, search=search, fast_batch=request.param == "fast")
     try:
         if store.batch_path != request.param:
             pytest.skip(f"this azure-data-tables has no {request.param} path: {store.batch_path} is used")
@@ -29,6 +30,7 @@ def table_store(request: pytest.FixtureRequest, table_service: Any) -> Iterator[
     finally:
         table_service.delete_table(f"orders{suffix}")
         table_service.delete_table(f"deadlines{suffix}")
+        table_service.delete_table(f"orderindex{suffix}")
 
 
 @pytest.mark.parametrize("check", store_contract.ALL, ids=[c.__name__ for c in store_contract.ALL])

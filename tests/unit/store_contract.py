@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from shared.store import ETAG, Conflict, Op, Store
+from shared.store import ETAG, Conflict, Op, Store, history_row_key
 
 
 def _pk() -> str:
@@ -17,11 +17,11 @@ def _pk() -> str:
 
 def check_create_conflict_is_atomic(store: Store) -> None:
     pk = _pk()
-    store.transact(pk, [Op("create", {"RowKey": "a", "x": 1})])
+    store.transact(pk, [Op("create", {"RowKey": "step-a", "x": 1})])
     with pytest.raises(Conflict):
-        store.transact(pk, [Op("create", {"RowKey": "b", "x": 2}), Op("create", {"RowKey": "a", "x": 3})])
+        store.transact(pk, [Op("create", {"RowKey": "step-b", "x": 2}), Op("create", {"RowKey": "step-a", "x": 3})])
     rows = store.read_partition(pk)
-    assert set(rows) == {"a"} and rows["a"]["x"] == 1  # 'b' was not written: all or nothing
+    assert set(rows) == {"step-a"} and rows["step-a"]["x"] == 1  # 'step-b' was not written: all or nothing
 
 
 def check_etag_replace(store: Store) -> None:
@@ -82,15 +82,16 @@ def check_injection_safe_keys(store: Store) -> None:
 def check_mixed_transaction_and_values(store: Store) -> None:
     # create, replace and delete in one transaction; keys that need quoting; the value types the app writes
     pk = f"{_pk()}'q"
-    store.transact(pk, [Op("create", {"RowKey": "o'k é", "n": 1}), Op("create", {"RowKey": "gone", "n": 2})])
+    odd = "step-o'k é"
+    store.transact(pk, [Op("create", {"RowKey": odd, "n": 1}), Op("create", {"RowKey": "step-gone", "n": 2})])
     rows = store.read_partition(pk)
-    values = {"RowKey": "new", "s": "ünï'code \" {json}", "i": -7, "big": 2**31 - 1, "b": True, "f": 1.5}
+    values = {"RowKey": "state", "s": "ünï'code \" {json}", "i": -7, "big": 2**31 - 1, "b": True, "f": 1.5}
     store.transact(pk, [Op("create", values),
-                        Op("replace", {"RowKey": "o'k é", "n": 3}, etag=rows["o'k é"][ETAG]),
-                        Op("delete", {"RowKey": "gone"}, etag=rows["gone"][ETAG])])
+                        Op("replace", {"RowKey": odd, "n": 3}, etag=rows[odd][ETAG]),
+                        Op("delete", {"RowKey": "step-gone"}, etag=rows["step-gone"][ETAG])])
     rows = store.read_partition(pk)
-    assert set(rows) == {"new", "o'k é"} and rows["o'k é"]["n"] == 3
-    assert {k: rows["new"][k] for k in values} == values
+    assert set(rows) == {"state", odd} and rows[odd]["n"] == 3
+    assert {k: rows["state"][k] for k in values} == values
 
 
 def check_delete_needs_current_etag(store: Store) -> None:
@@ -139,6 +140,55 @@ def check_index_many_rows_of_one_bucket(store: Store) -> None:
         store.delete_index(bucket, rk)
 
 
+def check_history_is_apart_from_live_rows(store: Store) -> None:
+    # the forward path's read never returns history; history pages oldest first
+    pk = _pk()
+    events = [Op("create", {"RowKey": history_row_key(n), "Seq": n}) for n in range(1, 8)]
+    store.transact(pk, [Op("create", {"RowKey": "order"}), Op("create", {"RowKey": "state"}), *events])
+    assert set(store.read_partition(pk)) == {"order", "state"}
+    first = store.read_history(pk, 0, 3)
+    assert [r["Seq"] for r in first] == [1, 2, 3]
+    rest = store.read_history(pk, 3, 100)
+    assert [r["Seq"] for r in rest] == [4, 5, 6, 7]
+    assert store.read_history(pk, 7, 100) == []
+    keys = store.partition_keys(pk, 100)
+    assert {k for k, _e in keys} == {"order", "state", *(history_row_key(n) for n in range(1, 8))}
+    assert all(etag for _k, etag in keys)
+    assert len(store.partition_keys(pk, 4)) == 4
+
+
+def check_search_index(store: Store) -> None:
+    # key ranges, ascending; upserts and deletes from many threads at once (group-committed in the
+    # Table store), one caller deleting a row that is not there without failing the others
+    tag = _pk()[:8]
+    barrier = threading.Barrier(10)
+    errors: list[BaseException] = []
+
+    def write(n: int) -> None:
+        barrier.wait()
+        try:
+            store.write_index([{"RowKey": f"t-{tag}-{n:02d}", "N": n}, {"RowKey": f"u-{tag}-{n:02d}", "N": n}],
+                              [f"t-{tag}-missing-{n}"] if n == 3 else [])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    rows = store.query_index(f"t-{tag}-", f"t-{tag}.", 100)
+    assert [r["N"] for r in rows] == list(range(10))
+    assert [r["N"] for r in store.query_index(f"t-{tag}-04", f"t-{tag}.", 3)] == [4, 5, 6]
+    store.write_index([{"RowKey": f"t-{tag}-04", "N": 40}], [f"t-{tag}-05", f"u-{tag}-05"])
+    assert [r["N"] for r in store.query_index(f"t-{tag}-03", f"t-{tag}-07", 100)] == [3, 40, 6]
+    assert len(store.query_index(f"u-{tag}-", f"u-{tag}.", 100)) == 9
+    store.write_index([], [r["RowKey"] for r in store.query_index(f"t-{tag}-", f"u-{tag}.", 100)])
+    assert store.query_index(f"t-{tag}-", f"u-{tag}.", 100) == []
+
+
 ALL = [check_create_conflict_is_atomic, check_etag_replace, check_replace_removes_absent_and_none,
        check_replace_missing_row_conflicts, check_index, check_injection_safe_keys,
-       check_mixed_transaction_and_values, check_delete_needs_current_etag, check_index_many_rows_of_one_bucket]
+       check_mixed_transaction_and_values, check_delete_needs_current_etag, check_index_many_rows_of_one_bucket,
+       check_history_is_apart_from_live_rows, check_search_index]

@@ -25,8 +25,9 @@ def test_accepts_order_and_writes_one_transaction() -> None:
     oid = r.body["orderId"]
     assert r.body == {"orderId": oid, "processState": "Processing"}
     assert r.headers["Location"] == f"/api/orders/{oid}"
-    # index row + ONE transaction (order, state, 3 steps: the first one claimed in it)
-    assert rt.store.writes == 2
+    # index row + ONE transaction (order, state, 3 steps: the first one claimed in it, and its
+    # history) + its search index rows (issue 11: written after it, group-committed)
+    assert rt.store.writes == 3
     st = state(rt, oid)
     assert (st["OrderID"], st["ProcessState"], st["LockedBy"], st["FailureCount"]) == (oid, "Processing",
                                                                                       "instance-a", 0)

@@ -1,0 +1,126 @@
+"""Group commit: the index writes that threads of a worker make at the same time to one
+partition go out as ONE entity-group transaction.
+
+Each caller hands over its writes (upserts and deletes of index rows, never conditional) and
+returns only once they are committed, so "written before" / "written after" orderings still
+hold. A lone caller's writes are sent at once (no added latency); while a transaction of a
+partition is in flight, the next callers queue up and the first of them sends them all when it
+returns. A transaction holds whole callers' writes, at most 100 and each row once. When a
+transaction of several writes fails (say, a delete of a row already gone), its writes are sent
+one by one instead (a delete that finds nothing is fine), so one caller's stale delete never
+fails another's writes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from shared.store import MAX_BATCH_OPS
+from shared.table_batch import Write
+
+Send = Callable[[str, Sequence[Write]], None]  # (partition key, writes): one transaction
+
+
+class GroupCommit:
+    """Group-committed index writes on ``table`` (an azure-data-tables ``TableClient``)."""
+
+    def __init__(self, table: Any, send: Send) -> None:
+        self.table = table
+        self.send = send
+        self._lock = threading.Lock()
+        self._queued: dict[str, list[_Caller]] = {}
+        self._busy: set[str] = set()
+
+    def commit(self, partition: str, writes: Sequence[Write]) -> None:
+        """Apply ``writes`` to ``partition``; return once they are committed (or raise)."""
+        me = _Caller(tuple(writes))
+        with self._lock:
+            self._queued.setdefault(partition, []).append(me)
+            lead = partition not in self._busy
+            if lead:
+                self._busy.add(partition)
+        if not lead:
+            me.done.wait()  # committed by another caller's transaction, or promoted to send
+            if not me.lead:
+                me.raise_error()
+                return
+        try:
+            while not me.sent:  # send transactions (ours among them), then hand over
+                self._send(partition, self._next_batch(partition))
+        finally:
+            with self._lock:
+                rest = self._queued.get(partition, [])
+                if rest:
+                    rest[0].lead = True  # the next caller sends what queued up meanwhile
+                    rest[0].done.set()
+                else:
+                    self._queued.pop(partition, None)
+                    self._busy.discard(partition)
+        me.raise_error()
+
+    def _next_batch(self, partition: str) -> list[_Caller]:
+        """Whole callers that fit one transaction (each row once, at most 100 writes)."""
+        with self._lock:
+            batch: list[_Caller] = []
+            keys: set[str] = set()
+            rest: list[_Caller] = []
+            for caller in self._queued.get(partition, []):
+                mine = {w.row_key for w in caller.writes}
+                fits = len(keys) + len(mine) <= MAX_BATCH_OPS and not keys & mine
+                if fits or not batch:
+                    keys |= mine
+                    batch.append(caller)
+                else:
+                    rest.append(caller)
+            self._queued[partition] = rest
+        return batch
+
+    def _send(self, partition: str, batch: list[_Caller]) -> None:
+        writes = [w for caller in batch for w in caller.writes]
+        try:
+            if len(writes) == 1:
+                self._one(partition, writes[0])
+            else:
+                self.send(partition, writes)
+            errors: list[BaseException | None] = [None] * len(batch)
+        except Exception:  # noqa: BLE001 - fall back to one write at a time, caller by caller
+            errors = [self._one_by_one(partition, caller.writes) for caller in batch]
+        for caller, error in zip(batch, errors, strict=True):
+            caller.error = error
+            caller.sent = True
+            caller.done.set()
+
+    def _one_by_one(self, partition: str, writes: Sequence[Write]) -> BaseException | None:
+        try:
+            for write in writes:
+                self._one(partition, write)
+        except Exception as exc:  # noqa: BLE001 - this caller's failure, raised in its thread
+            return exc
+        return None
+
+    def _one(self, partition: str, write: Write) -> None:
+        from azure.data.tables import UpdateMode
+
+        if write.kind == "delete":  # azure-data-tables ignores a 404 on delete
+            self.table.delete_entity(partition_key=partition, row_key=write.row_key)
+        else:
+            entity = {**{k: v for k, v in write.props.items() if v is not None},
+                      "PartitionKey": partition, "RowKey": write.row_key}
+            self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+
+
+class _Caller:
+    __slots__ = ("done", "error", "lead", "sent", "writes")
+
+    def __init__(self, writes: tuple[Write, ...]) -> None:
+        self.writes = writes
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.lead = False  # promoted to send the queued transactions
+        self.sent = False  # its writes were sent (``error`` says how it went)
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
