@@ -48,6 +48,13 @@ param stepTimeoutSeconds string = ''
 @description('MaxRequestBytes: largest accepted order body.')
 param maxRequestBytes int = 65536
 
+@description('RetentionDays: days a finished order (Processed, or Error with nothing left to do) and its history are kept before the retention timer purges them. Held and attention orders are never purged.')
+@minValue(1)
+param retentionDays int = 30
+
+@description('RetentionSchedule: NCRONTAB (six fields, seconds first) of the retention purge timer.')
+param retentionSchedule string = '0 17 * * * *'
+
 @description('Most instances the Flex Consumption plan scales out to.')
 @minValue(40)
 @maxValue(1000)
@@ -68,10 +75,12 @@ param tags object = {}
 var serviceBusConfig = loadJsonContent('servicebus-config.json')
 var queues = serviceBusConfig.UserConfig.Namespaces[0].Queues
 
-// Tables the app reads: the values of the table settings (StateTable, DeadlineTable).
+// Tables the app reads: the values of the table settings (StateTable, DeadlineTable,
+// OrderIndexTable).
 var tableNames = [
   'orders'
   'deadlines'
+  'orderindex'
 ]
 
 var suffix = uniqueString(resourceGroup().id, appName)
@@ -155,6 +164,8 @@ module functionApp 'modules/functionapp.bicep' = {
     unclaimedGraceSeconds: unclaimedGraceSeconds
     stepTimeoutSeconds: stepTimeoutSeconds
     maxRequestBytes: maxRequestBytes
+    retentionDays: retentionDays
+    retentionSchedule: retentionSchedule
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     tags: tags

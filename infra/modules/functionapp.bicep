@@ -65,6 +65,13 @@ param stepTimeoutSeconds string
 @description('MaxRequestBytes: largest accepted order body.')
 param maxRequestBytes int
 
+@description('RetentionDays: days a finished order and its history are kept before they are purged.')
+@minValue(1)
+param retentionDays int
+
+@description('RetentionSchedule: NCRONTAB (six fields, seconds first) of the retention purge timer.')
+param retentionSchedule string
+
 @description('Most instances the plan scales out to.')
 @minValue(40)
 @maxValue(1000)
@@ -96,7 +103,7 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 }
 
 resource app 'Microsoft.Web/sites@2024-04-01' = {
-  // checkov:skip=CKV_AZURE_222: The order API is a public HTTP API by design; each call needs a function key (authLevel FUNCTION).
+  // checkov:skip=CKV_AZURE_222: The order API is a public HTTP API by design; each call needs a function key (authLevel FUNCTION), the operator endpoints the master key (authLevel ADMIN).
   // checkov:skip=CKV_AZURE_17: Callers authenticate with function keys over TLS; they hold no client certificates.
   // checkov:skip=CKV_AZURE_212: Flex Consumption scales instances on demand (numberOfWorkers does not apply); every instance can take over.
   // checkov:skip=CKV_AZURE_213: Flex Consumption does not support the App Service health check; the platform replaces unhealthy instances.
@@ -227,6 +234,10 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'DeadlineTable'
           value: 'deadlines'
         }
+        {
+          name: 'OrderIndexTable'
+          value: 'orderindex'
+        }
         // Remote services and workflow tuning.
         {
           name: 'InventoryServiceUrl'
@@ -267,6 +278,15 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'MaxRequestBytes'
           value: string(maxRequestBytes)
+        }
+        // Retention of finished orders (the retention purge timer).
+        {
+          name: 'RetentionDays'
+          value: string(retentionDays)
+        }
+        {
+          name: 'RetentionSchedule'
+          value: retentionSchedule
         }
       ]
     }

@@ -75,8 +75,9 @@ resource sbReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   }
 }
 
-// Order state and deadline tables (StateStorage), and the host's diagnostic events table
-// (AzureWebJobsStorage). The account holds nothing but this app's data.
+// Order state, deadline and search index tables (StateStorage: every table of main.bicep
+// tableNames), and the host's diagnostic events table (AzureWebJobsStorage). Scoped to the
+// account, so a table added to tableNames is covered; the account holds nothing but this app's data.
 resource tableContributor 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(storage.id, principalId, storageTableDataContributor)
   scope: storage

@@ -115,6 +115,19 @@ def test_bicep_parameters_with_defaults_match_settings_py() -> None:
         assert default == spec.default, (spec.name, default, spec.default)
 
 
+def test_every_binding_expression_names_a_setting_bicep_sets() -> None:
+    """A `%Name%` in a trigger (queue names, timer schedules such as %RetentionSchedule%) is
+    resolved by the host from the app settings: it must be declared and set in Azure."""
+    bicep = bicep_app_settings()
+    declared = {s.name for s in VALUES}
+    sources = [INFRA.parent / "function_app.py", *sorted((INFRA.parent / "functions").glob("*.py"))]
+    used = {(path.name, name) for path in sources for name in re.findall(r"['\"]%(\w+)%['\"]", path.read_text())}
+    assert used, "no %Setting% binding expression found in functions/"
+    for source, name in sorted(used):
+        assert name in declared, f"{source}: %{name}% is not a setting of shared/settings.py"
+        assert name in bicep, f"{source}: %{name}% is not set by infra/modules/functionapp.bicep"
+
+
 # --- Queues -------------------------------------------------------------------------------------
 
 
