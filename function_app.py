@@ -1,9 +1,9 @@
 """The one FunctionApp: registers the blueprints of functions/ (submission, scheduler, agents,
-supervisor, and the OpenAPI document of the HTTP API). All logic lives in shared/."""
+supervisor, retention, and the OpenAPI document of the HTTP API). All logic lives in shared/."""
 
 import azure.functions as func
 
-from functions import agents, openapi, scheduler, submission, supervisor
+from functions import agents, openapi, retention, scheduler, submission, supervisor
 from shared.settings import Settings
 
 # A required setting that is missing (the remote services' URLs have no safe default) stops the
@@ -16,4 +16,5 @@ app.register_functions(submission.bp)
 app.register_functions(scheduler.bp)
 app.register_functions(agents.bp)
 app.register_functions(supervisor.bp)
+app.register_functions(retention.bp)
 app.register_functions(openapi.bp)

@@ -1,13 +1,15 @@
-"""HTTP functions: submission, order status, operator retry/cancel. Thin adapters over
-``shared.submission``: parse the request, call the core, return its result."""
+"""HTTP functions: submission, order status and history, search, and the operator's retry,
+cancel and terminate. Thin adapters over ``shared.submission`` and ``shared.search``: parse the
+request, call the core, return its result."""
 
 from __future__ import annotations
 
 import azure.functions as func
 
 from shared.runtime import get_runtime
+from shared.search import search_orders
 from shared.settings import Settings
-from shared.submission import HttpResult, cancel_order, get_order, retry_order, submit
+from shared.submission import HttpResult, cancel_order, get_history, get_order, retry_order, submit, terminate_order
 
 bp = func.Blueprint()
 
@@ -38,6 +40,18 @@ def get_order_status(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(get_order(get_runtime(), req.route_params.get("id")))
 
 
+@bp.function_name("search_orders")
+@bp.route(route="orders", methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+def search(req: func.HttpRequest) -> func.HttpResponse:
+    return to_response(search_orders(get_runtime(), dict(req.params)))
+
+
+@bp.function_name("order_history")
+@bp.route(route="orders/{id}/history", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def history(req: func.HttpRequest) -> func.HttpResponse:
+    return to_response(get_history(get_runtime(), req.route_params.get("id"), dict(req.params)))
+
+
 @bp.function_name("retry_order")
 @bp.route(route="orders/{id}/retry", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
 def retry(req: func.HttpRequest) -> func.HttpResponse:
@@ -48,3 +62,9 @@ def retry(req: func.HttpRequest) -> func.HttpResponse:
 @bp.route(route="orders/{id}/cancel", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
 def cancel(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(cancel_order(get_runtime(), req.route_params.get("id")))
+
+
+@bp.function_name("terminate_order")
+@bp.route(route="orders/{id}/terminate", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+def terminate(req: func.HttpRequest) -> func.HttpResponse:
+    return to_response(terminate_order(get_runtime(), req.route_params.get("id")))

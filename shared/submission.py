@@ -10,9 +10,10 @@
   create conflicts. Same body hash -> 200 with the existing order's id and state (and the
   request in flight re-sent, deduplicated by its message id, in case the first submission
   died before sending it); different body -> 409 problem+json.
-* GET /api/orders/{id}: the order, its state, steps and compensation progress.
-* POST /api/orders/{id}/retry | /cancel (operator): 409 problem+json with the reason when the
-  order is in the wrong state.
+* GET /api/orders/{id}: the order, its state, steps, compensation progress and the first page
+  of its history; GET /api/orders/{id}/history pages through the rest.
+* POST /api/orders/{id}/retry | /cancel | /terminate (operator): 409 problem+json with the
+  reason when the order is in the wrong state. Search: ``shared.search``.
 Ids (32 lower-case hex, or a UUID with dashes in any case: the same order) are validated and
 brought to their stored form before any table call; Table filters are parameterised.
 """
@@ -47,19 +48,25 @@ from shared.models import (
 from shared.runtime import Runtime
 from shared.statemachine import (
     CompensationState,
+    EventRow,
     Mode,
     OrderCompensation,
     Rejected,
     StepRow,
     View,
+    category_of,
     decide_cancel,
     decide_retry,
+    decide_terminate,
     inflight_request,
     plan_submission,
     schedule_message,
 )
 from shared.store import STATE_ROW
+from shared.tokens import InvalidToken, issue, redeem
 
+HISTORY_PAGE = 100
+MAX_HISTORY_PAGE = 1000
 PROBLEM = "application/problem+json"
 PROBLEM_BASE = "https://errors.orders.example/"
 OPERATOR_RACE_RETRIES = 3
@@ -263,6 +270,8 @@ def order_view(view: View) -> dict[str, Any]:
         "lockedBy": state.locked_by,
         "completeBy": _time(state.complete_by),
         "currentStep": state.step_name if state.mode is Mode.FORWARD else None,
+        "category": category_of(state),
+        "generation": state.generation,
         "createdAt": _time(order.created_at),
         "updatedAt": _time(state.updated_at),
         "order": {"customerId": order.customer_id, "currency": order.currency, "items": order.items,
@@ -285,14 +294,55 @@ def get_order(rt: Runtime, raw_id: str | None) -> HttpResult:
     view = View.from_entities(rt.store.read_partition(order_id))
     if view.state is None or view.order is None:
         return problem(404, "not-found", "Order not found", f"no order {order_id}")
-    return HttpResult(200, order_view(view))
+    events, token = _history_page(rt, order_id, 0, HISTORY_PAGE)
+    return HttpResult(200, {**order_view(view), "history": events, "historyContinuationToken": token})
+
+
+def _history_page(rt: Runtime, order_id: str, after: int, limit: int) -> tuple[list[dict[str, Any]], str | None]:
+    """Up to ``limit`` events after event ``after``, and the token for the rest (if any)."""
+    rows = [EventRow.from_entity(e) for e in rt.store.read_history(order_id, after, limit + 1)]
+    more = len(rows) > limit
+    page = rows[:limit]
+    token = issue(f"history:{order_id}", {"after": page[-1].seq}) if more and page else None
+    return [r.to_json() for r in page], token
+
+
+def _bad_history_token(reason: str) -> HttpResult:
+    return problem(400, "invalid-continuation-token", "Invalid history query",
+                   f"continuationToken: not a token this order's history issued ({reason})",
+                   errors=[{"field": "continuationToken", "message": "not a token this history issued"}])
+
+
+def get_history(rt: Runtime, raw_id: str | None, params: Mapping[str, str]) -> HttpResult:
+    """``GET /api/orders/{id}/history?limit=&continuationToken=``: the order's events, oldest first."""
+    order_id = resolve_id(raw_id)
+    if isinstance(order_id, HttpResult):
+        return order_id
+    raw_limit = params.get("limit", str(HISTORY_PAGE))
+    if not (raw_limit.isascii() and raw_limit.isdigit() and len(raw_limit) <= 5
+            and 1 <= int(raw_limit) <= MAX_HISTORY_PAGE):
+        return problem(400, "invalid-query", "Invalid history query", f"limit: must be 1 to {MAX_HISTORY_PAGE}",
+                       errors=[{"field": "limit", "message": f"must be a whole number from 1 to {MAX_HISTORY_PAGE}"}])
+    after: Any = 0
+    token = params.get("continuationToken")
+    if token is not None:
+        try:
+            after = redeem(f"history:{order_id}", token).get("after")
+        except InvalidToken as exc:
+            return _bad_history_token(str(exc))
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            return _bad_history_token("out of range")
+    if rt.store.read_row(order_id, STATE_ROW) is None:
+        return problem(404, "not-found", "Order not found", f"no order {order_id}")
+    events, following = _history_page(rt, order_id, after, int(raw_limit))
+    return HttpResult(200, {"orderId": order_id, "history": events, "continuationToken": following})
 
 
 def _operate(rt: Runtime, raw_id: str | None, action: str) -> HttpResult:
     order_id = resolve_id(raw_id)
     if isinstance(order_id, HttpResult):
         return order_id
-    decide = decide_retry if action == "retry" else decide_cancel
+    decide = {"retry": decide_retry, "cancel": decide_cancel, "terminate": decide_terminate}[action]
     for _ in range(OPERATOR_RACE_RETRIES):
         view = View.from_entities(rt.store.read_partition(order_id))
         if view.state is None:
@@ -319,3 +369,7 @@ def retry_order(rt: Runtime, order_id: str | None) -> HttpResult:
 
 def cancel_order(rt: Runtime, order_id: str | None) -> HttpResult:
     return _operate(rt, order_id, "cancel")
+
+
+def terminate_order(rt: Runtime, order_id: str | None) -> HttpResult:
+    return _operate(rt, order_id, "terminate")

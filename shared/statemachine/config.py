@@ -21,6 +21,7 @@ class Config:
     backoff_cap_seconds: float = 900.0
     grace_seconds: float = 30.0
     step_timeout_override: float | None = None
+    retention_days: int = 30
 
     @classmethod
     def from_settings(cls, settings: Any, workflow: tuple[Step, ...] = WORKFLOW) -> Config:
@@ -35,6 +36,7 @@ class Config:
             backoff_base_seconds=float(settings.decimal("BackoffBaseSeconds")),
             grace_seconds=float(settings.decimal("UnclaimedGraceSeconds")),
             step_timeout_override=float(override) if override else None,
+            retention_days=max(1, settings.int("RetentionDays")),
         )
 
     def spec(self, name: str) -> Step:

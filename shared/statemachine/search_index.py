@@ -63,12 +63,10 @@ def category_of(state: StateRow) -> Category:
     return Category.PROCESSED if state.outcome is Outcome.PROCESSED else Category.ERROR
 
 
-def all_key(created_at: datetime, order_id: str) -> str:
-    return f"all-{rev(created_at)}-{order_id}"
-
-
-def customer_row_key(customer_id: str, created_at: datetime, order_id: str) -> str:
-    return f"cust-{customer_key(customer_id)}-{rev(created_at)}-{order_id}"
+def listing_keys(order_id: str, order_rev: str, cust_key: str, category: Category) -> tuple[str, str, str]:
+    """The all, cust and cat row keys of an order."""
+    return (f"all-{order_rev}-{order_id}", f"cust-{cust_key}-{order_rev}-{order_id}",
+            f"cat-{category}-{order_rev}-{order_id}")
 
 
 def category_key(category: Category, created_at: datetime, order_id: str) -> str:
@@ -98,9 +96,8 @@ def index_rows(order: OrderRow, state: StateRow) -> list[dict[str, Any]]:
     created, oid = order.created_at, state.order_id
     category = category_of(state)
     props = summary(order, state)
-    rows = [{"RowKey": all_key(created, oid), **props},
-            {"RowKey": customer_row_key(order.customer_id, created, oid), **props},
-            {"RowKey": category_key(category, created, oid), **props}]
+    rows = [{"RowKey": key, **props}
+            for key in listing_keys(oid, rev(created), customer_key(order.customer_id), category)]
     if category.final and state.finished_at is not None:
         rows.append({"RowKey": finished_key(state.finished_at, oid), "OrderId": oid, "Rev": rev(created),
                      "CustomerKey": customer_key(order.customer_id), "Category": str(category)})

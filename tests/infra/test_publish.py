@@ -173,9 +173,9 @@ def test_one_service_bus_trigger_per_agent_and_for_the_scheduler(indexed: dict) 
     assert triggered["%RepliesQueue%"] >= 1, f"nothing reads the agents' replies (%RepliesQueue%): {triggered}"
 
 
-def test_supervisor_timer(indexed: dict) -> None:
+def test_supervisor_and_retention_timers(indexed: dict) -> None:
     timers = [t for _, t in _triggers(indexed) if t["type"] == "timerTrigger"]
-    assert [t["schedule"] for t in timers] == ["%SupervisorSchedule%"], timers
+    assert sorted(t["schedule"] for t in timers) == ["%RetentionSchedule%", "%SupervisorSchedule%"], timers
 
 
 def test_every_binding_reads_declared_settings(indexed: dict) -> None:

@@ -35,6 +35,9 @@ def test_http_functions() -> None:
         (("GET",), "orders/{id}"): "FUNCTION",
         (("POST",), "orders/{id}/retry"): "ADMIN",
         (("POST",), "orders/{id}/cancel"): "ADMIN",
+        (("POST",), "orders/{id}/terminate"): "ADMIN",
+        (("GET",), "orders"): "ADMIN",
+        (("GET",), "orders/{id}/history"): "FUNCTION",
         (("GET",), "openapi.yaml"): "ANONYMOUS",
     }
 
@@ -50,11 +53,10 @@ def test_service_bus_triggers_scheduler_and_one_per_agent() -> None:
             assert t["connection"] == SERVICE_BUS_CONNECTION
 
 
-def test_supervisor_timer() -> None:
+def test_timers_supervisor_and_retention() -> None:
     timers = [_trigger(f) for f in _functions().values() if _trigger(f)["type"] == "timerTrigger"]
-    assert len(timers) == 1
-    assert timers[0]["schedule"] == "%SupervisorSchedule%"
-    assert timers[0]["runOnStartup"] is False
+    assert sorted(t["schedule"] for t in timers) == ["%RetentionSchedule%", "%SupervisorSchedule%"]
+    assert all(t["runOnStartup"] is False for t in timers)
 
 
 def test_every_queue_name_is_a_declared_setting() -> None:

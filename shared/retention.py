@@ -1,0 +1,114 @@
+"""Retention: finished orders are purged, with their history, after ``RetentionDays``.
+
+The purge reads only what it deletes. It pages through the search index's ``fin-{day}-{id}``
+rows of the days before the cut-off (one key range: the finish-day index), and for each order:
+
+1. reads its state row; an order that is not final (a row left from before a retry) or not
+   old enough is skipped (its stale ``fin`` row deleted);
+2. deletes the state row (ETag-conditioned, with as many of the order's other rows as fit in
+   the same transaction): from here on, the order is gone for everyone (404). A retry or any
+   other write that won the race makes this fail, and the order is skipped;
+3. deletes the order's other rows (history, steps) in transactions of up to 100;
+4. deletes its index rows, the ``fin`` row last.
+
+A crash anywhere leaves the ``fin`` row, so the next run finds the order again and finishes
+the job (a missing state row then means "already purged: go on from step 3"). Held and
+attention orders have no ``fin`` row, so they are never purged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.logs import log_event
+from shared.runtime import Runtime
+from shared.statemachine import Category, StateRow, category_of
+from shared.statemachine.search_index import listing_keys
+from shared.store import ETAG, MAX_BATCH_OPS, STATE_ROW, Conflict, Op
+
+PURGE_BATCH = 100
+PURGE_BUDGET_SECONDS = 60.0
+
+
+@dataclass
+class PurgeReport:
+    purged: int = 0
+    skipped: int = 0
+    lost_races: int = 0
+    errors: int = 0
+    rows_deleted: int = 0
+    cutoff: str = ""
+    orders: list[str] = field(default_factory=list)
+
+
+def purge(rt: Runtime, *, batch: int = PURGE_BATCH, budget_seconds: float = PURGE_BUDGET_SECONDS) -> PurgeReport:
+    """Purge the orders that finished before the cut-off (now - RetentionDays), in batches."""
+    now = rt.ctx().now
+    cutoff = now - timedelta(days=rt.config.retention_days)
+    report = PurgeReport(cutoff=cutoff.strftime("%Y-%m-%d"))
+    deadline = time.monotonic() + budget_seconds
+    while time.monotonic() < deadline:
+        # the finish days strictly before the cut-off's day: an order is kept at least RetentionDays
+        rows = rt.store.query_index("fin-", f"fin-{cutoff.strftime('%Y%m%d')}", batch)
+        purged_before = report.purged
+        for row in rows:
+            _purge_one(rt, row, cutoff, report)
+        if len(rows) < batch or report.purged == purged_before:  # done, or only rows to retry next time
+            break
+    if report.purged or report.errors or report.lost_races:
+        log_event(logging.INFO, "retention.purge", purged=report.purged, skipped=report.skipped,
+                  lostRaces=report.lost_races, errors=report.errors, rowsDeleted=report.rows_deleted,
+                  cutoff=report.cutoff)
+    return report
+
+
+def _purge_one(rt: Runtime, fin: dict[str, Any], cutoff: datetime, report: PurgeReport) -> None:
+    order_id = str(fin["OrderId"])
+    try:
+        entity = rt.store.read_row(order_id, STATE_ROW)
+        if entity is not None:
+            state = StateRow.from_entity(entity)
+            if not category_of(state).final or state.finished_at is None or state.finished_at >= cutoff:
+                report.skipped += 1
+                if not category_of(state).final:  # retried since: its next final transition indexes it again
+                    rt.store.write_index([], [str(fin["RowKey"])])
+                return
+            _delete_rows(rt, order_id, state_etag=entity[ETAG], report=report)
+        _delete_rows(rt, order_id, state_etag=None, report=report)
+        _delete_index_rows(rt, fin)
+        report.purged += 1
+        report.orders.append(order_id)
+    except Conflict:
+        report.lost_races += 1  # the order changed (or a row went) meanwhile: the next run sees it again
+    except Exception as exc:  # one order must not stop the purge; its fin row stays for next time
+        report.errors += 1
+        log_event(logging.ERROR, "retention.order_failed", order_id=order_id, error=repr(exc))
+
+
+def _delete_rows(rt: Runtime, order_id: str, *, state_etag: str | None, report: PurgeReport) -> None:
+    """Delete the order's rows: with ``state_etag``, only the first transaction (the state row,
+    conditioned on it, and what fits beside it); without, every row left."""
+    while True:
+        keys = rt.store.partition_keys(order_id, MAX_BATCH_OPS)
+        if not keys:
+            return
+        if state_etag is not None:
+            others = [k for k, _e in keys if k != STATE_ROW][:MAX_BATCH_OPS - 1]
+            ops = [Op("delete", {"RowKey": STATE_ROW}, etag=state_etag)]
+            ops += [Op("delete", {"RowKey": k}, etag="*") for k in others]
+            rt.store.transact(order_id, ops)
+            report.rows_deleted += len(ops)
+            return
+        rt.store.transact(order_id, [Op("delete", {"RowKey": k}, etag="*") for k, _e in keys])
+        report.rows_deleted += len(keys)
+
+
+def _delete_index_rows(rt: Runtime, fin: dict[str, Any]) -> None:
+    category = Category(str(fin.get("Category", Category.PROCESSED)))
+    rt.store.write_index([], list(listing_keys(str(fin["OrderId"]), str(fin.get("Rev", "")),
+                                               str(fin.get("CustomerKey", "")), category)))
+    rt.store.write_index([], [str(fin["RowKey"])])  # last: while it exists, the purge is not done
