@@ -8,7 +8,10 @@ the order's state row: a finished order's row is deleted, the row of an order sl
 the row is moved to a later due, and only when the order's deadline has passed does it read
 the partition and act (``shared.statemachine``, "The deadline index"). Every action is
 ETag-conditional: a lost race (another supervisor, a late reply, a claim) means skip, so two
-supervisors never count one failure twice.
+supervisors never count one failure twice. Before it deletes the row of an order that ended
+(or is held), it rewrites the order's search index rows from its state: the last transition
+deletes the row only after its own index write, so a row still here may mean that write was
+lost in a crash.
 
 Latency: due rows are handled by a small thread pool (each is a few round trips, all I/O),
 and a sweep stops taking new rows after a time budget, so a burst of expiries (an outage, a
@@ -27,10 +30,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.effects import PutIndex
+from shared.effects import PutIndex, Reindex
 from shared.logs import log_event
 from shared.runtime import Runtime
-from shared.statemachine import IndexRow, IndexVerdict, StateRow, View, decide_expired, index_verdict
+from shared.statemachine import (
+    Category,
+    IndexRow,
+    IndexVerdict,
+    StateRow,
+    View,
+    category_of,
+    decide_expired,
+    index_rows,
+    index_verdict,
+)
+from shared.statemachine.search_index import category_key
 from shared.store import STATE_ROW
 
 DEFAULT_BATCH = 500
@@ -90,6 +104,19 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
     return report
 
 
+def reindex_from_state(rt: Runtime, order_id: str) -> None:
+    """Write the order's search index rows as its state says, and delete its rows of the
+    categories it may have been listed in before (a missing row is fine)."""
+    view = View.from_entities(rt.store.read_partition(order_id))
+    if view.order is None or view.state is None:
+        return
+    rows = index_rows(view.order, view.state)
+    current = category_of(view.state)
+    stale = tuple(category_key(c, view.order.created_at, order_id) for c in (Category.IN_FLIGHT, Category.ATTENTION)
+                  if c is not current)
+    rt.run([Reindex(order_id, tuple(rows), stale)])
+
+
 def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepReport) -> None:
     if not row.order_id or row.due is None:
         rt.store.delete_index(row.bucket, row.row_key)
@@ -104,6 +131,10 @@ def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepRepo
     if verdict is IndexVerdict.KEEP:
         report.count("kept")
         return
+    if verdict is IndexVerdict.DELETE and state is not None:
+        # The order ended (or is held) but its row is still here: the index write of its last
+        # transition may have been lost with it (it runs before the row's delete). Redo it.
+        reindex_from_state(rt, row.order_id)
     if verdict is IndexVerdict.MOVE:
         # The order is slower than its row: a later row covers its deadline (put first;
         # ``now`` is the sweep's start, before the read, so the row is never too late).
