@@ -152,6 +152,8 @@ def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepRepo
             report.count("moved")  # the order moved on between the two reads; its row was put
         elif decision.verdict != "obsolete":
             report.count("acted", decision.verdict)
+        if outcome.index_failed:  # kept: the next sweep finds the order ended and re-indexes it
+            return
     # This row is done: the order has no deadline, or a row covering it was put above
     # (a later due, so never this row's key).
     rt.store.delete_index(row.bucket, row.row_key)
