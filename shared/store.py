@@ -19,6 +19,10 @@ row of an order can be written in ONE entity-group transaction:
   Compensation ('' | Pending | Running | Done | Failed), CompensationAttempt,
   CompensationCompleteBy, CompensationStartedAt, CompensationFinishedAt, CompensationResult,
   CompensationReason.
+* RowKey ``history-NNNNNNNN`` - the order's history, one immutable event per row (Seq, At,
+  Event, Step, Attempt, Detail (JSON), Instance, TraceId), created in the same transaction as
+  the state change it records (the state row's ``EventSeq`` is the last one). These keys sort
+  before ``order``: the forward path reads ``RowKey ge 'order'`` and never reads history.
 
 DeadlineTable (setting ``DeadlineTable``): the Supervisor's index of deadlines, about ONE row
 per order in flight (``shared.statemachine``, "The deadline index"). PartitionKey = due minute
@@ -27,6 +31,10 @@ later than its order's CompleteBy; the submission writes it BEFORE its transacti
 path never touches it, the last transition deletes it (best effort) and the sweep moves it
 later when the order is slower than that. A sweep reads only buckets that are due:
 ``PartitionKey le @bucket``.
+
+OrderIndexTable (setting ``OrderIndexTable``): the search index, one partition ``orders``,
+key ranges by purpose (``shared.statemachine.search_index``): ``all-``, ``cust-``, ``cat-``
+(newest first) and ``fin-`` (finished orders by finish day, for retention).
 
 The state row's ``IndexDue`` names the row the order's own writes put (so that the last
 transition can delete it).
