@@ -78,8 +78,8 @@ def tally(get: HttpGet, orders_url: str) -> Tally:
 
 
 def render_tally(t: Tally, at: datetime) -> str:
-    """``12:03:04  orders: inFlight 1 · attention 3 · processed 17 · error 0``."""
-    clock = at.strftime("%H:%M:%S")
+    """``12:03:04Z  orders: inFlight 1 · attention 3 · processed 17 · error 0`` (``at`` in UTC)."""
+    clock = at.astimezone(UTC).strftime("%H:%M:%SZ")
     if t.error is not None:
         return f"{clock}  orders: counts unavailable ({t.error})"
     parts = (f"{c} {t.counts.get(c, 0)}{'+' if c in t.capped else ''}" for c in CATEGORIES)
@@ -87,7 +87,8 @@ def render_tally(t: Tally, at: datetime) -> str:
 
 
 def render_alert(body: bytes | str) -> str:
-    """``ALERT 12:03:04Z order o-1 step create-shipment (failures 3): reason`` (an unreadable body as is)."""
+    """``ALERT 12:03:04Z order o-1 step create-shipment (failures 3): reason``: ``at`` in UTC; the
+    failure count (the step's timeouts) when there were any; an unreadable body as it is."""
     try:
         alert = json.loads(body)
         order_id, reason = alert["orderId"], alert.get("reason") or "?"
@@ -95,7 +96,7 @@ def render_alert(body: bytes | str) -> str:
         raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
         return f"ALERT (unreadable) {raw[:200]}"
     step = f" step {alert['step']}" if alert.get("step") else ""
-    failures = f" (failures {alert['failureCount']})" if alert.get("failureCount") is not None else ""
+    failures = f" (failures {alert['failureCount']})" if alert.get("failureCount") else ""
     return f"ALERT {_clock(alert.get('at'))}order {order_id}{step}{failures}: {reason}"
 
 
@@ -211,7 +212,7 @@ class Watch:
         """Count again; show the line (always on a terminal, else when the counts changed)."""
         current = tally(self.session.get, self.orders_url)
         if self.terminal.tty or current != self._last:
-            self.terminal.live(render_tally(current, datetime.now()))
+            self.terminal.live(render_tally(current, datetime.now(UTC)))
         self._last = current
 
     def close(self) -> None:

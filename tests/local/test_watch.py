@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from local.watch import (
     tally,
 )
 
-AT = datetime(2025, 3, 1, 12, 3, 4)
+AT = datetime(2025, 3, 1, 12, 3, 4, tzinfo=UTC)
 ORDERS_URL = "http://127.0.0.1:1/api/orders"
 
 
@@ -67,14 +67,14 @@ def test_count_stops_at_the_cap() -> None:
 def test_tally_and_its_line() -> None:
     t = tally(FakeSearch({"inFlight": 1, "attention": 3, "processed": 17}).get, ORDERS_URL)
     assert t == Tally({"inFlight": 1, "attention": 3, "processed": 17, "error": 0}, frozenset())
-    assert render_tally(t, AT) == "12:03:04  orders: inFlight 1 · attention 3 · processed 17 · error 0"
+    assert render_tally(t, AT) == "12:03:04Z  orders: inFlight 1 · attention 3 · processed 17 · error 0"
     capped = Tally({c: 1000 if c == "processed" else 0 for c in CATEGORIES}, frozenset({"processed"}))
     assert "processed 1000+ ·" in render_tally(capped, AT)
 
 
 def test_tally_says_why_there_are_no_counts() -> None:
     t = tally(FakeSearch({}, status=405).get, ORDERS_URL)
-    assert render_tally(t, AT) == "12:03:04  orders: counts unavailable (GET /orders?state=inFlight: 405)"
+    assert render_tally(t, AT) == "12:03:04Z  orders: counts unavailable (GET /orders?state=inFlight: 405)"
 
     def refused(url: str, *, params: dict[str, Any], timeout: float) -> requests.Response:
         raise requests.ConnectionError("connection refused")
@@ -87,6 +87,10 @@ def test_alert_line() -> None:
             "failureCount": 3, "at": "2025-03-01T12:03:04.123456+00:00"}
     assert render_alert(json.dumps(body).encode()) == \
         "ALERT 12:03:04Z order o-42 step create-shipment (failures 3): timed out"
+    rejected = {**body, "step": "charge-payment", "reason": "amount 1299.50 EUR exceeds the limit 1000",
+                "failureCount": 0}
+    assert render_alert(json.dumps(rejected)) == \
+        "ALERT 12:03:04Z order o-42 step charge-payment: amount 1299.50 EUR exceeds the limit 1000"
     minimal = {"orderId": "o-1", "step": None, "reason": "compensation failed: 422"}
     assert render_alert(json.dumps(minimal)) == "ALERT order o-1: compensation failed: 422"
 
