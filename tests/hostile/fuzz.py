@@ -5,7 +5,10 @@
 starts the local stack (Azurite, the Service Bus emulator, the remote services, the local
 Functions host with the app), sends that many generated requests (positive and negative
 cases of every operation; ids of accepted orders and used Idempotency-Keys are fed back in,
-so GET/retry/cancel and key reuse reach real orders), stops the stack, then prints and writes:
+so GET/history/retry/cancel/terminate and key reuse reach real orders; the customer ids of
+accepted orders are fed to searches, and the continuation tokens the app hands out are sent
+back, unchanged or tampered with; query parameters are now and then replaced with hostile
+values, tests/hostile/fuzz_queries.py), stops the stack, then prints and writes:
 
 * requests sent, counts by status and by operation;
 * 5xx responses (must be 0);
@@ -13,9 +16,12 @@ so GET/retry/cancel and key reuse reach real orders), stops the stack, then prin
   (must be all);
 * schemathesis conformance failures against the document (status codes, content types,
   response schemas and headers: the document must describe the API as implemented);
-* rows: the state table and deadline index before and after; every new partition belongs to
-  an accepted order (``rowsOfRejected`` must be 0), every accepted order has exactly its rows,
-  and its order row holds the body that was accepted (no 409 replay overwrote it).
+* searches: every order a 200 returns matches its filters (customer, category, creation
+  range) and comes newest first; a tampered continuation token never gets a 2xx;
+* rows: the state table, deadline index and search index before and after; every new
+  partition belongs to an accepted order (``rowsOfRejected`` must be 0), every accepted order
+  has exactly its rows (besides its history events) and is in the search index, and its
+  order row holds the body that was accepted (no 409 replay overwrote it).
 
 tests/hostile/test_fuzz.py runs the same with FUZZ_REQUESTS (default 300) on its session stack.
 """
@@ -37,13 +43,20 @@ from typing import Any
 import requests
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
 
 from local.procs import REPO_ROOT
-from tests.hostile.stackutil import PROBLEM, Tables, function_app_registers_openapi, start_stack
+from tests.hostile.fuzz_queries import HOSTILE_QUERY_VALUES, QUERY_PARAMS, Tokens, search_violations, tamper
+from tests.hostile.stackutil import PROBLEM, Tables, function_app_registers_openapi, is_history, start_stack
 
 SPEC_PATH = REPO_ROOT / "functions" / "openapi.yaml"
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "fuzz.json"
 SAMPLES = 20
+# Tampering (fuzz_queries.tamper) whose result never encodes the same token: a 2xx for one is wrong.
+STRICT_TAMPERING = (0, 1, 2, 3, 7)
+# How long accepted orders may take to appear in the search index after the run (written after
+# their state, group-committed).
+INDEX_WAIT_SECONDS = 20.0
 
 
 def rows_per_order() -> int:
@@ -65,6 +78,15 @@ class FuzzReport:
     not_problem: list[dict[str, Any]] = field(default_factory=list)
     conformance: list[dict[str, Any]] = field(default_factory=list)
     conformance_failures: int = 0
+    search_pages: int = 0
+    search_orders: int = 0
+    search_violations: list[dict[str, Any]] = field(default_factory=list)
+    search_violation_count: int = 0
+    tokens: Tokens = field(default_factory=Tokens)
+    tokens_sent_back: int = 0
+    tokens_tampered: int = 0
+    tampered_accepted: list[dict[str, Any]] = field(default_factory=list)
+    hostile_queries: Counter[int] = field(default_factory=Counter)  # status -> count
     accepted: dict[str, dict[str, Any]] = field(default_factory=dict)  # orderId -> first accepted body
     keys: list[str] = field(default_factory=list)
     rows: dict[str, Any] = field(default_factory=dict)
@@ -89,6 +111,13 @@ class FuzzReport:
                             "nonCompliant": self.four_xx - self.problem_json, "samples": self.not_problem},
             "conformanceFailures": self.conformance_failures,
             "conformanceSamples": self.conformance,
+            "search": {"pages": self.search_pages, "orders": self.search_orders,
+                       "filterViolations": self.search_violation_count, "samples": self.search_violations},
+            "continuationTokens": {"handedOut": len(self.tokens.seen), "sentBack": self.tokens_sent_back,
+                                   "tampered": self.tokens_tampered,
+                                   "tamperedAccepted": len(self.tampered_accepted),
+                                   "tamperedAcceptedSamples": self.tampered_accepted},
+            "hostileQueries": {str(k): v for k, v in sorted(self.hostile_queries.items())},
             "acceptedOrders": len(self.accepted),
             "rows": self.rows,
             "seed": self.seed,
@@ -117,6 +146,16 @@ class FuzzReport:
             out.append(f"order rows not matching the accepted body: {rows.get('orderRowsChangedSamples')}")
         if rows.get("deadlineRowsOfRejected"):
             out.append(f"deadline rows of unknown orders: {rows.get('deadlineSamples')}")
+        if rows.get("indexRowsOfRejected"):
+            out.append(f"search index rows of unknown orders: {rows.get('indexSamples')}")
+        if rows.get("acceptedNotIndexed"):
+            out.append(f"accepted orders missing from the search index: {rows.get('notIndexedSamples')}")
+        if self.search_violation_count:
+            out.append(f"{self.search_violation_count} searches returned orders outside their filters: "
+                       f"{self.search_violations[:5]}")
+        if self.tampered_accepted:
+            out.append(f"{len(self.tampered_accepted)} tampered continuation tokens were accepted: "
+                       f"{self.tampered_accepted[:5]}")
         return out
 
 
@@ -129,16 +168,26 @@ def _schema(include_openapi: bool) -> Any:
     return schema
 
 
-def _strategy(schema: Any) -> Any:
+# Requests per operation and generation mode in each round of the run, by operation (default 1):
+# a strategy per operation run in turn, so that every operation gets its share (one_of over
+# all of them leans heavily on a few).
+ROUND_WEIGHTS = {("POST", "/orders"): 4, ("GET", "/orders"): 3, ("GET", "/orders/{id}/history"): 2}
+REQUESTS_PER_WEIGHT = 10
+
+
+def _strategies(schema: Any, n: int) -> list[tuple[Any, int]]:
+    """(strategy, requests per round) for each operation and generation mode; a run of ``n``
+    requests shorter than a round still reaches every operation."""
     from schemathesis import GenerationMode
 
     parts = []
     for result in schema.get_all_operations():
         op = result.ok()
-        weight = 4 if (op.method.upper(), op.path) == ("POST", "/orders") else 1
+        weight = ROUND_WEIGHTS.get((op.method.upper(), op.path), 1)
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            parts.extend([op.as_strategy(generation_mode=mode)] * weight)
-    return st.one_of(parts)
+            parts.append((op.as_strategy(generation_mode=mode), weight))
+    per_weight = min(REQUESTS_PER_WEIGHT, n / sum(w for _, w in parts))
+    return [(strategy, max(1, round(w * per_weight))) for strategy, w in parts]
 
 
 def _checks() -> list[Callable[..., Any]]:
@@ -164,6 +213,7 @@ def _header(resp: Any, name: str) -> str:
 def _describe(case: Any, resp: Any = None) -> dict[str, Any]:
     body = None if type(case.body).__name__ == "NotSet" else case.body
     out: dict[str, Any] = {"method": case.method, "path": case.formatted_path,
+                           "query": {k: str(v)[:120] for k, v in (case.query or {}).items()},
                            "headers": {k: v for k, v in (case.headers or {}).items()
                                        if k.lower() in ("content-type", "idempotency-key")},
                            "body": json.dumps(body, default=str)[:300] if body is not None else None}
@@ -173,35 +223,125 @@ def _describe(case: Any, resp: Any = None) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class Steer:
+    """What one generated request gets from the run so far (known ids, used keys, customers
+    and continuation tokens) or from HOSTILE_QUERY_VALUES. Every draw is made whatever the
+    run's state: a draw that depends on external state makes hypothesis see one prefix draw
+    two ways."""
+
+    use_known: bool
+    known_index: int
+    reuse_key: bool
+    key_index: int
+    token_mode: int  # 0: send back one of its own; 1: one tampered with; 2: any as it was; else none
+    token_index: int
+    tamper_how: int
+    known_customer: bool
+    customer_index: int
+    plain: bool  # drop the generated token and dates (mostly junk): a query that can find orders
+    small_limit: int  # 1..3 (a page that ends in a continuation token), or 0: the generated limit
+    hostile: bool
+    hostile_param: int
+    hostile_value: int
+
+    @staticmethod
+    def draw(data: st.DataObject) -> Steer:
+        big = st.integers(0, 2**31)
+        return Steer(use_known=data.draw(st.integers(0, 1), label="known id") == 0,
+                     known_index=data.draw(big, label="id"),
+                     reuse_key=data.draw(st.integers(0, 5), label="reuse key") == 0,
+                     key_index=data.draw(big, label="key"),
+                     token_mode=data.draw(st.integers(0, 5), label="token mode"),
+                     token_index=data.draw(big, label="token"),
+                     tamper_how=data.draw(st.integers(0, 7), label="tamper"),
+                     known_customer=data.draw(st.integers(0, 1), label="known customer") == 0,
+                     customer_index=data.draw(big, label="customer"),
+                     plain=data.draw(st.integers(0, 2), label="plain query") == 0,
+                     small_limit=data.draw(st.integers(0, 5), label="small limit") % 4,
+                     hostile=data.draw(st.integers(0, 5), label="hostile query") == 0,
+                     hostile_param=data.draw(big, label="hostile param"),
+                     hostile_value=data.draw(big, label="hostile value"))
+
+    def apply(self, case: Any, report: FuzzReport) -> tuple[int | None, bool]:
+        """Steer ``case``; return how its continuation token was tampered with (None if it
+        was not) and whether a query parameter got a hostile value."""
+        method = case.method.upper()
+        if case.path not in ("/orders", "/openapi.yaml") and report.accepted and self.use_known:
+            known = sorted(report.accepted)  # grows during the run: an index, not a draw from the list
+            case.path_parameters = {"id": known[self.known_index % len(known)]}
+        if (method, case.path) == ("POST", "/orders") and report.keys and self.reuse_key:
+            used = report.keys[self.key_index % len(report.keys)]
+            case.headers = {**(case.headers or {}), "Idempotency-Key": used}
+        names = QUERY_PARAMS.get(case.path) if method == "GET" else None
+        if not names:
+            return None, False
+        query = case.query = dict(case.query or {})
+        if self.plain:
+            for name in ("continuationToken", "createdFrom", "createdTo"):
+                query.pop(name, None)
+        if self.small_limit:
+            query["limit"] = str(self.small_limit)
+        if case.path == "/orders" and self.known_customer and report.accepted:
+            bodies = [b for _, b in sorted(report.accepted.items()) if isinstance(b, dict)]
+            if bodies:
+                query["customerId"] = bodies[self.customer_index % len(bodies)].get("customerId")
+        tampered = None
+        token = report.tokens.pick(self.token_index, None if self.token_mode == 2 else case.path)
+        if token is not None and self.token_mode in (0, 1, 2):
+            report.tokens_sent_back += 1
+            if self.token_mode == 1:
+                token, tampered = tamper(token, self.tamper_how), self.tamper_how
+                report.tokens_tampered += 1
+            query["continuationToken"] = token
+        if self.hostile:
+            name = names[self.hostile_param % len(names)]
+            query[name] = HOSTILE_QUERY_VALUES[self.hostile_value % len(HOSTILE_QUERY_VALUES)]
+            if name == "continuationToken":
+                tampered = None  # no longer a token the app handed out
+        return tampered, self.hostile
+
+
+def _record_read(case: Any, resp: Any, report: FuzzReport, tampered: int | None) -> None:
+    """A 200 of a GET: keep its continuation token; check a search page against its filters;
+    a tampered token that got a 200 is recorded."""
+    try:
+        body = json.loads(resp.content)
+    except ValueError:
+        return  # the conformance checks report it
+    report.tokens.record(case.path, body)
+    if tampered is not None and tampered in STRICT_TAMPERING:
+        report.sample(report.tampered_accepted, {**_describe(case, resp), "tampering": tampered})
+    if case.path != "/orders":
+        return
+    report.search_pages += 1
+    report.search_orders += len(body.get("orders") or []) if isinstance(body, dict) else 0
+    wrong = search_violations(case.query or {}, body)
+    if wrong:
+        report.search_violation_count += 1
+        report.sample(report.search_violations, {**_describe(case, resp), "violations": wrong[:5]})
+
+
 def send_generated(base_url: str, n: int, report: FuzzReport, rng_seed: int = 0,
                    include_openapi: bool = True, progress: Callable[[FuzzReport], None] | None = None) -> None:
     """Send ``n`` generated requests to ``base_url`` (the host root); record into ``report``."""
     from schemathesis.core.failures import FailureGroup
 
     schema = _schema(include_openapi)
-    strategy = _strategy(schema)
+    strategies = _strategies(schema, n)
     checks = _checks()
     api = base_url.rstrip("/") + "/api"
     session = requests.Session()
     target = report.requests + n
+    stop_at = [target]  # where the current batch ends
     last = [time.monotonic()]
 
     def one(case: Any, data: st.DataObject) -> None:
-        # Every draw is made whatever the run's state (known ids, used keys, the target): a
-        # draw that depends on external state makes hypothesis see one prefix draw two ways.
-        use_known = data.draw(st.integers(0, 2), label="known id") == 0
-        known_index = data.draw(st.integers(0, 2**31), label="id")
-        reuse_key = data.draw(st.integers(0, 5), label="reuse key") == 0
-        key_index = data.draw(st.integers(0, 2**31), label="key")
-        if report.requests >= target:
+        steer = Steer.draw(data)
+        if report.requests >= stop_at[0]:
             return
         method = case.method.upper()
-        if case.path != "/orders" and case.path != "/openapi.yaml" and report.accepted and use_known:
-            known = sorted(report.accepted)  # grows during the run: an index, not a draw from the list
-            case.path_parameters = {"id": known[known_index % len(known)]}
-        if (method, case.path) == ("POST", "/orders") and report.keys and reuse_key:
-            used = report.keys[key_index % len(report.keys)]
-            case.headers = {**(case.headers or {}), "Idempotency-Key": used}
+        tampered, hostile = steer.apply(case, report)
         try:
             resp = case.call(base_url=api, session=session, timeout=60)
         except (requests.exceptions.InvalidHeader, requests.exceptions.InvalidURL, ValueError, UnicodeError):
@@ -238,6 +378,10 @@ def send_generated(base_url: str, n: int, report: FuzzReport, rng_seed: int = 0,
             key = (case.headers or {}).get("Idempotency-Key")
             if key and key not in report.keys:
                 report.keys.append(key)
+        elif method == "GET" and status == 200:
+            _record_read(case, resp, report, tampered)
+        if hostile:
+            report.hostile_queries[status] += 1
         try:
             case.validate_response(resp, checks=checks)
         except (AssertionError, FailureGroup) as exc:  # FailureGroup is a BaseExceptionGroup
@@ -249,22 +393,49 @@ def send_generated(base_url: str, n: int, report: FuzzReport, rng_seed: int = 0,
 
     batch_seed = rng_seed
     while report.requests < target:
-        remaining = target - report.requests
-        test = settings(max_examples=remaining + remaining // 10 + 10, phases=[Phase.generate], database=None,
-                        deadline=None, derandomize=False, suppress_health_check=list(HealthCheck),
-                        report_multiple_bugs=False)(given(case=strategy, data=st.data())(one))
-        seed(batch_seed)(test)()
-        batch_seed += 1
+        before_round = report.requests
+        for strategy, share in strategies:
+            stop_at[0] = min(target, report.requests + share)
+            remaining = stop_at[0] - report.requests
+            if remaining <= 0:
+                break
+            test = settings(max_examples=remaining + remaining // 10 + 10, phases=[Phase.generate], database=None,
+                            deadline=None, derandomize=False, suppress_health_check=list(HealthCheck),
+                            report_multiple_bugs=False)(given(case=strategy, data=st.data())(one))
+            try:
+                seed(batch_seed)(test)()
+            except Unsatisfiable:  # an operation with (almost) nothing to generate in this mode
+                pass
+            batch_seed += 1
+        if report.requests == before_round:
+            raise RuntimeError("a whole round of the fuzz run sent no request")
+
+
+def _wait_indexed(tables: Tables, accepted: set[str], timeout: float = INDEX_WAIT_SECONDS) -> set[str]:
+    """The search index's order ids once every accepted order is in it (or the timeout passed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        indexed = tables.index_order_ids()
+        if accepted <= indexed or time.monotonic() > deadline:
+            return indexed
+        time.sleep(1.0)
 
 
 def check_rows(tables: Tables, before: Any, report: FuzzReport) -> None:
+    """The tables after the run against ``before`` (a Snapshot). An order's history events
+    (``history-*``) are appended as it goes on: they are counted apart from its rows, and an
+    order that existed before the run may add them (its processing goes on meanwhile)."""
+    accepted = set(report.accepted)
+    after_index = _wait_indexed(tables, accepted)
     after_keys = tables.state_keys()
     after_deadlines = tables.deadline_order_ids()
     before_parts = {pk for pk, _ in before.state}
-    new_rows = [k for k in after_keys if k not in before.state]
-    per_part = Counter(pk for pk, _ in after_keys)
-    accepted = set(report.accepted)
-    rejected_rows = sorted(k for k in new_rows if k[0] not in accepted)
+    new_keys = [k for k in after_keys if k not in before.state]
+    new_rows = [k for k in new_keys if not is_history(k[1])]
+    new_history = [k for k in new_keys if is_history(k[1])]
+    per_part = Counter(pk for pk, rk in after_keys if not is_history(rk))
+    rejected_rows = sorted(k for k in new_keys
+                           if k[0] not in accepted and not (k[0] in before_parts and is_history(k[1])))
     missing = sorted(o for o in accepted if per_part[o] == 0)
     expected = rows_per_order()
     wrong = sorted(o for o in accepted if o not in before_parts and per_part[o] not in (0, expected))
@@ -281,10 +452,13 @@ def check_rows(tables: Tables, before: Any, report: FuzzReport) -> None:
             changed.append({"orderId": oid, "row": {k: row.get(k) for k in ("CustomerId", "Currency")},
                             "accepted": {k: body.get(k) for k in ("customerId", "currency")}})
     stray_deadlines = sorted(o for o in after_deadlines - before.deadline_orders if o not in accepted)
+    stray_index = sorted(after_index - before.index_orders - accepted - before_parts)
+    not_indexed = sorted(o for o in accepted if per_part[o] and o not in after_index)
     report.rows = {
         "stateRowsBefore": len(before.state), "stateRowsAfter": len(after_keys),
         "partitionsBefore": len(before_parts), "partitionsAfter": len(per_part),
-        "newStateRows": len(new_rows), "acceptedOrders": len(accepted), "rowsPerOrder": expected,
+        "newStateRows": len(new_rows), "newHistoryRows": len(new_history),
+        "acceptedOrders": len(accepted), "rowsPerOrder": expected,
         "expectedNewStateRows": expected * len(accepted - before_parts),
         "rowsOfRejected": len(rejected_rows), "rejectedSamples": rejected_rows[:SAMPLES],
         "acceptedWithoutRows": len(missing), "acceptedWithoutRowsSamples": missing[:SAMPLES],
@@ -292,6 +466,9 @@ def check_rows(tables: Tables, before: Any, report: FuzzReport) -> None:
         "orderRowsChanged": len(changed), "orderRowsChangedSamples": changed[:SAMPLES],
         "deadlineOrdersBefore": len(before.deadline_orders), "deadlineOrdersAfter": len(after_deadlines),
         "deadlineRowsOfRejected": len(stray_deadlines), "deadlineSamples": stray_deadlines[:SAMPLES],
+        "indexOrdersBefore": len(before.index_orders), "indexOrdersAfter": len(after_index),
+        "indexRowsOfRejected": len(stray_index), "indexSamples": stray_index[:SAMPLES],
+        "acceptedNotIndexed": len(not_indexed), "notIndexedSamples": not_indexed[:SAMPLES],
     }
 
 
@@ -308,7 +485,7 @@ def run(base_url: str, tables: Tables, n: int, rng_seed: int = 0,
 
 
 def summary(j: dict[str, Any]) -> str:
-    r = j["rows"]
+    r, sr, tk = j["rows"], j["search"], j["continuationTokens"]
     return (f"requests {j['requests']} ({j['seconds']}s, seed {j['seed']}, {j['unsendableGenerated']} generated "
             f"requests unsendable by the client)\n"
             f"  by status: {j['byStatus']}\n"
@@ -317,10 +494,17 @@ def summary(j: dict[str, Any]) -> str:
             f"not: {j['problemJson']['nonCompliant']}\n"
             f"  openapi conformance failures: {j['conformanceFailures']}\n"
             f"  accepted orders: {j['acceptedOrders']}\n"
+            f"  searches answered 200: {sr['pages']} ({sr['orders']} orders), outside their filters: "
+            f"{sr['filterViolations']}\n"
+            f"  continuation tokens handed out {tk['handedOut']}, sent back {tk['sentBack']}, tampered "
+            f"{tk['tampered']}, tampered and accepted: {tk['tamperedAccepted']}; hostile query values by status: "
+            f"{j['hostileQueries']}\n"
             f"  state rows before {r['stateRowsBefore']} after {r['stateRowsAfter']} "
-            f"(new {r['newStateRows']} = {r['rowsPerOrder']} x new accepted orders: {r['expectedNewStateRows']}); "
+            f"(new {r['newStateRows']} = {r['rowsPerOrder']} x new accepted orders: {r['expectedNewStateRows']}; "
+            f"history events {r['newHistoryRows']}); "
             f"rows of rejected requests: {r['rowsOfRejected']}; deadline rows of rejected: "
-            f"{r['deadlineRowsOfRejected']}; order rows changed: {r['orderRowsChanged']}")
+            f"{r['deadlineRowsOfRejected']}; search index rows of rejected: {r['indexRowsOfRejected']}; "
+            f"accepted not indexed: {r['acceptedNotIndexed']}; order rows changed: {r['orderRowsChanged']}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import socket
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from local.stack import Stack
 from shared.workflow import WORKFLOW
@@ -26,8 +26,26 @@ GOOD_BODY: dict[str, Any] = {"customerId": "c-1", "currency": "EUR",
                              "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": 9.99}],
                              "priority": "normal", "statusQueue": None}
 
-# An order's rows: the order row, the state row and one row per workflow step.
+# An order's rows: the order row, the state row and one row per workflow step; and its history
+# (``history-NNNNNNNN``, one row per event, appended as the order goes on).
 ROWS_PER_ORDER = 2 + len(WORKFLOW)
+HISTORY_PREFIX = "history-"
+# What a request that is rejected (or only reads) adds to the tables: nothing.
+NOTHING_NEW: dict[str, list[Any]] = {"state": [], "deadlineOrders": [], "indexOrders": []}
+INDEX_TABLE_DEFAULT = "orderindex"
+
+
+def is_history(row_key: str) -> bool:
+    return row_key.startswith(HISTORY_PREFIX)
+
+
+def order_rows(partition: dict[str, Any]) -> dict[str, Any]:
+    """An order's rows without its history events (``Tables.partition`` returns both)."""
+    return {k: v for k, v in partition.items() if not is_history(k)}
+
+
+def history_rows(partition: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in partition.items() if is_history(k)}
 
 # Quiet supervisor; everything else at its defaults.
 STACK_SETTINGS = {"SupervisorSchedule": "*/5 * * * * *"}
@@ -56,7 +74,8 @@ def function_app_registers_openapi() -> bool:
 
 # ---------------------------------------------------------------------------------------------
 class Tables:
-    """The app's state table and deadline index, read with the Azure SDK against Azurite."""
+    """The app's state table, deadline index and search index, read with the Azure SDK against
+    Azurite."""
 
     def __init__(self, stack: Stack) -> None:
         from azure.data.tables import TableServiceClient
@@ -64,10 +83,12 @@ class Tables:
         self.service = TableServiceClient.from_connection_string(stack.settings["StateStorage"])
         self.state_name = stack.settings["StateTable"]
         self.deadline_name = stack.settings["DeadlineTable"]
-        for name in (self.state_name, self.deadline_name):
+        self.index_name = stack.settings.get("OrderIndexTable", INDEX_TABLE_DEFAULT)
+        for name in (self.state_name, self.deadline_name, self.index_name):
             self.service.create_table_if_not_exists(name)  # the app creates them on first use too
         self.state = self.service.get_table_client(self.state_name)
         self.deadlines = self.service.get_table_client(self.deadline_name)
+        self.index = self.service.get_table_client(self.index_name)
 
     def state_keys(self) -> set[tuple[str, str]]:
         return {(e["PartitionKey"], e["RowKey"]) for e in self.state.list_entities(select=["PartitionKey", "RowKey"])}
@@ -78,13 +99,18 @@ class Tables:
     def deadline_order_ids(self) -> set[str]:
         return {str(e.get("OrderId")) for e in self.deadlines.list_entities(select=["OrderId"])}
 
+    def index_order_ids(self) -> set[str]:
+        """The orders the search index has a row of (any key range)."""
+        return {str(e.get("OrderId")) for e in self.index.list_entities(select=["OrderId"])}
+
     def partition(self, order_id: str) -> dict[str, dict[str, Any]]:
         """Every row of one order, with its ETag (any write changes it)."""
         rows = self.state.query_entities("PartitionKey eq @pk", parameters={"pk": order_id})
         return {e["RowKey"]: {**dict(e), "_etag": e.metadata.get("etag")} for e in rows}
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(frozenset(self.state_keys()), frozenset(self.deadline_order_ids()))
+        return Snapshot(frozenset(self.state_keys()), frozenset(self.deadline_order_ids()),
+                        frozenset(self.index_order_ids()))
 
     def close(self) -> None:
         self.service.close()
@@ -94,12 +120,25 @@ class Tables:
 class Snapshot:
     state: frozenset[tuple[str, str]]
     deadline_orders: frozenset[str]
+    index_orders: frozenset[str] = frozenset()
 
     def new_rows(self, later: Snapshot) -> dict[str, Any]:
-        """What ``later`` holds that this snapshot did not: rows of the state table, and
-        deadline index rows of orders that had none (the index of known orders comes and goes)."""
-        return {"state": sorted(later.state - self.state),
-                "deadlineOrders": sorted(later.deadline_orders - self.deadline_orders)}
+        """What ``later`` holds that this snapshot did not (``NOTHING_NEW`` when nothing):
+
+        * ``state``: rows of the state table, except the history events of orders that existed
+          (an order still being processed appends them meanwhile; a test that must see none
+          compares that order's partition, ETags included);
+        * ``deadlineOrders``: deadline index rows of orders that had none (the index of known
+          orders comes and goes);
+        * ``indexOrders``: search index rows of orders that neither it nor the state table knew
+          (the index of a known order is written after its state, group-committed, so it may
+          land later).
+        """
+        known = {pk for pk, _ in self.state}
+        new_state = [k for k in later.state - self.state if not (k[0] in known and is_history(k[1]))]
+        return {"state": sorted(new_state),
+                "deadlineOrders": sorted(later.deadline_orders - self.deadline_orders),
+                "indexOrders": sorted(later.index_orders - self.index_orders - known)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,3 +219,55 @@ def submit(stack: Stack, body: dict[str, Any] | None = None, key: str | None = N
     if r.status != 202:
         raise AssertionError(f"POST /api/orders: {r.status} {r.body[:300]!r}")
     return str(r.json()["orderId"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The query endpoints (GET /api/orders, GET /api/orders/{id}/history)
+
+Params = Mapping[str, str] | Sequence[tuple[str, str]]
+
+
+def with_query(path: str, params: Params = ()) -> str:
+    """``path`` with ``params`` percent-encoded as a query string (every reserved character
+    encoded: ``+`` is ``%2B``, a space ``%20``)."""
+    items = list(params.items()) if isinstance(params, Mapping) else list(params)
+    return path + ("?" + urlencode(items, quote_via=quote, safe="") if items else "")
+
+
+def get(stack: Stack, path: str, params: Params = ()) -> RawResponse:
+    return raw_request(stack.base_url, "GET", with_query(path, params))
+
+
+def search_all(stack: Stack, params: Params, page_size: int = 200, max_pages: int = 50) -> list[dict[str, Any]]:
+    """Every order a search returns, following its continuation tokens."""
+    base = list(params.items()) if isinstance(params, Mapping) else list(params)
+    found: list[dict[str, Any]] = []
+    token = None
+    for _ in range(max_pages):
+        query = [*base, ("limit", str(page_size))] + ([("continuationToken", token)] if token else [])
+        r = get(stack, "/api/orders", query)
+        if r.status != 200:
+            raise AssertionError(f"search {query}: {r.status} {r.body[:300]!r}")
+        page = r.json()
+        found += page["orders"]
+        token = page["continuationToken"]
+        if not token:
+            return found
+    raise AssertionError(f"search {base}: more than {max_pages} pages")
+
+
+def wait_searchable(stack: Stack, params: Params, order_ids: Iterable[str],
+                    timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The orders a search returns once it returns every one of ``order_ids`` (the search index
+    is written after an order's state, group-committed)."""
+    import time
+
+    wanted = set(order_ids)
+    deadline = time.monotonic() + timeout
+    while True:
+        found = search_all(stack, params)
+        if wanted <= {o["orderId"] for o in found}:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"search {params} did not return {sorted(wanted)} within {timeout}s: {found}")
+        time.sleep(0.5)

@@ -1,6 +1,7 @@
 """Generated requests (schemathesis, from functions/openapi.yaml) against the app on the local
 host: 0 responses are 5xx, every 4xx is application/problem+json, no row is written for a
-rejected request, and every response conforms to the document.
+rejected request, every response conforms to the document, every search answers only what
+its filters ask for, and no tampered continuation token is accepted.
 
 FUZZ_REQUESTS sets the count (default 300, CI-sized); the 10,000-request run is
 ``python -m tests.hostile.fuzz --requests 10000`` (writes bench/results/fuzz.json).
@@ -29,9 +30,17 @@ def test_generated_requests(hostile_stack: Any, tables: Any) -> None:
     # The run must have exercised both sides: accepted orders and each kind of rejection.
     assert j["acceptedOrders"] > 0, j["byStatus"]
     assert {"400", "404"} <= set(j["byStatus"]), j["byStatus"]
+    # ... and the query endpoints: searches that found orders, tokens sent back, hostile values.
+    ops = j["byOperation"]
+    for op in ("GET /orders 200", "GET /orders 400", "GET /orders/{id}/history 200", "GET /orders/{id}/history 400"):
+        assert ops.get(op), (op, ops)
+    assert any(k.startswith("POST /orders/{id}/terminate ") for k in ops), ops
+    assert j["search"]["orders"] > 0 and j["hostileQueries"], (j["search"], j["hostileQueries"])
     assert report.violations() == []
     assert j["5xx"] == 0 and j["problemJson"]["nonCompliant"] == 0
     assert j["rows"]["rowsOfRejected"] == 0 and j["rows"]["deadlineRowsOfRejected"] == 0
+    assert j["rows"]["indexRowsOfRejected"] == 0 and j["rows"]["acceptedNotIndexed"] == 0
+    assert j["search"]["filterViolations"] == 0 and j["continuationTokens"]["tamperedAccepted"] == 0
     assert j["rows"]["newStateRows"] == j["rows"]["expectedNewStateRows"]
 
 
@@ -103,7 +112,8 @@ def test_openapi_document_is_served(hostile_stack: Any) -> None:
     assert r.body == fuzz.SPEC_PATH.read_bytes()
     doc = yaml.safe_load(r.body)
     assert doc["openapi"].startswith("3.1")
-    paths = {"/orders", "/orders/{id}", "/orders/{id}/retry", "/orders/{id}/cancel", "/openapi.yaml"}
+    paths = {"/orders", "/orders/{id}", "/orders/{id}/history", "/orders/{id}/retry", "/orders/{id}/cancel",
+             "/orders/{id}/terminate", "/openapi.yaml"}
     assert paths <= set(doc["paths"])
 
 
@@ -132,12 +142,15 @@ def test_openapi_document_is_valid() -> None:
     assert raw["openapi"] == "3.1.0"
     schema = schemathesis.openapi.from_path(str(fuzz.SPEC_PATH))
     ops = {(r.ok().method.upper(), r.ok().path) for r in schema.get_all_operations()}
-    assert ops == {("POST", "/orders"), ("GET", "/orders/{id}"), ("POST", "/orders/{id}/retry"),
-                   ("POST", "/orders/{id}/cancel"), ("GET", "/openapi.yaml")}
+    assert ops == {("POST", "/orders"), ("GET", "/orders"), ("GET", "/orders/{id}"), ("GET", "/orders/{id}/history"),
+                   ("POST", "/orders/{id}/retry"), ("POST", "/orders/{id}/cancel"),
+                   ("POST", "/orders/{id}/terminate"), ("GET", "/openapi.yaml")}
     post = raw["paths"]["/orders"]["post"]
     assert {"202", "400", "409", "413", "415", "422"} <= set(post["responses"])
-    for path in ("/orders/{id}/retry", "/orders/{id}/cancel"):
-        assert "409" in raw["paths"][path]["post"]["responses"]
+    for path in ("/orders/{id}/retry", "/orders/{id}/cancel", "/orders/{id}/terminate"):
+        assert {"202", "400", "404", "409"} <= set(raw["paths"][path]["post"]["responses"])
+    assert {"200", "400"} <= set(raw["paths"]["/orders"]["get"]["responses"])
+    assert {"200", "400", "404"} <= set(raw["paths"]["/orders/{id}/history"]["get"]["responses"])
     assert raw["paths"]["/openapi.yaml"]["get"]["security"] == []
     schemes = raw["components"]["securitySchemes"]
     assert {(s["in"], s["name"]) for s in schemes.values()} == {("query", "code"), ("header", "x-functions-key")}
