@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from tests.hostile.stackutil import GOOD_BODY, ROWS_PER_ORDER, RawResponse, Tables, raw_request
+from tests.hostile.stackutil import (
+    GOOD_BODY,
+    NOTHING_NEW,
+    ROWS_PER_ORDER,
+    RawResponse,
+    Tables,
+    order_rows,
+    raw_request,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +65,7 @@ def assert_rejected(stack: Any, tables: Tables, method: str, path: bytes | str, 
         text = json.dumps(doc.get("errors", []), ensure_ascii=False)
         for f in fields:
             assert f in named or f in text, (f, doc)
-    assert before.new_rows(after) == {"state": [], "deadlineOrders": []}
+    assert before.new_rows(after) == NOTHING_NEW
     return r
 
 
@@ -106,11 +114,15 @@ BAD_IDS = {
 
 ID_CASES = sorted(BAD_IDS)
 
+# Every route that takes an order id, and its method.
+ID_ROUTES = {"": "GET", "/history": "GET", "/retry": "POST", "/cancel": "POST", "/terminate": "POST"}
+OPERATOR_ROUTES = ["/retry", "/cancel", "/terminate"]
 
-@pytest.mark.parametrize("route", ["", "/retry", "/cancel"])
+
+@pytest.mark.parametrize("route", sorted(ID_ROUTES))
 @pytest.mark.parametrize("name", ID_CASES)
 def test_malformed_order_id(hostile_stack: Any, tables: Tables, route: str, name: str) -> None:
-    method = "GET" if route == "" else "POST"
+    method = ID_ROUTES[route]
     assert_rejected(hostile_stack, tables, method, f"/api/orders/{BAD_IDS[name]}{route}", b"", [], 400, ["id"])
 
 
@@ -123,18 +135,18 @@ def test_hash_and_question_mark_end_the_path(hostile_stack: Any, tables: Tables,
 def test_unencoded_slash_in_id_matches_no_function(hostile_stack: Any, tables: Tables) -> None:
     # An unencoded '/' makes a path no route matches: the host (not the app) answers a bare 404,
     # as the Functions host does; nothing reaches the app or the store.
-    for path in ("/api/orders/a/b", "/api/orders/a/b/retry", "/api/orders/" + "0" * 32 + "/x/cancel"):
-        r = assert_rejected(hostile_stack, tables, "GET" if "retry" not in path else "POST", path, b"", [],
-                            {404, 405}, problem=False)
+    for path in ("/api/orders/a/b", "/api/orders/a/b/retry", "/api/orders/" + "0" * 32 + "/x/cancel",
+                 "/api/orders/a/b/terminate", "/api/orders/a/b/history"):
+        method = "POST" if path.endswith(("retry", "terminate")) else "GET"
+        r = assert_rejected(hostile_stack, tables, method, path, b"", [], {404, 405}, problem=False)
         assert r.body == b""
 
 
-@pytest.mark.parametrize("route", ["", "/retry", "/cancel"])
+@pytest.mark.parametrize("route", sorted(ID_ROUTES))
 @pytest.mark.parametrize("unknown", ["0" * 32, "0f8fad5b-d9cb-469f-a165-70867728950e",
                                      "0F8FAD5B-D9CB-469F-A165-70867728950E"])
 def test_unknown_order_is_404(hostile_stack: Any, tables: Tables, route: str, unknown: str) -> None:
-    assert_rejected(hostile_stack, tables, "GET" if route == "" else "POST", f"/api/orders/{unknown}{route}",
-                    b"", [], 404)
+    assert_rejected(hostile_stack, tables, ID_ROUTES[route], f"/api/orders/{unknown}{route}", b"", [], 404)
 
 
 def _dashed(oid: str) -> str:
@@ -146,12 +158,14 @@ def test_an_order_id_with_dashes_in_any_case_names_the_same_order(hostile_stack:
     for form in (_dashed(oid), _dashed(oid).upper()):
         r = send(hostile_stack, "GET", f"/api/orders/{form}")
         assert r.status == 200 and r.json()["orderId"] == oid, (form, r.status, r.body[:300])
-        for route in ("/retry", "/cancel"):  # found (the step is in flight): the wrong state, not 400/404
+        r = send(hostile_stack, "GET", f"/api/orders/{form}/history")
+        assert r.status == 200 and r.json()["orderId"] == oid, (form, r.status, r.body[:300])
+        for route in OPERATOR_ROUTES:  # found: done (202) or the wrong state (409), never 400/404
             before = tables.snapshot()
             r = send(hostile_stack, "POST", f"/api/orders/{form}{route}")
             assert r.status in (202, 409) and r.json()["orderId"] == oid, (route, r.status, r.body[:300])
             if r.status == 409:
-                assert before.new_rows(tables.snapshot()) == {"state": [], "deadlineOrders": []}
+                assert before.new_rows(tables.snapshot()) == NOTHING_NEW
 
 
 # ------------------------------------------------------------------ Idempotency-Key
@@ -186,14 +200,14 @@ def test_idempotency_key_with_table_forbidden_characters_is_safe(hostile_stack: 
     oid = r1.json()["orderId"]
     assert len(oid) == 32 and all(c in "0123456789abcdef" for c in oid)
     rows = tables.partition(oid)
-    assert set(rows) >= {"order", "state"} and len(rows) == ROWS_PER_ORDER
+    assert set(rows) >= {"order", "state"} and len(order_rows(rows)) == ROWS_PER_ORDER
     assert rows["order"]["IdempotencyKey"] == unique
     before = tables.snapshot()
     r2 = send(hostile_stack, "POST", "/api/orders", body_of(GOOD_BODY), [*JSON, ("Idempotency-Key", unique)])
     assert r2.status == 200 and r2.json()["orderId"] == oid
     changed = body_of({**GOOD_BODY, "customerId": "c-2"})
     post_rejected(hostile_stack, tables, changed, 409, headers=[*JSON, ("Idempotency-Key", unique)])
-    assert before.new_rows(tables.snapshot()) == {"state": [], "deadlineOrders": []}
+    assert before.new_rows(tables.snapshot()) == NOTHING_NEW
     assert tables.partition(oid)["order"]["CustomerId"] == "c-1"
 
 
@@ -214,7 +228,7 @@ def test_body_at_the_limit_is_accepted(hostile_stack: Any, tables: Tables) -> No
     body = body_of(GOOD_BODY)[:-1] + b" " * pad + b"}"
     assert len(body) == LIMIT
     oid = post_ok(hostile_stack, body).json()["orderId"]
-    assert len(tables.partition(oid)) == ROWS_PER_ORDER
+    assert len(order_rows(tables.partition(oid))) == ROWS_PER_ORDER
 
 
 @pytest.mark.parametrize("content_type", [
@@ -467,9 +481,13 @@ def test_own_queue_in_another_case_is_rejected(hostile_stack: Any, tables: Table
 # ------------------------------------------------------------------ methods
 
 
-@pytest.mark.parametrize("method,path", [("PUT", "/api/orders"), ("DELETE", "/api/orders/" + "0" * 32),
+@pytest.mark.parametrize("method,path", [("PUT", "/api/orders"), ("DELETE", "/api/orders"),
+                                         ("DELETE", "/api/orders/" + "0" * 32),
                                          ("GET", "/api/orders/" + "0" * 32 + "/retry"),
-                                         ("PATCH", "/api/orders/" + "0" * 32 + "/cancel")])
+                                         ("PATCH", "/api/orders/" + "0" * 32 + "/cancel"),
+                                         ("GET", "/api/orders/" + "0" * 32 + "/terminate"),
+                                         ("DELETE", "/api/orders/" + "0" * 32 + "/history"),
+                                         ("POST", "/api/orders/" + "0" * 32 + "/history")])
 def test_other_methods_write_nothing(hostile_stack: Any, tables: Tables, method: str, path: str) -> None:
     # No function takes these: the host answers 404/405 itself (bare, as the Functions host does).
     assert_rejected(hostile_stack, tables, method, path, body_of(GOOD_BODY), JSON, {404, 405}, problem=False)

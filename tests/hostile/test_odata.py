@@ -1,8 +1,9 @@
 """OData injection: no Table filter is built from outside input by string concatenation.
 
 * Every input that reaches the store (order ids in routes, Idempotency-Keys, status queue
-  names) is tried with injection payloads through the app on the local host; no other order's
-  data leaks and no row changes.
+  names, and the search's customerId, dates, state and continuation token) is tried with
+  injection payloads through the app on the local host; no other order's data leaks and no
+  row changes.
 * The app's TableStore is queried directly on Azurite with injection payloads as the order id
   and the deadline bucket: a parameterised filter matches nothing, a concatenated one would
   match everything (shown against the same tables).
@@ -23,7 +24,16 @@ from urllib.parse import quote
 import pytest
 
 from local.procs import REPO_ROOT
-from tests.hostile.stackutil import GOOD_BODY, ROWS_PER_ORDER, Tables, raw_request, wait_settled
+from tests.hostile.stackutil import (
+    GOOD_BODY,
+    NOTHING_NEW,
+    ROWS_PER_ORDER,
+    Tables,
+    order_rows,
+    raw_request,
+    wait_settled,
+    with_query,
+)
 
 INJECTIONS = [
     "x' or PartitionKey ne '",
@@ -61,16 +71,16 @@ def _settled(tables: Tables, order_id: str) -> dict[str, Any]:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("payload", INJECTIONS)
-@pytest.mark.parametrize("route", ["", "/retry", "/cancel"])
+@pytest.mark.parametrize("route", ["", "/history", "/retry", "/cancel", "/terminate"])
 def test_injection_through_order_id(hostile_stack: Any, tables: Tables, victim: str, payload: str,
                                     route: str) -> None:
     before_rows = _settled(tables, victim)
     before = tables.snapshot()
-    r = raw_request(hostile_stack.base_url, "GET" if route == "" else "POST",
+    r = raw_request(hostile_stack.base_url, "GET" if route in ("", "/history") else "POST",
                     f"/api/orders/{quote(payload, safe='')}{route}")
     assert r.status == 400 and r.is_problem, (r.status, r.body[:300])
     assert victim.encode() not in r.body and b"victim-1" not in r.body
-    assert before.new_rows(tables.snapshot()) == {"state": [], "deadlineOrders": []}
+    assert before.new_rows(tables.snapshot()) == NOTHING_NEW
     assert tables.partition(victim) == before_rows  # ETags included: nothing was written
 
 
@@ -90,7 +100,7 @@ def test_injection_through_idempotency_key(hostile_stack: Any, tables: Tables, v
     assert oid == order_id_for_key(payload) != victim
     assert victim.encode() not in r.body
     rows = tables.partition(oid)
-    assert len(rows) == ROWS_PER_ORDER and rows["order"]["IdempotencyKey"] == payload
+    assert len(order_rows(rows)) == ROWS_PER_ORDER and rows["order"]["IdempotencyKey"] == payload
     g = raw_request(hostile_stack.base_url, "GET", f"/api/orders/{oid}")
     assert g.status == 200 and g.json()["orderId"] == oid and b"victim-1" not in g.body
     assert tables.partition(victim) == before_rows
@@ -105,8 +115,57 @@ def test_injection_through_status_queue(hostile_stack: Any, tables: Tables, vict
                     [("Content-Type", "application/json")])
     assert r.status == 400 and r.is_problem
     assert "statusQueue" in {e["field"] for e in r.json()["errors"]}
-    assert before.new_rows(tables.snapshot()) == {"state": [], "deadlineOrders": []}
+    assert before.new_rows(tables.snapshot()) == NOTHING_NEW
     assert tables.partition(victim) == before_rows
+
+
+# Through the search (GET /api/orders): every filter is a key range of the search index, and a
+# customer id is hashed into its key; a payload gets 400, or a page of nothing but what it asked.
+
+DATE_INJECTIONS = [
+    "2020-01-01' or 1 eq 1",
+    "2020-01-01T00:00:00Z' or PartitionKey ne '",
+    "datetime'2020-01-01T00:00:00Z'",
+    "2020-01-01') or (RowKey ne '",
+    "' or CreatedAt ge datetime'1900-01-01T00:00:00Z",
+    "2020-01-01 or true",
+    "2020-01-01%27%20or%201%20eq%201",
+]
+STATE_INJECTIONS = ["processed' or RowKey ne '", "' or '1' eq '1", "processed') or (PartitionKey ne '",
+                    "attention' or Category ne '", "processed or true"]
+SEARCH_INJECTIONS = [("customerId", p) for p in INJECTIONS] + [
+    (param, p) for param in ("createdFrom", "createdTo") for p in DATE_INJECTIONS] + [
+    ("state", p) for p in STATE_INJECTIONS] + [("continuationToken", p) for p in INJECTIONS]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("param,payload", SEARCH_INJECTIONS, ids=lambda v: str(v)[:40])
+def test_injection_through_search(hostile_stack: Any, tables: Tables, victim: str, param: str, payload: str) -> None:
+    _settled(tables, victim)
+    before = tables.snapshot()
+    r = raw_request(hostile_stack.base_url, "GET", with_query("/api/orders", {param: payload, "limit": "200"}))
+    assert r.status in (200, 400) and (r.status == 200 or r.is_problem), (r.status, r.body[:300])
+    if r.status == 200:  # only a customer id may be read as a (strange) customer: then it has no orders
+        assert param == "customerId", (param, payload, r.body[:300])
+        assert r.json()["orders"] == [], r.body[:300]
+    elif param == "continuationToken":
+        assert r.json()["type"].endswith("/invalid-continuation-token"), r.body[:300]
+    assert victim.encode() not in r.body and b"victim-1" not in r.body
+    assert before.new_rows(tables.snapshot()) == NOTHING_NEW
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("payload", INJECTIONS)
+def test_a_payload_beside_a_real_customer_id_is_400(hostile_stack: Any, tables: Tables, victim: str,
+                                                    payload: str) -> None:
+    """The victim's own search with a payload in another filter: 400, not the victim's orders
+    (nor anyone else's)."""
+    _settled(tables, victim)
+    for param in ("createdFrom", "createdTo", "state"):
+        r = raw_request(hostile_stack.base_url, "GET",
+                        with_query("/api/orders", {"customerId": "victim-1", param: payload}))
+        assert r.status == 400 and r.is_problem, (param, r.status, r.body[:300])
+        assert victim.encode() not in r.body
 
 
 # ---------------------------------------------------------------------------------------------
