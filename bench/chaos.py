@@ -22,7 +22,14 @@ is printed first, so a failing run can be replayed with ``--seed``) injects:
   (a seeded share of orders carries an out-of-stock SKU or an amount the payment service
   refuses), and one outage window of the shipping service (so orders also fail after a
   charge, and refunds are exercised);
-* one restart of the Service Bus emulator and one of Azurite, mid-run.
+* one restart of the Service Bus emulator and one of Azurite, mid-run;
+* an operator at work (``bench.chaos_operator``): ``--terminate-rate`` of the orders are
+  terminated at a random moment within ``--terminate-within`` seconds of their acceptance;
+  the orders rejected for good are restarted (``POST /orders/{id}/retry`` on a failed and
+  compensated order: a new generation with fresh idempotency keys) and fail again;
+  ``--fixable-rate`` of the orders carry a cause of their own (a SKU out of stock, a payment
+  that hangs) that the operator removes before redriving the failed compensation and
+  restarting the order, whose new generation must then succeed.
 
 Then it waits (bounded) for every order to settle, turns the faults off so the tail drains,
 retries the orders the app held for an operator (a pivot step of unknown outcome) through
@@ -30,7 +37,15 @@ retries the orders the app held for an operator (a pivot step of unknown outcome
 checks, prints and writes to ``--out`` (JSON): orders terminal (100%), lost (0), stuck
 past CompleteBy plus a sweep (0), double effects in the simulator's ledger (0), failed orders
 fully compensated (100%), compensations applied more than once (0), plus the count of each
-injected fault, the seed and the durations. The exit code is non-zero if any check fails.
+injected fault and operator action, the seed and the durations. The exit code is non-zero if
+any check fails.
+
+The ledger is read generation by generation (``bench.chaos_ledger``): a restarted order may
+apply a step once per generation, every generation before its last must be undone (each
+effect compensated exactly once), and its last is judged as an order that never restarted.
+A terminated order ends with every effect compensated, or held (its pivot step's outcome
+unknown) and retried by the operator; an order the runner never terminated is never
+``terminated``; a restart or redrive the operator asks for is never refused.
 
 Logs of every process stay in ``--state-dir`` (default ``.local/chaos/<time>-seed<S>``).
 """
@@ -51,15 +66,25 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
 import requests
 
+from bench.chaos_ledger import (
+    STEP_EFFECTS,
+    UndoTally,
+    compact_history,
+    compensations_repeated,
+    expected_run,
+    split_ledger,
+    step_key,
+)
+from bench.chaos_operator import IN_FLIGHT_STATES, TERMINATED_RESULTS, Operator
 from local.procs import REPO_ROOT
-from local.stack import SERVICE_PATHS, Stack, demo_order
+from local.stack import Stack, demo_order
 from shared.workflow import AGENTS_BY_NAME, WORKFLOW
 
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "chaos.json"
@@ -69,13 +94,6 @@ REJECT_AMOUNT_OVER = "50000"  # the payment service answers 422 for a larger cha
 REJECT_UNIT_PRICE = 60000  # one of these makes an order's total exceed REJECT_AMOUNT_OVER
 OUTAGE_SERVICE = "shipping"
 
-# Step -> (service, forward operation, compensation operation or None), from the workflow.
-STEP_EFFECTS: dict[str, tuple[str, str, str | None]] = {
-    s.name: (SERVICE_PATHS[AGENTS_BY_NAME[s.agent].service_url_setting], s.operation, s.compensation)
-    for s in WORKFLOW
-}
-FORWARD_OPS = {(svc, op) for svc, op, _ in STEP_EFFECTS.values()}
-COMPENSATION_OPS = {(svc, comp) for svc, _, comp in STEP_EFFECTS.values() if comp}
 _INSTANCE_LINE = re.compile(r"\binstance (\d+) pid (\d+)\b")
 SB_STATS_ENV = "LOCAL_SERVICEBUS_STATS_FILE"  # the emulator writes its per-queue counters there
 
@@ -108,6 +126,10 @@ class ChaosOptions:
     drain_timeout: float = 300.0  # after faults are turned off
     post_retry_seconds: float = 120.0  # how long one POST is retried (restarts, killed instances)
     operator_retry: bool = True  # at the end, retry orders held for an operator (POST /retry), as one would
+    terminate_rate: float = 0.03  # share of orders the operator terminates (POST /terminate)
+    terminate_within: float = 4.0  # ... at a random moment within this many seconds of acceptance
+    operator_restarts: bool = True  # restart the orders rejected for good once they failed (new generation)
+    fixable_rate: float = 0.01  # share of orders with a cause of their own the operator fixes, then restarts
     progress_every: float = 2.0
     echo: bool = False  # echo the stack's processes' output to stderr
 
@@ -123,6 +145,8 @@ class ChaosOptions:
             raise ValueError("--instances must be at least 2")
         if o.orders < 1 or o.rate <= 0:
             raise ValueError("--orders and --rate must be positive")
+        if not (0 <= o.terminate_rate <= 1 and 0 <= o.fixable_rate <= 1) or o.terminate_within < 0:
+            raise ValueError("--terminate-rate and --fixable-rate must be 0..1, --terminate-within >= 0")
         if o.state_dir is None:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
             o.state_dir = REPO_ROOT / ".local" / "chaos" / f"{stamp}-seed{o.seed}"
@@ -152,6 +176,24 @@ class OrderRec:
     dup_submit_order_id: str | None = None
     request_copy_sent: bool = False
     reply_copy_sent: bool = False
+    # the operator (bench.chaos_operator): what it planned for the order and what it did
+    terminate_after: float | None = None  # seconds after acceptance; None: not terminated
+    terminate_status: int | None = None  # the terminate's HTTP answer (None: none yet, or none at all)
+    terminate_result: str | None = None  # 202: terminated | terminating | held; else the problem type
+    terminate_state: str | None = None  # the processState the answer gave
+    terminate_lost: int = 0  # terminate calls sent whose answer was lost
+    terminate_gave_up: bool = False
+    fix: str | None = None  # "restock" | "stall": a cause of the order's own, fixed by the operator
+    fix_sku: str | None = None
+    fixed: bool = False
+    restarts_planned: int = 0
+    restarts_tried: int = 0
+    restarts_done: int = 0  # 202 "restarted"
+    restarts_unanswered: int = 0  # restart calls whose answer was lost (each may have restarted it)
+    redrives_tried: int = 0
+    redrives_done: int = 0  # 202 "compensation-redriven"
+    operator_actions: list[dict[str, Any]] = field(default_factory=list)
+    op_busy: bool = False
 
     @property
     def state(self) -> str | None:
@@ -202,7 +244,7 @@ _CLI_DEFAULTS = {"out": None, "state_dir": None, "echo": False, "progress_every"
 
 
 _NO_FLAGS = {"restart_servicebus": "--no-servicebus-restart", "restart_azurite": "--no-azurite-restart",
-             "operator_retry": "--no-operator-retry"}
+             "operator_retry": "--no-operator-retry", "operator_restarts": "--no-operator-restart"}
 
 
 def replay_command(o: ChaosOptions) -> str:
@@ -278,7 +320,11 @@ class ChaosRun:
         self._host_log_pos = 0
         self._host_pids: dict[int, int] = {}
         self.remote_profile: dict[str, dict[str, Any]] = {}
+        self._remote_lock = threading.Lock()  # the profile, and whether it is applied
+        self._remote_faults_on = False
+        self._own_causes: dict[str, dict[str, Any]] = {}
         self._sb_stats_files: list[Path] = []
+        self.operator = Operator(self)
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -346,21 +392,43 @@ class ChaosRun:
         o = self.o
         base = {"transientRate": o.transient_rate, "lostResponseRate": o.lost_response_rate,
                 "hangRate": o.hang_rate, "hangSeconds": o.hang_seconds}
+        own = self.operator.remote_skus()  # the causes of the orders the operator fixes
+        # An order's own cause is no chaos fault: it stays until the operator fixes it.
+        self._own_causes = {"inventory": {"rejectSkus": own["restock"]},
+                            "payment": {"hangSkus": own["stall"], "hangSeconds": o.hang_seconds},
+                            "shipping": {}}
         self.remote_profile = {
-            "inventory": {**base, "rejectSkus": [REJECT_SKU]},
-            "payment": {**base, "rejectAmountOver": REJECT_AMOUNT_OVER},
+            "inventory": {**base, "rejectSkus": [REJECT_SKU, *own["restock"]]},
+            "payment": {**base, "rejectAmountOver": REJECT_AMOUNT_OVER, "hangSkus": own["stall"]},
             "shipping": dict(base),
         }
         remotes = self.stack.remotes
-        for svc, faults in self.remote_profile.items():
-            remotes.set_faults(svc, **faults)
+        with self._remote_lock:
+            for svc, faults in self.remote_profile.items():
+                remotes.set_faults(svc, **faults)
+            self._remote_faults_on = True
 
     def remote_faults_off(self) -> None:
+        """Every fault off (every field back to its default), but for the causes of orders the
+        operator has not fixed yet."""
         assert self.stack is not None
         remotes = self.stack.remotes
-        for svc in SERVICES:
-            remotes.set_faults(svc)  # every field back to its default: no faults
+        with self._remote_lock:
+            self._remote_faults_on = False
+            for svc in SERVICES:
+                remotes.set_faults(svc, **self._own_causes.get(svc, {}))
         self.event("remote-faults-off")
+
+    def remove_remote_cause(self, cause: str, sku: str) -> None:
+        """The operator's fix of one order's own cause: restock its SKU (inventory), or stop the
+        payment service hanging on it."""
+        assert self.stack is not None
+        svc, field_name = {"restock": ("inventory", "rejectSkus"), "stall": ("payment", "hangSkus")}[cause]
+        with self._remote_lock:
+            for faults in (self.remote_profile[svc], self._own_causes[svc]):
+                faults[field_name] = [s for s in faults.get(field_name, []) if s != sku]
+            self.stack.remotes.set_faults(svc, **(self.remote_profile[svc] if self._remote_faults_on
+                                                  else self._own_causes[svc]))
 
     # ---- host instances ---------------------------------------------------------------------------
 
@@ -447,12 +515,15 @@ class ChaosRun:
         assert self.stack is not None
         remotes = self.stack.remotes
         if on:
-            remotes.set_faults(OUTAGE_SERVICE, **{**self.remote_profile[OUTAGE_SERVICE], "down": True})
+            with self._remote_lock:
+                remotes.set_faults(OUTAGE_SERVICE, **{**self.remote_profile[OUTAGE_SERVICE], "down": True})
             self.faults["shippingOutageWindows"] += 1
             self.event("outage-start", service=OUTAGE_SERVICE)
             self.say(f"  ! {OUTAGE_SERVICE} service down for {self.o.outage_seconds:g}s")
         else:
-            remotes.set_faults(OUTAGE_SERVICE, **self.remote_profile[OUTAGE_SERVICE])
+            with self._remote_lock:
+                if self._remote_faults_on:  # (the run may have turned every fault off already)
+                    remotes.set_faults(OUTAGE_SERVICE, **self.remote_profile[OUTAGE_SERVICE])
             self.event("outage-end", service=OUTAGE_SERVICE)
             self.say(f"  ! {OUTAGE_SERVICE} service back")
 
@@ -663,8 +734,9 @@ class ChaosRun:
                 svc, op, _ = STEP_EFFECTS[name]
                 attempt = int(st.get("attempt") or 1)
                 context = {s["name"]: s.get("result") for s in steps[:idx] if s.get("state") == "Done"}
+                key = step_key(view["orderId"], name, int(view.get("generation") or 0))
                 body = {"kind": "step", "orderId": view["orderId"], "step": name, "operation": op,
-                        "attempt": attempt, "idempotencyKey": f"{view['orderId']}:{name}",
+                        "attempt": attempt, "idempotencyKey": key,
                         "completeBy": st["completeBy"],
                         "order": {"customerId": order.get("customerId"), "currency": order.get("currency"),
                                   "total": order.get("total"), "items": order.get("items")},
@@ -765,7 +837,7 @@ class ChaosRun:
         with self.lock:
             unanswered = any(r.order_id is None and r.post_status is None for r in self.recs[: self.posted])
             return (not unanswered and self.posted >= len(self.recs)
-                    and all(is_terminal(r.view) for r in self.recs if r.order_id))
+                    and all(is_terminal(r.view) and not self.operator.pending(r) for r in self.recs if r.order_id))
 
     def progress_line(self) -> str:
         c = self.counts()
@@ -777,6 +849,8 @@ class ChaosRun:
                 f" (terminal {done}) | kills {f['hostInstanceKills']} sbRestarts {f['serviceBusEmulatorRestarts']}"
                 f" azRestarts {f['azuriteRestarts']} dupPOST {f['duplicateSubmissions']}"
                 f" dupMsg {f['duplicateRequestDeliveries'] + f['duplicateReplyDeliveries']}"
+                f" | terminated {f['operatorTerminates']} restarted {f['operatorRestarts']}"
+                f" redriven {f['operatorCompensationRedrives']}"
                 f" | pollErr {sum(self.poll_errors.values())}")
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
@@ -797,6 +871,7 @@ class ChaosRun:
                  f"SupervisorSchedule '{o.supervisor_schedule}'")
         self.say(f"state and logs: {o.state_dir}")
         self.plan_orders()
+        self.operator.plan()
         events = self.plan_events()
         overrides = {
             "StepTimeoutSeconds": str(o.step_timeout),
@@ -823,6 +898,7 @@ class ChaosRun:
 
             threads.append(threading.Thread(target=progress, name="progress", daemon=True))
             threads.append(threading.Thread(target=self.poll_loop, name="poller", daemon=True))
+            threads.append(threading.Thread(target=self.operator.loop, name="operator", daemon=True))
             for th in threads:
                 th.start()
 
@@ -1030,10 +1106,15 @@ class ChaosRun:
                     "idempotencyKey": r.key, "designedRejection": r.reject, "duplicateSubmission": r.dup_submit,
                     "requestCopySent": r.request_copy_sent, "replyCopySent": r.reply_copy_sent,
                     "processState": view.get("processState"), "failureCount": view.get("failureCount"),
-                    "reason": view.get("reason"),
+                    "reason": view.get("reason"), "outcome": view.get("outcome"),
+                    "generation": view.get("generation"), "category": view.get("category"),
                     "steps": [{"name": s.get("name"), "state": s.get("state"), "attempt": s.get("attempt"),
                                "compensation": (s.get("compensation") or {}).get("state")}
                               for s in view.get("steps") or []],
+                    "operator": {"terminateAfterSeconds": r.terminate_after, "fix": r.fix, "fixed": r.fixed,
+                                 "restartsPlanned": r.restarts_planned, "heldRetryStatus": r.held_retry_status,
+                                 "actions": r.operator_actions},
+                    "history": compact_history(view),
                 }
         return notes
 
@@ -1042,7 +1123,8 @@ class ChaosRun:
         remotes' faults come from their /_stats."""
         f: dict[str, Any] = dict(self.faults)
         for k in ("hostInstanceKills", "serviceBusEmulatorRestarts", "azuriteRestarts", "duplicateSubmissions",
-                  "duplicateRequestDeliveries", "duplicateReplyDeliveries", "shippingOutageWindows"):
+                  "duplicateRequestDeliveries", "duplicateReplyDeliveries", "shippingOutageWindows",
+                  "operatorTerminates", "operatorRestarts", "operatorCompensationRedrives", "operatorFixedCauses"):
             f.setdefault(k, 0)
         f["duplicateDeliveries"] = f["duplicateRequestDeliveries"] + f["duplicateReplyDeliveries"]
         req = stats.get("requests", {})
@@ -1097,54 +1179,8 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
         if cb is None or cb + timedelta(seconds=sweep) < now:
             stuck.append(r.order_id)
 
-    # Ledger: effects per (service, key), per order. A ``tombstone`` entry records a compensation
-    # that found nothing to undo (the step timed out without its effect): it is not an effect.
-    per_key = Counter((e["service"], e["idempotencyKey"]) for e in ledger)
-    double_effects = [{"service": s, "idempotencyKey": k, "times": n} for (s, k), n in per_key.items() if n > 1]
-    by_order: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
-    tombs: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
-    for e in ledger:
-        (tombs if e.get("kind") == "tombstone" else by_order)[e["orderId"]][(e["service"], e["operation"])] += 1
-    foreign = sorted((set(by_order) | set(tombs)) - ids)
-
-    final_state = {oid: ((v or {}).get("processState") if s == 200 else None) for oid, (s, v) in views.items()}
-    held = sorted(oid for oid, (s, v) in views.items() if s == 200 and oid in ids and is_held(v))
-    processed_wrong, error_shipped = [], []
-    comp_needed, comp_ok, comp_missing, comp_multi = 0, 0, [], []
-    expected = Counter({(svc, op): 1 for svc, op, _ in STEP_EFFECTS.values()})
-    for oid in ids:
-        effects, tomb = by_order.get(oid, Counter()), tombs.get(oid, Counter())
-        for svc, op in COMPENSATION_OPS:
-            n = effects.get((svc, op), 0) + tomb.get((svc, op), 0)
-            if n > 1:
-                comp_multi.append({"orderId": oid, "effect": f"{svc}/{op}", "times": n})
-        if final_state.get(oid) == "Processed":
-            if effects != expected or tomb:
-                processed_wrong.append({"orderId": oid,
-                                        "effects": {f"{s}/{p}": n for (s, p), n in effects.items()},
-                                        "tombstones": {f"{s}/{p}": n for (s, p), n in tomb.items()}})
-        elif final_state.get(oid) == "Error" and oid in held:
-            continue  # nothing is compensated while an operator decides
-        elif final_state.get(oid) == "Error":
-            for name, (svc, op, comp) in STEP_EFFECTS.items():
-                if not effects.get((svc, op)):
-                    continue
-                if comp is None:
-                    error_shipped.append({"orderId": oid, "step": name})
-                    continue
-                comp_needed += 1
-                if effects.get((svc, comp)) == 1:
-                    comp_ok += 1
-                else:
-                    comp_missing.append({"orderId": oid, "step": name, "compensation": f"{svc}/{comp}",
-                                         "applied": effects.get((svc, comp), 0),
-                                         "tombstones": tomb.get((svc, comp), 0)})
-    failed_orders = [oid for oid in ids if final_state.get(oid) == "Error"]
-    failed_with_effects = sorted({oid for oid in failed_orders
-                                  if any(by_order.get(oid, Counter()).get((s, op))
-                                         for s, op, c in STEP_EFFECTS.values() if c)})
-    fully_comp = [oid for oid in failed_with_effects
-                  if oid not in {m["orderId"] for m in comp_missing}]
+    fx = ledger_outcomes(ids, views, ledger)
+    op = operator_outcomes(accepted, views)
 
     dup_mismatch = [{"key": r.key, "orderId": r.order_id, "replayOrderId": r.dup_submit_order_id,
                      "replayStatus": r.dup_submit_status}
@@ -1154,46 +1190,188 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
     never_answered = [r.key for r in recs if r.post_status is None]
 
     n_acc = len(accepted)
+    n_fwe, n_comp = len(fx["failedWithEffects"]), len(fx["fullyCompensated"])
     checks = {
         "terminalPercent": {"value": _pct(len(terminal), n_acc), "expected": 100.0,
                             "ok": len(terminal) == n_acc and n_acc > 0},
         "lostOrders": {"value": len(lost), "expected": 0, "ok": not lost},
         "stuckOrders": {"value": len(stuck), "expected": 0, "ok": not stuck},
-        "doubleEffects": {"value": len(double_effects), "expected": 0, "ok": not double_effects},
-        "failedOrdersFullyCompensatedPercent": {
-            "value": _pct(len(fully_comp), len(failed_with_effects)), "expected": 100.0,
-            "ok": len(fully_comp) == len(failed_with_effects)},
-        "compensationsAppliedMoreThanOnce": {"value": len(comp_multi), "expected": 0, "ok": not comp_multi},
+        "doubleEffects": {"value": len(fx["doubleEffects"]), "expected": 0, "ok": not fx["doubleEffects"]},
+        "failedOrdersFullyCompensatedPercent": {"value": _pct(n_comp, n_fwe), "expected": 100.0,
+                                                "ok": n_comp == n_fwe},
+        "compensationsAppliedMoreThanOnce": {"value": len(fx["compMulti"]), "expected": 0, "ok": not fx["compMulti"]},
         # further invariants of the same runs
-        "processedOrdersWithWrongEffects": {"value": len(processed_wrong), "expected": 0,
-                                            "ok": not processed_wrong},
-        "failedOrdersThatShipped": {"value": len(error_shipped), "expected": 0, "ok": not error_shipped},
+        "processedOrdersWithWrongEffects": {"value": len(fx["processedWrong"]), "expected": 0,
+                                            "ok": not fx["processedWrong"]},
+        "failedOrdersThatShipped": {"value": len(fx["shipped"]), "expected": 0, "ok": not fx["shipped"]},
         "duplicateSubmissionsGivingAnotherOrder": {"value": len(dup_mismatch), "expected": 0,
                                                    "ok": not dup_mismatch},
         "submissionsRejected": {"value": len(rejected_unexpectedly), "expected": 0,
                                 "ok": not rejected_unexpectedly},
         "submissionsNeverAnswered": {"value": len(never_answered), "expected": 0, "ok": not never_answered},
-        "effectsOfUnknownOrders": {"value": len(foreign), "expected": 0, "ok": not foreign},
-        "ordersLeftHeldForAnOperator": {"value": len(held), "expected": 0, "ok": held_allowed or not held},
+        "effectsOfUnknownOrders": {"value": len(fx["foreign"]), "expected": 0, "ok": not fx["foreign"]},
+        "ordersLeftHeldForAnOperator": {"value": len(fx["held"]), "expected": 0,
+                                        "ok": held_allowed or not fx["held"]},
+        # the operator's actions (issue 11) and the generations of restarted orders
+        "effectsWithUnexpectedKeys": {"value": len(fx["unexpectedKeys"]), "expected": 0,
+                                      "ok": not fx["unexpectedKeys"]},
+        "generationsNotFromAnOperatorRestart": {"value": len(op["generationWrong"]), "expected": 0,
+                                                "ok": not op["generationWrong"]},
+        "terminatedOrdersNotEndedAsTerminated": {"value": len(op["terminateWrong"]), "expected": 0,
+                                                 "ok": not op["terminateWrong"]},
+        "ordersTerminatedWithoutAnOperator": {"value": len(op["terminatedWithoutOperator"]), "expected": 0,
+                                              "ok": not op["terminatedWithoutOperator"]},
+        "terminatesRefusedInFlight": {"value": len(op["terminateRefusedInFlight"]), "expected": 0,
+                                      "ok": not op["terminateRefusedInFlight"]},
+        "operatorRetriesRefused": {"value": len(op["retryRefused"]), "expected": 0, "ok": not op["retryRefused"]},
         "infrastructureErrors": {"value": len(errors), "expected": 0, "ok": not errors},
     }
-    summary = {"accepted": n_acc, "finalStates": dict(states), "failed": len(failed_orders),
-               "heldForAnOperator": len(held),
+    summary = {"accepted": n_acc, "finalStates": dict(states), "failed": len(fx["failedOrders"]),
+               "heldForAnOperator": len(fx["held"]),
                "operatorRetried": sum(1 for r in accepted if r.held_retry_status == 202),
-               "failedWithEffectsToCompensate": len(failed_with_effects),
-               "compensationsNeeded": comp_needed, "compensationsApplied": comp_ok,
-               "compensationsOfNothing": sum(sum(c.values()) for o, c in tombs.items() if o in ids),
-               "designedRejections": sum(1 for r in recs if r.reject)}
+               "failedWithEffectsToCompensate": n_fwe,
+               "compensationsNeeded": fx["undo"].needed, "compensationsApplied": fx["undo"].applied,
+               "compensationsOfNothing": fx["compensationsOfNothing"],
+               "designedRejections": sum(1 for r in recs if r.reject),
+               "operator": {**op["counts"], **fx["generationCounts"]}}
     examples = {
         "lost": lost[:20], "notFound": not_found[:20], "stuck": stuck[:20],
-        "doubleEffects": double_effects[:20], "compensationMissing": comp_missing[:20],
-        "compensationMultiple": comp_multi[:20], "processedWrong": processed_wrong[:20],
-        "failedShipped": error_shipped[:20], "duplicateSubmissionMismatch": dup_mismatch[:20],
+        "doubleEffects": fx["doubleEffects"][:20], "compensationMissing": fx["undo"].missing[:20],
+        "compensationMultiple": fx["compMulti"][:20], "processedWrong": fx["processedWrong"][:20],
+        "failedShipped": fx["shipped"][:20], "duplicateSubmissionMismatch": dup_mismatch[:20],
         "submissionsRejected": rejected_unexpectedly[:20], "neverAnswered": never_answered[:20],
-        "unknownOrders": foreign[:20], "held": held[:20],
+        "unknownOrders": fx["foreign"][:20], "held": fx["held"][:20],
+        "unexpectedKeys": fx["unexpectedKeys"][:20], "generationWrong": op["generationWrong"][:20],
+        "terminateWrong": op["terminateWrong"][:20],
+        "terminatedWithoutOperator": op["terminatedWithoutOperator"][:20],
+        "terminateRefusedInFlight": op["terminateRefusedInFlight"][:20], "retryRefused": op["retryRefused"][:20],
         "nonTerminalViews": [views[oid][1] for oid in lost[:5] if views.get(oid)],
     }
     return checks, summary, examples
+
+
+def ledger_outcomes(ids: set[str], views: dict[str, tuple[int | None, dict[str, Any] | None]],
+                    ledger: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ledger against the orders' final views, generation by generation (bench.chaos_ledger).
+
+    Effects per (service, key): a key applied twice is a double effect. Per order: every
+    generation before the order's last is undone; the last one, if Processed, applied each
+    step exactly once and compensated nothing; if Error (and not held), is undone. A
+    ``tombstone`` entry records a compensation that found nothing to undo (the step timed out
+    without its effect): it is not an effect."""
+    per_key = Counter((e["service"], e["idempotencyKey"]) for e in ledger)
+    double_effects = [{"service": s, "idempotencyKey": k, "times": n} for (s, k), n in per_key.items() if n > 1]
+    per_order, unexpected = split_ledger(ledger)
+    foreign = sorted(set(per_order) - ids)
+    unexpected = [u for u in unexpected if u["orderId"] in ids]
+
+    final_state = {oid: ((v or {}).get("processState") if s == 200 else None) for oid, (s, v) in views.items()}
+    last_gen = {oid: int((v or {}).get("generation") or 0) for oid, (s, v) in views.items() if s == 200 and v}
+    held = sorted(oid for oid, (s, v) in views.items() if s == 200 and oid in ids and is_held(v))
+    undo, processed_wrong, comp_multi = UndoTally(), [], []
+    failed_last_with_effects: set[str] = set()
+    earlier, earlier_with_effects = 0, 0
+    expected = expected_run()
+    compensable = {(svc, op) for svc, op, comp in STEP_EFFECTS.values() if comp}
+    for oid in sorted(ids):
+        fx = per_order[oid]
+        comp_multi += compensations_repeated(oid, fx)
+        last = last_gen.get(oid, 0)
+        for g in sorted(fx.generations()):
+            if g > last:
+                unexpected.append({"orderId": oid, "generation": g,
+                                   "problem": f"effects of generation {g}; the order is at generation {last}"})
+        for g in range(last):  # earlier generations: each one failed, and was undone before the restart
+            earlier += 1
+            earlier_with_effects += any(fx.effects[g].get(e) for e in compensable)
+            undo.check_undone(oid, g, fx.effects[g], fx.tombstones[g])
+        effects, tomb = fx.effects[last], fx.tombstones[last]
+        if final_state.get(oid) == "Processed":
+            if effects != expected or tomb:
+                processed_wrong.append({"orderId": oid, "generation": last,
+                                        "effects": {f"{s}/{p}": n for (s, p), n in effects.items()},
+                                        "tombstones": {f"{s}/{p}": n for (s, p), n in tomb.items()}})
+            continue
+        if final_state.get(oid) != "Error":
+            continue
+        if any(effects.get(e) for e in compensable):
+            failed_last_with_effects.add(oid)
+        if oid not in held:  # nothing is compensated while an operator decides
+            undo.check_undone(oid, last, effects, tomb)
+    failed_with_effects = sorted(failed_last_with_effects | undo.orders_with_effects)
+    missing = {m["orderId"] for m in undo.missing}
+    restarted = [oid for oid in ids if last_gen.get(oid, 0) > 0]
+    return {
+        "doubleEffects": double_effects, "foreign": foreign, "unexpectedKeys": unexpected, "held": held,
+        "undo": undo, "shipped": undo.shipped, "processedWrong": processed_wrong, "compMulti": comp_multi,
+        "failedOrders": [oid for oid in ids if final_state.get(oid) == "Error"],
+        "failedWithEffects": failed_with_effects,
+        "fullyCompensated": [oid for oid in failed_with_effects if oid not in missing],
+        "compensationsOfNothing": sum(sum(c.values()) for o, fx in per_order.items() if o in ids
+                                      for c in fx.tombstones.values()),
+        "generationCounts": {
+            "restartedOrders": len(restarted),
+            "restartedThenProcessed": sum(1 for oid in restarted if final_state.get(oid) == "Processed"),
+            "restartedAndFailedAgain": sum(1 for oid in restarted if final_state.get(oid) == "Error"),
+            "highestGeneration": max(last_gen.values(), default=0),
+            "earlierGenerationsUndone": earlier,
+            "earlierGenerationsWithEffectsUndone": earlier_with_effects,
+        },
+    }
+
+
+def operator_outcomes(accepted: list[OrderRec],
+                      views: dict[str, tuple[int | None, dict[str, Any] | None]]) -> dict[str, Any]:
+    """What the operator's actions came to: a terminated order ends Error ``terminated`` (its
+    effects are undone: ``ledger_outcomes``), or held and retried; no order is ``terminated``
+    that the operator did not terminate; a terminate is refused only for an order out of
+    flight; a restart or redrive the operator asks for is done; an order's generation is the
+    number of its restarts."""
+    terminate_wrong, spurious, refused_in_flight, retry_refused, generation_wrong = [], [], [], [], []
+    for r in accepted:
+        status, final = views.get(r.order_id or "", (None, None))
+        view = final or r.view or {}
+        outcome, state = view.get("outcome"), view.get("processState")
+        who = {"orderId": r.order_id, "processState": state, "outcome": outcome}
+        if r.terminate_status == 202:
+            if r.terminate_result in TERMINATED_RESULTS:
+                if not (state == "Error" and outcome == "terminated"):
+                    terminate_wrong.append({**who, "terminate": r.terminate_result, "expected": "terminated"})
+            elif r.terminate_result == "held":
+                if not (is_held(view) or r.held_retry_status == 202):
+                    terminate_wrong.append({**who, "terminate": "held", "expected": "held, or retried"})
+            else:
+                terminate_wrong.append({**who, "terminate": r.terminate_result, "expected": "a known result"})
+        if outcome == "terminated" and r.terminate_status != 202 and not r.terminate_lost:
+            spurious.append({**who, "terminateStatus": r.terminate_status})
+        if r.terminate_status == 409 and r.terminate_state in IN_FLIGHT_STATES:
+            refused_in_flight.append({**who, "refusedWhile": r.terminate_state})
+        if r.terminate_gave_up:
+            retry_refused.append({**who, "action": "terminate", "status": None})
+        for a in r.operator_actions:
+            if a["action"] != "retry" or (a["status"] == 202 and a["result"] == a["expected"]):
+                continue
+            if a["status"] == 409 and a["answersLost"]:
+                continue  # an earlier call whose answer was lost did it
+            retry_refused.append({**who, **a})
+        gen = int(view.get("generation") or 0)
+        if status == 200 and not r.restarts_done <= gen <= r.restarts_done + r.restarts_unanswered:
+            generation_wrong.append({**who, "generation": gen, "restartsAccepted": r.restarts_done,
+                                     "restartAnswersLost": r.restarts_unanswered})
+    counts = {
+        "terminatesSent": sum(1 for r in accepted if r.terminate_status is not None or r.terminate_lost),
+        "terminated": sum(1 for r in accepted
+                          if r.terminate_status == 202 and r.terminate_result in TERMINATED_RESULTS),
+        "terminateHeld": sum(1 for r in accepted if r.terminate_status == 202 and r.terminate_result == "held"),
+        "terminateTooLate": sum(1 for r in accepted if r.terminate_status == 409),
+        "restarted": sum(r.restarts_done for r in accepted),
+        "compensationsRedriven": sum(r.redrives_done for r in accepted),
+        "causesFixed": sum(1 for r in accepted if r.fixed),
+        "heldRetried": sum(1 for r in accepted if r.held_retry_status == 202),
+    }
+    return {"terminateWrong": terminate_wrong, "terminatedWithoutOperator": spurious,
+            "terminateRefusedInFlight": refused_in_flight, "retryRefused": retry_refused,
+            "generationWrong": generation_wrong, "counts": counts}
 
 
 # ---- printing -------------------------------------------------------------------------------------
@@ -1226,12 +1404,15 @@ def render_summary(report: dict[str, Any]) -> str:
     ]
     for name in ("processedOrdersWithWrongEffects", "failedOrdersThatShipped", "duplicateSubmissionsGivingAnotherOrder",
                  "submissionsRejected", "submissionsNeverAnswered", "effectsOfUnknownOrders",
-                 "ordersLeftHeldForAnOperator", "infrastructureErrors", "orphanProcesses"):
+                 "ordersLeftHeldForAnOperator", "effectsWithUnexpectedKeys", "generationsNotFromAnOperatorRestart",
+                 "terminatedOrdersNotEndedAsTerminated", "ordersTerminatedWithoutAnOperator",
+                 "terminatesRefusedInFlight", "operatorRetriesRefused", "infrastructureErrors", "orphanProcesses"):
         if name in c:
             lines.append(f"  [{mark(c[name]['ok'])}] {name}: {c[name]['value']}")
     lines += [
         f"  held for an operator (an unknown outcome of a step that cannot be compensated): retried by the runner "
         f"as the operator {orders.get('operatorRetried', 0)}, still held {orders.get('heldForAnOperator', 0)}",
+        _operator_line(orders.get("operator") or {}),
         "  faults injected:",
         f"    host instance SIGKILLs {f['hostInstanceKills']}, Service Bus emulator restarts "
         f"{f['serviceBusEmulatorRestarts']}, Azurite restarts {f['azuriteRestarts']}, "
@@ -1257,6 +1438,16 @@ def render_summary(report: dict[str, Any]) -> str:
         f"RESULT: {'PASS' if report['ok'] else 'FAIL'}",
     ]
     return "\n".join(lines)
+
+
+def _operator_line(op: dict[str, Any]) -> str:
+    g = lambda k: op.get(k, 0)  # noqa: E731
+    return (f"  operator: terminated {g('terminated')} (held {g('terminateHeld')}, too late {g('terminateTooLate')}"
+            f", of {g('terminatesSent')} sent); restarted {g('restarted')} ({g('restartedOrders')} orders up to "
+            f"generation {g('highestGeneration')}: {g('restartedThenProcessed')} then Processed, "
+            f"{g('restartedAndFailedAgain')} failed again; {g('earlierGenerationsUndone')} earlier generations undone, "
+            f"{g('earlierGenerationsWithEffectsUndone')} of them with effects); compensations redriven "
+            f"{g('compensationsRedriven')}; causes fixed {g('causesFixed')}; held orders retried {g('heldRetried')}")
 
 
 def run_chaos(opts: ChaosOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
@@ -1300,6 +1491,14 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--no-servicebus-restart", action="store_true")
     ap.add_argument("--no-azurite-restart", action="store_true")
     ap.add_argument("--no-operator-retry", action="store_true", help="leave orders held for an operator as they are")
+    ap.add_argument("--terminate-rate", type=float, default=d.terminate_rate,
+                    help="share of orders the operator terminates (POST /orders/{id}/terminate)")
+    ap.add_argument("--terminate-within", type=float, default=d.terminate_within,
+                    help="... at a random moment within this many seconds of acceptance")
+    ap.add_argument("--no-operator-restart", action="store_true",
+                    help="do not restart the orders rejected for good once they failed")
+    ap.add_argument("--fixable-rate", type=float, default=d.fixable_rate,
+                    help="share of orders with a cause of their own the operator fixes, then restarts")
     ap.add_argument("--settle-timeout", type=float, default=d.settle_timeout)
     ap.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
     ap.add_argument("--echo", action="store_true", help="echo the stack's output to stderr")
@@ -1312,7 +1511,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         lost_response_rate=a.lost_response_rate, hang_rate=a.hang_rate, hang_seconds=a.hang_seconds,
         reject_rate=a.reject_rate, outage_seconds=a.outage_seconds,
         restart_servicebus=not a.no_servicebus_restart, restart_azurite=not a.no_azurite_restart,
-        operator_retry=not a.no_operator_retry,
+        operator_retry=not a.no_operator_retry, terminate_rate=a.terminate_rate,
+        terminate_within=a.terminate_within, operator_restarts=not a.no_operator_restart, fixable_rate=a.fixable_rate,
         settle_timeout=a.settle_timeout, drain_timeout=a.drain_timeout, echo=a.echo,
     )
     if opts.instances < 2:

@@ -1,5 +1,6 @@
 """The chaos runner (bench/chaos.py): a CI-sized run through the whole local stack with every
-fault kind injected at least once, and the runner's checks themselves on made-up outcomes.
+fault kind injected at least once, an operator terminating, restarting and redriving orders
+meanwhile (bench/chaos_operator.py), and the runner's checks themselves on made-up outcomes.
 
 The run asserts correctness only (terminal, lost, stuck, double effects, compensations), never
 speed. Replay a failure with the seed it prints: ``python -m bench.chaos --seed S --orders 200 ...``
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from bench.chaos import ChaosOptions, OrderRec, evaluate, run_chaos
+from bench.chaos_ledger import STEP_EFFECTS, parse_key, step_key
 
 CI_SEED = int(os.environ.get("CHAOS_SEED", "20261122"))
 
@@ -37,6 +39,7 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
         kills=2, duplicate_submit_rate=0.08, duplicate_delivery_rate=0.08,
         transient_rate=0.2, lost_response_rate=0.05, hang_rate=0.05, reject_rate=0.02,
         outage_seconds=12.0, settle_timeout=30.0, drain_timeout=120.0,
+        terminate_rate=0.05, terminate_within=4.0, operator_restarts=True, fixable_rate=0.01,
     )
     out = io.StringIO()
     report = run_chaos(opts, out=out)
@@ -71,6 +74,19 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert report["orders"]["failedWithEffectsToCompensate"] >= 1, report["orders"]
     assert report["orders"]["compensationsApplied"] == report["orders"]["compensationsNeeded"] >= 1
 
+    # The operator was at work (issue 11), and every kind of action did what it says.
+    op = report["orders"]["operator"]
+    assert op["terminatesSent"] == 10, op  # 5% of the orders, each answered
+    assert op["terminated"] + op["terminateHeld"] >= 1, op  # some were still in flight
+    assert op["restarted"] >= 1 and op["restartedOrders"] >= 1, op
+    assert op["restartedThenProcessed"] >= 1, op  # a fixed cause: the new generation went through
+    assert op["earlierGenerationsWithEffectsUndone"] >= 1, op  # ... after the earlier one was undone
+    assert op["compensationsRedriven"] >= 1 and op["causesFixed"] == 2, op  # the stalled refund
+    for name in ("effectsWithUnexpectedKeys", "generationsNotFromAnOperatorRestart",
+                 "terminatedOrdersNotEndedAsTerminated", "ordersTerminatedWithoutAnOperator",
+                 "terminatesRefusedInFlight", "operatorRetriesRefused"):
+        assert checks[name]["value"] == 0, (name, checks[name])
+
 
 # ---- the checks themselves -----------------------------------------------------------------------
 
@@ -88,9 +104,21 @@ def _view(oid: str, state: str, comp: str = "none", complete_by: datetime | None
             "completeBy": complete_by.isoformat() if complete_by else None, "steps": [], "outcome": outcome}
 
 
-def _fx(oid: str, service: str, operation: str, key: str | None = None, kind: str = "effect") -> dict[str, Any]:
-    return {"service": service, "operation": operation, "orderId": oid,
-            "idempotencyKey": key or f"{oid}:{operation}", "kind": kind}
+_STEP_OF = {op: name for name, (_, fwd, comp) in STEP_EFFECTS.items() for op in (fwd, comp) if op}
+
+
+def _fx(oid: str, service: str, operation: str, key: str | None = None, kind: str = "effect",
+        generation: int = 0) -> dict[str, Any]:
+    """A ledger entry as the simulator writes it: the key is the one the app sends, a step's
+    ``{orderId}[:g{n}]:{step}``, its compensation's that plus ``:compensate`` (naming the
+    step's key in ``compensates``)."""
+    name = _STEP_OF[operation]
+    step = step_key(oid, name, generation)
+    entry = {"service": service, "operation": operation, "orderId": oid, "kind": kind,
+             "idempotencyKey": key or step}
+    if operation != STEP_EFFECTS[name][1]:
+        entry["idempotencyKey"], entry["compensates"] = key or f"{step}:compensate", step
+    return entry
 
 
 def _good() -> tuple[list[OrderRec], dict[str, Any], list[dict[str, Any]]]:
@@ -127,8 +155,9 @@ def test_checks_catch_a_missing_and_a_repeated_compensation() -> None:
     missing = [e for e in ledger if e["operation"] != "refund"]
     assert _failing(recs, views, missing) == {"failedOrdersFullyCompensatedPercent"}
     twice = ledger + [_fx("o2", "payment", "refund", key="o2:refund-again")]
+    # (a key that is no key of the app's is caught on its own too)
     assert _failing(recs, views, twice) == {"failedOrdersFullyCompensatedPercent",
-                                            "compensationsAppliedMoreThanOnce"}
+                                            "compensationsAppliedMoreThanOnce", "effectsWithUnexpectedKeys"}
 
 
 def test_a_compensation_of_nothing_is_no_effect() -> None:
@@ -193,3 +222,140 @@ def test_checks_catch_bad_submissions() -> None:
     recs.append(OrderRec(index=4, key="k-4", body={}, reject=None, dup_submit=False, dup_delivery=False))
     assert _failing(recs, views, ledger) == {"duplicateSubmissionsGivingAnotherOrder", "submissionsRejected",
                                              "submissionsNeverAnswered"}
+
+
+# ---- the operator's actions (issue 11): generations, terminates, retries ----------------------
+
+
+def _restarted(rec: OrderRec, times: int = 1) -> OrderRec:
+    rec.restarts_planned = rec.restarts_tried = rec.restarts_done = times
+    rec.operator_actions = [{"action": "retry", "status": 202, "result": "restarted", "expected": "restarted",
+                             "answersLost": 0} for _ in range(times)]
+    return rec
+
+
+def _with_generation(view: dict[str, Any], generation: int) -> dict[str, Any]:
+    return {**view, "generation": generation}
+
+
+def test_the_keys_carry_the_generation() -> None:
+    assert step_key("o1", "charge-payment", 0) == "o1:charge-payment"
+    assert step_key("o1", "charge-payment", 2) == "o1:g2:charge-payment"
+    assert parse_key("o1", "o1:g2:charge-payment:compensate") is not None
+    info = parse_key("o1", "o1:g2:charge-payment:compensate")
+    assert info is not None and (info.generation, info.step, info.compensation) == (2, "charge-payment", True)
+    for bad in ("o1:charge", "o2:charge-payment", "o1:g0:charge-payment", "o1:g01:charge-payment",
+                "o1:gx:charge-payment", "o1x:charge-payment"):
+        assert parse_key("o1", bad) is None, bad
+
+
+def _restarted_then_processed() -> tuple[list[OrderRec], dict[str, Any], list[dict[str, Any]]]:
+    """o3 failed at payment (its reservation released), was restarted, and went through."""
+    recs, views, ledger = _good()
+    recs.append(_restarted(_rec(3, "o3")))
+    views["o3"] = (200, _with_generation(_view("o3", "Processed"), 1))
+    ledger += [_fx("o3", "inventory", "reserve"), _fx("o3", "payment", "refund", kind="tombstone"),
+               _fx("o3", "inventory", "release"),
+               _fx("o3", "inventory", "reserve", generation=1), _fx("o3", "payment", "charge", generation=1),
+               _fx("o3", "shipping", "ship", generation=1)]
+    return recs, views, ledger
+
+
+def test_a_restarted_order_applies_each_step_once_per_generation() -> None:
+    recs, views, ledger = _restarted_then_processed()
+    checks, summary, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3)
+    assert all(v["ok"] for v in checks.values()), checks
+    op = summary["operator"]
+    assert op["restarted"] == op["restartedOrders"] == op["restartedThenProcessed"] == 1
+    assert op["earlierGenerationsUndone"] == op["earlierGenerationsWithEffectsUndone"] == 1
+    assert summary["failedWithEffectsToCompensate"] == 2 and summary["compensationsApplied"] == 3
+
+
+def test_checks_catch_an_earlier_generation_left_applied() -> None:
+    recs, views, ledger = _restarted_then_processed()
+    kept = [e for e in ledger if not (e["orderId"] == "o3" and e["operation"] == "release")]
+    assert _failing(recs, views, kept) == {"failedOrdersFullyCompensatedPercent"}
+    # ... or one that shipped before the order was restarted
+    shipped = ledger + [_fx("o3", "shipping", "ship")]
+    assert _failing(recs, views, shipped) == {"failedOrdersThatShipped"}
+    # ... and the last generation is judged as any order: each step exactly once
+    again = ledger + [_fx("o3", "payment", "charge", generation=1)]
+    assert _failing(recs, views, again) == {"processedOrdersWithWrongEffects", "doubleEffects"}
+
+
+def test_checks_catch_generations_no_operator_asked_for() -> None:
+    recs, views, ledger = _restarted_then_processed()
+    recs[2].restarts_done = 0  # the app restarted it on its own
+    assert _failing(recs, views, ledger) == {"generationsNotFromAnOperatorRestart"}
+    recs[2].restarts_unanswered = 1  # ... unless a restart the operator sent lost its answer
+    assert _failing(recs, views, ledger) == set()
+    recs, views, ledger = _restarted_then_processed()
+    ledger.append(_fx("o3", "inventory", "reserve", generation=2))  # a generation the order never reached
+    assert "effectsWithUnexpectedKeys" in _failing(recs, views, ledger)
+
+
+def test_a_restart_that_fails_again_is_undone_again() -> None:
+    recs, views, ledger = _good()
+    recs.append(_restarted(_rec(3, "o3"), times=2))
+    views["o3"] = (200, _with_generation(_view("o3", "Error", "completed", outcome="failed"), 2))
+    for g in range(3):  # the charge is refused in every generation: the reservation is released
+        ledger += [_fx("o3", "inventory", "reserve", generation=g), _fx("o3", "inventory", "release", generation=g)]
+    checks, summary, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3)
+    assert all(v["ok"] for v in checks.values()), checks
+    assert summary["operator"]["restartedAndFailedAgain"] == 1 and summary["compensationsNeeded"] == 5
+    del ledger[-1]  # the last generation's release is missing
+    assert _failing(recs, views, ledger) == {"failedOrdersFullyCompensatedPercent"}
+
+
+def _terminated(rec: OrderRec, result: str = "terminating") -> OrderRec:
+    rec.terminate_after, rec.terminate_status, rec.terminate_result = 1.0, 202, result
+    return rec
+
+
+def test_a_terminated_order_ends_terminated_with_its_effects_undone() -> None:
+    recs, views, ledger = _good()
+    recs.append(_terminated(_rec(3, "o3")))
+    views["o3"] = (200, _view("o3", "Error", "completed", outcome="terminated"))
+    ledger += [_fx("o3", "inventory", "reserve"), _fx("o3", "inventory", "release"),
+               _fx("o3", "payment", "refund", kind="tombstone")]  # the charge in flight, fenced
+    checks, summary, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3)
+    assert all(v["ok"] for v in checks.values()), checks
+    assert summary["operator"]["terminated"] == 1
+    # its reservation kept
+    kept = [e for e in ledger if e["operation"] != "release" or e["orderId"] != "o3"]
+    assert _failing(recs, views, kept) == {"failedOrdersFullyCompensatedPercent"}
+    # ... or it went on to the end anyway (a late reply)
+    views["o3"] = (200, _view("o3", "Processed", outcome="processed"))
+    ledger = [e for e in ledger if e["orderId"] != "o3"] + [
+        _fx("o3", "inventory", "reserve"), _fx("o3", "payment", "charge"), _fx("o3", "shipping", "ship")]
+    assert _failing(recs, views, ledger) == {"terminatedOrdersNotEndedAsTerminated"}
+
+
+def test_a_terminate_that_holds_the_order_must_see_it_held_or_retried() -> None:
+    recs, views, ledger = _good()
+    recs.append(_terminated(_rec(3, "o3"), "held"))
+    views["o3"] = (200, _view("o3", "Error", outcome="held"))
+    ledger += [_fx("o3", "inventory", "reserve"), _fx("o3", "payment", "charge")]
+    assert _failing(recs, views, ledger) == {"ordersLeftHeldForAnOperator"}
+    recs[2].held_retry_status = 202  # the operator retried it: the shipment went out
+    views["o3"] = (200, _view("o3", "Processed", outcome="processed"))
+    ledger.append(_fx("o3", "shipping", "ship"))
+    assert _failing(recs, views, ledger) == set()
+    recs[2].held_retry_status = None  # Processed, but nobody retried the held order
+    assert _failing(recs, views, ledger) == {"terminatedOrdersNotEndedAsTerminated"}
+
+
+def test_checks_catch_wrong_answers_to_the_operator() -> None:
+    recs, views, ledger = _good()
+    views["o2"] = (200, _view("o2", "Error", "completed", outcome="terminated"))  # nobody terminated it
+    assert _failing(recs, views, ledger) == {"ordersTerminatedWithoutAnOperator"}
+    recs, views, ledger = _good()
+    recs[0].terminate_after, recs[0].terminate_status, recs[0].terminate_state = 1.0, 409, "Processing"
+    assert _failing(recs, views, ledger) == {"terminatesRefusedInFlight"}
+    recs[0].terminate_state = "Processed"  # too late: fine
+    assert _failing(recs, views, ledger) == set()
+    recs[1].operator_actions = [{"action": "retry", "status": 409, "result": None, "expected": "restarted",
+                                 "answersLost": 0}]
+    assert _failing(recs, views, ledger) == {"operatorRetriesRefused"}
+    recs[1].operator_actions[0]["answersLost"] = 1  # an earlier call whose answer was lost did it
+    assert _failing(recs, views, ledger) == set()

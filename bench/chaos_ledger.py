@@ -1,0 +1,172 @@
+"""The chaos run's reading of the remote services' ledger, generation by generation.
+
+An order runs as generation 0; an operator's retry of an order that failed and was compensated
+restarts it as generation 1, 2 ... with fresh idempotency keys (issue 11):
+
+    {orderId}:{step}                 generation 0
+    {orderId}:g{n}:{step}            generation n > 0
+    {stepKey}:compensate             the compensation of that step (``compensates``: stepKey)
+
+So a restarted order may apply a step once per generation. What the checks demand: every
+generation before the order's last one is undone (each effect it applied compensated exactly
+once, and nothing that cannot be undone, such as a shipment); the last generation is judged
+as an order that never restarted (Processed: every step exactly once; Error: compensated, or
+held for an operator). A ledger entry whose key does not say which step and generation of its
+order it belongs to, or names a generation the order never reached, is an error of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from local.stack import SERVICE_PATHS
+from shared.workflow import AGENTS_BY_NAME, WORKFLOW
+
+COMPENSATE_SUFFIX = ":compensate"
+_GENERATION = re.compile(r"g(\d+):(.+)")
+
+# Step -> (service, forward operation, compensation operation or None), from the workflow.
+STEP_EFFECTS: dict[str, tuple[str, str, str | None]] = {
+    s.name: (SERVICE_PATHS[AGENTS_BY_NAME[s.agent].service_url_setting], s.operation, s.compensation)
+    for s in WORKFLOW
+}
+Effect = tuple[str, str]  # (service, operation)
+
+
+def step_key(order_id: str, step: str, generation: int) -> str:
+    """The idempotency key every attempt of ``step`` is sent with in ``generation``."""
+    return f"{order_id}:{step}" if generation == 0 else f"{order_id}:g{generation}:{step}"
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    generation: int
+    step: str
+    compensation: bool
+
+
+def parse_key(order_id: str, key: str) -> KeyInfo | None:
+    """What an idempotency key of ``order_id`` addresses, or None if it is not one of its keys."""
+    if not key.startswith(order_id + ":"):
+        return None
+    rest = key[len(order_id) + 1:]
+    compensation = rest.endswith(COMPENSATE_SUFFIX)
+    if compensation:
+        rest = rest[: -len(COMPENSATE_SUFFIX)]
+    generation = 0
+    m = _GENERATION.fullmatch(rest)
+    if m:
+        generation, rest = int(m.group(1)), m.group(2)
+        if generation == 0 or m.group(1) != str(generation):
+            return None  # generation 0 has no prefix; no leading zeros
+    if rest not in STEP_EFFECTS:
+        return None
+    return KeyInfo(generation, rest, compensation)
+
+
+def _entry_problem(entry: dict[str, Any], info: KeyInfo | None) -> str | None:
+    """Why a ledger entry's key does not fit its service and operation (None: it fits)."""
+    if info is None:
+        return "not a key of its order (orderId[:g<n>]:step[:compensate])"
+    svc, forward, comp = STEP_EFFECTS[info.step]
+    op = comp if info.compensation else forward
+    if (entry.get("service"), entry.get("operation")) != (svc, op):
+        return f"the key is for {svc}/{op}"
+    target = entry.get("compensates")
+    if info.compensation and target is not None and target != step_key(entry["orderId"], info.step, info.generation):
+        return f"compensates {target!r}, not the step of its own key"
+    return None
+
+
+@dataclass
+class OrderEffects:
+    """One order's ledger entries: effects and tombstones per generation."""
+
+    effects: dict[int, Counter[Effect]] = field(default_factory=lambda: defaultdict(Counter))
+    tombstones: dict[int, Counter[Effect]] = field(default_factory=lambda: defaultdict(Counter))
+
+    def generations(self) -> set[int]:
+        return {g for g, c in self.effects.items() if c} | {g for g, c in self.tombstones.items() if c}
+
+
+def split_ledger(ledger: Iterable[dict[str, Any]]) -> tuple[dict[str, OrderEffects], list[dict[str, Any]]]:
+    """Ledger entries by order and generation, and the entries whose key is unexpected.
+
+    An entry with an unexpected key still counts (as generation 0, or its parsed generation),
+    so no other check is weakened by it."""
+    orders: dict[str, OrderEffects] = defaultdict(OrderEffects)
+    unexpected: list[dict[str, Any]] = []
+    for e in ledger:
+        oid, key = e["orderId"], str(e.get("idempotencyKey"))
+        info = parse_key(oid, key)
+        problem = _entry_problem(e, info)
+        if problem:
+            unexpected.append({"orderId": oid, "service": e.get("service"), "operation": e.get("operation"),
+                               "idempotencyKey": key, "problem": problem})
+        generation = info.generation if info else 0
+        bucket = orders[oid].tombstones if e.get("kind") == "tombstone" else orders[oid].effects
+        bucket[generation][(e["service"], e["operation"])] += 1
+    return orders, unexpected
+
+
+@dataclass
+class UndoTally:
+    """Generations that had to be undone, and how their compensations went."""
+
+    needed: int = 0
+    applied: int = 0
+    missing: list[dict[str, Any]] = field(default_factory=list)
+    shipped: list[dict[str, Any]] = field(default_factory=list)  # an effect with no compensation
+    orders_with_effects: set[str] = field(default_factory=set)
+
+    def check_undone(self, oid: str, generation: int, effects: Counter[Effect], tombs: Counter[Effect]) -> None:
+        """Every effect ``generation`` applied must be compensated exactly once."""
+        for name, (svc, op, comp) in STEP_EFFECTS.items():
+            if not effects.get((svc, op)):
+                continue
+            if comp is None:
+                self.shipped.append({"orderId": oid, "step": name, "generation": generation})
+                continue
+            self.needed += 1
+            self.orders_with_effects.add(oid)
+            if effects.get((svc, comp)) == 1:
+                self.applied += 1
+            else:
+                self.missing.append({"orderId": oid, "step": name, "generation": generation,
+                                     "compensation": f"{svc}/{comp}", "applied": effects.get((svc, comp), 0),
+                                     "tombstones": tombs.get((svc, comp), 0)})
+
+
+def compensations_repeated(oid: str, fx: OrderEffects) -> list[dict[str, Any]]:
+    """A compensation applied (or tombstoned) more than once in one generation."""
+    out = []
+    for g in sorted(fx.generations()):
+        for svc, _, comp in STEP_EFFECTS.values():
+            if comp is None:
+                continue
+            n = fx.effects[g].get((svc, comp), 0) + fx.tombstones[g].get((svc, comp), 0)
+            if n > 1:
+                out.append({"orderId": oid, "effect": f"{svc}/{comp}", "generation": g, "times": n})
+    return out
+
+
+def expected_run() -> Counter[Effect]:
+    """The effects of one successful run: each step's forward operation once."""
+    return Counter({(svc, op): 1 for svc, op, _ in STEP_EFFECTS.values()})
+
+
+def compact_history(view: dict[str, Any] | None, limit: int = 60) -> list[str]:
+    """An order's history (from its view) as short lines, for a report's notes."""
+    lines = []
+    for ev in (view or {}).get("history") or []:
+        parts = [str(ev.get("seq", "?")), str(ev.get("at", ""))[11:23], str(ev.get("event"))]
+        if ev.get("step"):
+            parts.append(f"{ev['step']}#{ev.get('attempt', '')}")
+        if ev.get("detail"):
+            parts.append(str(ev["detail"]))
+        lines.append(" ".join(parts))
+    return lines[-limit:]

@@ -1,0 +1,234 @@
+"""The chaos run's operator (issue 11): terminates orders in flight, restarts failed ones, and
+redrives compensations that failed for good, while every other fault goes on.
+
+What it plans (from ``random.Random(f"{seed}:operator")``, so a seed replays it, and the orders'
+bodies and the other faults are drawn as before):
+
+* **terminate**: ``terminate_rate`` of the orders (none of the designed failures) get
+  ``POST /orders/{id}/terminate`` at a random moment within ``terminate_within`` seconds of
+  their acceptance: in flight (202: ``terminated``/``terminating``, or ``held`` when the pivot
+  step's outcome is unknown), or already finished (409);
+* **restart**: each order designed to be rejected for good (out-of-stock SKU, refused amount)
+  is restarted once (a third of them twice) once it failed and was compensated: the cause is
+  not fixed, so each generation fails again and must be undone on its own;
+* **fix, then restart**: ``fixable_rate`` of the orders carry a cause of their own that the
+  operator removes before acting: ``restock`` (a SKU of the order's own is out of stock: the
+  reservation is refused) and ``stall`` (the payment service hangs on every call about the
+  order: the charge times out until the order fails, then its refund times out until the
+  compensation fails for good). The operator removes the cause, redrives a failed
+  compensation (``retry`` -> ``compensation-redriven``), then restarts the failed order
+  (``retry`` -> ``restarted``): its new generation must succeed. Such a cause is no chaos
+  fault: it stays when the run turns the faults off, until the operator fixes it, so each
+  of these orders takes its whole path whatever the timing. Stalls are among the first
+  orders: their path is long (six timeouts).
+
+Every action and its answer is recorded on the order (``OrderRec.operator_actions``); the
+checks (``bench.chaos.evaluate``) judge the outcomes.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import requests
+
+if TYPE_CHECKING:
+    from bench.chaos import ChaosRun, OrderRec
+
+RESTOCK_SKU = "SKU-BO-{index}"  # inventory refuses it until the operator restocks it
+STALL_SKU = "SKU-STALL-{index}"  # the payment service hangs on it until the operator fixes it
+TERMINATED_RESULTS = ("terminated", "terminating")
+IN_FLIGHT_STATES = ("Pending", "Processing")
+MAX_REDRIVES = 2
+
+
+def failed_and_undone(view: dict[str, Any] | None) -> bool:
+    """Failed, every effect compensated (or none): what a retry restarts as a new generation."""
+    if not view or view.get("processState") != "Error" or view.get("outcome") != "failed":
+        return False
+    comp = view.get("compensation") or {}
+    return comp.get("state") in ("none", "completed") and not comp.get("pending")
+
+
+def compensation_failed(view: dict[str, Any] | None) -> bool:
+    """A compensation failed for good and nothing still runs: what a retry redrives."""
+    if not view or view.get("processState") != "Error":
+        return False
+    comp = view.get("compensation") or {}
+    return comp.get("state") == "failed" and not comp.get("pending")
+
+
+class Operator:
+    """Plans the operator's actions and takes them from a thread of its own (``loop``)."""
+
+    def __init__(self, run: ChaosRun) -> None:
+        self.run = run
+        self.rng = random.Random(f"{run.o.seed}:operator")
+
+    # ---- plan ---------------------------------------------------------------------------------
+
+    def plan(self) -> None:
+        """Mark the orders (after ``plan_orders``): fixable causes, restarts, terminates."""
+        o, rng, recs = self.run.o, self.rng, self.run.recs
+        free = [r for r in recs if r.reject is None]
+        n_fix = min(len(free), round(o.orders * o.fixable_rate))
+        # Stalls fail late (three charge timeouts, then three refund timeouts): the first orders.
+        early = [r for r in free if r.index < max(1, len(recs) // 20)]
+        stalls = rng.sample(early, min(len(early), n_fix // 2)) if n_fix else []
+        rest = [r for r in free if r not in stalls]
+        restocks = rng.sample(rest, min(len(rest), n_fix - len(stalls))) if n_fix else []
+        for kind, chosen, sku in (("stall", stalls, STALL_SKU), ("restock", restocks, RESTOCK_SKU)):
+            for r in chosen:
+                r.fix, r.fix_sku = kind, sku.format(index=r.index)
+                r.body["items"].append({"sku": r.fix_sku, "quantity": 1, "unitPrice": 7})
+                r.restarts_planned = 1
+        if o.operator_restarts:
+            for r in recs:
+                if r.reject is not None:
+                    r.restarts_planned = 2 if rng.random() < 1 / 3 else 1
+        candidates = [r for r in free if r.fix is None]
+        n_term = min(len(candidates), round(o.orders * o.terminate_rate))
+        for r in sorted(rng.sample(candidates, n_term), key=lambda r: r.index):
+            r.terminate_after = round(rng.uniform(0.0, o.terminate_within), 3)
+
+    def remote_skus(self) -> dict[str, list[str]]:
+        """The per-order causes the remotes start with: inventory rejectSkus, payment hangSkus."""
+        recs = self.run.recs
+        return {"restock": [r.fix_sku for r in recs if r.fix == "restock" and r.fix_sku],
+                "stall": [r.fix_sku for r in recs if r.fix == "stall" and r.fix_sku]}
+
+    # ---- acting -------------------------------------------------------------------------------
+
+    def due(self, rec: OrderRec, now: float) -> str | None:
+        """The action the operator owes ``rec`` now, if any."""
+        if rec.op_busy or not rec.order_id:
+            return None
+        if (rec.terminate_after is not None and rec.terminate_status is None and not rec.terminate_gave_up
+                and rec.accepted_at is not None and rec.accepted_at + rec.terminate_after <= now):
+            return "terminate"
+        if rec.fix and compensation_failed(rec.view) and rec.redrives_tried < MAX_REDRIVES:
+            return "redrive"
+        if rec.restarts_tried < rec.restarts_planned and failed_and_undone(rec.view):
+            return "restart"
+        return None
+
+    def pending(self, rec: OrderRec) -> bool:
+        """Whether the operator still has something to do for ``rec`` (the run is not settled)."""
+        return rec.op_busy or self.due(rec, float("inf")) is not None
+
+    def loop(self) -> None:
+        run = self.run
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="operator") as pool:
+            while not run.stop.is_set():
+                now = time.monotonic()
+                with run.lock:
+                    work = [(r, a) for r in run.recs if (a := self.due(r, now)) is not None]
+                    for r, _ in work:
+                        r.op_busy = True
+                for r, a in work:
+                    pool.submit(self._act, r, a)
+                run.stop.wait(0.2)
+
+    def _act(self, rec: OrderRec, action: str) -> None:
+        try:
+            if action == "terminate":
+                self.terminate(rec)
+            elif action == "redrive":
+                self.fix_cause(rec)
+                self.retry(rec, "compensation-redriven")
+            else:
+                self.fix_cause(rec)
+                self.retry(rec, "restarted")
+        except Exception as e:  # noqa: BLE001
+            self.run.errors.append(f"operator {action} of {rec.order_id}: {type(e).__name__}: {e}")
+        finally:
+            with self.run.lock:
+                rec.op_busy = False
+
+    def fix_cause(self, rec: OrderRec) -> None:
+        """Remove the order's own cause of failure (restock its SKU, or stop the payment hang)."""
+        if rec.fix is None or rec.fixed or rec.fix_sku is None:
+            return
+        self.run.remove_remote_cause(rec.fix, rec.fix_sku)
+        with self.run.lock:
+            rec.fixed = True
+            self.run.faults["operatorFixedCauses"] += 1
+        self.run.event("operator-fix", orderId=rec.order_id, cause=rec.fix, sku=rec.fix_sku)
+
+    def terminate(self, rec: OrderRec) -> None:
+        status, body, lost = self._post(rec, "terminate")
+        result = body.get("result") if status == 202 else body.get("type", "").rsplit("/", 1)[-1] or None
+        with self.run.lock:
+            rec.terminate_status, rec.terminate_result, rec.terminate_lost = status, result, lost
+            rec.terminate_state = body.get("processState")
+            rec.terminate_gave_up = status is None
+            self._record(rec, "terminate", status, body, lost)
+            if status == 202 or lost:
+                rec.view, rec.next_poll, rec.poll_interval = None, 0.0, 0.0  # poll it again
+        if status == 202:
+            self.run.faults["operatorTerminates"] += 1
+        self.run.event("operator-terminate", orderId=rec.order_id, status=status, result=result,
+                       afterSeconds=rec.terminate_after)
+        self.run.say(f"  ! terminate {rec.order_id} ({rec.terminate_after}s after acceptance): {status} {result}")
+
+    def retry(self, rec: OrderRec, expected: str) -> None:
+        status, body, lost = self._post(rec, "retry")
+        result = body.get("result")
+        with self.run.lock:
+            if expected == "restarted":
+                rec.restarts_tried += 1
+                rec.restarts_done += status == 202 and result == "restarted"
+                rec.restarts_unanswered += lost
+            else:
+                rec.redrives_tried += 1
+                rec.redrives_done += status == 202 and result == "compensation-redriven"
+            self._record(rec, "retry", status, body, lost, expected=expected)
+            if status == 202 or lost:
+                rec.view, rec.next_poll, rec.poll_interval = None, 0.0, 0.0
+        key = {"restarted": "operatorRestarts", "compensation-redriven": "operatorCompensationRedrives"}[expected]
+        if status == 202 and result == expected:
+            self.run.faults[key] += 1
+        self.run.event("operator-retry", orderId=rec.order_id, expected=expected, status=status, result=result)
+        self.run.say(f"  ! retry {rec.order_id} (expecting {expected}): {status} {result or body.get('detail')}")
+
+    def _record(self, rec: OrderRec, action: str, status: int | None, body: dict[str, Any], lost: int,
+                **extra: Any) -> None:
+        rec.operator_actions.append({
+            "t": round(self.run.elapsed(), 2), "action": action, "status": status, "result": body.get("result"),
+            "processState": body.get("processState"), "detail": body.get("detail"), "answersLost": lost, **extra})
+
+    def _post(self, rec: OrderRec, action: str) -> tuple[int | None, dict[str, Any], int]:
+        """POST the action, retrying what is not an answer (a killed instance, a restart, a
+        409 "the order kept changing"). -> (status or None, body, calls whose answer was lost)."""
+        run = self.run
+        assert run.stack is not None
+        url = f"{run.stack.api_url}/orders/{rec.order_id}/{action}"
+        lost, delay = 0, 0.25
+        deadline = time.monotonic() + run.o.post_retry_seconds
+        while time.monotonic() < deadline and not run.stop.is_set():
+            try:
+                r = run.session().post(url, timeout=30)
+            except requests.RequestException:
+                lost += 1  # sent, maybe applied, no answer
+                r = None
+            if r is not None:
+                body = _json(r)
+                changing = r.status_code == 409 and str(body.get("type", "")).endswith("/conflict")
+                if r.status_code < 500 and r.status_code != 429 and not changing:
+                    return r.status_code, body, lost
+                lost += r.status_code >= 500
+            run.stop.wait(delay)
+            delay = min(delay * 2, 2.0)
+        return None, {}, lost
+
+
+def _json(r: requests.Response) -> dict[str, Any]:
+    try:
+        body = r.json()
+    except ValueError:
+        return {"detail": r.text[:300]}
+    return body if isinstance(body, dict) else {"detail": str(body)[:300]}
+
