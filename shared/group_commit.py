@@ -6,9 +6,9 @@ returns only once they are committed, so "written before" / "written after" orde
 hold. A lone caller's writes are sent at once (no added latency); while a transaction of a
 partition is in flight, the next callers queue up and the first of them sends them all when it
 returns. A transaction holds whole callers' writes, at most 100 and each row once. When a
-transaction of several writes fails (say, a delete of a row already gone), its writes are sent
-one by one instead (a delete that finds nothing is fine), so one caller's stale delete never
-fails another's writes.
+transaction fails (say, a delete of a row already gone), its callers are split in halves and
+sent again, down to the one caller whose writes are then sent one by one (a delete that finds
+nothing is fine): one caller's stale delete never fails another's writes.
 """
 
 from __future__ import annotations
@@ -78,19 +78,29 @@ class GroupCommit:
         return batch
 
     def _send(self, partition: str, batch: list[_Caller]) -> None:
-        writes = [w for caller in batch for w in caller.writes]
+        errors = self._send_group(partition, batch)
+        for caller in batch:
+            caller.error = errors.get(id(caller))
+            caller.sent = True
+            caller.done.set()
+
+    def _send_group(self, partition: str, callers: list[_Caller]) -> dict[int, BaseException]:
+        """Send ``callers``' writes as one transaction; if it fails, halve the group and try
+        again, so that one caller's stale delete costs a few transactions, not one request
+        per write. A lone caller whose transaction fails is sent one write at a time."""
+        writes = [w for caller in callers for w in caller.writes]
         try:
             if len(writes) == 1:
                 self._one(partition, writes[0])
             else:
                 self.send(partition, writes)
-            errors: list[BaseException | None] = [None] * len(batch)
-        except Exception:  # noqa: BLE001 - fall back to one write at a time, caller by caller
-            errors = [self._one_by_one(partition, caller.writes) for caller in batch]
-        for caller, error in zip(batch, errors, strict=True):
-            caller.error = error
-            caller.sent = True
-            caller.done.set()
+            return {}
+        except Exception:  # noqa: BLE001 - narrowed down below
+            if len(callers) == 1:
+                error = self._one_by_one(partition, callers[0].writes)
+                return {id(callers[0]): error} if error is not None else {}
+        half = len(callers) // 2
+        return {**self._send_group(partition, callers[:half]), **self._send_group(partition, callers[half:])}
 
     def _one_by_one(self, partition: str, writes: Sequence[Write]) -> BaseException | None:
         try:

@@ -9,7 +9,10 @@ rows of the days before the cut-off (one key range: the finish-day index), and f
    the same transaction): from here on, the order is gone for everyone (404). A retry or any
    other write that won the race makes this fail, and the order is skipped;
 3. deletes the order's other rows (history, steps) in transactions of up to 100;
-4. deletes its index rows, the ``fin`` row last.
+4. deletes its ``fin`` row.
+
+Its listing rows (``all``, ``cust``, ``cat``) go just before step 2, so search never lists an
+order that is gone (they are put back if step 2 loses its race).
 
 A crash anywhere leaves the ``fin`` row, so the next run finds the order again and finishes
 the job (a missing state row then means "already purged: go on from step 3"). Held and
@@ -29,6 +32,7 @@ from shared.runtime import Runtime
 from shared.statemachine import Category, StateRow, category_of
 from shared.statemachine.search_index import listing_keys
 from shared.store import ETAG, MAX_BATCH_OPS, STATE_ROW, Conflict, Op
+from shared.supervisor import reindex_from_state
 
 PURGE_BATCH = 100
 PURGE_BUDGET_SECONDS = 60.0
@@ -77,9 +81,16 @@ def _purge_one(rt: Runtime, fin: dict[str, Any], cutoff: datetime, report: Purge
                 if not category_of(state).final:  # retried since: its next final transition indexes it again
                     rt.store.write_index([], [str(fin["RowKey"])])
                 return
-            _delete_rows(rt, order_id, state_etag=entity[ETAG], report=report)
+            _delete_listing_rows(rt, fin)  # first: search never lists an order that is gone
+            try:
+                _delete_rows(rt, order_id, state_etag=entity[ETAG], report=report)
+            except Conflict:
+                reindex_from_state(rt, order_id)  # it is still here: list it again
+                raise
+        else:
+            _delete_listing_rows(rt, fin)  # gone already: a run that crashed went this far
         _delete_rows(rt, order_id, state_etag=None, report=report)
-        _delete_index_rows(rt, fin)
+        rt.store.write_index([], [str(fin["RowKey"])])  # last: while it exists, the purge is not done
         report.purged += 1
         report.orders.append(order_id)
     except Conflict:
@@ -107,8 +118,7 @@ def _delete_rows(rt: Runtime, order_id: str, *, state_etag: str | None, report: 
         report.rows_deleted += len(keys)
 
 
-def _delete_index_rows(rt: Runtime, fin: dict[str, Any]) -> None:
+def _delete_listing_rows(rt: Runtime, fin: dict[str, Any]) -> None:
     category = Category(str(fin.get("Category", Category.PROCESSED)))
     rt.store.write_index([], list(listing_keys(str(fin["OrderId"]), str(fin.get("Rev", "")),
                                                str(fin.get("CustomerKey", "")), category)))
-    rt.store.write_index([], [str(fin["RowKey"])])  # last: while it exists, the purge is not done

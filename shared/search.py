@@ -32,6 +32,7 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 VERIFY_WORKERS = 8
 STATES = ", ".join(c.value for c in Category)
+REV_LIMIT = 10 ** 17  # no ``rev`` reaches it (so no order was created at or before 1970-01-01T00:00Z)
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,11 @@ class SearchQuery:
             prefix = f"cat-{self.category}-"
         else:
             prefix = "all-"
-        # created < to  <=>  rev > rev(to);  created >= from  <=>  rev <= rev(from)
+        # created < to  <=>  rev > rev(to);  created >= from  <=>  rev <= rev(from). ``rev`` has 17
+        # digits from 1970 on: a ``from`` at or before it is no bound at all.
+        upper = int(rev(self.created_from)) + 1 if self.created_from is not None else REV_LIMIT
         low = prefix + (f"{int(rev(self.created_to)) + 1:017d}" if self.created_to else "")
-        high = prefix + f"{int(rev(self.created_from)) + 1:017d}" if self.created_from else prefix[:-1] + "."
+        high = prefix + f"{upper:017d}" if upper < REV_LIMIT else prefix[:-1] + "."
         return low, high
 
 

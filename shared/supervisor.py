@@ -104,17 +104,17 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
     return report
 
 
-def reindex_from_state(rt: Runtime, order_id: str) -> None:
+def reindex_from_state(rt: Runtime, order_id: str) -> bool:
     """Write the order's search index rows as its state says, and delete its rows of the
-    categories it may have been listed in before (a missing row is fine)."""
+    categories it may have been listed in before (a missing row is fine). False: it failed."""
     view = View.from_entities(rt.store.read_partition(order_id))
     if view.order is None or view.state is None:
-        return
+        return True
     rows = index_rows(view.order, view.state)
     current = category_of(view.state)
     stale = tuple(category_key(c, view.order.created_at, order_id) for c in (Category.IN_FLIGHT, Category.ATTENTION)
                   if c is not current)
-    rt.run([Reindex(order_id, tuple(rows), stale)])
+    return not rt.run([Reindex(order_id, tuple(rows), stale)]).index_failed
 
 
 def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepReport) -> None:
@@ -134,7 +134,9 @@ def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepRepo
     if verdict is IndexVerdict.DELETE and state is not None:
         # The order ended (or is held) but its row is still here: the index write of its last
         # transition may have been lost with it (it runs before the row's delete). Redo it.
-        reindex_from_state(rt, row.order_id)
+        if not reindex_from_state(rt, row.order_id):
+            report.count("kept")  # the rewrite failed too: the row stays for the next sweep
+            return
     if verdict is IndexVerdict.MOVE:
         # The order is slower than its row: a later row covers its deadline (put first;
         # ``now`` is the sweep's start, before the read, so the row is never too late).

@@ -142,9 +142,10 @@ def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Dec
             return _step_done(view, step, reply.result or {}, ctx)
         # An error reply: the remote rejected the key and applied nothing under it.
         return fail_step(view, step, reply.reason or "rejected", ctx, timed_out=False)
-    if step.attempt == reply.attempt and step.state in (StepState.DONE, StepState.FAILED):
+    fenced = step.failure_reason == TERMINATED_REASON  # an attempt terminate stopped: its reply is late
+    if step.attempt == reply.attempt and step.state in (StepState.DONE, StepState.FAILED) and not fenced:
         effects: list[Effect] = [info("reply.duplicate", view, step=reply.step, attempt=reply.attempt)]
-        if step.state is StepState.FAILED and step.failure_reason != TERMINATED_REASON:
+        if step.state is StepState.FAILED:
             # the alert may have been lost in a crash: re-send it (same id: deduplicated)
             effects.append(alert(view, step.name, step.failure_reason or "failed", state.failure_count,
                                  f"{step.name}:{reply.attempt}", ctx))

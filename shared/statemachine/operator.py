@@ -112,7 +112,7 @@ def _redrive_compensations(view: View, state: StateRow, ctx: Ctx) -> Decision:
     new_state = replace(state, mode=Mode.COMPENSATE, comp_index=max(s.index for s in again), comp_failure_count=0,
                         compensation_state=OrderCompensation.RUNNING, finished_at=None, retried_at=ctx.now)
     ops = [row.replacing(old) for row, old in zip(again, failed, strict=True)]
-    events = [event(EventKind.RETRIED, detail="compensation", steps=[s.name for s in failed])]
+    events = [event(EventKind.RETRIED, retry="compensation", steps=[s.name for s in failed])]
     return _resume(view, new_state, ops, events, "compensation-redriven", ctx, "operator compensation redrive")
 
 
@@ -134,7 +134,7 @@ def decide_cancel(view: View, ctx: Ctx) -> Decision:
     if not comps:
         new_state = replace(base, mode=Mode.FINISHED, complete_by=None, lease=None,
                             compensation_state=state.compensation_state or OrderCompensation.NONE,
-                            finished_at=state.finished_at or ctx.now)
+                            finished_at=ctx.now)  # retention counts from the decision
         return Decision("cancelled", [
             # Crash after this: final. A schedule message still in flight finds nothing to claim.
             commit(view, new_state, [], [recorded], ctx, note="operator cancel"),
@@ -167,6 +167,7 @@ def compensate_all(view: View, base: StateRow, comps: list[StepRow], recorded: E
         commit(view, new_state, [row.replacing(old[i]) for i, row in marked.items()], [recorded], ctx,
                note=f"operator {verdict}"),
         handoff.notice,
+        *reindex(view.order, state, new_state),  # a held order is in flight again
         *status_sends(view, status, ctx, processState=ProcessState.ERROR),
         log(logging.WARNING, f"operator.{verdict}", view, compensations=len(comps)),
     ])

@@ -586,9 +586,6 @@ def test_retry_failed_compensation_redrives_it(table_runtime) -> None:  # type: 
     expect_index(rt, oid, "processed", finished=True)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (issue 11): decide_cancel of a held order with steps to compensate "
-                   "(operator.compensate_all) writes no Reindex: while compensating it is listed in neither "
-                   "state=inFlight nor state=attention, and its cat-attention row outlives the order")
 def test_cancel_of_a_held_order_moves_its_index_rows(table_runtime) -> None:  # type: ignore[no-untyped-def]
     """Cancelling a held order compensates it: attention -> inFlight -> error. Each category
     change must move the order's index rows (as every other transition does), so that it is
@@ -762,6 +759,9 @@ def test_many_orders_finishing_at_once_index_correctly(table_runtime) -> None:  
     assert sorted(page_through(rt, {"state": "attention"}, 7)[0]) == sorted(attention)
     assert page_through(rt, {"state": "inFlight"}, 7)[0] == []
     assert sorted(page_through(rt, {"customerId": "cust-1"}, 4)[0]) == sorted(orders[1::3])
-    assert len(sends) < count, sends  # callers were grouped into shared transactions
+    # Callers were grouped: fewer requests than rows, even though a quarter of the callers delete a
+    # row that is gone (their transactions fail; the group is halved until only they are sent alone).
+    rows = sum(len(snapshot[o]) + 1 for o in orders)  # every row put, plus the delete of the old category row
+    assert len(sends) + sum(fallbacks) < rows, (sends, fallbacks)
     print(f"\n{count} finishing index writes ({sum(sends)} rows): {len(sends)} transactions of sizes {sends}; "
           f"{len(fallbacks)} callers' writes sent one by one after a failed transaction")

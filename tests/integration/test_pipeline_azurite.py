@@ -263,4 +263,6 @@ def test_transaction_touches_state_and_steps_together(table_runtime) -> None:  #
     d = decide_reply(view, ReplyMessage(kind="step", orderId=oid, step="reserve-inventory", attempt=1,
                                         outcome="success", result={"r": 1}), rt.ctx())
     [txn] = [e for e in d.effects if isinstance(e, Transact)]
-    assert sorted(op.row_key for op in txn.ops) == ["state", "step-00-reserve-inventory", "step-01-charge-payment"]
+    # the step done, the next one dispatched, and their two history events (issue 11): one transaction
+    assert sorted(op.row_key for op in txn.ops) == ["history-00000003", "history-00000004", "state",
+                                                    "step-00-reserve-inventory", "step-01-charge-payment"]

@@ -239,7 +239,7 @@ def test_event_details() -> None:
     assert [e.get("detail") for e in events(rt, oid) if e["event"] == "restarted"] == [{"generation": 1}]
     rt, oid = _compensation_retried()
     [retried] = [e for e in events(rt, oid) if e["event"] == "retried"]
-    assert retried["detail"] == {"detail": "compensation", "steps": [C]}
+    assert retried["detail"] == {"retry": "compensation", "steps": [C]}
     rt, oid = _cancelled_failed()
     assert events(rt, oid)[-1]["detail"] == {"compensations": 0}
     rt, oid = _terminated()

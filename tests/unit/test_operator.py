@@ -388,7 +388,7 @@ def test_retry_redrives_only_the_compensations_that_failed() -> None:
     s = steps(rt, oid)
     assert (s["charge-payment"]["Compensation"], s["reserve-inventory"]["Compensation"]) == ("Pending", "Done")
     last = events(rt, oid)[-1]
-    assert (last["event"], last["detail"]) == ("retried", {"detail": "compensation", "steps": ["charge-payment"]})
+    assert (last["event"], last["detail"]) == ("retried", {"retry": "compensation", "steps": ["charge-payment"]})
     assert listed_in(rt, oid) == {"inFlight"}
     st = drive(rt, oid, agents)
     assert (st["Mode"], st["Outcome"], st["CompensationState"]) == ("finished", "failed", "completed")

@@ -291,10 +291,6 @@ def test_terminate_first_then_the_late_success_reply_changes_nothing_and_the_key
     assert_index_settled(rt, oid)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (minor, wording): a late reply to an attempt terminate fenced is "
-                   "classified 'duplicate' (logged reply.duplicate at INFO), not 'stale' (reply.stale, WARNING): "
-                   "forward.py _step_reply treats any reply whose attempt matches a Failed step as a duplicate, "
-                   "and terminate marks the fenced step Failed with the same attempt")
 def test_a_late_reply_to_a_terminated_attempt_is_reported_stale() -> None:
     rt = make_runtime()
     agents = AgentSim(rt)
@@ -791,17 +787,11 @@ def test_purge_crashing_after_every_write_never_leaves_a_half_deleted_order_visi
     assert k > 10
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: retention._purge_one deletes the state row (and the rows that fit "
-                   "beside it) BEFORE the order's search index rows; a crash (or a slow run) in between leaves "
-                   "all-/cust-/cat-processed|error rows that search returns unchecked (final categories are never "
-                   "verified against the state row), so search lists an order GET answers 404 for, until the "
-                   "next purge run. Deleting the listing rows first (the fin- row still last) would leave, at "
-                   "worst, a whole order that search does not list")
 def test_a_purge_that_crashed_midway_never_leaves_search_listing_an_order_that_is_gone() -> None:
     store = CrashStore()
     aged = _aged_orders(store)
     rt = aged.rt
-    store.writes_left = 1  # the first order's rows are deleted; its index rows are not
+    store.writes_left = 2  # the first order's listing rows, then its state transaction; the rest is not
     with pytest.raises(Crash):
         purge(rt)
     gone = [oid for oid in aged.orders.values() if get_order(rt, oid).status == 404]
