@@ -27,9 +27,10 @@ is printed first, so a failing run can be replayed with ``--seed``) injects:
   terminated at a random moment within ``--terminate-within`` seconds of their acceptance;
   the orders rejected for good are restarted (``POST /orders/{id}/retry`` on a failed and
   compensated order: a new generation with fresh idempotency keys) and fail again;
-  ``--fixable-rate`` of the orders carry a cause of their own (a SKU out of stock, a payment
-  that hangs) that the operator removes before redriving the failed compensation and
-  restarting the order, whose new generation must then succeed.
+  ``--fixable-rate`` of the orders carry a cause of their own (a SKU out of stock, an amount
+  over the payment limit, a payment that hangs) that the operator removes before restarting
+  the order, whose new generation must then succeed, or (the hanging payment: terminated
+  while it hangs, its refund hangs too) before redriving the compensation that failed.
 
 Then it waits (bounded) for every order to settle, turns the faults off so the tail drains,
 retries the orders the app held for an operator (a pivot step of unknown outcome) through
@@ -82,7 +83,7 @@ from bench.chaos_ledger import (
     split_ledger,
     step_key,
 )
-from bench.chaos_operator import IN_FLIGHT_STATES, TERMINATED_RESULTS, Operator
+from bench.chaos_operator import IN_FLIGHT_STATES, RAISED_LIMIT, TERMINATED_RESULTS, Operator
 from local.procs import REPO_ROOT
 from local.stack import Stack, demo_order
 from shared.workflow import AGENTS_BY_NAME, WORKFLOW
@@ -392,10 +393,11 @@ class ChaosRun:
         o = self.o
         base = {"transientRate": o.transient_rate, "lostResponseRate": o.lost_response_rate,
                 "hangRate": o.hang_rate, "hangSeconds": o.hang_seconds}
-        own = self.operator.remote_skus()  # the causes of the orders the operator fixes
+        own = self.operator.remote_causes()  # the causes of the orders the operator fixes
         # An order's own cause is no chaos fault: it stays until the operator fixes it.
         self._own_causes = {"inventory": {"rejectSkus": own["restock"]},
-                            "payment": {"hangSkus": own["stall"], "hangSeconds": o.hang_seconds},
+                            "payment": {"hangSkus": own["stall"], "hangSeconds": o.hang_seconds,
+                                        **({"rejectAmountOver": REJECT_AMOUNT_OVER} if own["limit"] else {})},
                             "shipping": {}}
         self.remote_profile = {
             "inventory": {**base, "rejectSkus": [REJECT_SKU, *own["restock"]]},
@@ -419,14 +421,18 @@ class ChaosRun:
                 remotes.set_faults(svc, **self._own_causes.get(svc, {}))
         self.event("remote-faults-off")
 
-    def remove_remote_cause(self, cause: str, sku: str) -> None:
-        """The operator's fix of one order's own cause: restock its SKU (inventory), or stop the
-        payment service hanging on it."""
+    def remove_remote_cause(self, cause: str, sku: str | None) -> None:
+        """The operator's fix of one order's own cause: restock its SKU (inventory), raise the
+        payment limit (under the designed rejections), or stop the payment service hanging on it."""
         assert self.stack is not None
-        svc, field_name = {"restock": ("inventory", "rejectSkus"), "stall": ("payment", "hangSkus")}[cause]
+        svc, field_name = {"restock": ("inventory", "rejectSkus"), "stall": ("payment", "hangSkus"),
+                           "limit": ("payment", "rejectAmountOver")}[cause]
         with self._remote_lock:
             for faults in (self.remote_profile[svc], self._own_causes[svc]):
-                faults[field_name] = [s for s in faults.get(field_name, []) if s != sku]
+                if cause == "limit":
+                    faults[field_name] = RAISED_LIMIT
+                else:
+                    faults[field_name] = [s for s in faults.get(field_name, []) if s != sku]
             self.stack.remotes.set_faults(svc, **(self.remote_profile[svc] if self._remote_faults_on
                                                   else self._own_causes[svc]))
 
@@ -799,7 +805,8 @@ class ChaosRun:
     def poll_loop(self) -> None:
         """GET orders that are due, each on its own backoff (2 s after acceptance, then up to
         every 8 s; 3 s once submissions are over), so polling stays a small share of the load.
-        Orders picked for duplicate deliveries are polled every 0.5 s until their copies went."""
+        Orders picked for duplicate deliveries are polled every 0.5 s until their copies went, and
+        so are the orders the operator watches (``Operator.watching``)."""
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="poll") as pool:
             while not self.stop.is_set():
                 now = time.monotonic()
@@ -814,7 +821,8 @@ class ChaosRun:
                     now = time.monotonic()
                     with self.lock:
                         for r in due:
-                            if r.dup_delivery and not (r.request_copy_sent and r.reply_copy_sent):
+                            if (r.dup_delivery and not (r.request_copy_sent and r.reply_copy_sent)
+                                    or self.operator.watching(r)):
                                 r.poll_interval = 0.5
                             else:
                                 r.poll_interval = min(cap, max(2.0, r.poll_interval * 1.5))

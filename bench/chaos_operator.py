@@ -11,16 +11,23 @@ bodies and the other faults are drawn as before):
 * **restart**: each order designed to be rejected for good (out-of-stock SKU, refused amount)
   is restarted once (a third of them twice) once it failed and was compensated: the cause is
   not fixed, so each generation fails again and must be undone on its own;
-* **fix, then restart**: ``fixable_rate`` of the orders carry a cause of their own that the
-  operator removes before acting: ``restock`` (a SKU of the order's own is out of stock: the
-  reservation is refused) and ``stall`` (the payment service hangs on every call about the
-  order: the charge times out until the order fails, then its refund times out until the
-  compensation fails for good). The operator removes the cause, redrives a failed
-  compensation (``retry`` -> ``compensation-redriven``), then restarts the failed order
-  (``retry`` -> ``restarted``): its new generation must succeed. Such a cause is no chaos
-  fault: it stays when the run turns the faults off, until the operator fixes it, so each
-  of these orders takes its whole path whatever the timing. Stalls are among the first
-  orders: their path is long (six timeouts).
+* **fix, then act**: ``fixable_rate`` of the orders carry a cause of their own that the
+  operator removes before acting, in turn:
+
+  - ``restock``: a SKU of the order's own is out of stock, so the reservation is refused
+    (nothing to undo); restocked and restarted, its generation 1 must go through;
+  - ``limit``: the order's amount is over the payment limit, so the charge is refused and
+    the reservation released; the operator raises the limit (below the designed amount
+    rejections) and restarts it: generation 0 undone, generation 1 through;
+  - ``stall``: the payment service hangs on every call about the order. The operator
+    terminates it while its charge hangs: the charge is compensated by its key, and that
+    refund hangs too until the compensation fails for good; the operator then fixes the
+    cause and redrives it (``retry`` -> ``compensation-redriven``): the order ends
+    ``terminated`` with nothing applied. (Missed in flight, the order fails on its own:
+    redrive, then restart.) Stalls are among the first orders: their path is long.
+
+  Such a cause is no chaos fault: it stays when the run turns the faults off, until the
+  operator fixes it, so each of these orders takes its whole path whatever the timing.
 
 Every action and its answer is recorded on the order (``OrderRec.operator_actions``); the
 checks (``bench.chaos.evaluate``) judge the outcomes.
@@ -40,6 +47,9 @@ if TYPE_CHECKING:
 
 RESTOCK_SKU = "SKU-BO-{index}"  # inventory refuses it until the operator restocks it
 STALL_SKU = "SKU-STALL-{index}"  # the payment service hangs on it until the operator fixes it
+LIMIT_UNIT_PRICE = 52000  # over the payment limit (50000), under the designed rejections (> 60000)
+RAISED_LIMIT = "55000"  # the operator's fix for the ``limit`` orders
+FIX_KINDS = ("stall", "limit", "restock")
 TERMINATED_RESULTS = ("terminated", "terminating")
 IN_FLIGHT_STATES = ("Pending", "Processing")
 MAX_REDRIVES = 2
@@ -51,6 +61,13 @@ def failed_and_undone(view: dict[str, Any] | None) -> bool:
         return False
     comp = view.get("compensation") or {}
     return comp.get("state") in ("none", "completed") and not comp.get("pending")
+
+
+def charging(view: dict[str, Any] | None) -> bool:
+    """The order runs its charge (sent, or waiting to be sent again): in flight at the payment."""
+    if not view:
+        return False
+    return view.get("processState") in IN_FLIGHT_STATES and view.get("currentStep") == "charge-payment"
 
 
 def compensation_failed(view: dict[str, Any] | None) -> bool:
@@ -75,16 +92,20 @@ class Operator:
         o, rng, recs = self.run.o, self.rng, self.run.recs
         free = [r for r in recs if r.reject is None]
         n_fix = min(len(free), round(o.orders * o.fixable_rate))
-        # Stalls fail late (three charge timeouts, then three refund timeouts): the first orders.
+        kinds = [FIX_KINDS[i % len(FIX_KINDS)] for i in range(n_fix)]
+        # A stall's path is long (three refund timeouts, more if missed in flight): the first orders.
         early = [r for r in free if r.index < max(1, len(recs) // 20)]
-        stalls = rng.sample(early, min(len(early), n_fix // 2)) if n_fix else []
+        stalls = rng.sample(early, min(len(early), kinds.count("stall")))
         rest = [r for r in free if r not in stalls]
-        restocks = rng.sample(rest, min(len(rest), n_fix - len(stalls))) if n_fix else []
-        for kind, chosen, sku in (("stall", stalls, STALL_SKU), ("restock", restocks, RESTOCK_SKU)):
-            for r in chosen:
-                r.fix, r.fix_sku = kind, sku.format(index=r.index)
+        others = rng.sample(rest, min(len(rest), n_fix - len(stalls)))
+        planned = [*((r, "stall") for r in stalls), *zip(others, [k for k in kinds if k != "stall"], strict=False)]
+        for r, kind in planned:
+            r.fix, r.restarts_planned = kind, 1
+            if kind == "limit":
+                r.body["items"].append({"sku": "SKU-LUX", "quantity": 1, "unitPrice": LIMIT_UNIT_PRICE})
+            else:
+                r.fix_sku = (STALL_SKU if kind == "stall" else RESTOCK_SKU).format(index=r.index)
                 r.body["items"].append({"sku": r.fix_sku, "quantity": 1, "unitPrice": 7})
-                r.restarts_planned = 1
         if o.operator_restarts:
             for r in recs:
                 if r.reject is not None:
@@ -94,11 +115,22 @@ class Operator:
         for r in sorted(rng.sample(candidates, n_term), key=lambda r: r.index):
             r.terminate_after = round(rng.uniform(0.0, o.terminate_within), 3)
 
-    def remote_skus(self) -> dict[str, list[str]]:
-        """The per-order causes the remotes start with: inventory rejectSkus, payment hangSkus."""
+    def remote_causes(self) -> dict[str, list[str]]:
+        """The per-order causes the remotes start with: SKUs inventory refuses (restock), SKUs
+        the payment service hangs on (stall), orders over the payment limit (limit)."""
         recs = self.run.recs
-        return {"restock": [r.fix_sku for r in recs if r.fix == "restock" and r.fix_sku],
-                "stall": [r.fix_sku for r in recs if r.fix == "stall" and r.fix_sku]}
+        return {kind: [r.fix_sku or r.key for r in recs if r.fix == kind] for kind in FIX_KINDS}
+
+    @staticmethod
+    def watching(rec: OrderRec) -> bool:
+        """Whether the operator watches the order closely (polled every 0.5 s while in flight):
+        one with a cause of its own, to act on it as soon as it can."""
+        return rec.fix is not None
+
+    @staticmethod
+    def stall_to_stop(rec: OrderRec) -> bool:
+        """A stall not terminated yet: terminated as soon as it is seen charging."""
+        return rec.fix == "stall" and rec.terminate_status is None and not rec.terminate_gave_up
 
     # ---- acting -------------------------------------------------------------------------------
 
@@ -106,6 +138,8 @@ class Operator:
         """The action the operator owes ``rec`` now, if any."""
         if rec.op_busy or not rec.order_id:
             return None
+        if self.stall_to_stop(rec) and charging(rec.view):
+            return "terminate"
         if (rec.terminate_after is not None and rec.terminate_status is None and not rec.terminate_gave_up
                 and rec.accepted_at is not None and rec.accepted_at + rec.terminate_after <= now):
             return "terminate"
@@ -149,8 +183,9 @@ class Operator:
                 rec.op_busy = False
 
     def fix_cause(self, rec: OrderRec) -> None:
-        """Remove the order's own cause of failure (restock its SKU, or stop the payment hang)."""
-        if rec.fix is None or rec.fixed or rec.fix_sku is None:
+        """Remove the order's own cause of failure: restock its SKU, raise the payment limit,
+        or stop the payment service hanging on it."""
+        if rec.fix is None or rec.fixed:
             return
         self.run.remove_remote_cause(rec.fix, rec.fix_sku)
         with self.run.lock:
@@ -172,7 +207,8 @@ class Operator:
             self.run.faults["operatorTerminates"] += 1
         self.run.event("operator-terminate", orderId=rec.order_id, status=status, result=result,
                        afterSeconds=rec.terminate_after)
-        self.run.say(f"  ! terminate {rec.order_id} ({rec.terminate_after}s after acceptance): {status} {result}")
+        when = "while its charge hangs" if rec.fix == "stall" else f"{rec.terminate_after}s after acceptance"
+        self.run.say(f"  ! terminate {rec.order_id} ({when}): {status} {result}")
 
     def retry(self, rec: OrderRec, expected: str) -> None:
         status, body, lost = self._post(rec, "retry")
