@@ -1,0 +1,305 @@
+"""What a search page costs (``GET /api/orders``) with 1,000 and 100,000 finished orders:
+``python -m bench.search_cost`` (also a phase of ``python -m bench``; about 2 minutes).
+
+On its own Azurite (persistent, in a temporary folder, so that it can be bulk-loaded), seeded
+by ``bench.search_seed`` in the app's row layout: a few orders that need an operator (held;
+failed and compensated) and a few in flight, then finished orders up to each size (up to
+``API_SEEDING_MAX`` through the table API in transactions of 100 rows, beyond that
+bulk-loaded: see ``bench/search_seed.py`` for why).
+
+Measured: ``shared.search.search_orders``, the code ``GET /api/orders`` runs, called in this
+process on the app's ``TableStore``, whose table clients send through a transport that counts
+every request (``bench.opcount``'s classification: table, kind, entities returned). For each
+filter of :func:`queries`, a page of ``PAGE``: the entities read and the requests sent by one
+call (the same on every call: checked), and the latency over ``repeats`` calls. At the
+smallest size, also the attention page with ``ATTENTION_FULL`` more orders that need an
+operator (removed afterwards): a page whose 50 results all change category, so that each costs
+a point read of its state row.
+
+Latency is Azurite's, not Table Storage's: Azurite (LokiJS) answers a query by scanning the
+whole table with a predicate and sorting the matches, where Table Storage seeks the key range,
+so it grows with the table here. The entities read and the requests do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.opcount import Counter, count_request
+from bench.search_seed import (
+    BIG_CUSTOMER,
+    INDEX_BATCH,
+    bulk_load,
+    index_entities,
+    live_order,
+    seed_api,
+    seed_live,
+)
+
+PAGE = 50
+BOUND_ENTITIES = 60  # issue 11: "a page of 50 reads at most about 60 entities"
+LIVE_ORDERS = {"held": 3, "failed": 2, "inFlight": 5}
+ATTENTION_FULL = 55  # more failed orders: 60 in attention, a full page of 50 and a next one
+API_SEEDING_MAX = 5000
+TABLES = ("orders", "deadlines", "orderindex")
+SETTINGS = {f"{name}ServiceUrl": f"http://127.0.0.1:9/{name.lower()}" for name in ("Inventory", "Payment", "Shipping")}
+Progress = Callable[[str], None]
+
+
+# ---- measuring ---------------------------------------------------------------------------------
+def queries(now: datetime) -> list[tuple[str, dict[str, str]]]:
+    """(name, query parameters) of each measured page."""
+    lim = {"limit": str(PAGE)}
+    return [
+        ("state=attention", {"state": "attention", **lim}),
+        ("state=inFlight", {"state": "inFlight", **lim}),
+        ("state=processed", {"state": "processed", **lim}),
+        ("state=processed, page 2", {"state": "processed", **lim, "page": "2"}),
+        ("no filter", dict(lim)),
+        (f"customerId={BIG_CUSTOMER}", {"customerId": BIG_CUSTOMER, **lim}),
+        ("created range (2 days)", {"createdFrom": (now - timedelta(days=10)).isoformat(),
+                                    "createdTo": (now - timedelta(days=8)).isoformat(), **lim}),
+    ]
+
+
+class CountedStore:
+    """The app's ``TableStore`` and a ``Runtime`` on it, every table request counted."""
+
+    def __init__(self, connection_string: str, state_table: str, deadline_table: str, index_table: str) -> None:
+        from shared.clients import http_transport, table_service_client
+        from shared.messaging import MemoryBus
+        from shared.runtime import Runtime
+        from shared.settings import Settings
+        from shared.statemachine import Config
+        from shared.table_store import TableStore
+
+        self.counter = Counter(None)
+        transport = http_transport()
+        send = transport.send
+
+        def counted(request: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            response = send(request, **kwargs)
+            count_request(self.counter, request, response, time.perf_counter() - t0)
+            return response
+
+        transport.send = counted
+        settings = Settings.from_env({**SETTINGS, "StateStorage": connection_string})
+        assert settings.state_storage is not None
+        service = table_service_client(settings.state_storage, transport=transport)
+        for name in (state_table, deadline_table, index_table):
+            service.create_table_if_not_exists(name)
+        store = TableStore(state=service.get_table_client(state_table),
+                           deadlines=service.get_table_client(deadline_table),
+                           search=service.get_table_client(index_table))
+        self.tables = store
+        self.runtime = Runtime(store=store, bus=MemoryBus(), config=Config.from_settings(settings),
+                               instance_id="bench-search")
+
+    def search(self, params: dict[str, str]) -> tuple[Any, dict[str, dict[str, float]]]:
+        """One search; (its HttpResult, the requests it sent by ``table|kind``)."""
+        from shared.search import search_orders
+
+        before = self.counter.snapshot()
+        result = search_orders(self.runtime, params)
+        return result, _diff(self.counter.snapshot(), before)
+
+
+def _diff(after: dict[str, dict[str, float]], before: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for key, v in after.items():
+        w = before.get(key, {})
+        d = {f: v[f] - w.get(f, 0) for f in ("requests", "entities", "failed")}
+        if d["requests"]:
+            out[key] = d
+    return out
+
+
+def _params_for(store: CountedStore, params: dict[str, str]) -> dict[str, str]:
+    """``page: 2`` means: the token of page 1 (fetched here, not measured)."""
+    params = dict(params)
+    if params.pop("page", None) == "2":
+        first, _ = store.search(params)
+        params["continuationToken"] = first.body["continuationToken"]
+    return params
+
+
+def measure_page(store: CountedStore, params: dict[str, str], repeats: int) -> dict[str, Any]:
+    """Counts of one search (they are the same every time: checked) and its latency."""
+    params = _params_for(store, params)
+    result, counts = store.search(params)  # warm-up, and the counts
+    assert result.status == 200, result.body
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        again, c = store.search(params)
+        times.append(1000 * (time.perf_counter() - t0))
+        assert c == counts and again.body["orders"] == result.body["orders"], (c, counts)
+    reads = {k: v for k, v in counts.items() if k.endswith(("|get", "|query"))}
+    res: dict[str, Any] = {
+        "orders_returned": len(result.body["orders"]), "continuation": result.body["continuationToken"] is not None,
+        "entities_read": int(sum(v["entities"] for v in reads.values())),
+        "index_entities_read": int(sum(v["entities"] for k, v in reads.items() if k.endswith("|query"))),
+        "state_point_reads": int(sum(v["requests"] for k, v in reads.items() if k.endswith("|get"))),
+        "table_requests": int(sum(v["requests"] for v in counts.values())),
+        "writes": int(sum(v["requests"] for k, v in counts.items() if k not in reads)),
+        "by_kind": {k: {"requests": int(v["requests"]), "entities": int(v["entities"])} for k, v in counts.items()},
+        "latency_ms": {"p50": round(statistics.median(times), 2), "max": round(max(times), 2), "n": len(times)},
+    }
+    return res
+
+
+def measure_size(store: CountedStore, finished: int, now: datetime, repeats: int) -> dict[str, Any]:
+    pages = {name: measure_page(store, params, repeats) for name, params in queries(now)}
+    worst = max(p["entities_read"] for p in pages.values())
+    return {"finished_orders": finished, "page": PAGE, "pages": pages, "max_entities_read": worst,
+            "max_table_requests": max(p["table_requests"] for p in pages.values()),
+            "within_bound": worst <= BOUND_ENTITIES and all(p["writes"] == 0 for p in pages.values())}
+
+
+# ---- report ------------------------------------------------------------------------------------
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    lines = []
+    for label, size in result.get("sizes", {}).items():
+        lines.append(f"search page of {size['page']} with {size['finished_orders']:,} finished orders ({label}): "
+                     f"at most {size['max_entities_read']} entities read, {size['max_table_requests']} requests")
+        for name, p in size["pages"].items():
+            lines.append(f"  {name:<26} {p['orders_returned']:>3} orders: {p['entities_read']:>3} entities read "
+                         f"({p['index_entities_read']} index + {p['state_point_reads']} state point reads), "
+                         f"{p['table_requests']} requests, p50 {p['latency_ms']['p50']} ms")
+    full = result.get("attention_full_page")
+    if full:
+        lines.append(f"state=attention with {full['attention_orders']} orders that need an operator "
+                     f"({full['finished_orders']:,} finished): {full['orders_returned']} orders, "
+                     f"{full['entities_read']} entities read ({full['index_entities_read']} index + "
+                     f"{full['state_point_reads']} state point reads), {full['table_requests']} requests, "
+                     f"p50 {full['latency_ms']['p50']} ms")
+    return lines
+
+
+def plot(result: dict[str, Any], path: Path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = list(result["sizes"].values())
+    names = list(sizes[0]["pages"])
+    width = 0.8 / len(sizes)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=90)
+    for k, size in enumerate(sizes):
+        xs = [i + k * width for i in range(len(names))]
+        label = f"{size['finished_orders']:,} finished"
+        ax1.bar(xs, [size["pages"][n]["entities_read"] for n in names], width, label=label)
+        ax2.bar(xs, [size["pages"][n]["latency_ms"]["p50"] for n in names], width, label=label)
+    full = result.get("attention_full_page")
+    if full:
+        ax1.bar([len(names)], [full["entities_read"]], width, color="tab:red",
+                label=f"attention, {full['attention_orders']} waiting")
+        ax2.bar([len(names)], [full["latency_ms"]["p50"]], width, color="tab:red")
+    ax1.axhline(BOUND_ENTITIES, color="k", lw=0.8, ls=":", label=f"bound ({BOUND_ENTITIES})")
+    ax2.set_yscale("log")
+    names = [*names, "attention, full page"] if full else names
+    for ax, title in ((ax1, f"entities read per page of {PAGE}"), (ax2, "latency p50 (ms, in process, Azurite)")):
+        ax.set_xticks([i + width * (len(sizes) - 1) / 2 for i in range(len(names))])
+        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=7)
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("Search page cost (GET /api/orders)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return str(path)
+
+
+# ---- the run ---------------------------------------------------------------------------------
+def run(sizes: list[int], *, threads: int = 6, repeats: int = 5, api_max: int = API_SEEDING_MAX,
+        progress: Progress = print) -> dict[str, Any]:
+    """Seed up to each of ``sizes`` finished orders (ascending) and measure the pages at each;
+    sizes up to ``api_max`` are seeded through the table API, larger ones bulk-loaded."""
+    from local.azurite import start_azurite
+
+    t0 = time.time()
+    now = datetime.now(UTC)
+    result: dict[str, Any] = {"page": PAGE, "bound_entities": BOUND_ENTITIES, "live_orders": LIVE_ORDERS,
+                              "seeding": [], "sizes": {}}
+    with tempfile.TemporaryDirectory(prefix="bench-search-") as location:
+        az = start_azurite(location=Path(location), services=("table",))
+        try:
+            store = CountedStore(az.connection_string, *TABLES)
+            seed_live(az.host, az.table_port, TABLES[0], TABLES[2], now, LIVE_ORDERS)
+            seeded = 0
+            for size in sorted(sizes):
+                result["seeding"].append(_seed(az, seeded, size, now, threads, api_max, progress))
+                seeded = size
+                result["sizes"][str(size)] = measure_size(store, size, now, repeats)
+                progress("\n".join(summary_lines({"sizes": {str(size): result["sizes"][str(size)]}})))
+                if "attention_full_page" not in result:  # at the smallest size: Azurite's writes are cheap there
+                    result["attention_full_page"] = attention_full_page(az, store, size, now, repeats)
+        finally:
+            az.stop()
+    result["seconds"] = round(time.time() - t0, 1)
+    return result
+
+
+def attention_full_page(az: Any, store: CountedStore, finished: int, now: datetime, repeats: int) -> dict[str, Any]:
+    """The attention page when more than a page of orders need an operator (then removed)."""
+    extra = {"failed": ATTENTION_FULL}
+    first = LIVE_ORDERS["failed"]
+    ids = seed_live(az.host, az.table_port, TABLES[0], TABLES[2], now, extra, first=first)["failed"]
+    try:
+        page = measure_page(store, {"state": "attention", "limit": str(PAGE)}, repeats)
+    finally:
+        tables = store.tables
+        keys = [e["RowKey"] for i in range(first, first + ATTENTION_FULL)
+                for e in index_entities(*live_order("failed", i, now))]
+        for i in range(0, len(keys), INDEX_BATCH):
+            tables.write_index([], keys[i:i + INDEX_BATCH])
+        for oid in ids:
+            for row_key in ("order", "state"):
+                tables.state.delete_entity(partition_key=oid, row_key=row_key)
+    attention = LIVE_ORDERS["held"] + LIVE_ORDERS["failed"] + ATTENTION_FULL
+    return {"finished_orders": finished, "attention_orders": attention, **page}
+
+
+def _seed(az: Any, seeded: int, size: int, now: datetime, threads: int, api_max: int,
+          progress: Progress) -> dict[str, Any]:
+    count = size - seeded
+    if size <= api_max:
+        progress(f"search: seeding {count:,} finished orders' index rows through the table API ({threads} threads)")
+        return seed_api(az.host, az.table_port, TABLES[2], seeded, count, now, threads=threads, progress=progress)
+    progress(f"search: bulk-loading {count:,} finished orders' index rows (Azurite stopped)")
+    return bulk_load(az, TABLES[2], seeded, count, now, progress=progress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.search_cost", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="1000,100000", help="finished orders in the index, comma-separated")
+    p.add_argument("--threads", type=int, default=6, help="seeding threads")
+    p.add_argument("--repeats", type=int, default=5, help="timed searches per page")
+    p.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--no-plot", action="store_true")
+    a = p.parse_args(argv)
+    result = run([int(s) for s in a.sizes.split(",")], threads=a.threads, repeats=a.repeats)
+    out = Path(a.out_dir)
+    if not a.no_plot:
+        result["plot"] = plot(result, out / "search.png")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "search.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print("\n".join(summary_lines(result)))
+    return 0 if all(s["within_bound"] for s in result["sizes"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
