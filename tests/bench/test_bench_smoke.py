@@ -29,7 +29,7 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
 def test_outputs_written(result: tuple[dict, Path]) -> None:
     r, out = result
     assert "error" not in r, r.get("traceback")
-    for name in ("throughput.png", "latency.png"):
+    for name in ("throughput.png", "latency.png", "search.png"):
         png = out / name
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert r["machine"]["nproc"] >= 1 and r["targets"]
@@ -64,6 +64,26 @@ def test_counts_are_consistent(result: tuple[dict, Path]) -> None:
     assert r["phases"]["saturation"]["azurite_probe"]["point_read_ms"]["n"] > 0
     wt = r["where_time_goes"]
     assert wt["cpu_ms_per_order"]["host instances (the app)"] > 0 and wt["azurite_cpu_ms_per_app_request"] > 0
+
+
+def test_table_requests_are_reported_by_table(result: tuple[dict, Path]) -> None:
+    r, _ = result
+    t = r["per_order"]["table"]
+    by_table = t["requests_per_step_by_table"]
+    # issue 11: the search index (OrderIndexTable) is written when an order is accepted and when it ends
+    assert {"orders", "deadlines", "orderindex"} <= set(by_table)
+    assert abs(sum(by_table.values()) - t["requests_per_step"]) < 0.01
+    assert t["entities_per_order_by_table"]["orderindex"] > 0
+    assert r["azure_projection"]["search_index_partition"]["orders_per_s"] > 0
+
+
+def test_search_page_cost_measured(result: tuple[dict, Path]) -> None:
+    r, _ = result
+    search = r["search"]
+    assert "error" not in search, search.get("traceback")
+    measured = search["sizes"]["1000"]
+    assert measured["within_bound"] and measured["max_entities_read"] <= 60, measured
+    assert any(t["target"].startswith("search page of 50") and t["met"] for t in r["targets"])
 
 
 def test_idle_sweep_and_recovery_measured(result: tuple[dict, Path]) -> None:

@@ -91,3 +91,19 @@ def test_the_app_holds_no_benchmark_code() -> None:
     hits = [f"{f.relative_to(REPO_ROOT)}:{n}" for f in files
             for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert hits == []
+
+
+def test_search_index_requests_are_counted_under_their_own_table() -> None:
+    """OrderIndexTable (issue 11): its queries, point operations and group-committed batches
+    are told apart from the state and deadline tables by the table they name."""
+    base = "http://127.0.0.1:1/devstoreaccount1"
+    part = ("--changeset\r\nContent-Type: application/http\r\n\r\n{} " + base +
+            "/orderindex(PartitionKey='orders',RowKey='{}') HTTP/1.1\r\n\r\n")
+    batch = "".join(part.format(*op) for op in (("PUT", "all-1"), ("PUT", "cat-processed-1"),
+                                                 ("DELETE", "cat-inFlight-1")))
+    assert opcount.classify("POST", base + "/$batch", batch.encode()) == ("orderindex", "batch", 3)
+    query = base + "/orderindex()?$filter=PartitionKey%20eq%20%27orders%27%20and%20RowKey%20ge%20%27cat-%27&$top=51"
+    assert opcount.classify("GET", query, None) == ("orderindex", "query", 0)
+    row = base + "/orderindex(PartitionKey='orders',RowKey='fin-20261123-1')"
+    assert opcount.classify("DELETE", row, None) == ("orderindex", "delete", 1)
+    assert opcount.classify("PUT", row, b"{}") == ("orderindex", "upsert", 1)
