@@ -46,7 +46,9 @@ apply a step once per generation, every generation before its last must be undon
 effect compensated exactly once), and its last is judged as an order that never restarted.
 A terminated order ends with every effect compensated, or held (its pivot step's outcome
 unknown) and retried by the operator; an order the runner never terminated is never
-``terminated``; a restart or redrive the operator asks for is never refused.
+``terminated``; a restart or redrive the operator asks for is never refused; and search
+(``GET /orders?state=``, every page of each state) lists every order once, under the
+category its own view shows.
 
 Logs of every process stay in ``--state-dir`` (default ``.local/chaos/<time>-seed<S>``).
 """
@@ -83,7 +85,7 @@ from bench.chaos_ledger import (
     split_ledger,
     step_key,
 )
-from bench.chaos_operator import IN_FLIGHT_STATES, RAISED_LIMIT, TERMINATED_RESULTS, Operator
+from bench.chaos_operator import IN_FLIGHT_STATES, RAISED_LIMIT, TERMINATED_RESULTS, Operator, search_listing
 from local.procs import REPO_ROOT
 from local.stack import Stack, demo_order
 from shared.workflow import AGENTS_BY_NAME, WORKFLOW
@@ -1071,13 +1073,16 @@ class ChaosRun:
         o = self.o
         now = _now()
         views = self._final_views()
+        listing, search_problems = search_listing(self.session(), self.stack.api_url)
+        self.errors += search_problems
         remotes = self.stack.remotes
         ledger = remotes.ledger()
         stats = remotes.stats()
         sweep = 2 * supervisor_period(o.supervisor_schedule) + 1
 
         checks, summary, examples = evaluate(self.recs, views, ledger, now=now, sweep_seconds=sweep,
-                                             errors=self.errors, held_allowed=not o.operator_retry)
+                                             errors=self.errors, held_allowed=not o.operator_retry,
+                                             listing=listing)
         faults = self.fault_counts(stats)
         examples["orderNotes"] = self.order_notes(examples, views)
         report = {
@@ -1156,9 +1161,11 @@ class ChaosRun:
 def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, Any] | None]],
              ledger: list[dict[str, Any]], *, now: datetime, sweep_seconds: float,
              errors: list[str] | None = None, held_allowed: bool = False,
+             listing: dict[str, list[str]] | None = None,
              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The end-of-run checks, from the orders' final views (``order id -> (HTTP status, body)``)
-    and the simulator's ledger. -> (checks, order summary, examples of what failed)."""
+    and the simulator's ledger; with ``listing`` (search state -> order ids listed, every
+    page), also what an operator finds by search. -> (checks, order summary, examples)."""
     errors = errors or []
     accepted = [r for r in recs if r.order_id]
     ids = {r.order_id for r in accepted if r.order_id}
@@ -1189,6 +1196,7 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
 
     fx = ledger_outcomes(ids, views, ledger)
     op = operator_outcomes(accepted, views)
+    search_wrong = search_mismatches(ids, views, listing) if listing is not None else []
 
     dup_mismatch = [{"key": r.key, "orderId": r.order_id, "replayOrderId": r.dup_submit_order_id,
                      "replayStatus": r.dup_submit_status}
@@ -1232,6 +1240,7 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
         "terminatesRefusedInFlight": {"value": len(op["terminateRefusedInFlight"]), "expected": 0,
                                       "ok": not op["terminateRefusedInFlight"]},
         "operatorRetriesRefused": {"value": len(op["retryRefused"]), "expected": 0, "ok": not op["retryRefused"]},
+        "ordersSearchListsWrongly": {"value": len(search_wrong), "expected": 0, "ok": not search_wrong},
         "infrastructureErrors": {"value": len(errors), "expected": 0, "ok": not errors},
     }
     summary = {"accepted": n_acc, "finalStates": dict(states), "failed": len(fx["failedOrders"]),
@@ -1253,6 +1262,7 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
         "terminateWrong": op["terminateWrong"][:20],
         "terminatedWithoutOperator": op["terminatedWithoutOperator"][:20],
         "terminateRefusedInFlight": op["terminateRefusedInFlight"][:20], "retryRefused": op["retryRefused"][:20],
+        "searchWrong": search_wrong[:20],
         "nonTerminalViews": [views[oid][1] for oid in lost[:5] if views.get(oid)],
     }
     return checks, summary, examples
@@ -1326,6 +1336,26 @@ def ledger_outcomes(ids: set[str], views: dict[str, tuple[int | None, dict[str, 
             "earlierGenerationsWithEffectsUndone": earlier_with_effects,
         },
     }
+
+
+def search_mismatches(ids: set[str], views: dict[str, tuple[int | None, dict[str, Any] | None]],
+                      listing: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """Orders search does not list under their category (the one their own view shows), or
+    lists under another, or more than once."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for state, listed in listing.items():
+        for oid in listed:
+            where[oid].append(state)
+    wrong = []
+    for oid in sorted(ids):
+        status, view = views.get(oid, (None, None))
+        category = (view or {}).get("category") if status == 200 else None
+        if category is None:
+            continue  # lost: another check says so
+        if where.get(oid, []) != [category]:
+            wrong.append({"orderId": oid, "category": category, "listedUnder": where.get(oid, []),
+                          "processState": (view or {}).get("processState"), "outcome": (view or {}).get("outcome")})
+    return wrong
 
 
 def operator_outcomes(accepted: list[OrderRec],
@@ -1414,7 +1444,8 @@ def render_summary(report: dict[str, Any]) -> str:
                  "submissionsRejected", "submissionsNeverAnswered", "effectsOfUnknownOrders",
                  "ordersLeftHeldForAnOperator", "effectsWithUnexpectedKeys", "generationsNotFromAnOperatorRestart",
                  "terminatedOrdersNotEndedAsTerminated", "ordersTerminatedWithoutAnOperator",
-                 "terminatesRefusedInFlight", "operatorRetriesRefused", "infrastructureErrors", "orphanProcesses"):
+                 "terminatesRefusedInFlight", "operatorRetriesRefused", "ordersSearchListsWrongly",
+                 "infrastructureErrors", "orphanProcesses"):
         if name in c:
             lines.append(f"  [{mark(c[name]['ok'])}] {name}: {c[name]['value']}")
     lines += [

@@ -261,6 +261,37 @@ class Operator:
         return None, {}, lost
 
 
+SEARCH_STATES = ("inFlight", "attention", "processed", "error")
+
+
+def search_listing(session: requests.Session, api_url: str, page: int = 200,
+                   max_pages: int = 1000) -> tuple[dict[str, list[str]], list[str]]:
+    """What an operator finds by search: order ids listed under each ``state`` (every page of
+    ``GET /orders?state=``), and the problems met (an answer that is not a page)."""
+    listed: dict[str, list[str]] = {}
+    problems: list[str] = []
+    for state in SEARCH_STATES:
+        ids: list[str] = []
+        token: str | None = None
+        for _ in range(max_pages):
+            params = {"state": state, "limit": str(page), **({"continuationToken": token} if token else {})}
+            try:
+                r = session.get(f"{api_url}/orders", params=params, timeout=30)
+                body = r.json() if r.status_code == 200 else None
+            except (requests.RequestException, ValueError) as e:
+                problems.append(f"search state={state}: {type(e).__name__}: {e}")
+                break
+            if not isinstance(body, dict) or not isinstance(body.get("orders"), list):
+                problems.append(f"search state={state}: HTTP {r.status_code} {r.text[:200]}")
+                break
+            ids += [str(o.get("orderId")) for o in body["orders"] if isinstance(o, dict)]
+            token = body.get("continuationToken")
+            if not token:
+                break
+        listed[state] = ids
+    return listed, problems
+
+
 def _json(r: requests.Response) -> dict[str, Any]:
     try:
         body = r.json()

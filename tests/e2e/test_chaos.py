@@ -84,7 +84,7 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert op["compensationsRedriven"] >= 1 and op["causesFixed"] == 3, op  # the stalled refund, redriven
     for name in ("effectsWithUnexpectedKeys", "generationsNotFromAnOperatorRestart",
                  "terminatedOrdersNotEndedAsTerminated", "ordersTerminatedWithoutAnOperator",
-                 "terminatesRefusedInFlight", "operatorRetriesRefused"):
+                 "terminatesRefusedInFlight", "operatorRetriesRefused", "ordersSearchListsWrongly"):
         assert checks[name]["value"] == 0, (name, checks[name])
 
 
@@ -359,3 +359,17 @@ def test_checks_catch_wrong_answers_to_the_operator() -> None:
     assert _failing(recs, views, ledger) == {"operatorRetriesRefused"}
     recs[1].operator_actions[0]["answersLost"] = 1  # an earlier call whose answer was lost did it
     assert _failing(recs, views, ledger) == set()
+
+
+def test_checks_catch_what_search_shows_the_operator_wrongly() -> None:
+    recs, views, ledger = _good()
+    views["o1"][1]["category"], views["o2"][1]["category"] = "processed", "attention"
+    listing = {"inFlight": [], "attention": ["o2"], "processed": ["o1"], "error": []}
+    checks, _, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3, listing=listing)
+    assert all(v["ok"] for v in checks.values()), checks
+    for wrong in ({**listing, "attention": []},  # a failed order an operator cannot find
+                  {**listing, "inFlight": ["o2"]},  # ... or finds twice
+                  {**listing, "error": ["o1"], "processed": []}):  # ... or under another state
+        checks, _, examples = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3, listing=wrong)
+        assert {k for k, v in checks.items() if not v["ok"]} == {"ordersSearchListsWrongly"}, wrong
+        assert examples["searchWrong"], wrong
