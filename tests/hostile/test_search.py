@@ -226,7 +226,8 @@ def test_bad_dates_are_400(hostile_stack: Any, customers: Customers, param: str,
 @pytest.mark.parametrize("param", ["createdFrom", "createdTo"])
 @pytest.mark.parametrize("value", ["9999-12-31T23:59:59-12:00", "9999-12-31T23:59:59.999999-23:59",
                                    "9999-12-31", "9999-12-31T23:59:59Z", "1970-01-01", "1970-01-01T00:00:00Z",
-                                   "1970-01-01T00:00:00+14:00", "1970-01-01T00:00:00.000001-00:01"])
+                                   "1970-01-01T00:00:00+14:00", "1970-01-01T00:00:00.000001-00:01",
+                                   "1969-12-31", "1579-06-06", "0001-01-01"])
 def test_dates_at_the_ends_of_the_range(hostile_stack: Any, customers: Customers, param: str, value: str) -> None:
     """Valid ISO-8601 instants near the ends of what a key can hold (an offset may move them
     past year 9999 or before 1970 in UTC): 400, or the right answer; never a 5xx."""
@@ -342,7 +343,8 @@ def test_a_tampered_token_is_400(hostile_stack: Any, customers: Customers, a_tok
 
 
 def test_every_bit_flip_is_400(hostile_stack: Any, customers: Customers, a_token: str) -> None:
-    """One bit of each of the token's characters flipped (staying printable): all 400."""
+    """One bit of each of the token's characters flipped (staying printable): all 400, the
+    last one too (a flip in its spare bits decodes to the same bytes: not a token this app wrote)."""
     accepted = []
     for i, ch in enumerate(a_token):
         flipped = chr(ord(ch) ^ 0x01)
@@ -354,8 +356,26 @@ def test_every_bit_flip_is_400(hostile_stack: Any, customers: Customers, a_token
             accepted.append((i, ch, flipped, r.status))
         else:
             assert_bad_token(r)
-    # A base64 padding character's low bits may be ignored by a decoder; everything else counts.
-    assert [a for a in accepted if a[0] < len(a_token.rstrip("=")) - 1] == [], accepted
+    # The last character included: its spare bits are another spelling of the same bytes.
+    assert accepted == [], accepted
+
+
+def test_another_spelling_of_the_same_bytes_is_400(hostile_stack: Any, customers: Customers, a_token: str) -> None:
+    """Padded, in the standard base64 alphabet, or with other spare bits: the same bytes, but not
+    a token this app wrote (a token is compared as issued)."""
+    raw = base64.urlsafe_b64decode(a_token + "=" * (-len(a_token) % 4))
+    spellings = {a_token + "=" * (-len(a_token) % 4), base64.b64encode(raw).decode(),
+                 base64.b64encode(raw).decode().rstrip("="), a_token + "\n", " " + a_token, a_token + "%"}
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    last = alphabet.index(a_token[-1])
+    spare = {1: 0, 2: 0b1111, 3: 0b11}.get(len(a_token) % 4, 0)  # unused low bits of the last character
+    for bits in range(1, spare + 1):
+        spellings.add(a_token[:-1] + alphabet[last ^ bits])
+    spellings.discard(a_token)
+    assert spellings
+    for token in sorted(spellings):
+        r = search(hostile_stack, {"customerId": customers.a, "limit": "1", "continuationToken": token})
+        assert_bad_token(r)
 
 
 @pytest.mark.parametrize("cut", [1, 2, 4, 8, "half", "one-left"])
