@@ -32,6 +32,7 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 VERIFY_WORKERS = 8
 STATES = ", ".join(c.value for c in Category)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REV_LIMIT = 10 ** 17  # no ``rev`` reaches it (so no order was created at or before 1970-01-01T00:00Z)
 
 
@@ -72,16 +73,22 @@ def _bad(field: str, message: str) -> HttpResult:
 
 
 def _instant(field: str, raw: str) -> datetime | HttpResult:
-    """An ISO-8601 date-time with an offset, or a date (midnight UTC)."""
+    """An ISO-8601 date-time with an offset, or a date (midnight UTC), after 1970-01-01T00:00Z
+    (no order is older: the index's keys start there) and before the year 10000, in UTC."""
     try:
         if len(raw) == 10:
-            return datetime.combine(date.fromisoformat(raw), time(0), tzinfo=UTC)
-        value = datetime.fromisoformat(raw)
-    except ValueError:
+            value = datetime.combine(date.fromisoformat(raw), time(0), tzinfo=UTC)
+        else:
+            value = datetime.fromisoformat(raw)
+        if value.tzinfo is None:
+            raise ValueError("no offset")
+        value = value.astimezone(UTC)
+    except (ValueError, OverflowError):
         value = None
-    if value is None or value.tzinfo is None or not 1970 <= value.year <= 9999:
-        return _bad(field, "must be an ISO-8601 date (YYYY-MM-DD) or date-time with an offset, after 1970")
-    return value.astimezone(UTC)
+    if value is None or value <= EPOCH:
+        return _bad(field, "must be an ISO-8601 date (YYYY-MM-DD) or date-time with an offset, "
+                           "after 1970-01-01T00:00:00Z")
+    return value
 
 
 def parse_query(params: Mapping[str, str]) -> SearchQuery | HttpResult:
