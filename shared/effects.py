@@ -81,8 +81,9 @@ class Transact:
 @dataclass(frozen=True)
 class Reindex:
     """Write the order's search index rows (``shared.statemachine.search_index``): upsert
-    ``puts``, delete ``deletes``. After the state write it reflects; best effort (a failure is
-    logged, and the order's deadline row is then kept, so that the Supervisor re-indexes it)."""
+    ``puts``, delete ``deletes``. After the state write it reflects; best effort. The Table
+    store queues it (``shared.write_behind``) and sends the order's deadline-row delete only
+    after it; a failure here (or there) keeps the deadline row, so the Supervisor re-indexes."""
 
     order_id: str
     puts: tuple[dict[str, Any], ...]

@@ -60,6 +60,23 @@ class GroupCommit:
                     self._busy.discard(partition)
         me.raise_error()
 
+    def commit_groups(self, partition: str, groups: Sequence[Sequence[Write]]) -> list[BaseException | None]:
+        """Apply each group's writes (whole groups per transaction, as concurrent callers'
+        would be); the error of each group, None where it was committed."""
+        callers = [_Caller(tuple(g)) for g in groups if g]
+        batch: list[_Caller] = []
+        keys: set[str] = set()
+        for caller in callers:
+            mine = {w.row_key for w in caller.writes}
+            if batch and (len(keys) + len(mine) > MAX_BATCH_OPS or keys & mine):
+                self._send(partition, batch)
+                batch, keys = [], set()
+            batch.append(caller)
+            keys |= mine
+        if batch:
+            self._send(partition, batch)
+        return [c.error for c in callers]
+
     def _next_batch(self, partition: str) -> list[_Caller]:
         """Whole callers that fit one transaction (each row once, at most 100 writes)."""
         with self._lock:

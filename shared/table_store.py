@@ -9,7 +9,7 @@ written through :class:`_IndexWriter` (group-committed puts, deferred batched de
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from shared.store import (
     history_row_key,
 )
 from shared.table_batch import FastSender, PublicSender, Write, sender_for
+from shared.write_behind import WriteBehind
 
 
 class _IndexWriter:
@@ -44,8 +45,10 @@ class _IndexWriter:
       queue first, so this worker's own reads never see a row it already deleted.
     """
 
-    def __init__(self, table: Any, send: PublicSender | FastSender, delete_interval: float = 0.25) -> None:
+    def __init__(self, table: Any, send: PublicSender | FastSender, delete_interval: float = 0.25,
+                 before_deletes: Callable[[], None] | None = None) -> None:
         self.table = table
+        self.before_deletes = before_deletes  # the search index's queued writes go out first
         self.send = send  # entity-group transactions on ``table``
         self.delete_interval = delete_interval
         self._puts = GroupCommit(table, send)
@@ -80,6 +83,11 @@ class _IndexWriter:
                 pass
 
     def flush(self) -> None:
+        if self.before_deletes is not None:
+            try:
+                self.before_deletes()
+            except Exception:  # noqa: BLE001 - the deletes wait: a row stays until its order's index is written
+                return
         with self._lock:
             pending, self._deletes = self._deletes, {}
         for bucket, keys in pending.items():
@@ -115,14 +123,15 @@ class TableStore:
     batch_index: bool = True
     fast_batch: bool = True
     _index: _IndexWriter | None = field(default=None, repr=False, compare=False)
-    _search: GroupCommit | None = field(default=None, repr=False, compare=False)
+    _search: WriteBehind | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._send = sender_for(self.state, fast=self.fast_batch)
         if self.search is not None:
-            self._search = GroupCommit(self.search, sender_for(self.search, fast=self.fast_batch))
+            self._search = WriteBehind(GroupCommit(self.search, sender_for(self.search, fast=self.fast_batch)))
         if self.batch_index:
-            self._index = _IndexWriter(self.deadlines, sender_for(self.deadlines, fast=self.fast_batch))
+            self._index = _IndexWriter(self.deadlines, sender_for(self.deadlines, fast=self.fast_batch),
+                                       before_deletes=self._search.flush if self._search is not None else None)
 
     @property
     def batch_path(self) -> str:
@@ -194,16 +203,17 @@ class TableStore:
         if self._index is not None:
             self._index.flush()
 
-    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str]) -> None:
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *, wait: bool = False) -> None:
         if self._search is None:
             raise RuntimeError("this store has no search index table (OrderIndexTable)")
-        writes = [Write("upsert", str(row["RowKey"]), clean(row)) for row in puts]
-        writes += [Write("delete", rk) for rk in deletes]
-        self._search.commit(INDEX_PARTITION, writes)
+        self._search.add(puts, deletes)  # sent within half a second (``shared.write_behind``)
+        if wait:
+            self._search.flush()
 
     def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
-        if self.search is None:
+        if self.search is None or self._search is None:
             raise RuntimeError("this store has no search index table (OrderIndexTable)")
+        self._search.flush()  # this worker's queued writes first
         entities = self.search.query_entities(
             "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high", results_per_page=min(limit, 1000),
             parameters={"pk": INDEX_PARTITION, "low": low, "high": high})

@@ -711,7 +711,7 @@ def test_many_orders_finishing_at_once_index_correctly(table_runtime) -> None:  
             [key] = [k for k in snapshot[oid] if k.startswith("cat-inFlight-")]
             rt.store.write_index([], [key])
 
-    group = rt.store._search
+    group = rt.store._search.commit  # the group commit under the write-behind queue
     sends: list[int] = []
     fallbacks: list[int] = []
     inner_send, inner_one_by_one = group.send, group._one_by_one
