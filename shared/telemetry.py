@@ -22,6 +22,7 @@ Metrics: ``shared.metrics``.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
@@ -39,6 +40,7 @@ from shared.messaging import OutMessage
 
 TRACER_NAME = "orders"
 CONNECTION_STRING = "APPLICATIONINSIGHTS_CONNECTION_STRING"
+SPANS_DIR = "ORDERS_SPANS_DIR"  # local runs and tests: each process writes its spans to a JSON-lines file here
 WORKER_TELEMETRY = "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"  # the worker configures Azure Monitor itself
 
 _propagator = TraceContextTextMapPropagator()
@@ -63,8 +65,9 @@ def setup(environ: Mapping[str, str] | None = None) -> str:
     ``azure-monitor``: APPLICATIONINSIGHTS_CONNECTION_STRING is set and the worker's own
     PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY is not (both would export everything twice); the
     exporter authenticates with the managed identity of APPLICATIONINSIGHTS_AUTHENTICATION_STRING.
-    ``worker``: the Python worker configures it. ``api``: no SDK here (a no-op unless a test or the
-    local stack installed providers); the requests instrumentation is on in every case.
+    ``worker``: the Python worker configures it. ``file``: ORDERS_SPANS_DIR is set (the local
+    stack's end-to-end trace test): an SDK provider writes this process's spans there. ``api``: no
+    SDK (a no-op unless a test installed providers). The requests instrumentation is on in every case.
     """
     global _setup_done
     env = os.environ if environ is None else environ
@@ -79,9 +82,40 @@ def setup(environ: Mapping[str, str] | None = None) -> str:
 
             configure_azure_monitor(connection_string=env[CONNECTION_STRING])
             mode = "azure-monitor"
+        elif env.get(SPANS_DIR):
+            _export_to_file(env[SPANS_DIR])
+            mode = "file"
         _instrument_requests()
         _setup_done = True
         return mode
+
+
+def _export_to_file(directory: str) -> None:
+    """An SDK tracer provider that appends every ended span, as one JSON line, to a file of this process."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    path = os.path.join(directory, f"spans-{os.getpid()}.jsonl")
+    lock = threading.Lock()
+
+    class _JsonLines(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            lines = "".join(json.dumps(_span_record(s)) + "\n" for s in spans)
+            with lock, open(path, "a", encoding="utf-8") as f:
+                f.write(lines)
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_JsonLines()))
+    trace.set_tracer_provider(provider)
+
+
+def _span_record(span: Any) -> dict[str, Any]:
+    return {"name": span.name, "kind": span.kind.name, "traceId": trace.format_trace_id(span.context.trace_id),
+            "spanId": trace.format_span_id(span.context.span_id),
+            "parentId": trace.format_span_id(span.parent.span_id) if span.parent is not None else None,
+            "links": [trace.format_span_id(link.context.span_id) for link in span.links],
+            "attributes": dict(span.attributes or {}), "pid": os.getpid()}
 
 
 def _instrument_requests() -> None:
