@@ -4,11 +4,14 @@ supervisor, retention, and the OpenAPI document of the HTTP API). All logic live
 import azure.functions as func
 
 from functions import agents, openapi, retention, scheduler, submission, supervisor
+from shared import telemetry
 from shared.settings import Settings
 
 # A required setting that is missing (the remote services' URLs have no safe default) stops the
 # start here, at indexing, with a message naming it, rather than at the first invocation.
 Settings.from_env()
+# OpenTelemetry, once per worker: Azure Monitor when its connection string is set (shared/telemetry.py).
+telemetry.setup()
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 

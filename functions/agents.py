@@ -29,9 +29,10 @@ import azure.functions as func
 
 from shared.agent import AgentResult, AgentRuntime, TransientFailure, parse_request
 from shared.clients import get_clients
-from shared.logs import log_event, parse_traceparent
+from shared.logs import log_event
 from shared.messaging import PoisonMessage, ServiceBusBus
 from shared.settings import SERVICE_BUS_CONNECTION
+from shared.telemetry import valid_traceparent
 from shared.workflow import AGENTS, WORKFLOW, Agent
 
 bp = func.Blueprint()
@@ -71,8 +72,9 @@ def process_message(
     except PoisonMessage as e:
         props = msg.application_properties or {}
         log_event(
-            logging.ERROR, "agent.poison", order_id=_order_id(body), traceparent=parse_traceparent(
-                _text(props.get("traceparent"))), agent=agent.name, messageId=msg.message_id, reason=str(e),
+            logging.ERROR, "agent.poison", order_id=_order_id(body),
+            traceparent=valid_traceparent(props.get("traceparent")), agent=agent.name, messageId=msg.message_id,
+            reason=str(e),
             deliveryCount=getattr(msg, "delivery_count", None), bodyStart=bytes(body[:200]).decode("utf-8", "replace"),
             action="abandoned; dead-lettered after MaxDeliveryCount",
         )
@@ -84,12 +86,6 @@ def process_message(
         raise TransientFailure(f"agent {agent.name}: {result.detail} (order {request.order_id}, "
                                f"step {request.step}, attempt {request.attempt}); abandoning for redelivery")
     return result
-
-
-def _text(value: object) -> str | None:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value if isinstance(value, str) else None
 
 
 def _order_id(body: bytes) -> str | None:

@@ -33,9 +33,9 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from shared.effects import iso
-from shared.logs import parse_traceparent
 from shared.messaging import PoisonMessage
 from shared.models import loads
+from shared.telemetry import valid_traceparent
 
 Kind = Literal["step", "compensation"]
 KINDS: tuple[str, ...] = ("step", "compensation")
@@ -278,7 +278,7 @@ def _envelope(message_id: str | None, reply_to: str | None,
     if not message_id or not reply_to:
         return None, problems
     return Envelope(message_id=message_id, reply_to=reply_to,
-                    traceparent=parse_traceparent(_property(properties, "traceparent")),
+                    traceparent=valid_traceparent(_property(properties, "traceparent")),
                     tracestate=_property(properties, "tracestate")), problems
 
 

@@ -6,6 +6,10 @@ Running only the first ``k`` effects is exactly what a crash after effect ``k`` 
 behind; the unit tests do that for every ``k`` and then replay the message / run the
 Supervisor to show the state converges.
 
+Telemetry (at this boundary, never in the core): every message is sent in a PRODUCER span that
+it carries (``shared.telemetry.send``); a committed transaction's history events feed the metrics
+(``shared.metrics.record_committed``); alerts are counted.
+
 Failure handling per effect:
 
 * ``PutIndex`` / ``Transact`` / critical ``Send``: an exception propagates (the trigger's
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared import metrics, telemetry
 from shared.logs import log_event
 from shared.messaging import Bus, OutMessage
 from shared.store import Conflict, Op, Store
@@ -153,6 +158,7 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
                 log_event(logging.INFO, "state.lost_race", order_id=eff.order_id, note=eff.note, detail=str(exc))
                 out.applied = n
                 return out
+            metrics.record_committed(eff.ops)
         elif isinstance(eff, Reindex):
             try:
                 store.write_index(eff.puts, eff.deletes)
@@ -161,7 +167,7 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
                 log_event(logging.WARNING, "index.write_failed", order_id=eff.order_id, error=repr(exc))
         elif isinstance(eff, Send):
             try:
-                bus.send(eff.message)
+                telemetry.send(bus, eff.message)
             except Exception as exc:
                 if eff.critical:
                     raise
@@ -172,8 +178,9 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
         elif isinstance(eff, Alert):
             log_event(logging.ERROR, "alert", order_id=eff.order_id, traceparent=eff.traceparent,
                       step=eff.step, reason=eff.reason, failureCount=eff.failure_count)
+            metrics.alerts.add(1, {"step": eff.step or ""})
             try:
-                bus.send(eff.message)
+                telemetry.send(bus, eff.message)
             except Exception as exc:
                 out.failed_sends.append(eff.message.message_id)
                 log_event(logging.ERROR, "alert.send_failed", order_id=eff.order_id, error=repr(exc))

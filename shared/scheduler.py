@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
+from shared import telemetry
 from shared.logs import log_event
 from shared.messaging import PoisonMessage
 from shared.models import ReplyMessage, ScheduleMessage, loads
@@ -45,6 +46,12 @@ def _parse(body: bytes) -> Any:
 
 def handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None = None,
                     traceparent: str | None = None) -> str:
+    """A schedule notice, handled in a CONSUMER span of the order's trace (the message's context)."""
+    with telemetry.consumer_span("process scheduler", traceparent, **{"messaging.message.id": message_id}):
+        return _handle_schedule(rt, body, message_id=message_id, traceparent=traceparent)
+
+
+def _handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None, traceparent: str | None) -> str:
     try:
         msg = ScheduleMessage.model_validate(_parse(body))
     except (ValueError, ValidationError) as exc:
@@ -63,6 +70,12 @@ def handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None = None,
 
 def handle_reply(rt: Runtime, body: bytes, *, message_id: str | None = None,
                  traceparent: str | None = None) -> str:
+    """An agent's reply, handled in a CONSUMER span of the order's trace (the message's context)."""
+    with telemetry.consumer_span("process replies", traceparent, **{"messaging.message.id": message_id}):
+        return _handle_reply(rt, body, message_id=message_id, traceparent=traceparent)
+
+
+def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, traceparent: str | None) -> str:
     try:
         reply = ReplyMessage.model_validate(_parse(body))
     except (ValueError, ValidationError) as exc:

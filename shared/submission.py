@@ -29,8 +29,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from shared import metrics, telemetry
 from shared.effects import Send, Transact, iso
-from shared.logs import log_event, new_traceparent, parse_traceparent
+from shared.logs import log_event
 from shared.models import (
     IDEMPOTENCY_KEY,
     MAX_IDEMPOTENCY_KEY_LENGTH,
@@ -168,7 +169,20 @@ def _parse_body(body: bytes, h: Mapping[str, str], max_bytes: int) -> tuple[Any,
 
 # ---------------------------------------------------------------------------------------------
 def submit(rt: Runtime, body: bytes | None, headers: Mapping[str, str] | None, *, max_bytes: int) -> HttpResult:
+    """POST /api/orders, in the HTTP server span that starts the order's trace (a child of the
+    request's ``traceparent``); that span's traceparent is stored on the order row."""
     h = _lower(headers)
+    with telemetry.server_span("POST /api/orders", h, **{"http.request.method": "POST",
+                                                         "url.path": "/api/orders"}) as span:
+        result = _submit(rt, body, h, max_bytes=max_bytes)
+        span.set_attribute("http.response.status_code", result.status)
+        order_id = result.body.get("orderId") if isinstance(result.body, dict) else None
+        if isinstance(order_id, str):
+            span.set_attribute("orders.order_id", order_id)
+        return result
+
+
+def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: int) -> HttpResult:
     payload, rejected = _parse_body(body or b"", h, max_bytes)
     if rejected is not None:
         return rejected
@@ -194,7 +208,7 @@ def submit(rt: Runtime, body: bytes | None, headers: Mapping[str, str] | None, *
         return problem(400, "validation", "Invalid order", f"{len(errors)} invalid field(s)", errors=errors)
 
     order_id = order_id_for_key(key) if key else new_order_id()
-    traceparent = parse_traceparent(h.get("traceparent")) or new_traceparent()
+    traceparent = telemetry.current_traceparent() or ""  # the server span's: always valid there
     canonical = order.canonical()
     body_hash = order.body_hash()
     ctx = rt.ctx()
@@ -209,6 +223,7 @@ def submit(rt: Runtime, body: bytes | None, headers: Mapping[str, str] | None, *
         return result
     if outcome.lost_race:  # the create conflicted: this order id exists already
         return _replay(rt, order_id, body_hash, key)
+    metrics.submitted.add(1)
     log_event(logging.INFO, "order.accepted", order_id=order_id, traceparent=traceparent,
               items=len(order.items), total=format(order.total, "f"), idempotent=key is not None)
     return HttpResult(202, {"orderId": order_id, "processState": "Processing"},
@@ -347,12 +362,13 @@ def _operate(rt: Runtime, raw_id: str | None, action: str) -> HttpResult:
         view = View.from_entities(rt.store.read_partition(order_id))
         if view.state is None:
             return problem(404, "not-found", "Order not found", f"no order {order_id}")
-        try:
-            decision = decide(view, rt.ctx())
-        except Rejected as exc:
-            return problem(409, "wrong-state", f"Cannot {action} this order", str(exc), orderId=order_id,
-                           processState=view.state.process_state)
-        outcome = rt.run(decision.effects)
+        with telemetry.order_span(f"operator.{action}", view.traceparent, **{"orders.order_id": order_id}):
+            try:
+                decision = decide(view, rt.ctx())
+            except Rejected as exc:
+                return problem(409, "wrong-state", f"Cannot {action} this order", str(exc), orderId=order_id,
+                               processState=view.state.process_state)
+            outcome = rt.run(decision.effects)
         if not outcome.lost_race:
             new_state = next((op.row for e in decision.effects if isinstance(e, Transact) for op in e.ops
                               if op.row_key == STATE_ROW), {})

@@ -22,6 +22,7 @@ their writes are ETag-conditional, so one wins and the other counts a lost race.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared import metrics, telemetry
 from shared.effects import PutIndex, Reindex
 from shared.logs import log_event
 from shared.runtime import Runtime
@@ -74,6 +76,18 @@ class SweepReport:
 
 def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKERS,
           budget_seconds: float = SWEEP_BUDGET_SECONDS) -> SweepReport:
+    """One sweep, in its own span (each redrive is a span of its order's trace, linked to it);
+    its duration and the due rows it read are recorded (``shared.metrics``)."""
+    started = time.monotonic()
+    with telemetry.tracer().start_as_current_span("supervisor.sweep") as span:
+        report = _sweep(rt, limit, workers, budget_seconds)
+        span.set_attribute("orders.supervisor.due_rows", report.seen)
+    metrics.sweep_duration.record(time.monotonic() - started)
+    metrics.due_rows.record(report.seen)
+    return report
+
+
+def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> SweepReport:
     now = rt.ctx().now
     report = SweepReport()
     bucket = now.strftime("%Y%m%d%H%M")
@@ -94,7 +108,7 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
         futures = []
         for row in rt.store.due_index(bucket, limit):
             report.seen += 1
-            futures.append(pool.submit(handle, row))
+            futures.append(pool.submit(contextvars.copy_context().run, handle, row))  # in the sweep's span
     for f in futures:
         f.result()  # handle() keeps ordinary errors; anything else (an abort) propagates as before
     if report.acted or report.errors or report.lost_races or report.deferred:
@@ -145,8 +159,9 @@ def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepRepo
         report.count("moved")
     elif verdict is IndexVerdict.ACT:
         view = View.from_entities(rt.store.read_partition(row.order_id))
-        decision = decide_expired(view, rt.ctx())
-        outcome = rt.run(decision.effects)
+        with telemetry.order_span("supervisor.redrive", view.traceparent, **{"orders.order_id": row.order_id}):
+            decision = decide_expired(view, rt.ctx())
+            outcome = rt.run(decision.effects)
         if outcome.lost_race:
             report.count("lost_races")  # someone else moved the order on: the row stays due; next sweep
             return

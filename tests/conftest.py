@@ -16,8 +16,13 @@ import pytest
 from local.azurite import start_azurite as start_azurite_proc
 from local.connections import servicebus_connection_string
 from local.procs import REPO_ROOT, Proc, free_port
+from tests import telemetry_support
 
 QUEUE_CONFIG = REPO_ROOT / "infra" / "servicebus-config.json"
+
+# Real OpenTelemetry SDK providers (in memory) for the whole test process: spans get real ids, as
+# with Azure Monitor; tests capture them with tests.telemetry_support.capture().
+telemetry_support.install()
 
 
 @dataclass

@@ -170,6 +170,19 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
           value: 'ClientId=${identityClientId};Authorization=AAD'
         }
+        // OpenTelemetry (host.json telemetryMode OpenTelemetry): the app calls configure_azure_monitor()
+        // itself (shared/telemetry.py), so the worker must not too, or everything is exported twice.
+        // The exporter authenticates with the identity of APPLICATIONINSIGHTS_AUTHENTICATION_STRING.
+        {
+          name: 'PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY'
+          value: 'false'
+        }
+        // The worker passes the host's invocation context to the app's OpenTelemetry context (the
+        // app's spans link to it; their parents are the contexts the messages carry).
+        {
+          name: 'PYTHON_ENABLE_OPENTELEMETRY'
+          value: 'true'
+        }
         // Connection ServiceBusConnection, by identity.
         {
           name: 'ServiceBusConnection__fullyQualifiedNamespace'

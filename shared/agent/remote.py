@@ -22,7 +22,7 @@ import requests
 import tenacity
 from requests.adapters import HTTPAdapter
 
-from shared import models
+from shared import models, telemetry
 from shared.agent_messages import ReceivedRequest
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429})
@@ -129,17 +129,15 @@ class RemotePost:
     statuses: list[int | str] = field(default_factory=list)  # per call: HTTP status or fault
 
     @classmethod
-    def for_request(cls, request: ReceivedRequest, span: str, base_url: str, session: requests.Session,
+    def for_request(cls, request: ReceivedRequest, base_url: str, session: requests.Session,
                     policy: RetryPolicy, time_left: Callable[[], float], now: Callable[[], datetime]) -> RemotePost:
-        """The call ``request`` asks for, in the agent's span (``traceparent``)."""
-        headers = {
+        """The call ``request`` asks for, in the current (the agent's) span: its ``traceparent``
+        here; the requests instrumentation, when on, makes each call a CLIENT span and sends that."""
+        headers = telemetry.inject({
             "Idempotency-Key": request.idempotency_key,
             "Content-Type": "application/json",
             "Accept": "application/json",
-            "traceparent": span,
-        }
-        if request.envelope.tracestate:
-            headers["tracestate"] = request.envelope.tracestate
+        })
         body: dict[str, Any] = {"orderId": request.order_id, "order": request.order, "context": request.context}
         if request.compensates is not None:
             body["compensates"] = request.compensates.model_dump(by_alias=True)

@@ -2,7 +2,8 @@
 
 Sent to the request's ``reply_to`` with message_id ``reply:<request message_id>`` (the replies
 queue has duplicate detection, so a redelivered request's second reply is dropped),
-correlation_id = the request's message_id, and the agent's ``traceparent``.
+correlation_id = the request's message_id; its ``traceparent`` is the context of the span that
+sends it (``shared.telemetry.send``), in the agent's consumer span.
 """
 
 from __future__ import annotations
@@ -33,15 +34,11 @@ def build_reply(request: ReceivedRequest, outcome: Outcome, result: dict[str, An
     }
 
 
-def reply_message(request: ReceivedRequest, span: str, reply: dict[str, Any]) -> OutMessage:
-    """``reply`` addressed to the request's reply queue, in the agent's span."""
-    properties = {"traceparent": span}
-    if request.envelope.tracestate:
-        properties["tracestate"] = request.envelope.tracestate
+def reply_message(request: ReceivedRequest, reply: dict[str, Any]) -> OutMessage:
+    """``reply`` addressed to the request's reply queue (the sender adds the trace context)."""
     return OutMessage(
         queue=request.envelope.reply_to,
         body=reply,
         message_id=reply_message_id(request.envelope.message_id),
         correlation_id=request.envelope.message_id,
-        application_properties=properties,
     )

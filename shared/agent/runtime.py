@@ -8,9 +8,10 @@
   (409 ``compensated``: the step's key was tombstoned by its compensation; the late original
   call applied nothing.)
 
-The agent's ``traceparent`` is a child of the request's (same trace id, the agent's own span id;
-a new trace if the request had none), the same on every attempt and on the reply. Logs are the
-app's structured JSON lines (``shared.logs.log_event``) carrying the order id.
+Each request is handled in a CONSUMER span, a child of the context the request carries (a new
+trace if it had none); the remote calls (CLIENT spans of the requests instrumentation) and the
+reply's PRODUCER span are its children. Logs are the app's structured JSON lines
+(``shared.logs.log_event``) carrying the order id and the span's ids.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from typing import Any, Literal
 import requests
 import tenacity
 
+from shared import telemetry
 from shared.agent.parsing import parse_request
 from shared.agent.remote import DeadlineReached, RemoteAnswer, RemotePost, RetriesExhausted, RetryPolicy, session_for
 from shared.agent.replies import Outcome, build_reply, reply_message
 from shared.agent_messages import ReceivedRequest
-from shared.logs import child_traceparent, log_event
+from shared.logs import log_event
 from shared.messaging import Bus
 from shared.workflow import WORKFLOW, Step
 
@@ -104,16 +106,24 @@ class AgentRuntime:
         return self.handle(request)
 
     def handle(self, request: ReceivedRequest) -> AgentResult:
-        """Call the remote for ``request`` and reply, unless completeBy comes first."""
-        span = child_traceparent(request.envelope.traceparent)  # the agent's span: HTTP calls and the reply
-        note = self._request_log(request, span)
+        """Call the remote for ``request`` and reply, unless completeBy comes first: in a CONSUMER span."""
+        attributes = {"messaging.message.id": request.envelope.message_id, "orders.order_id": request.order_id,
+                      "orders.step": request.step, "orders.kind": request.kind, "orders.attempt": request.attempt}
+        with telemetry.consumer_span(f"process {self.agent}", request.envelope.traceparent,
+                                     request.envelope.tracestate, **attributes) as span:
+            result = self._handle(request)
+            span.set_attribute("orders.agent.status", result.status)
+            return result
+
+    def _handle(self, request: ReceivedRequest) -> AgentResult:
+        note = self._request_log(request)
         left = self._time_left(request)
         if left <= 0:
             note(logging.WARNING, "agent.expired", when="on arrival", lateSeconds=round(-left, 3),
                  action="nothing sent, no call made")
             return AgentResult("expired", detail="past completeBy on arrival")
 
-        post = RemotePost.for_request(request, span, self.base_url, self.session, self.policy,
+        post = RemotePost.for_request(request, self.base_url, self.session, self.policy,
                                       lambda: self._time_left(request), self._now)
         try:
             answer = post.run(self._sleep, on_retry=lambda state: _note_retry(note, state))
@@ -132,16 +142,16 @@ class AgentRuntime:
                  status=answer.status, action="nothing sent")
             return AgentResult("expired", calls=len(post.statuses), detail="response after completeBy",
                                statuses=tuple(post.statuses))
-        return self._reply(request, span, answer, tuple(post.statuses), note)
+        return self._reply(request, answer, tuple(post.statuses), note)
 
-    def _reply(self, request: ReceivedRequest, span: str, answer: RemoteAnswer,
+    def _reply(self, request: ReceivedRequest, answer: RemoteAnswer,
                statuses: tuple[int | str, ...], note: RequestLog) -> AgentResult:
         """Send the reply the service's final answer calls for."""
         if answer.succeeded:
             reply = build_reply(request, "success", answer.payload, None)
         else:
             reply = build_reply(request, "error", None, answer.payload)
-        self.bus.send(reply_message(request, span, reply))
+        telemetry.send(self.bus, reply_message(request, reply))
         note(logging.INFO if reply["outcome"] == "success" else logging.WARNING, "agent.replied",
              outcome=reply["outcome"], reason=reply["reason"], calls=len(statuses), status=answer.status)
         return AgentResult("replied", outcome=reply["outcome"], reply=reply, calls=len(statuses), statuses=statuses)
@@ -149,9 +159,9 @@ class AgentRuntime:
     def _time_left(self, request: ReceivedRequest) -> float:
         return (request.complete_by - self._now()).total_seconds()
 
-    def _request_log(self, request: ReceivedRequest, span: str) -> RequestLog:
+    def _request_log(self, request: ReceivedRequest) -> RequestLog:
         def note(level: int, event: str, **fields: Any) -> None:
-            log_event(level, event, order_id=request.order_id, traceparent=span, agent=self.agent,
+            log_event(level, event, order_id=request.order_id, agent=self.agent,
                       kind=request.kind, step=request.step, operation=request.operation,
                       attempt=request.attempt, messageId=request.envelope.message_id, **fields)
 

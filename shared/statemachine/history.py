@@ -20,7 +20,6 @@ from enum import StrEnum
 from typing import Any
 
 from shared.effects import Transact
-from shared.logs import trace_id
 from shared.statemachine.config import Ctx
 from shared.statemachine.rows import EventRow, StateRow
 from shared.statemachine.view import View
@@ -78,9 +77,15 @@ def commit(view: View, new_state: StateRow, ops: Iterable[Op], events: Sequence[
     old = view.state
     first = (old.event_seq if old is not None else new_state.event_seq) + 1
     stamped = replace(new_state, event_seq=first + len(events) - 1)
-    trace = trace_id(view.traceparent)
+    trace = _trace_id(view.traceparent)
     rows = [EventRow(seq=first + n, at=ctx.now, event=e.kind, step=e.step, attempt=e.attempt, detail=e.detail,
                      instance=ctx.instance_id, trace_id=trace) for n, e in enumerate(events)]
     state_op = stamped.replacing(old) if old is not None else stamped.create()
     return Transact(view.order_id if old is not None else new_state.order_id,
                     (state_op, *ops, *(r.create() for r in rows)), note=note)
+
+
+def _trace_id(traceparent: str | None) -> str | None:
+    """The trace id field of the order's stored traceparent (validated when it was stored)."""
+    fields = traceparent.split("-") if traceparent else []
+    return fields[1] if len(fields) == 4 else None

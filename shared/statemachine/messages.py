@@ -12,7 +12,6 @@ from typing import Any
 
 from shared.agent_messages import AgentRequest, CompensationTarget, Kind
 from shared.effects import Alert, Effect, Log, Send, iso
-from shared.logs import child_traceparent
 from shared.messaging import OutMessage
 from shared.statemachine.config import Ctx
 from shared.statemachine.rows import StepRow
@@ -62,7 +61,13 @@ def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: d
     ttl = max(complete_by - ctx.now, timedelta(seconds=1))
     return OutMessage(queue=cfg.agent_queue(spec), body=body, message_id=message_id, correlation_id=message_id,
                       reply_to=cfg.queues["RepliesQueue"], subject=kind, time_to_live=ttl,
-                      application_properties={"traceparent": child_traceparent(view.traceparent), "kind": kind})
+                      application_properties=trace_properties(view.traceparent, kind))
+
+
+def trace_properties(traceparent: str | None, kind: str) -> dict[str, str]:
+    """A message's application properties: its kind, and the order's ``traceparent``, which the
+    sender (``shared.effects``) replaces with the context of the span that sends it."""
+    return {"traceparent": traceparent, "kind": kind} if traceparent else {"kind": kind}
 
 
 def idempotency_key(order_id: str, step: str, generation: int) -> str:
@@ -80,7 +85,7 @@ def schedule_message(order_id: str, seq: int, ctx: Ctx, traceparent: str | None,
                       body={"kind": "schedule", "orderId": order_id, "seq": seq},
                       message_id=message_id, correlation_id=order_id, subject="schedule",
                       scheduled_enqueue_time=not_before if not_before and not_before > ctx.now else None,
-                      application_properties={"traceparent": child_traceparent(traceparent), "kind": "schedule"})
+                      application_properties=trace_properties(traceparent, "schedule"))
 
 
 def status_sends(view: View, event: str, ctx: Ctx, *, step: str | None = None, **extra: Any) -> list[Effect]:
@@ -98,8 +103,7 @@ def status_sends(view: View, event: str, ctx: Ctx, *, step: str | None = None, *
     message_id = (f"{order_id}:status:{event}" + (f":{step}" if step else "")
                   + (f":g{generation}" if generation else ""))
     message = OutMessage(queue=queue, body=body, message_id=message_id, correlation_id=order_id, subject="status",
-                         application_properties={"traceparent": child_traceparent(view.traceparent),
-                                                 "kind": "status"})
+                         application_properties=trace_properties(view.traceparent, "status"))
     return [Send(message, critical=False, what=f"status {event}")]
 
 
@@ -110,7 +114,7 @@ def alert(view: View, step: str | None, reason: str, failure_count: int, key: st
             "at": iso(ctx.now)}
     message = OutMessage(queue=ctx.config.queues["AlertsQueue"], body=body, message_id=f"{order_id}:alert:{key}",
                          correlation_id=order_id, subject="alert",
-                         application_properties={"traceparent": child_traceparent(view.traceparent), "kind": "alert"})
+                         application_properties=trace_properties(view.traceparent, "alert"))
     return Alert(message, order_id, step, reason, failure_count, view.traceparent)
 
 

@@ -39,6 +39,8 @@ HOST_SETTINGS = {
     "AzureWebJobsStorage__clientId",
     "APPLICATIONINSIGHTS_CONNECTION_STRING",
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+    "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY",  # read by the worker and by shared/telemetry.py
+    "PYTHON_ENABLE_OPENTELEMETRY",  # read by the worker
 }
 
 
@@ -93,6 +95,16 @@ def test_bicep_connections_are_identity_based() -> None:
     assert bicep["AzureWebJobsStorage__clientId"] == "identityClientId"
     assert "AzureWebJobsStorage" not in bicep
     assert bicep["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == "'ClientId=${identityClientId};Authorization=AAD'"
+
+
+def test_bicep_exports_telemetry_once_by_identity() -> None:
+    """The app configures Azure Monitor itself (shared/telemetry.py), so the worker's own
+    configuration is off: both would export everything twice. host.json speaks OpenTelemetry."""
+    bicep = bicep_app_settings()
+    assert bicep["PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"] == "'false'"
+    assert bicep["PYTHON_ENABLE_OPENTELEMETRY"] == "'true'"
+    assert bicep["APPLICATIONINSIGHTS_CONNECTION_STRING"] == "appInsightsConnectionString"
+    assert json.loads((INFRA.parent / "host.json").read_text())["telemetryMode"] == "OpenTelemetry"
 
 
 def test_bicep_queue_and_table_settings_match_their_defaults() -> None:

@@ -22,9 +22,9 @@ from functions.agents import process_message
 from local.procs import Proc, free_port
 from shared.agent import AgentRuntime, RetryPolicy, loads
 from shared.clients import LockedSender
-from shared.logs import trace_id
 from shared.messaging import ServiceBusBus
 from shared.settings import queue_names
+from shared.telemetry import trace_id
 from shared.workflow import AGENTS_BY_NAME
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,210 @@
+"""OpenTelemetry: one trace per order with the right parents, and the metrics, in one process.
+
+An order runs through the real submission, scheduler handlers, agent runtime (against a local
+HTTP remote, with the requests instrumentation on) and Supervisor, over the in-memory store and
+bus; spans go to the in-memory exporter (tests/telemetry_support.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from threading import Thread
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
+
+from shared import telemetry
+from shared.agent import AgentRuntime, RetryPolicy
+from shared.logs import log_event
+from shared.messaging import OutMessage
+from shared.scheduler import handle_reply, handle_schedule
+from shared.submission import terminate_order
+from shared.supervisor import sweep
+from shared.workflow import WORKFLOW
+from tests import telemetry_support
+from tests.unit.harness import CrashRuntime, make_runtime, post, state
+
+REQUEST_TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+class _Remote(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"ok": True, "traceparent": self.headers.get("traceparent")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def remote() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Remote)
+    server.daemon_threads = True
+    Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def agents_for(rt: CrashRuntime, base: str) -> dict[str, AgentRuntime]:
+    """One real agent runtime per agent queue, on the runtime's clock and bus."""
+    return {rt.config.agent_queue(s): AgentRuntime(s.agent, base, rt.bus, now=rt.clock, sleep=lambda _s: None,
+                                                   policy=RetryPolicy(max_attempts=1))
+            for s in WORKFLOW}
+
+
+def deliver(rt: CrashRuntime, agents: dict[str, AgentRuntime]) -> int:
+    """Deliver every message in the agent, replies and scheduler queues once; how many."""
+    delivered = 0
+    for queue, agent in agents.items():
+        for m in rt.bus.take(queue):
+            agent.handle_message(m.encoded(), message_id=m.message_id, reply_to=m.reply_to,
+                                 application_properties=m.application_properties)
+            delivered += 1
+    for m in rt.bus.take(rt.config.queues["RepliesQueue"]):
+        handle_reply(rt, m.encoded(), message_id=m.message_id, traceparent=m.application_properties.get("traceparent"))
+        delivered += 1
+    for m in rt.bus.take(rt.config.queues["SchedulerQueue"]):
+        handle_schedule(rt, m.encoded(), message_id=m.message_id,
+                        traceparent=m.application_properties.get("traceparent"))
+        delivered += 1
+    return delivered
+
+
+def run_to_end(rt: CrashRuntime, agents: dict[str, AgentRuntime], order_id: str) -> dict[str, Any]:
+    for _ in range(50):
+        if not deliver(rt, agents):
+            break
+    return state(rt, order_id)
+
+
+def by_id(spans: list[ReadableSpan]) -> dict[int, ReadableSpan]:
+    return {s.context.span_id: s for s in spans}
+
+
+def parent_of(span: ReadableSpan, spans: dict[int, ReadableSpan]) -> ReadableSpan | None:
+    return spans.get(span.parent.span_id) if span.parent is not None else None
+
+
+def test_one_order_is_one_trace_with_the_right_parents(remote: str) -> None:
+    telemetry.setup({})  # the requests instrumentation: a CLIENT span per remote call
+    rt = make_runtime()
+    agents = agents_for(rt, remote)
+    with telemetry_support.capture() as exporter:
+        r = post(rt, headers={"traceparent": REQUEST_TRACEPARENT})
+        assert r.status == 202
+        final = run_to_end(rt, agents, r.body["orderId"])
+    assert final["ProcessState"] == "Processed"
+    spans = list(exporter.get_finished_spans())
+    ids = by_id(spans)
+    assert {s.context.trace_id for s in spans} == {int("0af7651916cd43dd8448eb211c80319c", 16)}
+
+    [server] = [s for s in spans if s.kind is SpanKind.SERVER]
+    assert server.parent is not None and server.parent.span_id == int("b7ad6b7169203331", 16)
+    stored = rt.store.read_row(r.body["orderId"], "order")["Traceparent"]
+    assert stored == telemetry.format_traceparent(server.context)
+
+    agent_spans = [s for s in spans if s.kind is SpanKind.CONSUMER and s.name.startswith("process ")
+                   and s.name.split()[1] in {"inventory", "payment", "shipping"}]
+    assert [s.attributes["orders.step"] for s in sorted(agent_spans, key=lambda s: s.start_time or 0)] == [
+        s.name for s in WORKFLOW]
+    for agent in agent_spans:
+        producer = parent_of(agent, ids)  # the dispatch
+        assert producer is not None and producer.kind is SpanKind.PRODUCER
+        dispatcher = parent_of(producer, ids)  # the submission, or the previous reply's handling
+        assert dispatcher is not None and (dispatcher is server or dispatcher.name == "process replies")
+        clients = [s for s in spans if s.kind is SpanKind.CLIENT and parent_of(s, ids) is agent]
+        assert len(clients) == 1 and clients[0].attributes["http.status_code"] == 200
+        [reply_send] = [s for s in spans if s.kind is SpanKind.PRODUCER and parent_of(s, ids) is agent]
+        [reply_handling] = [s for s in spans if s.name == "process replies" and parent_of(s, ids) is reply_send]
+        assert reply_handling.kind is SpanKind.CONSUMER
+    first_dispatch = parent_of(agent_spans[0], ids)
+    assert first_dispatch is not None and parent_of(first_dispatch, ids) is server
+
+
+def test_metrics_of_a_processed_order(remote: str) -> None:
+    rt = make_runtime()
+    agents = agents_for(rt, remote)
+    before = {name: telemetry_support.counter_total(name) for name in ("orders.submitted", "orders.processed")}
+    durations = {s.name: telemetry_support.histogram_count("orders.step.duration", step=s.name, outcome="done")
+                 for s in WORKFLOW}
+    r = post(rt)
+    assert run_to_end(rt, agents, r.body["orderId"])["ProcessState"] == "Processed"
+    assert telemetry_support.counter_total("orders.submitted") == before["orders.submitted"] + 1
+    assert telemetry_support.counter_total("orders.processed") == before["orders.processed"] + 1
+    for s in WORKFLOW:
+        assert telemetry_support.histogram_count("orders.step.duration", step=s.name, outcome="done") == (
+            durations[s.name] + 1)
+
+
+def test_a_redrive_is_in_the_order_trace_and_linked_to_the_sweep(remote: str) -> None:
+    rt = make_runtime()
+    first = WORKFLOW[0]
+    redrives = telemetry_support.counter_total("orders.redrives", step=first.name)
+    sweeps = telemetry_support.histogram_count("orders.supervisor.sweep.duration")
+    r = post(rt)
+    order_trace = telemetry.trace_id(rt.store.read_row(r.body["orderId"], "order")["Traceparent"])
+    rt.bus.take(rt.config.agent_queue(first))  # the request is lost
+    rt.clock.advance(first.timeout_seconds + 1)
+    with telemetry_support.capture() as exporter:
+        assert sweep(rt).acted == {"redriven": 1}
+    spans = list(exporter.get_finished_spans())
+    [sweep_span] = [s for s in spans if s.name == "supervisor.sweep"]
+    [redrive] = [s for s in spans if s.name == "supervisor.redrive"]
+    assert format(redrive.context.trace_id, "032x") == order_trace != format(sweep_span.context.trace_id, "032x")
+    assert [link.context.span_id for link in redrive.links] == [sweep_span.context.span_id]
+    sends = [s for s in spans if s.kind is SpanKind.PRODUCER]
+    assert sends and all(s.parent is not None and s.parent.span_id == redrive.context.span_id for s in sends)
+    assert telemetry_support.counter_total("orders.redrives", step=first.name) == redrives + 1
+    assert telemetry_support.histogram_count("orders.supervisor.sweep.duration") == sweeps + 1
+
+
+def test_an_operator_action_is_in_the_order_trace(remote: str) -> None:
+    rt = make_runtime()
+    r = post(rt)
+    order_trace = telemetry.trace_id(rt.store.read_row(r.body["orderId"], "order")["Traceparent"])
+    with telemetry_support.capture() as exporter:
+        with telemetry.tracer().start_as_current_span("POST /api/orders/{id}/terminate") as request_span:
+            result = terminate_order(rt, r.body["orderId"])
+    assert result.status == 202, result.body
+    [action] = [s for s in exporter.get_finished_spans() if s.name == "operator.terminate"]
+    assert format(action.context.trace_id, "032x") == order_trace
+    assert [link.context.span_id for link in action.links] == [request_span.get_span_context().span_id]
+
+
+def test_log_lines_carry_the_current_span_ids() -> None:
+    with telemetry.tracer().start_as_current_span("x") as span:
+        record = log_event(20, "test.event", order_id="o")
+    ctx = span.get_span_context()
+    assert record["traceId"] == format(ctx.trace_id, "032x") and record["spanId"] == format(ctx.span_id, "016x")
+
+
+def test_a_message_without_a_span_passes_the_order_context_on() -> None:
+    sent: list[OutMessage] = []
+
+    class Bus:
+        def send(self, message: OutMessage) -> None:
+            sent.append(message)
+
+    msg = OutMessage(queue="q", body={"orderId": "o"}, message_id="m",
+                     application_properties={"traceparent": REQUEST_TRACEPARENT, "kind": "k"})
+    telemetry.send(Bus(), msg)
+    [out] = sent
+    assert out.application_properties["kind"] == "k"
+    assert telemetry.trace_id(out.application_properties["traceparent"]) == "0af7651916cd43dd8448eb211c80319c"
+
+
+def test_setup_picks_one_exporter() -> None:
+    assert telemetry.setup({"PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY": "true"}) in ("worker", "already")
+    assert telemetry.valid_traceparent("00-" + "0" * 32 + "-" + "1" * 16 + "-01") is None
+    assert telemetry.valid_traceparent(f" {REQUEST_TRACEPARENT} ".encode()) == REQUEST_TRACEPARENT
