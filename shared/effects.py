@@ -88,6 +88,7 @@ class Reindex:
     order_id: str
     puts: tuple[dict[str, Any], ...]
     deletes: tuple[str, ...] = ()
+    stale: tuple[str, ...] = ()  # rows that may not be there: deleted one by one, apart from the rest
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
                 return out
         elif isinstance(eff, Reindex):
             try:
-                store.write_index(eff.puts, eff.deletes)
+                store.write_index(eff.puts, eff.deletes, stale=eff.stale)
             except Exception as exc:
                 out.index_failed = True
                 log_event(logging.WARNING, "index.write_failed", order_id=eff.order_id, error=repr(exc))
