@@ -93,6 +93,7 @@ class Reindex:
     order_id: str
     puts: tuple[dict[str, Any], ...]
     deletes: tuple[str, ...] = ()
+    stale: tuple[str, ...] = ()  # rows that may not be there: deleted one by one, apart from the rest
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
             metrics.record_committed(eff.ops)
         elif isinstance(eff, Reindex):
             try:
-                store.write_index(eff.puts, eff.deletes)
+                store.write_index(eff.puts, eff.deletes, stale=eff.stale)
             except Exception as exc:
                 out.index_failed = True
                 log_event(logging.WARNING, "index.write_failed", order_id=eff.order_id, error=repr(exc))

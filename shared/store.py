@@ -120,9 +120,11 @@ class Store(Protocol):
     def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None: ...
     def delete_index(self, bucket: str, row_key: str) -> None: ...
     def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]: ...
-    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *, wait: bool = False) -> None:
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *, wait: bool = False,
+                    stale: Sequence[str] = ()) -> None:
         """Upsert ``puts`` and delete ``deletes`` (RowKeys) in the search index (a missing row is
-        fine); sent soon after (``shared.write_behind``), or before returning if ``wait``."""
+        fine); sent soon after (``shared.write_behind``), or before returning if ``wait``.
+        ``stale``: rows that may well not be there, deleted one by one apart from the rest."""
     def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
         """Search index rows with ``low <= RowKey < high``, ascending, at most ``limit``."""
 
@@ -247,7 +249,9 @@ class MemoryStore:
             return [{**props, "PartitionKey": pk, "RowKey": rk} for (pk, rk), props in rows[:limit]]
 
     # search index -------------------------------------------------------------------------------
-    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *, wait: bool = False) -> None:
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *, wait: bool = False,
+                    stale: Sequence[str] = ()) -> None:
+        deletes = [*deletes, *stale]
         with self._lock:
             for row in puts:
                 self._rows[("search", INDEX_PARTITION, str(row["RowKey"]))] = (clean(row), self._etag())

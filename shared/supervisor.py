@@ -120,15 +120,15 @@ def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> Swee
 
 def reindex_from_state(rt: Runtime, order_id: str) -> bool:
     """Write the order's search index rows as its state says, and delete its rows of the
-    categories it may have been listed in before (a missing row is fine). False: it failed."""
+    categories it may have been listed in before (False: that failed). Those rows may well
+    not be there, so they are deleted one by one, apart from other orders' writes."""
     view = View.from_entities(rt.store.read_partition(order_id))
     if view.order is None or view.state is None:
         return True
-    rows = index_rows(view.order, view.state)
     current = category_of(view.state)
     stale = tuple(category_key(c, view.order.created_at, order_id) for c in (Category.IN_FLIGHT, Category.ATTENTION)
                   if c is not current)
-    return not rt.run([Reindex(order_id, tuple(rows), stale)]).index_failed
+    return not rt.run([Reindex(order_id, tuple(index_rows(view.order, view.state)), stale=stale)]).index_failed
 
 
 def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepReport) -> None:

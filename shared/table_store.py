@@ -45,7 +45,7 @@ class _IndexWriter:
       queue first, so this worker's own reads never see a row it already deleted.
     """
 
-    def __init__(self, table: Any, send: PublicSender | FastSender, delete_interval: float = 0.25,
+    def __init__(self, table: Any, send: PublicSender | FastSender, delete_interval: float = 1.0,
                  before_deletes: Callable[[], None] | None = None) -> None:
         self.table = table
         self.before_deletes = before_deletes  # the search index's queued writes go out first
@@ -194,7 +194,7 @@ class TableStore:
 
     def delete_index(self, bucket: str, row_key: str) -> None:
         if self._index is not None:
-            self._index.delete(bucket, row_key)  # best effort, batched within a quarter second
+            self._index.delete(bucket, row_key)  # best effort, batched within a second
             return
         # delete_entity is idempotent in azure-data-tables (404 is swallowed)
         self.deadlines.delete_entity(partition_key=bucket, row_key=row_key)
@@ -203,12 +203,15 @@ class TableStore:
         if self._index is not None:
             self._index.flush()
 
-    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *, wait: bool = False) -> None:
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *, wait: bool = False,
+                    stale: Sequence[str] = ()) -> None:
         if self._search is None:
             raise RuntimeError("this store has no search index table (OrderIndexTable)")
-        self._search.add(puts, deletes)  # sent within half a second (``shared.write_behind``)
+        self._search.add(puts, deletes)  # sent within a second (``shared.write_behind``)
         if wait:
             self._search.flush()
+        for key in stale:  # apart: a delete that finds nothing would fail a shared transaction
+            self.search.delete_entity(partition_key=INDEX_PARTITION, row_key=key)  # 404 is ignored
 
     def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
         if self.search is None or self._search is None:

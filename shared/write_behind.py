@@ -1,7 +1,7 @@
 """Write-behind for the search index: an order's index writes are queued and sent a moment
 later, coalesced, together with every other order's.
 
-Most orders end within a second of their submission, so the rows the submission puts
+Most orders end within a second or two of their submission, so the rows the submission puts
 (``cat-inFlight``...) and the final transition's rewrite of them meet in the queue: the final
 rows replace the first ones, and a row first put and then deleted since the last flush is not
 sent at all (a category row is deleted before it is put again, so it was not there before). One
@@ -31,11 +31,11 @@ from shared.logs import log_event
 from shared.store import INDEX_PARTITION, clean
 from shared.table_batch import Write
 
-MAX_TRIES = 20  # flushes (half a second apart) before a failing write is dropped
+MAX_TRIES = 10  # flushes (a second apart) before a failing write is dropped
 
 
 class WriteBehind:
-    def __init__(self, commit: GroupCommit, interval: float = 0.5) -> None:
+    def __init__(self, commit: GroupCommit, interval: float = 1.0) -> None:
         self.commit = commit
         self.interval = interval
         self._lock = threading.Lock()

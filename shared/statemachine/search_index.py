@@ -17,7 +17,7 @@ index was last written).
 Cost: the index is written only when an order's category changes (accepted, and when it
 ends, holds, is retried...), never on the forward path's other steps, and its writes are
 queued, coalesced and sent together with every other order's (``shared.write_behind``): an
-order that ends within half a second of its submission costs one share of one transaction.
+order that ends within a second of its submission costs one share of one transaction.
 It is written AFTER the state change (a transition that never committed is never indexed),
 so a crash in between leaves it stale, and so can two of an order's index writes that
 overtake each other. Both are repaired:
