@@ -120,7 +120,16 @@ class GroupCommit:
         return {**self._send_group(partition, callers[:half]), **self._send_group(partition, callers[half:])}
 
     def _one_by_one(self, partition: str, writes: Sequence[Write]) -> BaseException | None:
+        """A lone caller whose transaction failed: its upserts again as one transaction (they
+        cannot fail for a missing row), then its deletes one at a time (a 404 is fine)."""
+        upserts = [w for w in writes if w.kind == "upsert"]
         try:
+            if len(upserts) > 1:
+                try:
+                    self.send(partition, upserts)
+                    writes = [w for w in writes if w.kind != "upsert"]
+                except Exception:  # noqa: BLE001 - then one at a time, below
+                    pass
             for write in writes:
                 self._one(partition, write)
         except Exception as exc:  # noqa: BLE001 - this caller's failure, raised in its thread

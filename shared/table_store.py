@@ -200,6 +200,9 @@ class TableStore:
         self.deadlines.delete_entity(partition_key=bucket, row_key=row_key)
 
     def flush_index(self) -> None:
+        """Send this worker's queued index writes now: the search index's, then the deadline deletes."""
+        if self._search is not None:
+            self._search.flush()
         if self._index is not None:
             self._index.flush()
 
