@@ -12,7 +12,9 @@ import pytest
 
 from local.procs import REPO_ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# the module's fixture runs the whole smoke bench (about 2 minutes quiet): more than the suite's
+# default per-test timeout (300 s) allows on a loaded machine; its subprocess has its own guard
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(660)]
 
 WORK_QUEUES = ("scheduler", "replies", "agent-inventory", "agent-payment", "agent-shipping")
 
