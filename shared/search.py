@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from typing import Any
 
-from shared.effects import Reindex
+from shared.effects import Reindex, iso
 from shared.models import MAX_ID_LENGTH, SAFE_ID
 from shared.runtime import Runtime
 from shared.statemachine import Category, StateRow, View, category_of, index_rows
@@ -177,7 +177,7 @@ def _check(rt: Runtime, row: dict[str, Any]) -> dict[str, Any] | None:
         _repair(rt, state.order_id, Category(row.get("Category", Category.IN_FLIGHT)))
     now = {**row, "ProcessState": str(state.process_state), "FailureCount": state.failure_count,
            "Outcome": str(state.outcome) if state.outcome else None, "Category": str(category),
-           "UpdatedAt": state.updated_at.isoformat(timespec="microseconds") if state.updated_at else None}
+           "UpdatedAt": iso(state.updated_at) if state.updated_at else None}
     return _result(now)
 
 
