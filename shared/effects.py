@@ -8,7 +8,8 @@ Supervisor to show the state converges.
 
 Telemetry (at this boundary, never in the core): every message is sent in a PRODUCER span that
 it carries (``shared.telemetry.send``); a committed transaction's history events feed the metrics
-(``shared.metrics.record_committed``); alerts are counted.
+(``shared.metrics.record_committed``) and the console's figures (``shared.console_stats``); alerts
+are counted.
 
 Failure handling per effect:
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared import metrics, telemetry
+from shared import console_stats, metrics, telemetry
 from shared.logs import log_event
 from shared.messaging import Bus, OutMessage
 from shared.store import Conflict, Op, Store
@@ -159,7 +160,7 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
                 log_event(logging.INFO, "state.lost_race", order_id=eff.order_id, note=eff.note, detail=str(exc))
                 out.applied = n
                 return out
-            metrics.record_committed(eff.ops)
+            console_stats.record_committed(store, metrics.record_committed(eff.ops))
         elif isinstance(eff, Reindex):
             try:
                 store.write_index(eff.puts, eff.deletes, stale=eff.stale)

@@ -15,12 +15,13 @@ replayed message never counts twice. Without an SDK the API meter is a no-op.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from opentelemetry import metrics
 
-from shared.store import HISTORY_PREFIX, Op
+from shared.store import HISTORY_PREFIX, STATE_ROW, Op
 
 _meter = metrics.get_meter("orders")
 
@@ -43,12 +44,34 @@ _STEP_ENDS = {"stepDone": ("step", "done"), "stepFailed": ("step", "failed"),
 _REDRIVES = {"redriven", "compensationRedriven"}
 
 
-def record_committed(ops: Iterable[Op]) -> None:
-    """Count what a committed transaction recorded: order ends, step ends, redrives."""
+@dataclass(frozen=True)
+class Committed:
+    """What a committed transaction recorded: its history events (entities), the step rows it
+    wrote (by step name) and the state row it wrote (None if it did not)."""
+
+    events: tuple[dict[str, Any], ...]
+    steps: dict[str, dict[str, Any]]
+    state: dict[str, Any] | None
+
+    def submitted_at(self) -> datetime | None:
+        """When the order was submitted (the state row's ``CreatedAt``), if this wrote it."""
+        return parse_time(self.state.get("CreatedAt")) if self.state is not None else None
+
+
+def parse_committed(ops: Iterable[Op]) -> Committed:
+    """The events, step rows and state row written by a transaction's ``ops``."""
     rows = [op.row for op in ops if op.kind != "delete"]
-    events = [r for r in rows if str(r.get("RowKey", "")).startswith(HISTORY_PREFIX)]
-    steps = {r.get("Name"): r for r in rows if str(r.get("RowKey", "")).startswith("step-")}
-    for ev in events:
+    keys = [str(r.get("RowKey", "")) for r in rows]
+    return Committed(events=tuple(r for r, k in zip(rows, keys, strict=True) if k.startswith(HISTORY_PREFIX)),
+                     steps={str(r.get("Name")): r for r, k in zip(rows, keys, strict=True) if k.startswith("step-")},
+                     state=next((r for r, k in zip(rows, keys, strict=True) if k == STATE_ROW), None))
+
+
+def record_committed(ops: Iterable[Op]) -> Committed:
+    """Count what a committed transaction recorded: order ends, step ends, redrives. Returns
+    the parsed transaction (the console's figures are fed from it: ``shared.console_stats``)."""
+    committed = parse_committed(ops)
+    for ev in committed.events:
         kind = ev.get("Event")
         if kind in _ORDER_ENDS:
             _ORDER_ENDS[kind].add(1)
@@ -56,22 +79,24 @@ def record_committed(ops: Iterable[Op]) -> None:
             redrives.add(1, {"step": str(ev.get("Step")), "kind": "compensation" if kind != "redriven" else "step"})
         elif kind in _STEP_ENDS:
             step_kind, outcome = _STEP_ENDS[kind]
-            seconds = _duration(steps.get(ev.get("Step")), step_kind)
+            seconds = _duration(committed.steps.get(str(ev.get("Step"))), step_kind)
             if seconds is not None:
                 step_duration.record(seconds, {"step": str(ev.get("Step")), "kind": step_kind, "outcome": outcome})
+    return committed
 
 
 def _duration(step: dict[str, Any] | None, kind: str) -> float | None:
     if step is None:
         return None
     prefix = "" if kind == "step" else "Compensation"
-    started, finished = _time(step.get(f"{prefix}StartedAt")), _time(step.get(f"{prefix}FinishedAt"))
+    started, finished = parse_time(step.get(f"{prefix}StartedAt")), parse_time(step.get(f"{prefix}FinishedAt"))
     if started is None or finished is None:
         return None
     return max((finished - started).total_seconds(), 0.0)
 
 
-def _time(value: Any) -> datetime | None:
+def parse_time(value: Any) -> datetime | None:
+    """A stored time (ISO text or datetime) as a datetime; None if absent or not a time."""
     if isinstance(value, datetime):
         return value
     if isinstance(value, str) and value:

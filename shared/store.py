@@ -34,7 +34,8 @@ later when the order is slower than that. A sweep reads only buckets that are du
 
 OrderIndexTable (setting ``OrderIndexTable``): the search index, one partition ``orders``,
 key ranges by purpose (``shared.statemachine.search_index``): ``all-``, ``cust-``, ``cat-``
-(newest first) and ``fin-`` (finished orders by finish day, for retention).
+(newest first) and ``fin-`` (finished orders by finish day, for retention). Its partition
+``stats`` holds the console's per-process figures by minute and hour (``shared.console_stats``).
 
 The state row's ``IndexDue`` names the row the order's own writes put (so that the last
 transition can delete it).
@@ -56,7 +57,10 @@ import itertools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from shared.console_stats import ConsoleStats
 
 ETAG = "_etag"
 
@@ -79,6 +83,7 @@ def history_row_key(seq: int) -> str:
 
 
 INDEX_PARTITION = "orders"  # the one partition of the search index (OrderIndexTable)
+STATS_PARTITION = "stats"  # the console's per-process figures (OrderIndexTable, ``shared.console_stats``)
 HISTORY_END = "history."  # the first key after every history row ('.' follows '-')
 
 
@@ -127,6 +132,15 @@ class Store(Protocol):
         ``stale``: rows that may well not be there, deleted one by one apart from the rest."""
     def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
         """Search index rows with ``low <= RowKey < high``, ascending, at most ``limit``."""
+    def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
+        """(rows with ``low <= RowKey < high`` counted up to ``cap``, whether there may be more):
+        ONE request, RowKeys only."""
+    def put_stats(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Upsert (replace) stats rows (RowKey + properties, at most 100) in ONE transaction."""
+    def query_stats(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+        """Stats rows with ``low <= RowKey < high``, ascending, at most ``limit``."""
+    def delete_stats(self, row_keys: Sequence[str]) -> None:
+        """Delete stats rows (at most 100; a missing row is fine)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +175,7 @@ class MemoryStore:
         self._etags = itertools.count(1)
         self.writes = 0  # number of successful write requests (tests of cost)
         self.reads: list[tuple[str, str]] = []  # (table, partition) of every read
+        self.stats: ConsoleStats | None = None  # no console figures unless a test sets a recorder
 
     def _etag(self) -> str:
         return f'W/"{next(self._etags)}"'
@@ -265,6 +280,36 @@ class MemoryStore:
             rows = sorted((rk, props) for (t, _pk, rk), (props, _e) in self._rows.items()
                           if t == "search" and low <= rk < high)
             return [{**props, "RowKey": rk} for rk, props in rows[:limit]]
+
+    def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
+        with self._lock:
+            self.reads.append(("search", low))
+            n = sum(1 for (t, _pk, rk) in self._rows if t == "search" and low <= rk < high)
+            return min(n, cap), n > cap
+
+    # console stats (partition ``stats``) ------------------------------------------------------
+    def put_stats(self, rows: Sequence[dict[str, Any]]) -> None:
+        if len(rows) > MAX_BATCH_OPS:
+            raise TooLarge(f"{len(rows)} operations in one transaction")
+        for row in rows:
+            check_entity(row)
+        with self._lock:
+            for row in rows:
+                self._rows[("stats", STATS_PARTITION, str(row["RowKey"]))] = (clean(row), self._etag())
+            self.writes += 1
+
+    def query_stats(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+        with self._lock:
+            self.reads.append(("stats", low))
+            rows = sorted((rk, props) for (t, _pk, rk), (props, _e) in self._rows.items()
+                          if t == "stats" and low <= rk < high)
+            return [{**props, "RowKey": rk} for rk, props in rows[:limit]]
+
+    def delete_stats(self, row_keys: Sequence[str]) -> None:
+        with self._lock:
+            for rk in row_keys:
+                self._rows.pop(("stats", STATS_PARTITION, rk), None)
+            self.writes += 1
 
     def index_rows(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared import metrics, telemetry
+from shared import console_stats, metrics, telemetry
 from shared.effects import PutIndex, Reindex
 from shared.logs import log_event
 from shared.runtime import Runtime
@@ -84,6 +84,7 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
         span.set_attribute("orders.supervisor.due_rows", report.seen)
     metrics.sweep_duration.record(time.monotonic() - started)
     metrics.due_rows.record(report.seen)
+    console_stats.record_sweep(rt.store, report.seen)
     return report
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.console_stats import ConsoleStats
 from shared.group_commit import GroupCommit
 from shared.store import (
     ETAG,
@@ -20,6 +21,7 @@ from shared.store import (
     INDEX_PARTITION,
     LIVE_ROWS_FROM,
     MAX_BATCH_OPS,
+    STATS_PARTITION,
     Op,
     TooLarge,
     check_entity,
@@ -124,11 +126,14 @@ class TableStore:
     fast_batch: bool = True
     _index: _IndexWriter | None = field(default=None, repr=False, compare=False)
     _search: WriteBehind | None = field(default=None, repr=False, compare=False)
+    stats: ConsoleStats | None = field(default=None, repr=False, compare=False)  # the console's figures
 
     def __post_init__(self) -> None:
         self._send = sender_for(self.state, fast=self.fast_batch)
         if self.search is not None:
-            self._search = WriteBehind(GroupCommit(self.search, sender_for(self.search, fast=self.fast_batch)))
+            self._search_send = sender_for(self.search, fast=self.fast_batch)
+            self._search = WriteBehind(GroupCommit(self.search, self._search_send))
+            self.stats = ConsoleStats(self.put_stats)  # records from the first committed event on
         if self.batch_index:
             self._index = _IndexWriter(self.deadlines, sender_for(self.deadlines, fast=self.fast_batch),
                                        before_deletes=self._search.flush if self._search is not None else None)
@@ -216,14 +221,51 @@ class TableStore:
         for key in stale:  # apart: a delete that finds nothing would fail a shared transaction
             self.search.delete_entity(partition_key=INDEX_PARTITION, row_key=key)  # 404 is ignored
 
-    def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+    def _search_flushed(self) -> None:
         if self.search is None or self._search is None:
             raise RuntimeError("this store has no search index table (OrderIndexTable)")
         self._search.flush()  # this worker's queued writes first
+
+    def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+        self._search_flushed()
         entities = self.search.query_entities(
             "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high", results_per_page=min(limit, 1000),
             parameters={"pk": INDEX_PARTITION, "low": low, "high": high})
         return _first(entities, limit, dict)
+
+    def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
+        """One page of RowKeys (``cap`` at most 1000, a page's most): capped if there is more."""
+        self._search_flushed()
+        pages = self.search.query_entities(
+            "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high", select=["RowKey"],
+            results_per_page=min(cap + 1, 1000), parameters={"pk": INDEX_PARTITION, "low": low, "high": high}).by_page()
+        count = sum(1 for _ in next(pages, []))
+        return min(count, cap), count > cap or bool(pages.continuation_token)
+
+    def put_stats(self, rows: Sequence[dict[str, Any]]) -> None:
+        if self.search is None:
+            raise RuntimeError("this store has no search index table (OrderIndexTable)")
+        self._search_send(STATS_PARTITION, [Write("upsert", str(r["RowKey"]), clean(r)) for r in rows])
+
+    def query_stats(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+        if self.search is None:
+            raise RuntimeError("this store has no search index table (OrderIndexTable)")
+        entities = self.search.query_entities(
+            "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high", results_per_page=min(limit, 1000),
+            parameters={"pk": STATS_PARTITION, "low": low, "high": high})
+        return _first(entities, limit, dict)
+
+    def delete_stats(self, row_keys: Sequence[str]) -> None:
+        if self.search is None:
+            raise RuntimeError("this store has no search index table (OrderIndexTable)")
+        if len(row_keys) > 1:
+            try:
+                self._search_send(STATS_PARTITION, [Write("delete", rk) for rk in row_keys])
+                return
+            except Exception:  # noqa: BLE001 - e.g. a row already gone: then one by one
+                pass
+        for rk in row_keys:
+            self.search.delete_entity(partition_key=STATS_PARTITION, row_key=rk)  # 404 is ignored
 
     def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]:
         self.flush_index()  # this worker's queued deletes first
