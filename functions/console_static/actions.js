@@ -1,0 +1,69 @@
+// Operator actions (retry, cancel, terminate): a confirmation dialog, the POST, and its result shown.
+
+import { api } from "./api.js";
+import { describeError, h, setChildren } from "./dom.js";
+
+const EXPLAIN = {
+  retry: "Retry resubmits the order: a held order is redriven from its failed step, a failed and compensated " +
+    "order runs again as a new generation, a failed compensation is redriven.",
+  cancel: "Cancel compensates the completed steps and ends the order as Error/cancelled.",
+  terminate: "Terminate stops the order in flight, compensates it and ends it as Error/terminated.",
+};
+
+/** Ask with the page's <dialog>; resolves true when confirmed (Esc or "Keep" resolve false). */
+export function confirmDialog(title, message) {
+  const dialog = document.getElementById("confirm-dialog");
+  setChildren(dialog.querySelector("[data-role=title]"), title);
+  setChildren(dialog.querySelector("[data-role=message]"), message);
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), { once: true });
+    dialog.returnValue = "";
+    dialog.showModal();
+    dialog.querySelector("button[value=confirm]").focus();
+  });
+}
+
+/**
+ * Buttons for the actions allowed; the outcome goes into `status` (an element with role=status).
+ * `onDone(result)` runs after a successful action.
+ */
+export function actionButtons(orderId, actions, status, onDone) {
+  return h("span", { class: "actions" }, actions.map((action) =>
+    h("button", {
+      type: "button", class: `action action-${action}`, dataset: { action, order: orderId },
+      onclick: (event) => runAction(event.currentTarget, orderId, action, status, onDone),
+    }, action[0].toUpperCase() + action.slice(1))));
+}
+
+async function runAction(button, orderId, action, status, onDone) {
+  const confirmed = await confirmDialog(`${action} order ${orderId}?`, EXPLAIN[action]);
+  if (!confirmed) {
+    button.focus();
+    return;
+  }
+  button.disabled = true;
+  setChildren(status, `${action} ${orderId}: sending…`);
+  status.className = "status";
+  try {
+    const result = await api(`/orders/${encodeURIComponent(orderId)}/${action}`, { method: "POST" });
+    setChildren(status, `${action} ${orderId}: ${result.result} (processState ${result.processState ?? "—"})`);
+    status.className = "status ok";
+    if (onDone) onDone(result);
+  } catch (error) {
+    setChildren(status, `${action} ${orderId} failed: ${describeError(error)}`);
+    status.className = "status error";
+  } finally {
+    button.disabled = false;
+  }
+}
+
+/** The actions the API may accept for an order in this state (it has the last word). */
+export function allowedActions(order) {
+  const actions = [];
+  if (order.category === "attention") actions.push("retry", "cancel");
+  else if (order.category === "inFlight" && ["Pending", "Processing"].includes(order.processState)) {
+    if (order.processState === "Pending") actions.push("cancel");
+    actions.push("terminate");
+  }
+  return actions;
+}

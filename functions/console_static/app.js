@@ -1,0 +1,57 @@
+// The console's router: hash routes -> views. Each view renders into <main> and may return a clean-up.
+
+import * as attention from "./attention.js";
+import * as deadletters from "./deadletters.js";
+import { errorBox, h, setChildren } from "./dom.js";
+import * as order from "./order.js";
+import * as overview from "./overview.js";
+import * as search from "./search.js";
+
+const ROUTES = [
+  [/^\/?$/, overview.render, "overview"],
+  [/^\/attention$/, attention.render, "attention"],
+  [/^\/search$/, search.render, "search"],
+  [/^\/orders\/([^/]+)$/, order.render, "search"],
+  [/^\/deadletters\/([^/]+)$/, deadletters.render, "overview"],
+];
+
+const main = document.getElementById("main");
+let cleanup = null;
+let generation = 0;
+
+function route() {
+  const hash = window.location.hash.replace(/^#/, "") || "/";
+  const [path, queryString] = hash.split("?", 2);
+  if (cleanup) cleanup();
+  cleanup = null;
+  generation += 1;
+  const mine = generation;
+  const ctx = { alive: () => mine === generation };
+  for (const [pattern, render, nav] of ROUTES) {
+    const match = pattern.exec(path);
+    if (!match) continue;
+    markNav(nav);
+    const params = match.slice(1).map(decodeURIComponent);
+    try {
+      cleanup = render(main, ctx, new URLSearchParams(queryString || ""), ...params) || null;
+    } catch (error) {
+      setChildren(main, errorBox("The console failed to show this page", error));
+    }
+    main.focus({ preventScroll: true });
+    return;
+  }
+  markNav(null);
+  setChildren(main, h("h1", {}, "Not found"), h("p", {}, "No view at ", h("code", {}, hash), ". ",
+    h("a", { href: "#/" }, "Overview")));
+}
+
+function markNav(name) {
+  for (const link of document.querySelectorAll("header nav a")) {
+    if (link.dataset.nav === name) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+}
+
+document.getElementById("skip").addEventListener("click", () => main.focus());
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,42 @@
+// Dead letters (#/deadletters/{queue}): a peek, a page at a time, from GET /api/deadletters.
+
+import { api } from "./api.js";
+import { errorBox, fmtTime, h, orderLink, setChildren, table } from "./dom.js";
+
+const PAGE = 20;
+
+export function render(main, ctx, query, queue) {
+  const list = h("div", { dataset: { testid: "deadletters" } });
+  setChildren(main, h("h1", {}, "Dead letters of ", h("span", { class: "mono" }, queue)),
+    h("p", { class: "muted" }, "A peek: nothing is received or removed. ", h("a", { href: "#/" }, "All queues")), list);
+  const starts = [null]; // starts[i] = the sequence number page i starts from
+  let page = 0;
+
+  async function load() {
+    setChildren(list, h("p", { class: "muted" }, "loading…"));
+    let data;
+    try {
+      data = await api("/deadletters", { params: { queue, limit: PAGE, from: starts[page] } });
+    } catch (error) {
+      if (ctx.alive()) setChildren(list, errorBox("GET /api/deadletters", error));
+      return;
+    }
+    if (!ctx.alive()) return;
+    starts[page + 1] = data.next;
+    const rows = data.messages.map((message) => [
+      String(message.sequenceNumber), fmtTime(message.enqueuedAt), message.reason || "—", message.description || "—",
+      message.orderId ? orderLink(message.orderId) : "—", String(message.deliveryCount),
+      h("details", {}, h("summary", {}, message.subject || message.messageId || "body"),
+        h("pre", { class: "body" }, message.body ?? ""), message.bodyTruncated ? h("p", { class: "muted" }, "(truncated)") : null),
+    ]);
+    setChildren(list,
+      rows.length ? table(["Seq", "Enqueued", "Reason", "Description", "Order", "Deliveries", "Body"], rows)
+        : h("p", { class: "muted", dataset: { testid: "no-deadletters" } }, "No dead letters."),
+      h("nav", { class: "pager", "aria-label": "pages" },
+        h("button", { type: "button", disabled: page === 0, onclick: () => { page -= 1; load(); } }, "← Previous"),
+        h("span", { class: "muted" }, ` page ${page + 1} · ${rows.length} messages `),
+        h("button", { type: "button", disabled: data.next === null || data.next === undefined,
+          onclick: () => { page += 1; load(); } }, "Next →")));
+  }
+  load();
+}

@@ -1,0 +1,84 @@
+// Building the page from data without innerHTML: every text goes in as a text node.
+
+/** h("a", {href: "#/", class: "x", dataset: {testid: "y"}}, "text", child, [more]) -> Element */
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "dataset") Object.assign(el.dataset, value);
+    else if (key === "style" && typeof value === "object") Object.assign(el.style, value);
+    else if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
+    else if (key === "text") el.textContent = String(value);
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    if (Array.isArray(child)) append(el, child);
+    else if (child instanceof Node) el.appendChild(child);
+    else el.appendChild(document.createTextNode(String(child)));
+  }
+}
+
+/** Replace an element's children. */
+export function setChildren(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+/** A table: headers, then rows of cells (strings or nodes). */
+export function table(headers, rows, attrs) {
+  return h("table", attrs || {},
+    h("thead", {}, h("tr", {}, headers.map((name) => h("th", { scope: "col" }, name)))),
+    h("tbody", {}, rows.map((cells) => h("tr", {}, cells.map((cell) => h("td", {}, cell))))));
+}
+
+/** An error box (role=alert) saying what failed and why. */
+export function errorBox(what, error) {
+  return h("div", { class: "error", role: "alert", dataset: { testid: "error" } },
+    h("strong", {}, what + ": "), describeError(error));
+}
+
+export function describeError(error) {
+  if (error && error.status) return `${error.status} ${error.message}`;
+  return error && error.message ? error.message : String(error);
+}
+
+/** "1000+" for a capped count. */
+export function capped(count, isCapped) {
+  return isCapped ? `${count}+` : String(count);
+}
+
+/** "2026-11-23 19:00:05Z" (UTC, to the second) from an ISO string; "—" for none. */
+export function fmtTime(iso) {
+  if (!iso) return "—";
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return String(iso);
+  return date.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+/** "4 s", "3 min", "2 h 5 min", "3 d 4 h". */
+export function fmtDuration(seconds) {
+  if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return "—";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
+/** Seconds since an ISO time (null if none). */
+export function ageSeconds(iso, now = Date.now()) {
+  if (!iso) return null;
+  const t = Date.parse(iso);
+  return Number.isNaN(t) ? null : (now - t) / 1000;
+}
+
+export function orderLink(orderId) {
+  return h("a", { href: `#/orders/${encodeURIComponent(orderId)}`, class: "mono" }, orderId);
+}

@@ -1,0 +1,139 @@
+// Order (#/orders/{id}): the order, its timeline, compensation progress, full history, trace, actions.
+
+import { actionButtons, allowedActions } from "./actions.js";
+import { api } from "./api.js";
+import { errorBox, fmtTime, h, setChildren, table } from "./dom.js";
+import { buildTimeline, renderGantt, renderTrace } from "./timeline.js";
+
+const REFRESH_MS = 3000; // while the order is in flight
+const HISTORY_PAGE = 1000;
+const HISTORY_PAGES_AT_ONCE = 20;
+
+export function render(main, ctx, query, orderId) {
+  const status = h("p", { class: "status", role: "status", "aria-live": "polite", dataset: { testid: "action-status" } });
+  const body = h("div", {}, h("p", { class: "muted" }, "loading…"));
+  setChildren(main, h("h1", {}, "Order ", h("span", { class: "mono" }, orderId)), status, body);
+  let timer = null;
+  const path = `/orders/${encodeURIComponent(orderId)}`;
+
+  async function load() {
+    window.clearTimeout(timer);
+    let order;
+    let history;
+    try {
+      order = await api(path);
+      history = await fullHistory(path, order);
+    } catch (error) {
+      if (ctx.alive()) setChildren(body, errorBox(`GET /api${path}`, error));
+      return;
+    }
+    if (!ctx.alive()) return;
+    setChildren(body, page(order, history, status, load, path));
+    if (order.category === "inFlight") timer = window.setTimeout(load, REFRESH_MS);
+  }
+  load();
+  return () => window.clearTimeout(timer);
+}
+
+/** The history's first page (in the order) and every further page, up to a limit; `more` is the token left. */
+async function fullHistory(path, order) {
+  const events = [...order.history];
+  let token = order.historyContinuationToken;
+  for (let pages = 0; token && pages < HISTORY_PAGES_AT_ONCE; pages += 1) {
+    const next = await api(`${path}/history`, { params: { limit: HISTORY_PAGE, continuationToken: token } });
+    events.push(...next.history);
+    token = next.continuationToken;
+  }
+  return { events, more: token };
+}
+
+function page(order, history, status, reload, path) {
+  const actions = allowedActions(order);
+  const timeline = buildTimeline(history.events, order.category === "inFlight");
+  return [
+    h("p", { class: "headline" },
+      h("span", { class: `state state-${order.processState}`, dataset: { testid: "process-state" } }, order.processState),
+      ` ${order.category}${order.outcome ? ` · ${order.outcome}` : ""}`,
+      actions.length ? [" ", actionButtons(order.orderId, actions, status, () => reload())] : null,
+      " ", h("button", { type: "button", onclick: () => reload() }, "Refresh")),
+    h("div", { class: "columns" },
+      h("section", { class: "panel" }, h("h2", {}, "State"), summary(order)),
+      h("section", { class: "panel" }, h("h2", {}, "The order"), orderDetails(order.order))),
+    h("section", { class: "panel" }, h("h2", {}, "Steps"), steps(order.steps)),
+    h("section", { class: "panel" }, h("h2", {}, "Compensation"), compensation(order.compensation)),
+    h("section", { class: "panel" }, h("h2", {}, "Timeline"), renderGantt(timeline)),
+    h("section", { class: "panel" }, h("h2", {}, "Trace"), renderTrace(history.events)),
+    h("section", { class: "panel" }, h("h2", {}, `History (${history.events.length} events)`),
+      historyTable(history.events), history.more ? moreHistory(path, history) : null),
+  ];
+}
+
+function definitions(pairs, testid) {
+  return h("dl", { class: "facts", dataset: { testid } }, pairs.map(([term, value]) =>
+    [h("dt", {}, term), h("dd", {}, value === null || value === undefined || value === "" ? "—" : value)]));
+}
+
+function summary(order) {
+  return definitions([
+    ["Process state", order.processState], ["Category", order.category], ["Outcome", order.outcome],
+    ["Reason", order.reason], ["Failed step", order.failedStep], ["Failure count", String(order.failureCount)],
+    ["Generation", String(order.generation)], ["Current step", order.currentStep], ["Locked by", order.lockedBy],
+    ["Complete by", order.completeBy ? fmtTime(order.completeBy) : null], ["Created", fmtTime(order.createdAt)],
+    ["Updated", fmtTime(order.updatedAt)],
+  ], "summary");
+}
+
+function orderDetails(body) {
+  if (!body) return h("p", { class: "muted" }, "The order's body is not available.");
+  return [
+    definitions([["Customer", body.customerId], ["Total", `${body.total} ${body.currency}`],
+      ["Priority", body.priority], ["Status queue", body.statusQueue]], "order"),
+    table(["SKU", "Quantity", "Unit price"], (body.items || []).map((item) =>
+      [item.sku, String(item.quantity), String(item.unitPrice)])),
+  ];
+}
+
+function steps(list) {
+  const rows = list.map((step) => [
+    step.name, h("span", { class: `state step-${step.state}` }, step.state), String(step.attempt),
+    fmtTime(step.startedAt), fmtTime(step.finishedAt), step.failureReason || "—",
+    step.compensation ? `${step.compensation.state} (attempt ${step.compensation.attempt})` +
+      `${step.compensation.reason ? `: ${step.compensation.reason}` : ""}` : "—",
+  ]);
+  return table(["Step", "State", "Attempt", "Started", "Finished", "Failure", "Compensation"], rows,
+    { dataset: { testid: "steps" } });
+}
+
+function compensation(comp) {
+  if (!comp || !comp.total) return h("p", { class: "muted", dataset: { testid: "compensation" } }, `No compensation${comp && comp.state ? ` (${comp.state})` : ""}.`);
+  return h("div", { dataset: { testid: "compensation" } },
+    h("progress", { max: comp.total, value: comp.done, "aria-label": "compensations done" }),
+    ` ${comp.state}: ${comp.done} of ${comp.total} done, ${comp.failed} failed, ${comp.pending} pending`);
+}
+
+function historyTable(events) {
+  const start = events.length ? Date.parse(events[0].at) : 0;
+  return table(["#", "At", "Offset", "Event", "Step", "Attempt", "Instance", "Trace", "Detail"], events.map((event) => [
+    String(event.seq), fmtTime(event.at), `+${((Date.parse(event.at) - start) / 1000).toFixed(3)} s`,
+    h("span", { class: `event event-${event.event}` }, event.event), event.step || "", event.attempt ?? "",
+    event.instance || "", h("span", { class: "mono", title: event.traceId || "" }, (event.traceId || "").slice(0, 8)),
+    event.detail ? h("code", { class: "detail" }, JSON.stringify(event.detail)) : "",
+  ]), { dataset: { testid: "history" }, class: "history" });
+}
+
+function moreHistory(path, history) {
+  const button = h("button", { type: "button", onclick: async () => {
+    button.disabled = true;
+    try {
+      const next = await api(`${path}/history`, { params: { limit: HISTORY_PAGE, continuationToken: history.more } });
+      history.events.push(...next.history);
+      history.more = next.continuationToken;
+      const section = button.closest("section");
+      setChildren(section, h("h2", {}, `History (${history.events.length} events)`), historyTable(history.events),
+        history.more ? moreHistory(path, history) : null);
+    } catch (error) {
+      button.replaceWith(errorBox("GET history", error));
+    }
+  } }, "Load more history");
+  return button;
+}

@@ -1,0 +1,62 @@
+// Search (#/search?state=&customerId=&createdFrom=&createdTo=): GET /api/orders, paged by continuation token.
+
+import { h, setChildren } from "./dom.js";
+import { COLUMNS, pagedOrders } from "./orderlist.js";
+
+const STATES = ["", "inFlight", "attention", "processed", "error"];
+const ORDER_ID = /^([0-9a-fA-F]{32}|[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12})$/;
+
+export function render(main, ctx, query) {
+  const field = (label, input) => h("label", {}, h("span", {}, label), input);
+  const idInput = h("input", { name: "id", placeholder: "32 hex digits or a UUID", size: 36, autocomplete: "off" });
+  const customer = h("input", { name: "customerId", value: query.get("customerId") || "", placeholder: "c-1" });
+  const state = h("select", { name: "state" }, STATES.map((value) =>
+    h("option", { value, selected: value === (query.get("state") || "") }, value || "any")));
+  const from = h("input", { name: "createdFrom", type: "datetime-local", step: 1, value: localValue(query.get("createdFrom")) });
+  const to = h("input", { name: "createdTo", type: "datetime-local", step: 1, value: localValue(query.get("createdTo")) });
+  const idError = h("p", { class: "error", role: "alert", hidden: true });
+  const results = h("div", { dataset: { testid: "search-results" } });
+
+  const form = h("form", { class: "search", onsubmit: (event) => {
+    event.preventDefault();
+    const id = idInput.value.trim();
+    if (id) {
+      if (!ORDER_ID.test(id)) {
+        idError.hidden = false;
+        setChildren(idError, "An order id is 32 hexadecimal digits, or a UUID with dashes.");
+        return;
+      }
+      window.location.hash = `#/orders/${id.replaceAll("-", "").toLowerCase()}`;
+      return;
+    }
+    const params = new URLSearchParams();
+    if (customer.value.trim()) params.set("customerId", customer.value.trim());
+    if (state.value) params.set("state", state.value);
+    if (from.value) params.set("createdFrom", isoValue(from.value));
+    if (to.value) params.set("createdTo", isoValue(to.value));
+    window.location.hash = `#/search?${params}`;
+  } },
+  field("Order id", idInput), field("Customer", customer), field("Category", state),
+  field("Created from (UTC)", from), field("Created before (UTC)", to),
+  h("button", { type: "submit" }, "Search"));
+
+  setChildren(main, h("h1", {}, "Search"), form, idError, results);
+  const params = {};
+  for (const name of ["state", "customerId", "createdFrom", "createdTo"]) {
+    if (query.get(name)) params[name] = query.get(name);
+  }
+  pagedOrders(results, ctx, { ...params, limit: 25 }, [COLUMNS.id, COLUMNS.state, COLUMNS.category,
+    COLUMNS.outcome, COLUMNS.customer, COLUMNS.failureCount, COLUMNS.created, COLUMNS.updated]);
+}
+
+/** "2026-11-23T15:00:00Z" -> "2026-11-23T15:00:00" for a datetime-local input (shown as UTC). */
+function localValue(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? "" : date.toISOString().slice(0, 19);
+}
+
+/** A datetime-local value, read as UTC -> ISO with Z. */
+function isoValue(local) {
+  return (local.length === 16 ? `${local}:00` : local) + "Z";
+}

@@ -1,0 +1,139 @@
+// From an order's history events: the Gantt-like timeline of step attempts and compensations,
+// and the trace (trace ids, and a waterfall of the events' offsets from submission by instance).
+
+import { fmtTime, h } from "./dom.js";
+
+const OPENS = { dispatched: "step", compensationDispatched: "compensation" };
+const CLOSES = {
+  stepDone: ["step", "done"], stepFailed: ["step", "failed"], redriven: ["step", "timed out"],
+  terminated: ["step", "terminated"],
+  compensationDone: ["compensation", "done"], compensationFailed: ["compensation", "failed"],
+  compensationRedriven: ["compensation", "timed out"],
+};
+const ORDER_MARKS = new Set(["accepted", "processed", "failed", "compensated", "held", "retried", "restarted",
+  "cancelled", "terminated", "rescheduled", "alert"]);
+
+/** Rows (one per step, one per step's compensation) of attempt bars, and the order-level marks. */
+export function buildTimeline(events, stillRunning, now = Date.now()) {
+  const rows = new Map();
+  const open = new Map();
+  const marks = [];
+  for (const event of events) {
+    const at = Date.parse(event.at);
+    if (OPENS[event.event] && event.step) {
+      const kind = OPENS[event.event];
+      const key = `${kind}:${event.step}`;
+      if (!rows.has(key)) rows.set(key, { key, kind, step: event.step, bars: [] });
+      const previous = open.get(key);
+      if (previous) close(previous, at, "superseded");
+      const bar = { start: at, end: null, attempt: event.attempt ?? 0, status: "running", reason: null };
+      rows.get(key).bars.push(bar);
+      open.set(key, bar);
+    } else if (CLOSES[event.event] && event.step) {
+      const [kind, status] = CLOSES[event.event];
+      const key = `${kind}:${event.step}`;
+      const bar = open.get(key);
+      if (bar) {
+        close(bar, at, status, event.detail && event.detail.reason);
+        open.delete(key);
+      }
+    }
+    if (ORDER_MARKS.has(event.event)) marks.push({ at, event });
+  }
+  const times = events.map((event) => Date.parse(event.at));
+  const start = times.length ? Math.min(...times) : now;
+  let end = times.length ? Math.max(...times) : now;
+  if (open.size && stillRunning) end = Math.max(end, now);
+  for (const bar of open.values()) bar.end = end; // still open: drawn up to now (or the last event)
+  const ordered = [...rows.values()].sort((a, b) => a.bars[0].start - b.bars[0].start);
+  return { rows: ordered, marks, start, end: Math.max(end, start + 1000) };
+}
+
+function close(bar, at, status, reason) {
+  bar.end = at;
+  bar.status = status;
+  bar.reason = reason || null;
+}
+
+const seconds = (ms) => `${(ms / 1000).toFixed(3)} s`;
+
+function track(timeline, children) {
+  return h("div", { class: "track" }, children);
+}
+
+function place(timeline, from, to) {
+  const span = timeline.end - timeline.start;
+  const left = ((from - timeline.start) / span) * 100;
+  const width = Math.max(0.4, ((to - from) / span) * 100);
+  return { left: `${left.toFixed(3)}%`, width: `${Math.min(width, 100 - left).toFixed(3)}%` };
+}
+
+function axis(timeline) {
+  const span = timeline.end - timeline.start;
+  return h("div", { class: "gantt-row axis" }, h("div", { class: "gantt-label" }, fmtTime(new Date(timeline.start).toISOString())),
+    track(timeline, [0, 0.25, 0.5, 0.75, 1].map((fraction) =>
+      h("span", { class: "tick", style: { left: `${fraction * 100}%` } }, `+${seconds(span * fraction)}`))));
+}
+
+/** The Gantt chart as elements. */
+export function renderGantt(timeline) {
+  if (!timeline.rows.length) return h("p", { class: "muted" }, "No step was dispatched yet.");
+  const rows = timeline.rows.map((row) => h("div", { class: `gantt-row ${row.kind}`, dataset: { testid: "gantt-row", step: row.step } },
+    h("div", { class: "gantt-label" }, row.kind === "compensation" ? `↺ ${row.step}` : row.step),
+    track(timeline, row.bars.map((bar) => {
+      const text = `${row.kind === "compensation" ? "compensation of " : ""}${row.step} attempt ${bar.attempt}: ` +
+        `${bar.status}, ${seconds(bar.end - bar.start)}${bar.reason ? ` (${bar.reason})` : ""}`;
+      return h("span", { class: `bar bar-${bar.status.replace(" ", "-")}`, title: text, style: place(timeline, bar.start, bar.end),
+        dataset: { testid: "gantt-bar", status: bar.status } }, h("span", { class: "visually-hidden" }, text));
+    }))));
+  const marks = h("div", { class: "gantt-row marks" }, h("div", { class: "gantt-label" }, "order"),
+    track(timeline, timeline.marks.map((mark) => h("span", {
+      class: `mark mark-${mark.event.event}`, style: { left: place(timeline, mark.at, mark.at).left },
+      title: `${mark.event.event} at ${fmtTime(mark.event.at)}`,
+    }, mark.event.event))));
+  return h("div", { class: "gantt", dataset: { testid: "gantt" } }, axis(timeline), rows, marks,
+    h("p", { class: "legend muted" }, legend()));
+}
+
+function legend() {
+  return ["done", "failed", "timed out", "running", "terminated", "superseded"].map((status) =>
+    h("span", { class: "legend-item" }, h("span", { class: `swatch bar-${status.replace(" ", "-")}` }), status));
+}
+
+/** Trace ids and the waterfall of events (offset from the first event), coloured by instance. */
+export function renderTrace(events) {
+  if (!events.length) return h("p", { class: "muted" }, "No events.");
+  const start = Date.parse(events[0].at);
+  const end = Math.max(start + 1000, ...events.map((event) => Date.parse(event.at)));
+  const timeline = { start, end };
+  const traces = new Map();
+  const instances = [];
+  for (const event of events) {
+    if (event.traceId) traces.set(event.traceId, (traces.get(event.traceId) || 0) + 1);
+    const instance = event.instance || "(unknown)";
+    if (!instances.includes(instance)) instances.push(instance);
+  }
+  const traceList = h("ul", { class: "traces", dataset: { testid: "trace-ids" } }, [...traces].map(([traceId, count]) =>
+    h("li", {}, h("code", {}, traceId), ` · ${count} event${count === 1 ? "" : "s"}`)));
+  const color = (instance) => `instance-${instances.indexOf(instance) % 6}`;
+  const legend = h("p", { class: "legend muted" }, "Instances: ", instances.map((instance) =>
+    h("span", { class: "legend-item" }, h("span", { class: `swatch ${color(instance)}` }), instance)));
+  let previous = start;
+  const rows = events.map((event) => {
+    const at = Date.parse(event.at);
+    const label = `${event.seq} ${event.event}${event.step ? ` ${event.step}` : ""}${event.attempt !== undefined ? ` #${event.attempt}` : ""}`;
+    const instance = event.instance || "(unknown)";
+    const bar = h("span", { class: `bar ${color(instance)}`, style: place(timeline, previous, at),
+      title: `${label} on ${instance} at +${seconds(at - start)}` });
+    previous = at;
+    return h("div", { class: "gantt-row", dataset: { testid: "waterfall-row" } }, h("div", { class: "gantt-label" }, label),
+      track(timeline, [bar, h("span", { class: "offset", style: { left: place(timeline, at, at).left } }, `+${seconds(at - start)}`)]),
+      h("div", { class: "instance muted" }, instance));
+  });
+  return [
+    traces.size ? [h("p", {}, `Trace id${traces.size === 1 ? "" : "s"} (W3C, from the events):`), traceList]
+      : h("p", { class: "muted" }, "The events carry no trace id."),
+    legend,
+    h("div", { class: "gantt waterfall", dataset: { testid: "waterfall" } }, axis(timeline), rows),
+  ];
+}
