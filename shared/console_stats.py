@@ -4,7 +4,8 @@ Each process (host instance + pid) counts, per minute and per hour, what its com
 transactions recorded (``shared.metrics.parse_committed``: an event exists iff its change
 committed, so a lost race or a replayed message never counts) and its Supervisor sweeps:
 
-* ``Submitted`` (``accepted`` events), ``Processed``, ``Failed``, ``Compensated``;
+* ``Submitted`` (``accepted`` events), ``Processed``, ``Failed`` (orders that ended failed:
+  ``failed``, or ``compensated`` with outcome failed), ``Compensated``;
 * ``Latency``: a histogram of submit -> Processed seconds (the processed event's ``At`` minus
   the state row's ``CreatedAt``, written in the same transaction), in fixed log-spaced buckets
   (:class:`Histogram`), so that rows of different processes and minutes merge by adding;
@@ -50,7 +51,7 @@ LATENCY_BOUNDS: tuple[float, ...] = tuple(10 ** (i / 10 - 2) for i in range(71))
 MINUTE_FORMAT, HOUR_FORMAT = "%Y%m%d%H%M", "%Y%m%d%H"
 KEEP_IN_MEMORY = {"m": timedelta(minutes=5), "h": timedelta(hours=2)}  # rows older than this are not recorded into
 MAX_UNSENT_AGE = timedelta(hours=48)  # figures a failing store never took are dropped after this (retention's age)
-_ORDER_ENDS = {"processed": "processed", "failed": "failed", "compensated": "compensated", "accepted": "submitted"}
+_COUNTED = {"accepted": "submitted", "processed": "processed", "failed": "failed", "compensated": "compensated"}
 
 
 class Histogram:
@@ -151,6 +152,16 @@ class Figures:
             self.last_sweep_at, self.last_due_rows = other.last_sweep_at, other.last_due_rows
 
 
+def _counted(committed: Committed) -> list[str]:
+    """The figures a transaction adds one to. ``failed``: an order that ended failed, with
+    nothing to undo (event ``failed``) or compensated (event ``compensated`` with the state's
+    ``Outcome`` failed; a cancelled order's compensation is not a failure)."""
+    names = [_COUNTED[str(ev.get("Event"))] for ev in committed.events if ev.get("Event") in _COUNTED]
+    if "compensated" in names and committed.state is not None and committed.state.get("Outcome") == "failed":
+        names.append("failed")
+    return names
+
+
 def _int(value: Any) -> int:
     try:
         return int(value or 0)
@@ -208,19 +219,18 @@ class ConsoleStats:
 
     def record(self, committed: Committed) -> None:
         """Count a committed transaction's order events (and the latency of a processed one)."""
-        ends = [str(ev.get("Event")) for ev in committed.events if ev.get("Event") in _ORDER_ENDS]
-        if not ends:
+        counts = _counted(committed)
+        if not counts:
             return
         latency = None
-        if "processed" in ends:
+        if "processed" in counts:
             at = next(parse_time(ev.get("At")) for ev in committed.events if ev.get("Event") == "processed")
             submitted = committed.submitted_at()
             if at is not None and submitted is not None:
                 latency = max((at - submitted).total_seconds(), 0.0)
         with self._lock:
             for figures in self._current():
-                for kind in ends:
-                    name = _ORDER_ENDS[kind]
+                for name in counts:
                     setattr(figures, name, getattr(figures, name) + 1)
                 if latency is not None:
                     figures.latency.add(latency)

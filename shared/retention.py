@@ -17,6 +17,10 @@ order that is gone (they are put back if step 2 loses its race).
 A crash anywhere leaves the ``fin`` row, so the next run finds the order again and finishes
 the job (a missing state row then means "already purged: go on from step 3"). Held and
 attention orders have no ``fin`` row, so they are never purged.
+
+The same run deletes the console's stats rows (``shared.console_stats``) older than
+``STATS_KEEP`` (48 h): minute and hour rows, by key range, in pages of up to 100 (one
+transaction each).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared.console_stats import hour_stamp, minute_stamp
 from shared.logs import log_event
 from shared.runtime import Runtime
 from shared.statemachine import Category, StateRow, category_of
@@ -36,6 +41,7 @@ from shared.supervisor import reindex_from_state
 
 PURGE_BATCH = 100
 PURGE_BUDGET_SECONDS = 60.0
+STATS_KEEP = timedelta(hours=48)
 
 
 @dataclass
@@ -45,6 +51,7 @@ class PurgeReport:
     lost_races: int = 0
     errors: int = 0
     rows_deleted: int = 0
+    stats_deleted: int = 0  # console stats rows (minute and hour) older than STATS_KEEP
     cutoff: str = ""
     orders: list[str] = field(default_factory=list)
 
@@ -55,6 +62,10 @@ def purge(rt: Runtime, *, batch: int = PURGE_BATCH, budget_seconds: float = PURG
     cutoff = now - timedelta(days=rt.config.retention_days)
     report = PurgeReport(cutoff=cutoff.strftime("%Y-%m-%d"))
     deadline = time.monotonic() + budget_seconds
+    try:
+        report.stats_deleted = purge_stats(rt, now - STATS_KEEP, batch=batch, deadline=deadline)
+    except Exception as exc:  # noqa: BLE001 - the orders' purge goes on; the next run deletes them
+        log_event(logging.ERROR, "retention.stats_failed", error=repr(exc))
     while time.monotonic() < deadline:
         # the finish days strictly before the cut-off's day: an order is kept at least RetentionDays
         rows = rt.store.query_index("fin-", f"fin-{cutoff.strftime('%Y%m%d')}", batch)
@@ -63,11 +74,27 @@ def purge(rt: Runtime, *, batch: int = PURGE_BATCH, budget_seconds: float = PURG
             _purge_one(rt, row, cutoff, report)
         if len(rows) < batch or report.purged == purged_before:  # done, or only rows to retry next time
             break
-    if report.purged or report.errors or report.lost_races:
+    if report.purged or report.errors or report.lost_races or report.stats_deleted:
         log_event(logging.INFO, "retention.purge", purged=report.purged, skipped=report.skipped,
+                  statsDeleted=report.stats_deleted,
                   lostRaces=report.lost_races, errors=report.errors, rowsDeleted=report.rows_deleted,
                   cutoff=report.cutoff)
     return report
+
+
+def purge_stats(rt: Runtime, cutoff: datetime, *, batch: int = PURGE_BATCH, deadline: float | None = None) -> int:
+    """Delete the stats rows of minutes and hours that ended before ``cutoff``, ``batch`` per
+    transaction (at most 100), until none is left or ``deadline`` (monotonic) passes."""
+    deleted = 0
+    for kind, stamp in (("m", minute_stamp(cutoff)), ("h", hour_stamp(cutoff))):
+        while deadline is None or time.monotonic() < deadline:
+            keys = [str(r["RowKey"]) for r in rt.store.query_stats(f"{kind}-", f"{kind}-{stamp}", min(batch, 100))]
+            if keys:
+                rt.store.delete_stats(keys)
+                deleted += len(keys)
+            if len(keys) < min(batch, 100):
+                break
+    return deleted
 
 
 def _purge_one(rt: Runtime, fin: dict[str, Any], cutoff: datetime, report: PurgeReport) -> None:
