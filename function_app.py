@@ -1,9 +1,10 @@
 """The one FunctionApp: registers the blueprints of functions/ (submission, scheduler, agents,
-supervisor, retention, and the OpenAPI document of the HTTP API). All logic lives in shared/."""
+supervisor, retention, the operator console, and the OpenAPI document of the HTTP API). All logic
+lives in shared/."""
 
 import azure.functions as func
 
-from functions import agents, openapi, retention, scheduler, submission, supervisor
+from functions import agents, console, openapi, retention, scheduler, submission, supervisor
 from shared import telemetry
 from shared.settings import Settings
 
@@ -21,3 +22,4 @@ app.register_functions(agents.bp)
 app.register_functions(supervisor.bp)
 app.register_functions(retention.bp)
 app.register_functions(openapi.bp)
+app.register_functions(console.bp)

@@ -39,6 +39,10 @@ def test_http_functions() -> None:
         (("GET",), "orders"): "ADMIN",
         (("GET",), "orders/{id}/history"): "FUNCTION",
         (("GET",), "openapi.yaml"): "ANONYMOUS",
+        (("GET",), "console"): "ADMIN",
+        (("GET",), "console/assets/{name}"): "ANONYMOUS",
+        (("GET",), "overview"): "ADMIN",
+        (("GET",), "deadletters"): "ADMIN",
     }
 
 

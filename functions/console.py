@@ -1,0 +1,133 @@
+"""HTTP functions of the operator console (issue 12): the page, its static files, and the two
+JSON routes only it needs (the overview and the dead letters).
+
+* ``GET /api/console`` (ADMIN): ``console_static/index.html``. The page reads ``code`` from its
+  own query string and sends it as ``x-functions-key`` on its API calls.
+* ``GET /api/console/assets/{name}`` (ANONYMOUS: code, not data): a file of ``console_static/``
+  that its ``manifest.json`` lists, else 404. The name is looked up among the manifest's
+  entries, never joined to a path. Cache-Control, a sha256 ETag, and 304 for a matching
+  If-None-Match.
+* ``GET /api/overview`` (ADMIN): ``shared.overview.get_overview``.
+* ``GET /api/deadletters`` (ADMIN): ``shared.deadletters.get_dead_letters``.
+
+The files are read once per worker, on first use (they ship in the package with functions/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import azure.functions as func
+
+from functions.submission import to_response
+from shared.deadletters import get_dead_letters
+from shared.runtime import get_runtime
+from shared.submission import HttpResult, problem
+
+STATIC_DIR = Path(__file__).with_name("console_static")
+MANIFEST = "manifest.json"
+PAGE = "index.html"
+CONTENT_TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".html": "text/html",
+                 ".json": "application/json", ".svg": "image/svg+xml", ".png": "image/png", ".ico": "image/x-icon",
+                 ".woff2": "font/woff2", ".txt": "text/plain"}
+ASSET_CACHE = "public, max-age=300"
+# The page is the admin's: not cached, not framed, no referrer (its URL may hold ?code=), and
+# nothing but this origin's scripts, styles and API (no CDN: every library is vendored).
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                               "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
+                               "base-uri 'none'; form-action 'self'",
+}
+
+bp = func.Blueprint()
+
+
+@dataclass(frozen=True)
+class Asset:
+    body: bytes
+    content_type: str
+    etag: str
+
+
+def content_type_of(name: str) -> str:
+    return CONTENT_TYPES.get(Path(name).suffix.lower(), "application/octet-stream")
+
+
+def load_assets(static_dir: Path = STATIC_DIR) -> dict[str, Asset]:
+    """The files ``manifest.json`` lists (flat names only), read and hashed, by name."""
+    listed = json.loads((static_dir / MANIFEST).read_text(encoding="utf-8")).get("files", {})
+    by_name = {entry.name: entry for entry in static_dir.iterdir() if entry.is_file()}
+    assets: dict[str, Asset] = {}
+    for name in listed:
+        entry = by_name.get(name)  # the directory's own entry of that name: no path is built from it
+        if entry is None:
+            continue
+        body = entry.read_bytes()
+        assets[name] = Asset(body, content_type_of(name), f'"{hashlib.sha256(body).hexdigest()}"')
+    return assets
+
+
+_assets: dict[str, Asset] | None = None
+_lock = threading.Lock()
+
+
+def assets() -> dict[str, Asset]:
+    global _assets
+    if _assets is None:
+        with _lock:
+            if _assets is None:
+                _assets = load_assets()
+    return _assets
+
+
+def asset_response(name: str | None, if_none_match: str | None) -> func.HttpResponse:
+    """The listed file ``name`` (304 when ``if_none_match`` holds its ETag), else 404."""
+    asset = assets().get(name or "")
+    if asset is None:
+        return to_response(problem(404, "not-found", "Not found", "no such console file"))
+    headers = {"Cache-Control": ASSET_CACHE, "ETag": asset.etag, "X-Content-Type-Options": "nosniff"}
+    tags = [tag.strip() for tag in (if_none_match or "").split(",")]
+    if asset.etag in tags or "*" in tags:
+        return func.HttpResponse(status_code=304, headers=headers)
+    return func.HttpResponse(body=asset.body, status_code=200, headers=headers, mimetype=asset.content_type,
+                             charset="utf-8")
+
+
+def page_response() -> func.HttpResponse:
+    page = (STATIC_DIR / PAGE).read_bytes()
+    return func.HttpResponse(body=page, status_code=200, headers=dict(PAGE_HEADERS), mimetype="text/html",
+                             charset="utf-8")
+
+
+@bp.function_name("console")
+@bp.route(route="console", methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+def console(req: func.HttpRequest) -> func.HttpResponse:
+    return page_response()
+
+
+@bp.function_name("console_asset")
+@bp.route(route="console/assets/{name}", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+def console_asset(req: func.HttpRequest) -> func.HttpResponse:
+    return asset_response(req.route_params.get("name"), req.headers.get("If-None-Match"))
+
+
+@bp.function_name("overview")
+@bp.route(route="overview", methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+def overview(req: func.HttpRequest) -> func.HttpResponse:
+    from shared.overview import get_overview
+
+    result: HttpResult = get_overview(get_runtime())
+    return to_response(result)
+
+
+@bp.function_name("deadletters")
+@bp.route(route="deadletters", methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+def deadletters(req: func.HttpRequest) -> func.HttpResponse:
+    return to_response(get_dead_letters(get_runtime(), dict(req.params)))
