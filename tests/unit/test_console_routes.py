@@ -120,3 +120,14 @@ def test_the_json_routes_pass_the_runtime_and_query_on(monkeypatch: pytest.Monke
     assert seen["dead"] == ("rt", {"queue": "alerts", "limit": "5"})
     resp = console.overview(func.HttpRequest("GET", "http://localhost/api/overview", body=b""))
     assert resp.status_code == 200 and json.loads(resp.get_body()) == {"asOf": "x"} and seen["overview"] == "rt"
+
+
+def test_the_static_files_ship_in_the_publish_package() -> None:
+    """.funcignore (what publish leaves out) keeps the page, the manifest and every listed file."""
+    import pathspec
+
+    root = STATIC.parents[1]
+    spec = pathspec.GitIgnoreSpec.from_lines((root / ".funcignore").read_text(encoding="utf-8").splitlines())
+    for name in ["index.html", "manifest.json", *_listed()]:
+        assert not spec.match_file(f"functions/console_static/{name}"), name
+    assert spec.match_file("tests/unit/test_console_routes.py")  # the spec is the real one
