@@ -1,0 +1,121 @@
+"""shared.deadletters against the real Service Bus emulator, through the app's clients: messages
+dead-lettered by a receiver (reason and description) are peeked back, paged with ``from``, and
+stay where they are; ``queue_depths`` counts both queues and stops at the cap."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
+
+from shared.clients import Clients
+from shared.deadletters import get_dead_letters, peek_dead_letters, queue_depths
+from shared.messaging import ServiceBusBus
+from shared.runtime import Runtime
+from shared.settings import QUEUE_SETTINGS, Settings
+from shared.statemachine import Config
+from shared.store import MemoryStore
+from tests.conftest import QUEUE_CONFIG, start_servicebus
+from tests.unit.harness import REQUIRED_VALUES
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runtime, Any]]:
+    """A broker of its own (the counts below must not see other tests' messages) and a runtime
+    whose bus sends through the app's Clients on it."""
+    ep = start_servicebus(tmp_path_factory.mktemp("sb-deadletters"), config=QUEUE_CONFIG)
+    clients = Clients(Settings.from_env({**REQUIRED_VALUES, "ServiceBusConnection": ep.connection_string}))
+    rt = Runtime(store=MemoryStore(), bus=ServiceBusBus(clients.sender),
+                 config=Config.from_settings(Settings.from_env(REQUIRED_VALUES)))
+    try:
+        yield rt, clients.service_bus()
+    finally:
+        clients.close()
+        ep.proc.stop()
+
+
+def _send(client: Any, queue: str, bodies: list[Any], **props: Any) -> None:
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage(json.dumps(b) if not isinstance(b, bytes) else b,
+                                                message_id=uuid.uuid4().hex, application_properties=props or None)
+                              for b in bodies])
+
+
+def _dead_letter_all(client: Any, queue: str, want: int, reason: str, description: str) -> None:
+    done = 0
+    with client.get_queue_receiver(queue, max_wait_time=2) as receiver:
+        while done < want:
+            batch = receiver.receive_messages(max_message_count=want - done, max_wait_time=5)
+            assert batch, f"only {done} of {want} messages arrived on {queue}"
+            for m in batch:
+                receiver.dead_letter_message(m, reason=reason, error_description=description)
+            done += len(batch)
+
+
+def test_dead_letters_are_peeked_with_their_reason_and_paged(sb: tuple[Runtime, Any]) -> None:
+    rt, client = sb
+    _send(client, "agent-payment", [{"orderId": f"o-{i}", "step": "payment"} for i in range(5)])
+    _send(client, "agent-payment", [b"\xffnot json" + b"x" * 3000], orderId="o-props")
+    _dead_letter_all(client, "agent-payment", 6, "PoisonMessage", "not a request the agent knows")
+
+    first = peek_dead_letters(rt, "agent-payment", limit=4, from_seq=0)
+    assert (first["queue"], first["setting"]) == ("agent-payment", "PaymentQueue")
+    assert [m["orderId"] for m in first["messages"]] == ["o-0", "o-1", "o-2", "o-3"]
+    m = first["messages"][0]
+    assert (m["reason"], m["description"]) == ("PoisonMessage", "not a request the agent knows")
+    assert m["deliveryCount"] >= 0 and m["enqueuedAt"].endswith("Z") and len(m["messageId"]) == 32
+    assert json.loads(m["body"]) == {"orderId": "o-0", "step": "payment"} and m["bodyTruncated"] is False
+    seqs = [m["sequenceNumber"] for m in first["messages"]]
+    assert seqs == sorted(seqs) and first["next"] > seqs[-1]
+
+    second = peek_dead_letters(rt, "agent-payment", limit=4, from_seq=first["next"])
+    assert [m["orderId"] for m in second["messages"]] == ["o-4", "o-props"]
+    assert second["next"] is None
+    last = second["messages"][1]
+    assert last["bodyTruncated"] is True and len(last["body"]) == 2000 and last["body"].startswith("\ufffd")
+
+    # Peeking took nothing: the dead letters are all still there, none locked.
+    with client.get_queue_receiver("agent-payment", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
+        assert len(dlq.peek_messages(max_message_count=50)) == 6
+    # The HTTP side, by the setting's name.
+    r = get_dead_letters(rt, {"queue": "PaymentQueue", "limit": "50", "from": str(seqs[2])})
+    assert r.status == 200 and [m["orderId"] for m in r.body["messages"]] == ["o-2", "o-3", "o-4", "o-props"]
+
+
+def test_max_delivery_count_exceeded_is_the_reason_service_bus_gives(sb: tuple[Runtime, Any]) -> None:
+    rt, client = sb
+    _send(client, "agent-shipping", [{"orderId": "o-abandoned"}])
+    with client.get_queue_receiver("agent-shipping", max_wait_time=2) as receiver:
+        for _ in range(10):  # the queue's MaxDeliveryCount (infra/servicebus-config.json)
+            for m in receiver.receive_messages(max_message_count=1, max_wait_time=5):
+                receiver.abandon_message(m)
+    page = peek_dead_letters(rt, "agent-shipping", limit=20)
+    assert [(m["orderId"], m["reason"]) for m in page["messages"]] == [("o-abandoned", "MaxDeliveryCountExceeded")]
+
+
+def test_queue_depths_count_active_and_dead_letters_up_to_the_cap(sb: tuple[Runtime, Any]) -> None:
+    rt, client = sb
+    _send(client, "alerts", [{"n": i} for i in range(7)])
+    _dead_letter_all(client, "alerts", 3, "Test", "three of seven")
+    _send(client, "order-status", [{"n": i} for i in range(2)])
+
+    depths = {d["setting"]: d for d in queue_depths(rt, cap=100)}
+    assert list(depths) == [s.name for s in QUEUE_SETTINGS]
+    assert depths["AlertsQueue"] == {"setting": "AlertsQueue", "name": "alerts", "active": 4, "deadLetter": 3,
+                                     "activeCapped": False, "deadLetterCapped": False}
+    assert (depths["StatusQueue"]["active"], depths["StatusQueue"]["deadLetter"]) == (2, 0)
+    assert (depths["SchedulerQueue"]["active"], depths["SchedulerQueue"]["deadLetter"]) == (0, 0)
+
+    capped = {d["setting"]: d for d in queue_depths(rt, cap=3)}
+    assert capped["AlertsQueue"] == {"setting": "AlertsQueue", "name": "alerts", "active": 3, "deadLetter": 3,
+                                     "activeCapped": True, "deadLetterCapped": False}
+    assert (capped["StatusQueue"]["active"], capped["StatusQueue"]["activeCapped"]) == (2, False)
+    # Counting received nothing: the four active alerts are still there.
+    with client.get_queue_receiver("alerts") as receiver:
+        assert len(receiver.peek_messages(max_message_count=50)) == 4
