@@ -54,7 +54,9 @@ resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: appInsightsName
 }
 
-// Service Bus triggers receive; the scheduler, agents and supervisor send.
+// Service Bus triggers receive; the scheduler, agents and supervisor send. The console's
+// GET /api/deadletters and the overview's queue depths only peek (queues and their
+// $DeadLetterQueue): Data Receiver at namespace scope covers them, no Manage right is needed.
 resource sbSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(namespace.id, principalId, serviceBusDataSender)
   scope: namespace
