@@ -46,7 +46,14 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
 from local.procs import REPO_ROOT
-from tests.hostile.fuzz_queries import HOSTILE_QUERY_VALUES, QUERY_PARAMS, Tokens, search_violations, tamper
+from tests.hostile.fuzz_queries import (
+    DEAD_LETTER_QUEUES,
+    HOSTILE_QUERY_VALUES,
+    QUERY_PARAMS,
+    Tokens,
+    search_violations,
+    tamper,
+)
 from tests.hostile.stackutil import PROBLEM, Tables, function_app_registers_openapi, is_history, start_stack
 
 SPEC_PATH = REPO_ROOT / "functions" / "openapi.yaml"
@@ -267,9 +274,9 @@ class Steer:
         """Steer ``case``; return how its continuation token was tampered with (None if it
         was not) and whether a query parameter got a hostile value."""
         method = case.method.upper()
-        if case.path not in ("/orders", "/openapi.yaml") and report.accepted and self.use_known:
+        if "{id}" in case.path and report.accepted and self.use_known:
             known = sorted(report.accepted)  # grows during the run: an index, not a draw from the list
-            case.path_parameters = {"id": known[self.known_index % len(known)]}
+            case.path_parameters = {**(case.path_parameters or {}), "id": known[self.known_index % len(known)]}
         if (method, case.path) == ("POST", "/orders") and report.keys and self.reuse_key:
             used = report.keys[self.key_index % len(report.keys)]
             case.headers = {**(case.headers or {}), "Idempotency-Key": used}
@@ -277,6 +284,8 @@ class Steer:
         if not names:
             return None, False
         query = case.query = dict(case.query or {})
+        if case.path == "/deadletters" and self.plain:  # a queue that exists: a page of dead letters
+            query["queue"] = DEAD_LETTER_QUEUES[self.customer_index % len(DEAD_LETTER_QUEUES)]
         if self.plain:
             for name in ("continuationToken", "createdFrom", "createdTo"):
                 query.pop(name, None)

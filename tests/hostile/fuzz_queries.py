@@ -1,4 +1,4 @@
-"""The query side of the fuzz run (tests/hostile/fuzz.py): search and history.
+"""The query side of the fuzz run (tests/hostile/fuzz.py): search, history and dead letters.
 
 * ``HOSTILE_QUERY_VALUES``: values a generated search or history request may have one of its
   query parameters replaced with (OData injection, huge and non-ASCII numbers, dates that are
@@ -23,7 +23,10 @@ from typing import Any
 QUERY_PARAMS: dict[str, tuple[str, ...]] = {
     "/orders": ("state", "customerId", "createdFrom", "createdTo", "limit", "continuationToken"),
     "/orders/{id}/history": ("limit", "continuationToken"),
+    "/deadletters": ("queue", "limit", "from"),
 }
+# Queues GET /deadletters knows (a setting, or a queue's name in any case), for pages that exist.
+DEAD_LETTER_QUEUES: tuple[str, ...] = ("SchedulerQueue", "alerts", "AGENT-PAYMENT", "replies")
 
 HOSTILE_QUERY_VALUES: tuple[str, ...] = (
     "x' or PartitionKey ne '",

@@ -32,7 +32,8 @@ def test_generated_requests(hostile_stack: Any, tables: Any) -> None:
     assert {"400", "404"} <= set(j["byStatus"]), j["byStatus"]
     # ... and the query endpoints: searches that found orders, tokens sent back, hostile values.
     ops = j["byOperation"]
-    for op in ("GET /orders 200", "GET /orders 400", "GET /orders/{id}/history 200", "GET /orders/{id}/history 400"):
+    for op in ("GET /orders 200", "GET /orders 400", "GET /orders/{id}/history 200", "GET /orders/{id}/history 400",
+               "GET /deadletters 200", "GET /deadletters 400", "GET /console/assets/{name} 404"):
         assert ops.get(op), (op, ops)
     assert any(k.startswith("POST /orders/{id}/terminate ") for k in ops), ops
     assert j["search"]["orders"] > 0 and j["hostileQueries"], (j["search"], j["hostileQueries"])
@@ -144,7 +145,8 @@ def test_openapi_document_is_valid() -> None:
     ops = {(r.ok().method.upper(), r.ok().path) for r in schema.get_all_operations()}
     assert ops == {("POST", "/orders"), ("GET", "/orders"), ("GET", "/orders/{id}"), ("GET", "/orders/{id}/history"),
                    ("POST", "/orders/{id}/retry"), ("POST", "/orders/{id}/cancel"),
-                   ("POST", "/orders/{id}/terminate"), ("GET", "/openapi.yaml")}
+                   ("POST", "/orders/{id}/terminate"), ("GET", "/openapi.yaml"), ("GET", "/console"),
+                   ("GET", "/console/assets/{name}"), ("GET", "/overview"), ("GET", "/deadletters")}
     post = raw["paths"]["/orders"]["post"]
     assert {"202", "400", "409", "413", "415", "422"} <= set(post["responses"])
     for path in ("/orders/{id}/retry", "/orders/{id}/cancel", "/orders/{id}/terminate"):
