@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: setup run test test-unit bench lint clean
+.PHONY: setup browser run test test-unit bench lint clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +19,23 @@ $(NODE_STAMP): package.json package-lock.json
 
 setup: $(STAMP) $(NODE_STAMP)
 
+# The console's browser tests drive Debian's chromium through chromium-driver (explicit paths, no
+# driver download): installed here when missing (apt-get, through sudo when not root and sudo exists).
+CHROMIUM     ?= /usr/bin/chromium
+CHROMEDRIVER ?= /usr/bin/chromedriver
+browser:
+	@if [ ! -x $(CHROMIUM) ] || [ ! -x $(CHROMEDRIVER) ]; then \
+	  echo "installing chromium and chromium-driver (Debian) for the browser tests ..."; \
+	  if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO apt-get update && $$SUDO apt-get install -y --no-install-recommends chromium chromium-driver; \
+	fi
+
 run: setup
 	$(PY) -m local.stack
 
-test: setup
-	$(PY) -m pytest
+# REQUIRE_BROWSER=1: a browser missing after the browser step fails tests/browser instead of skipping them.
+test: setup browser
+	REQUIRE_BROWSER=1 $(PY) -m pytest
 
 test-unit: setup
 	$(PY) -m pytest -m "not integration"

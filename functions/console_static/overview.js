@@ -86,17 +86,21 @@ function drawChart(target, series, chart) {
     return chart;
   }
   const width = Math.max(480, target.clientWidth || 900);
+  const utc = (ts) => window.uPlot.tzDate(new Date(ts * 1000), "Etc/UTC");
+  const hhmm = window.uPlot.fmtDate("{HH}:{mm}");
+  const line = (label, stroke, extra) => ({ label, scale: "n", stroke, width: 2, points: { show: false }, ...extra });
   const options = {
-    width, height: 260,
+    width, height: 260, tzDate: utc,
     scales: { x: { time: true }, n: { auto: true, range: (u, min, max) => [0, Math.max(1, max)] }, s: { auto: true } },
-    axes: [{}, { scale: "n", label: "orders / min" }, { scale: "s", side: 1, label: "seconds", grid: { show: false } }],
+    axes: [{ values: (u, splits) => splits.map((v) => hhmm(utc(v))) }, { scale: "n", label: "orders / min" }, { scale: "s", side: 1, label: "seconds", grid: { show: false } }],
     series: [
       { label: "minute (UTC)", value: (u, v) => (v === null ? "—" : fmtTime(new Date(v * 1000).toISOString())) },
-      { label: "submitted", scale: "n", stroke: "#1f6feb", width: 2 },
-      { label: "processed", scale: "n", stroke: "#1a7f37", width: 2 },
-      { label: "failed", scale: "n", stroke: "#cf222e", width: 2 },
-      { label: "p50 s", scale: "s", stroke: "#8250df", dash: [6, 4], spanGaps: false },
-      { label: "p95 s", scale: "s", stroke: "#bf8700", dash: [2, 3], spanGaps: false },
+      line("submitted", "#1f6feb"),
+      line("processed", "#1a7f37"),
+      line("failed", "#cf222e"),
+      // latencies: points too, since a minute without a Processed order breaks the line
+      { label: "p50 s", scale: "s", stroke: "#8250df", dash: [6, 4], points: { show: true, size: 5 } },
+      { label: "p95 s", scale: "s", stroke: "#bf8700", dash: [2, 3], points: { show: true, size: 5 } },
     ],
   };
   return new window.uPlot(options, columns, target);

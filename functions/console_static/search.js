@@ -34,6 +34,7 @@ export function render(main, ctx, query) {
     if (state.value) params.set("state", state.value);
     if (from.value) params.set("createdFrom", isoValue(from.value));
     if (to.value) params.set("createdTo", isoValue(to.value));
+    if (query.get("limit")) params.set("limit", query.get("limit"));
     window.location.hash = `#/search?${params}`;
   } },
   field("Order id", idInput), field("Customer", customer), field("Category", state),
@@ -45,7 +46,8 @@ export function render(main, ctx, query) {
   for (const name of ["state", "customerId", "createdFrom", "createdTo"]) {
     if (query.get(name)) params[name] = query.get(name);
   }
-  pagedOrders(results, ctx, { ...params, limit: 25 }, [COLUMNS.id, COLUMNS.state, COLUMNS.category,
+  const limit = Number(query.get("limit")) || 25;
+  pagedOrders(results, ctx, { ...params, limit }, [COLUMNS.id, COLUMNS.state, COLUMNS.category,
     COLUMNS.outcome, COLUMNS.customer, COLUMNS.failureCount, COLUMNS.created, COLUMNS.updated]);
 }
 

@@ -1,0 +1,186 @@
+"""The operator console (GET /api/console) in headless Chromium, against the real local stack.
+
+What a user sees must be what the API says: the overview's counts, the attention list and its
+retry button, the order page's steps and history; and the page logs no error while used.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+from local.browser import console_url
+from tests.browser.conftest import Seeded
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+STEPS = ["reserve-inventory", "charge-payment", "create-shipment"]
+
+
+def open_view(driver: Any, seeded: Seeded, route: str) -> None:
+    driver.get(console_url(seeded.stack.api_url, route))
+
+
+def by_testid(driver: Any, name: str, timeout: float = 30) -> Any:
+    """The element with data-testid=name, once present."""
+    return WebDriverWait(driver, timeout).until(lambda d: d.find_element(By.CSS_SELECTOR, f"[data-testid='{name}']"))
+
+
+def texts(driver: Any, selector: str) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, selector)]
+
+
+def search_count(seeded: Seeded, state: str) -> int:
+    """Orders in a category, every page of GET /api/orders?state=..."""
+    total, token = 0, None
+    while True:
+        page = seeded.api("/orders", state=state, limit=200, **({"continuationToken": token} if token else {}))
+        total += len(page["orders"])
+        token = page["continuationToken"]
+        if not token:
+            return total
+
+
+def shown(count: dict[str, Any]) -> str:
+    return f"{count['count']}+" if count["capped"] else str(count["count"])
+
+
+def page_figures(driver: Any) -> dict[str, str]:
+    """What the overview shows, by data-testid (counts, finished figures, queue columns)."""
+    by_testid(driver, "count-inFlight")
+    return {e.get_attribute("data-testid"): e.text for e in driver.find_elements(
+        By.CSS_SELECTOR, "[data-testid^='count-'], [data-testid^='finished-'], [data-testid^='queue-']")
+        if e.get_attribute("data-testid") != "queues"}
+
+
+def api_figures(overview: dict[str, Any]) -> dict[str, str]:
+    figures = {"count-inFlight": shown(overview["live"]["inFlight"]),
+               "count-attention": shown(overview["live"]["attention"])}
+    for period, values in overview["finished"].items():
+        figures.update({f"finished-{period}-{k}": str(v) for k, v in values.items()})
+    for q in overview["queues"]:
+        figures[f"queue-active-{q['name']}"] = f"{q['active']}+" if q["activeCapped"] else str(q["active"])
+        figures[f"queue-dead-{q['name']}"] = f"{q['deadLetter']}+" if q["deadLetterCapped"] else str(q["deadLetter"])
+    return figures
+
+
+def test_overview_counts_match_the_api(seeded: Seeded, driver: Any) -> None:
+    # The figures are live (stats rows flush every 5 s): a page load, then the API just after,
+    # until they agree (the seeded orders have settled, so they soon do) or a minute has passed.
+    deadline = time.monotonic() + 60
+    while True:
+        open_view(driver, seeded, "/")
+        WebDriverWait(driver, 30).until(lambda d: by_testid(d, "overview-status").get_attribute("data-as-of"))
+        page, api = page_figures(driver), api_figures(seeded.api("/overview"))
+        if page == api or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert page == api, f"page {page}\napi  {api}"
+    overview = seeded.api("/overview")
+    assert overview["live"]["attention"]["count"] == search_count(seeded, "attention") == len(seeded.failed)
+    assert overview["live"]["inFlight"]["count"] == search_count(seeded, "inFlight") == 0
+    assert int(page["finished-lastHour-processed"]) >= len(seeded.processed)
+    assert page["count-attention"] == str(len(seeded.failed))
+    assert driver.find_elements(By.CSS_SELECTOR, "[data-testid='chart'] canvas"), "the uPlot chart was not drawn"
+    assert texts(driver, "[data-testid='last-sweep']") != ["—"]
+
+
+def test_attention_order_retried_with_a_click_then_processed(seeded: Seeded, driver: Any) -> None:
+    order_id = seeded.failed[0]
+    with seeded.stack.remotes as remotes:
+        remotes.reset_faults()  # what the operator fixes before retrying: SKU-SOLD-OUT is back in stock
+    open_view(driver, seeded, "/attention")
+    by_testid(driver, "orders")
+    row = driver.find_element(By.XPATH, f"//tr[td/a[text()='{order_id}']]")
+    WebDriverWait(driver, 30).until(lambda d: row.find_elements(By.CSS_SELECTOR, "[data-testid='reason']"))
+    assert "SKU-SOLD-OUT" in row.text or "reserve-inventory" in row.text, row.text
+    retry = row.find_element(By.CSS_SELECTOR, "button[data-action='retry']")
+    # By keyboard: focus the button, Enter opens the dialog with Confirm focused, Escape keeps the order.
+    driver.execute_script("arguments[0].focus()", retry)
+    retry.send_keys(Keys.ENTER)
+    dialog = driver.find_element(By.ID, "confirm-dialog")
+    WebDriverWait(driver, 10).until(lambda d: dialog.get_attribute("open") is not None)
+    assert order_id in dialog.text
+    assert driver.switch_to.active_element.get_attribute("data-testid") == "confirm"
+    driver.switch_to.active_element.send_keys(Keys.ESCAPE)
+    WebDriverWait(driver, 10).until(lambda d: dialog.get_attribute("open") is None)
+    assert seeded.stack.get_order(order_id)["category"] == "attention"  # not retried
+    # Now confirm it, with a click.
+    retry.click()
+    WebDriverWait(driver, 10).until(lambda d: dialog.get_attribute("open") is not None)
+    dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
+    status = by_testid(driver, "action-status")
+    WebDriverWait(driver, 30).until(lambda d: "restarted" in status.text or "failed" in status.text)
+    assert f"retry {order_id}: restarted" in status.text, status.text
+    status.find_element(By.LINK_TEXT, order_id).click()
+    state = by_testid(driver, "process-state")
+    WebDriverWait(driver, 90, poll_frequency=0.5).until(
+        lambda d: by_testid(d, "process-state").text == "Processed")
+    assert seeded.stack.get_order(order_id)["processState"] == "Processed"
+    assert state is not None
+    events = texts(driver, "[data-testid='history'] tbody tr td:nth-child(4)")
+    assert "restarted" in events and events[-1] == "processed", events
+
+
+def test_order_page_shows_steps_timeline_and_history(seeded: Seeded, driver: Any) -> None:
+    order_id = seeded.processed[0]
+    order = seeded.api(f"/orders/{order_id}")
+    open_view(driver, seeded, f"/orders/{order_id}")
+    assert by_testid(driver, "process-state").text == "Processed"
+    steps = driver.find_elements(By.CSS_SELECTOR, "[data-testid='steps'] tbody tr")
+    assert [r.find_elements(By.TAG_NAME, "td")[0].text for r in steps] == STEPS
+    assert all(r.find_elements(By.TAG_NAME, "td")[1].text == "Done" for r in steps)
+    history = driver.find_elements(By.CSS_SELECTOR, "[data-testid='history'] tbody tr")
+    assert len(history) == len(order["history"]) and not order["historyContinuationToken"]
+    shown_events = [r.find_elements(By.TAG_NAME, "td")[3].text for r in history]
+    assert shown_events == [e["event"] for e in order["history"]]
+    assert shown_events[0] == "accepted" and shown_events[-1] == "processed"
+    # The Gantt: one row per step, each with a done attempt; the trace ids of the events.
+    rows = driver.find_elements(By.CSS_SELECTOR, "[data-testid='gantt-row']")
+    assert [r.get_attribute("data-step") for r in rows] == STEPS
+    assert all(r.find_elements(By.CSS_SELECTOR, "[data-status='done']") for r in rows)
+    trace_ids = {e["traceId"] for e in order["history"] if e.get("traceId")}
+    shown_traces = by_testid(driver, "trace-ids").text
+    assert trace_ids and all(t in shown_traces for t in trace_ids)
+    assert len(driver.find_elements(By.CSS_SELECTOR, "[data-testid='waterfall-row']")) == len(order["history"])
+
+    # A failed order: its failed attempt is red in the timeline, its reason shown.
+    failed_id = seeded.failed[-1]
+    open_view(driver, seeded, f"/orders/{failed_id}")
+    by_testid(driver, "gantt")
+    assert driver.find_elements(By.CSS_SELECTOR, "[data-testid='gantt-row'][data-step='reserve-inventory'] "
+                                                 "[data-status='failed']")
+    assert "stepFailed" in texts(driver, "[data-testid='history'] tbody tr td:nth-child(4)")
+    assert "retry" in {b.get_attribute("data-action") for b in driver.find_elements(By.CSS_SELECTOR, "button.action")}
+
+
+def test_no_console_errors_in_any_view(seeded: Seeded, driver: Any) -> None:
+    open_view(driver, seeded, "/")
+    queues = WebDriverWait(driver, 30).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid^='queue-dead-']"))
+    queues[0].click()  # the link to that queue's dead letters
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements(
+        By.CSS_SELECTOR, "[data-testid='deadletters'] table, [data-testid='no-deadletters']"))
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='error']")
+    for route, ready in [("/attention", "orders"), ("/search?customerId=c-failing", "orders"),
+                         ("/search?state=processed", "orders"), (f"/orders/{seeded.processed[1]}", "history")]:
+        open_view(driver, seeded, route)
+        by_testid(driver, ready)
+        assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='error']"), route
+    # Paging: a page of 3 processed orders, then the next through the continuation token.
+    open_view(driver, seeded, "/search?state=processed&limit=3")
+    by_testid(driver, "orders")
+    first = texts(driver, "[data-testid='orders'] tbody tr td:first-child")
+    assert len(first) == 3
+    by_testid(driver, "next-page").click()
+    WebDriverWait(driver, 30).until(
+        lambda d: texts(d, "[data-testid='orders'] tbody tr td:first-child") not in ([], first))
+    # Keyboard: every button and link of the page is reachable (none has a negative tabindex).
+    assert not driver.find_elements(By.CSS_SELECTOR, "button[tabindex^='-'], a[tabindex^='-']")
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == [], severe
