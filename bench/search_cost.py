@@ -16,6 +16,13 @@ smallest size, also the attention page with ``ATTENTION_FULL`` more orders that 
 operator (removed afterwards): a page whose 50 results all change category, so that each costs
 a point read of its state row.
 
+Also measured at each size: the console's overview (``GET /api/overview``,
+``shared.overview.get_overview``): its table requests and entities read, with the stats rows of
+``STATS_PROCESSES`` processes seeded for every minute and hour from ``STATS_HOURS`` hours before
+the run to an hour after it (retention keeps 48 h; the hour after makes every measurement of the
+run read full 60-minute and 24-hour windows). Its queue depths come from Service Bus (peeks, no
+table request): excluded here (``queues`` is empty in the measured body).
+
 Latency is Azurite's, not Table Storage's: Azurite (LokiJS) answers a query by scanning the
 whole table with a predicate and sorting the matches, where Table Storage seeks the key range,
 so it grows with the table here. The entities read and the requests do not.
@@ -51,6 +58,8 @@ LIVE_ORDERS = {"held": 3, "failed": 2, "inFlight": 5}
 ATTENTION_FULL = 55  # more failed orders: 60 in attention, a full page of 50 and a next one
 API_SEEDING_MAX = 5000
 TABLES = ("orders", "deadlines", "orderindex")
+STATS_PROCESSES = 4  # processes whose stats rows the overview merges (say 2 instances x 2 workers)
+STATS_HOURS = 48  # of stats rows seeded before the run (what retention keeps)
 SETTINGS = {f"{name}ServiceUrl": f"http://127.0.0.1:9/{name.lower()}" for name in ("Inventory", "Payment", "Shipping")}
 Progress = Callable[[str], None]
 
@@ -160,10 +169,68 @@ def measure_page(store: CountedStore, params: dict[str, str], repeats: int) -> d
     return res
 
 
+def seed_stats(store: CountedStore, now: datetime, processes: int = STATS_PROCESSES,
+               hours: int = STATS_HOURS) -> dict[str, Any]:
+    """Stats rows (``shared.console_stats``) of ``processes`` processes for every minute and hour
+    from ``hours`` before ``now`` to an hour after it, through the app's ``put_stats``."""
+    from shared.console_stats import Figures, hour_stamp, minute_stamp, row_key
+
+    def figures(t: datetime, n: int) -> Figures:
+        f = Figures(submitted=n, processed=n, sweeps=4 * n // 3, last_sweep_at=t, last_due_rows=0)
+        for k in range(n):
+            f.latency.add(0.8 + 0.1 * (k % 13))
+        return f
+
+    rows = []
+    for p in range(processes):
+        proc = f"bench-{p}"
+        for m in range(-60, hours * 60):
+            t = now - timedelta(minutes=m)
+            rows.append(figures(t, 3).to_row(row_key("m", minute_stamp(t), proc)))
+        for h in range(-1, hours):
+            t = now - timedelta(hours=h)
+            rows.append(figures(t, 180).to_row(row_key("h", hour_stamp(t), proc)))
+    t0 = time.perf_counter()
+    for i in range(0, len(rows), INDEX_BATCH):
+        store.table_store.put_stats(rows[i:i + INDEX_BATCH])
+    return {"processes": processes, "hours": hours, "rows": len(rows), "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def measure_overview(store: CountedStore, repeats: int) -> dict[str, Any]:
+    """One overview's table requests and entities read (the queues excluded), and its latency.
+    Its two live counts select RowKeys only: ``bench.opcount`` counts entities by their
+    PartitionKey, so their keys read are the counts returned, added here."""
+    from shared.overview import get_overview
+
+    def once() -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
+        store.table_store.flush_index()  # writes queued before are not the overview's
+        before = store.counter.snapshot()
+        result = get_overview(store.runtime, queue_depths=lambda rt, cap: [])
+        assert result.status == 200, result.body
+        return result.body, _diff(store.counter.snapshot(), before)
+
+    body, counts = once()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        once()
+        times.append(1000 * (time.perf_counter() - t0))
+    live_keys = sum(int(v["count"]) for v in body["live"].values())
+    stats_entities = int(sum(v["entities"] for v in counts.values()))
+    return {"table_requests": int(sum(v["requests"] for v in counts.values())),
+            "entities_read": stats_entities + live_keys, "stats_entities_read": stats_entities,
+            "live_row_keys_read": live_keys, "live": body["live"],
+            "writes": int(sum(v["requests"] for k, v in counts.items() if not k.endswith("|query"))),
+            "by_kind": {k: {"requests": int(v["requests"]), "entities": int(v["entities"])} for k, v in counts.items()},
+            "queues": "excluded: Service Bus peeks, no table request",
+            "latency_ms": {"p50": round(statistics.median(times), 2), "max": round(max(times), 2), "n": len(times)}}
+
+
 def measure_size(store: CountedStore, finished: int, now: datetime, repeats: int) -> dict[str, Any]:
     pages = {name: measure_page(store, params, repeats) for name, params in queries(now)}
     worst = max(p["entities_read"] for p in pages.values())
     return {"finished_orders": finished, "page": PAGE, "pages": pages, "max_entities_read": worst,
+            "overview": measure_overview(store, repeats),
             "max_table_requests": max(p["table_requests"] for p in pages.values()),
             "within_bound": worst <= BOUND_ENTITIES and all(p["writes"] == 0 for p in pages.values())}
 
@@ -178,6 +245,15 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             lines.append(f"  {name:<26} {p['orders_returned']:>3} orders: {p['entities_read']:>3} entities read "
                          f"({p['index_entities_read']} index + {p['state_point_reads']} state point reads), "
                          f"{p['table_requests']} requests, p50 {p['latency_ms']['p50']} ms")
+        o = size.get("overview")
+        if o:
+            lines.append(f"  {'overview (queues excluded)':<26} {o['entities_read']:>7} entities read "
+                         f"({o['stats_entities_read']} stats rows + {o['live_row_keys_read']} live row keys), "
+                         f"{o['table_requests']} requests, p50 {o['latency_ms']['p50']} ms")
+    stats = result.get("stats_seeding")
+    if stats:
+        lines.append(f"overview stats rows: {stats['processes']} processes, {stats['hours']} h before the run and "
+                     f"1 h after ({stats['rows']:,} rows)")
     full = result.get("attention_full_page")
     if full:
         lines.append(f"state=attention with {full['attention_orders']} orders that need an operator "
@@ -240,6 +316,7 @@ def run(sizes: list[int], *, threads: int = 6, repeats: int = 5, api_max: int = 
         try:
             store = CountedStore(az.connection_string, *TABLES)
             seed_live(az.host, az.table_port, TABLES[0], TABLES[2], now, LIVE_ORDERS)
+            result["stats_seeding"] = seed_stats(store, now)
             seeded = 0
             for size in sorted(sizes):
                 result["seeding"].append(_seed(az, seeded, size, now, threads, api_max, progress))

@@ -65,6 +65,22 @@ def test_a_full_attention_page_reads_each_results_state_row(result: dict[str, An
     assert result["sizes"]["1300"]["pages"]["state=attention"]["orders_returned"] == 5
 
 
+def test_the_overview_reads_its_stats_windows_and_two_counts_whatever_the_finished_orders(
+        result: dict[str, Any]) -> None:
+    live = search_cost.LIVE_ORDERS
+    seeded = result["stats_seeding"]
+    assert seeded["rows"] == search_cost.STATS_PROCESSES * (search_cost.STATS_HOURS + 1) * (60 + 1)  # minutes + hours
+    for size in ("1000", "1300"):
+        overview = result["sizes"][size]["overview"]
+        assert overview["table_requests"] == 4 and overview["writes"] == 0, overview  # 2 stats ranges, 2 counts
+        # 60 minute rows and 24 hour rows per process, of the 48 h of rows there
+        assert overview["stats_entities_read"] == search_cost.STATS_PROCESSES * (60 + 24), overview
+        assert overview["live"] == {"inFlight": {"count": live["inFlight"], "capped": False},
+                                    "attention": {"count": live["held"] + live["failed"], "capped": False}}
+        assert overview["entities_read"] == overview["stats_entities_read"] + overview["live_row_keys_read"]
+    assert result["sizes"]["1000"]["overview"]["entities_read"] == result["sizes"]["1300"]["overview"]["entities_read"]
+
+
 def test_seeded_rows_are_the_apps_index_rows() -> None:
     from datetime import UTC, datetime
 
@@ -84,3 +100,4 @@ def test_plot_and_summary(result: dict[str, Any], tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = "\n".join(search_cost.summary_lines(result))
     assert "1,300 finished orders" in text and "state=attention with 60 orders" in text
+    assert "overview (queues excluded)" in text
