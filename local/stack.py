@@ -5,11 +5,12 @@ the Functions host, each on a free loopback port. ``make run`` is ``python -m lo
 
 It starts the four in that order (waiting for each to be ready), writes
 ``.local/local.settings.json`` (what the host reads, as ``func start`` would) and
-``.local/stack.json`` (every endpoint and connection string), prints the HTTP base URL,
-then posts demo orders and shows their progress (``local.demo``). A few of them fail on
-purpose (a payment declined, a shipment that hangs until the Supervisor holds it, an item out
-of stock), so that history, search and the attention list have something to show;
-``--no-failing-orders`` leaves them out. Then, until stopped, a live line counts the orders
+``.local/stack.json`` (every endpoint and connection string), prints the HTTP base URL and the
+operator console's (``/api/console``), then posts demo orders and shows their progress
+(``local.demo``). A few of them fail on purpose (a payment declined, a shipment that hangs
+until the Supervisor holds it, an item out of stock), so that history, search and the
+attention list have something to show; ``--no-failing-orders`` leaves them out. Then, until
+stopped, a live line counts the orders
 by search category (inFlight, attention, processed, error) and each operator alert is
 printed as it arrives (``local.watch``). Ctrl-C or SIGTERM stops everything, by PID
 and process group, and removes stack.json: it exists only while the stack runs
@@ -486,6 +487,7 @@ def _serve(stack: Stack, args: argparse.Namespace) -> None:
     from local.watch import Watch, watch_forever
 
     print(f"\nHTTP base URL: {stack.base_url}\n"
+          f"  console:     {stack.api_url}/console   (the operator console, in a browser)\n"
           f"  orders:      POST {stack.api_url}/orders   GET {stack.api_url}/orders/{{id}}\n"
           f"  search:      GET {stack.api_url}/orders?state=attention\n"
           f"  remotes:     {stack.remotes_url}  (ledger {stack.remotes_url}/_ledger)\n"
