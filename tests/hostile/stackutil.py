@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from local.stack import Stack
+from shared.store import INDEX_PARTITION
 from shared.workflow import WORKFLOW
 
 PROBLEM = "application/problem+json"
@@ -100,8 +101,11 @@ class Tables:
         return {str(e.get("OrderId")) for e in self.deadlines.list_entities(select=["OrderId"])}
 
     def index_order_ids(self) -> set[str]:
-        """The orders the search index has a row of (any key range)."""
-        return {str(e.get("OrderId")) for e in self.index.list_entities(select=["OrderId"])}
+        """The orders the search index has a row of (any key range of its one partition; the
+        console's per-process stats rows live in another partition of the table)."""
+        rows = self.index.query_entities("PartitionKey eq @pk", parameters={"pk": INDEX_PARTITION},
+                                         select=["OrderId"])
+        return {str(e.get("OrderId")) for e in rows}
 
     def partition(self, order_id: str) -> dict[str, dict[str, Any]]:
         """Every row of one order, with its ETag (any write changes it)."""
