@@ -5,6 +5,12 @@ import { errorBox, fmtTime, h, orderLink, setChildren, table } from "./dom.js";
 
 const PAGE = 20;
 
+/** The body's first characters, on one line, for the row (the whole body in the <details>). */
+function preview(body) {
+  const text = String(body ?? "").replace(/\s+/g, " ");
+  return text.length > 60 ? `${text.slice(0, 60)}…` : text || "(empty)";
+}
+
 export function render(main, ctx, query, queue) {
   const list = h("div", { dataset: { testid: "deadletters" } });
   setChildren(main, h("h1", {}, "Dead letters of ", h("span", { class: "mono" }, queue)),
@@ -26,8 +32,10 @@ export function render(main, ctx, query, queue) {
     const rows = data.messages.map((message) => [
       String(message.sequenceNumber), fmtTime(message.enqueuedAt), message.reason || "—", message.description || "—",
       message.orderId ? orderLink(message.orderId) : "—", String(message.deliveryCount),
-      h("details", {}, h("summary", {}, message.subject || message.messageId || "body"),
-        h("pre", { class: "body" }, message.body ?? ""), message.bodyTruncated ? h("p", { class: "muted" }, "(truncated)") : null),
+      h("details", {}, h("summary", { class: "mono" }, preview(message.body)),
+        h("pre", { class: "body" }, message.body ?? ""),
+        h("p", { class: "muted" }, `message id ${message.messageId}${message.subject ? `, subject ${message.subject}` : ""}` +
+          (message.bodyTruncated ? " · body truncated by the API" : ""))),
     ]);
     setChildren(list,
       rows.length ? table(["Seq", "Enqueued", "Reason", "Description", "Order", "Deliveries", "Body"], rows)

@@ -56,12 +56,11 @@ function page(order, history, status, reload, path) {
       ` ${order.category}${order.outcome ? ` · ${order.outcome}` : ""}`,
       actions.length ? [" ", actionButtons(order.orderId, actions, status, () => reload())] : null,
       " ", h("button", { type: "button", onclick: () => reload() }, "Refresh")),
+    h("section", { class: "panel" }, h("h2", {}, "Steps"), steps(order.steps), compensation(order.compensation)),
+    h("section", { class: "panel" }, h("h2", {}, "Timeline"), renderGantt(timeline)),
     h("div", { class: "columns" },
       h("section", { class: "panel" }, h("h2", {}, "State"), summary(order)),
       h("section", { class: "panel" }, h("h2", {}, "The order"), orderDetails(order.order))),
-    h("section", { class: "panel" }, h("h2", {}, "Steps"), steps(order.steps)),
-    h("section", { class: "panel" }, h("h2", {}, "Compensation"), compensation(order.compensation)),
-    h("section", { class: "panel" }, h("h2", {}, "Timeline"), renderGantt(timeline)),
     h("section", { class: "panel" }, h("h2", {}, "Trace"), renderTrace(history.events)),
     h("section", { class: "panel" }, h("h2", {}, `History (${history.events.length} events)`),
       historyTable(history.events), history.more ? moreHistory(path, history) : null),
@@ -105,8 +104,11 @@ function steps(list) {
 }
 
 function compensation(comp) {
-  if (!comp || !comp.total) return h("p", { class: "muted", dataset: { testid: "compensation" } }, `No compensation${comp && comp.state ? ` (${comp.state})` : ""}.`);
-  return h("div", { dataset: { testid: "compensation" } },
+  if (!comp || !comp.total) {
+    return h("p", { class: "muted", dataset: { testid: "compensation" } },
+      `Compensation: none${comp && comp.state && comp.state !== "none" ? ` (${comp.state})` : ""}.`);
+  }
+  return h("p", { class: "compensation", dataset: { testid: "compensation" } }, "Compensation: ",
     h("progress", { max: comp.total, value: comp.done, "aria-label": "compensations done" }),
     ` ${comp.state}: ${comp.done} of ${comp.total} done, ${comp.failed} failed, ${comp.pending} pending`);
 }

@@ -87,17 +87,37 @@ export function renderGantt(timeline) {
         dataset: { testid: "gantt-bar", status: bar.status } }, h("span", { class: "visually-hidden" }, text));
     }))));
   const marks = h("div", { class: "gantt-row marks" }, h("div", { class: "gantt-label" }, "order"),
-    track(timeline, timeline.marks.map((mark) => h("span", {
-      class: `mark mark-${mark.event.event}`, style: { left: place(timeline, mark.at, mark.at).left },
-      title: `${mark.event.event} at ${fmtTime(mark.event.at)}`,
-    }, mark.event.event))));
+    track(timeline, groupMarks(timeline).map((group) => {
+      const fraction = (group[0].at - timeline.start) / (timeline.end - timeline.start);
+      // near the right end the label goes to the left of its mark, or it would be cut off
+      const style = fraction > 0.75 ? { right: `${((1 - fraction) * 100).toFixed(3)}%` } : { left: `${(fraction * 100).toFixed(3)}%` };
+      return h("span", {
+        class: `mark mark-${group[group.length - 1].event.event}${fraction > 0.75 ? " mark-end" : ""}`, style,
+        title: group.map((mark) => `${mark.event.event} at ${fmtTime(mark.event.at)}`).join("\n"),
+      }, group.map((mark) => mark.event.event).join(", "));
+    })));
   return h("div", { class: "gantt", dataset: { testid: "gantt" } }, axis(timeline), rows, marks,
     h("p", { class: "legend muted" }, legend()));
 }
 
+/** Marks closer than 12% of the span share one label (their texts would overlap). */
+function groupMarks(timeline) {
+  const groups = [];
+  const near = (timeline.end - timeline.start) * 0.12;
+  for (const mark of timeline.marks) {
+    const last = groups[groups.length - 1];
+    if (last && mark.at - last[0].at < near) last.push(mark);
+    else groups.push([mark]);
+  }
+  return groups;
+}
+
 function legend() {
-  return ["done", "failed", "timed out", "running", "terminated", "superseded"].map((status) =>
-    h("span", { class: "legend-item" }, h("span", { class: `swatch bar-${status.replace(" ", "-")}` }), status));
+  return [
+    ...["done", "failed", "timed out", "running", "terminated", "superseded"].map((status) =>
+      h("span", { class: "legend-item" }, h("span", { class: `swatch bar-${status.replace(" ", "-")}` }), status)),
+    h("span", { class: "legend-item" }, h("span", { class: "swatch bar-compensated" }), "compensation done (↺ rows)"),
+  ];
 }
 
 /** Trace ids and the waterfall of events (offset from the first event), coloured by instance. */
