@@ -1,0 +1,128 @@
+"""The README's pictures of the operator console, taken from the real local stack.
+
+    .venv/bin/python -m local.screenshots [--out docs] [--orders 40]
+
+Starts a throw-away stack (in-memory Azurite, fast Supervisor), posts the demo's orders with
+its failing ones (a payment declined, a shipment that hangs until held, an item out of stock),
+sends one poison message to the scheduler queue (dead-lettered after MaxDeliveryCount), waits
+for all of it to show, then saves ``console-{overview,attention,order,search,deadletters}.png``
+at 1280x800 with headless Chromium (``local.browser``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from local.browser import console_url, missing_browser, new_driver
+from local.demo import FAILING_CUSTOMER, demo
+from local.procs import REPO_ROOT
+from local.stack import Stack
+
+FAST = {"SupervisorSchedule": "*/2 * * * * *", "StepTimeoutSeconds": "5", "UnclaimedGraceSeconds": "5",
+        "BackoffBaseSeconds": "1"}
+POISON = '{"orderId": "0f8fad5bd9cb469fa16570867728950e", "seq": "not a number"}'
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(1.0)
+
+
+def get(stack: Stack, path: str, **params: Any) -> Any:
+    r = requests.get(f"{stack.api_url}{path}", params=params, timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def send_poison(stack: Stack) -> str:
+    """A schedule message no order has: abandoned on every delivery, then dead-lettered."""
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+    queue = stack.settings["SchedulerQueue"]
+    with ServiceBusClient.from_connection_string(stack.servicebus_connection_string) as client, \
+            client.get_queue_sender(queue) as sender:
+        sender.send_messages(ServiceBusMessage(POISON, content_type="application/json"))
+    return queue
+
+
+def seed(stack: Stack, orders: int) -> tuple[str, str]:
+    """Demo orders (failing ones too) and a dead letter; returns (a compensated order, the queue)."""
+    demo(stack, orders, 10.0, True, sys.stdout, seed=7)
+    queue = send_poison(stack)
+    wait_for("the held shipment and the dead letter", lambda: (
+        get(stack, "/overview")["live"]["attention"]["count"] >= 3
+        and any(q["deadLetter"] for q in get(stack, "/overview")["queues"])))
+    failing = [get(stack, f"/orders/{o['orderId']}")
+               for o in get(stack, "/orders", customerId=FAILING_CUSTOMER)["orders"]]
+    # the most telling order page: one whose completed steps were compensated (the payment declined)
+    failing.sort(key=lambda o: (o["compensation"]["total"], len(o["history"])), reverse=True)
+    chosen = failing[0]["orderId"]
+    time.sleep(6)  # the stats rows' last flush (every 5 s)
+    return chosen, queue
+
+
+def _present(by: str, css: str) -> Callable[[Any], Any]:
+    return lambda driver: driver.find_elements(by, css)
+
+
+def shoot(stack: Stack, out: Path, order_id: str, queue: str) -> list[Path]:
+    views = [("overview", "/", "[data-testid='chart'] canvas"),
+             ("attention", "/attention", "[data-testid='reason']"),
+             ("order", f"/orders/{order_id}", "[data-testid='gantt']"),
+             ("search", "/search?limit=15", "[data-testid='orders']"),
+             ("deadletters", f"/deadletters/{queue}", "[data-testid='deadletters'] table")]
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = new_driver()
+    saved = []
+    try:
+        for name, route, ready in views:
+            driver.get(console_url(stack.api_url, route))
+            WebDriverWait(driver, 30).until(_present(By.CSS_SELECTOR, ready))
+            if name == "deadletters":  # show the first message's body
+                driver.execute_script("document.querySelector('[data-testid=deadletters] details').open = true")
+            time.sleep(1.0)  # the rest of the page's reads (the attention reasons, fonts)
+            path = out / f"console-{name}.png"
+            driver.save_screenshot(str(path))
+            saved.append(path)
+        severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        if severe:
+            raise RuntimeError(f"the console logged errors: {severe}")
+    finally:
+        driver.quit()
+    return saved
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m local.screenshots", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(REPO_ROOT / "docs"), help="folder for the PNGs (default docs)")
+    ap.add_argument("--orders", type=int, default=40, help="demo orders to post (default 40)")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    reason = missing_browser()
+    if reason:
+        print(f"error: {reason}", file=sys.stderr)
+        return 1
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="console-shots-") as tmp, \
+            Stack(Path(tmp) / "stack", persistent=False, settings_overrides=FAST) as stack:
+        order_id, queue = seed(stack, args.orders)
+        for path in shoot(stack, out, order_id, queue):
+            print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
