@@ -33,11 +33,11 @@ from typing import Any
 
 from shared.console_stats import hour_stamp, minute_stamp
 from shared.logs import log_event
+from shared.reindex import reindex_from_state
 from shared.runtime import Runtime
 from shared.statemachine import Category, StateRow, category_of
 from shared.statemachine.search_index import listing_keys
 from shared.store import ETAG, MAX_BATCH_OPS, STATE_ROW, Conflict, Op
-from shared.supervisor import reindex_from_state
 
 PURGE_BATCH = 100
 PURGE_BUDGET_SECONDS = 60.0

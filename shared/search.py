@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from typing import Any
 
-from shared.effects import Reindex, iso
+from shared.effects import iso
 from shared.models import MAX_ID_LENGTH, SAFE_ID
+from shared.reindex import reindex_from_state
 from shared.runtime import Runtime
-from shared.statemachine import Category, StateRow, View, category_of, index_rows
-from shared.statemachine.search_index import category_key, customer_key, rev
+from shared.statemachine import Category, StateRow, category_of
+from shared.statemachine.search_index import customer_key, rev
 from shared.store import STATE_ROW
 from shared.submission import HttpResult, problem
 from shared.tokens import InvalidToken, issue, redeem
@@ -174,19 +175,8 @@ def _check(rt: Runtime, row: dict[str, Any]) -> dict[str, Any] | None:
     state = StateRow.from_entity(entity)
     category = category_of(state)
     if category != row.get("Category"):
-        _repair(rt, state.order_id, Category(row.get("Category", Category.IN_FLIGHT)))
+        reindex_from_state(rt, state.order_id, Category(row.get("Category", Category.IN_FLIGHT)))
     now = {**row, "ProcessState": str(state.process_state), "FailureCount": state.failure_count,
            "Outcome": str(state.outcome) if state.outcome else None, "Category": str(category),
            "UpdatedAt": iso(state.updated_at) if state.updated_at else None}
     return _result(now)
-
-
-def _repair(rt: Runtime, order_id: str, listed: Category) -> None:
-    """Rewrite the order's index rows from its state, and delete its row of the category it
-    was ``listed`` in: the index write of a transition that was lost or overtaken."""
-    view = View.from_entities(rt.store.read_partition(order_id))
-    if view.order is None or view.state is None:
-        return
-    rows = index_rows(view.order, view.state)
-    stale = category_key(listed, view.order.created_at, order_id)
-    rt.run([Reindex(order_id, tuple(rows), () if stale in {r["RowKey"] for r in rows} else (stale,))])

@@ -32,21 +32,18 @@ from datetime import datetime
 from typing import Any
 
 from shared import console_stats, metrics, telemetry
-from shared.effects import PutIndex, Reindex
+from shared.effects import PutIndex
 from shared.logs import log_event
+from shared.reindex import reindex_from_state
 from shared.runtime import Runtime
 from shared.statemachine import (
-    Category,
     IndexRow,
     IndexVerdict,
     StateRow,
     View,
-    category_of,
     decide_expired,
-    index_rows,
     index_verdict,
 )
-from shared.statemachine.search_index import category_key
 from shared.store import STATE_ROW
 
 DEFAULT_BATCH = 500
@@ -117,19 +114,6 @@ def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> Swee
                   moved=report.moved,
                   lostRaces=report.lost_races, errors=report.errors, deferred=report.deferred)
     return report
-
-
-def reindex_from_state(rt: Runtime, order_id: str) -> bool:
-    """Write the order's search index rows as its state says, and delete its rows of the
-    categories it may have been listed in before (False: that failed). Those rows may well
-    not be there, so they are deleted one by one, apart from other orders' writes."""
-    view = View.from_entities(rt.store.read_partition(order_id))
-    if view.order is None or view.state is None:
-        return True
-    current = category_of(view.state)
-    stale = tuple(category_key(c, view.order.created_at, order_id) for c in (Category.IN_FLIGHT, Category.ATTENTION)
-                  if c is not current)
-    return not rt.run([Reindex(order_id, tuple(index_rows(view.order, view.state)), stale=stale)]).index_failed
 
 
 def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepReport) -> None:
