@@ -12,6 +12,11 @@ either a connection string, or identity-based settings under
 ``StateStorage`` is either a connection string or ``StateStorage__tableServiceUri``
 (+ ``__credential``, ``__clientId``).
 
+Each agent of ``workflows/agents.json`` (``shared.agent_catalog``) brings two settings, derived
+here rather than written out: its queue setting (default ``agent-{name}``, the queue
+``infra/servicebus-config.json`` declares) and its service URL setting (required). A new remote
+service is one line in that file plus its queue.
+
 A value setting declared with no default (the remote services' URLs: nothing is a safe
 default for them in Azure) is required: ``Settings.from_env`` raises ``MissingSettingError``,
 naming it, when it is unset or empty. ``local.settings.json.example`` and the local stack
@@ -24,6 +29,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+
+from shared.agent_catalog import AGENTS
 
 
 @dataclass(frozen=True)
@@ -50,9 +57,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(STATE_STORAGE_CONNECTION, None, "Table Storage connection (string or identity prefix)", "connection"),
     SettingSpec("SchedulerQueue", "scheduler", "Queue the Scheduler is told about new/redriven orders on", "queue"),
     SettingSpec("RepliesQueue", "replies", "Queue agents reply on", "queue"),
-    SettingSpec("InventoryQueue", "agent-inventory", "Inventory agent's request queue", "queue"),
-    SettingSpec("PaymentQueue", "agent-payment", "Payment agent's request queue", "queue"),
-    SettingSpec("ShippingQueue", "agent-shipping", "Shipping agent's request queue", "queue"),
+    *(SettingSpec(a.queue_setting, a.default_queue, f"{a.name.capitalize()} agent's request queue", "queue")
+      for a in AGENTS),
     SettingSpec("AlertsQueue", "alerts", "Operator alerts queue", "queue"),
     SettingSpec("StatusQueue", "order-status",
                 "The status queue the deployment provides (status goes only to a statusQueue an order names)", "queue"),
@@ -60,9 +66,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("DeadlineTable", "deadlines", "Deadline index the Supervisor sweeps", "table"),
     SettingSpec("OrderIndexTable", "orderindex", "Search index of orders (by time, customer, category, finish day)",
                 "table"),
-    SettingSpec("InventoryServiceUrl", None, "Inventory service base URL"),
-    SettingSpec("PaymentServiceUrl", None, "Payment service base URL"),
-    SettingSpec("ShippingServiceUrl", None, "Shipping service base URL"),
+    *(SettingSpec(a.service_url_setting, None, f"{a.name.capitalize()} service base URL") for a in AGENTS),
     SettingSpec("SupervisorSchedule", "*/15 * * * * *", "NCRONTAB schedule of the Supervisor timer"),
     SettingSpec("MaxFailureCount", "3", "FailureCount at which a step goes to Error"),
     SettingSpec("BackoffThreshold", "1", "FailureCount after which the Supervisor delays the redrive"),
@@ -72,9 +76,14 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("MaxRequestBytes", "65536", "Largest accepted order body"),
     SettingSpec("RetentionDays", "30", "Days a finished order (and its history) is kept before it is purged"),
     SettingSpec("RetentionSchedule", "0 17 * * * *", "NCRONTAB schedule of the retention purge timer"),
+    SettingSpec("WorkflowsPath", "workflows",
+                "Directory of the workflow files (<name>.v<version>.yaml); relative to the app's root"),
 )
 
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)
+if len(SETTING_NAMES) != len(SETTINGS):  # an agent's setting named like another setting
+    _twice = sorted({s.name for s in SETTINGS if sum(t.name == s.name for t in SETTINGS) > 1})
+    raise ValueError(f"settings declared twice (shared/settings.py, workflows/agents.json): {', '.join(_twice)}")
 QUEUE_SETTINGS = tuple(s for s in SETTINGS if s.kind == "queue")
 TABLE_SETTINGS = tuple(s for s in SETTINGS if s.kind == "table")
 REQUIRED_SETTINGS = tuple(s for s in SETTINGS if s.required)

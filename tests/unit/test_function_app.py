@@ -51,6 +51,10 @@ def test_service_bus_triggers_scheduler_and_one_per_agent() -> None:
                     if _trigger(f)["type"] == "serviceBusTrigger")
     expected = sorted(["%SchedulerQueue%", "%RepliesQueue%", *(f"%{a.queue_setting}%" for a in AGENTS)])
     assert queues == expected
+    # workflows/agents.json declares four agents; each is one generated function on its queue.
+    agents = {name: _trigger(f)["queueName"] for name, f in _functions().items() if name.startswith("agent_")}
+    assert agents == {"agent_inventory": "%InventoryQueue%", "agent_payment": "%PaymentQueue%",
+                      "agent_shipping": "%ShippingQueue%", "agent_delivery": "%DeliveryQueue%"}
     for f in _functions().values():
         t = _trigger(f)
         if t["type"] == "serviceBusTrigger":
@@ -100,4 +104,5 @@ def test_indexing_stops_on_a_missing_required_setting_and_names_it() -> None:
                           timeout=120)
     assert proc.returncode != 0
     assert "InventoryServiceUrl" in proc.stderr and "ShippingServiceUrl" in proc.stderr
+    assert "DeliveryServiceUrl" in proc.stderr
     assert "PaymentServiceUrl" not in proc.stderr.splitlines()[-1]

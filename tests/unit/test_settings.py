@@ -12,7 +12,8 @@ URLS = {s.name: f"https://{s.name.lower()}.example.com" for s in REQUIRED_SETTIN
 
 
 def test_the_service_urls_are_required() -> None:
-    assert {s.name for s in REQUIRED_SETTINGS} == {"InventoryServiceUrl", "PaymentServiceUrl", "ShippingServiceUrl"}
+    assert {s.name for s in REQUIRED_SETTINGS} == {"InventoryServiceUrl", "PaymentServiceUrl", "ShippingServiceUrl",
+                                                   "DeliveryServiceUrl"}
     assert all(s.default is None for s in REQUIRED_SETTINGS)
 
 
@@ -36,9 +37,10 @@ def test_a_missing_url_fails_naming_it(name: str, value: str | None) -> None:
 def test_every_missing_setting_is_named_at_once() -> None:
     with pytest.raises(MissingSettingError) as missing:
         Settings.from_env({})
-    assert missing.value.names == ("InventoryServiceUrl", "PaymentServiceUrl", "ShippingServiceUrl")
+    assert missing.value.names == ("InventoryServiceUrl", "PaymentServiceUrl", "ShippingServiceUrl",
+                                   "DeliveryServiceUrl")
     assert str(missing.value).startswith(
-        "required app settings not set: InventoryServiceUrl, PaymentServiceUrl, ShippingServiceUrl")
+        "required app settings not set: InventoryServiceUrl, PaymentServiceUrl, ShippingServiceUrl, DeliveryServiceUrl")
 
 
 def test_given_urls_are_read_as_set() -> None:
