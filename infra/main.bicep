@@ -18,14 +18,8 @@ param location string = resourceGroup().location
 @description('Email address that receives dead-letter and Supervisor alerts.')
 param alertEmail string
 
-@description('InventoryServiceUrl: base URL of the inventory service, path prefix included.')
-param inventoryServiceUrl string
-
-@description('PaymentServiceUrl: base URL of the payment service, path prefix included.')
-param paymentServiceUrl string
-
-@description('ShippingServiceUrl: base URL of the shipping service, path prefix included.')
-param shippingServiceUrl string
+@description('Base URL of each agent\'s remote service, path prefix included, keyed by the agent\'s serviceUrlSetting in workflows/agents.json (InventoryServiceUrl, PaymentServiceUrl, ShippingServiceUrl, DeliveryServiceUrl...). Every agent needs one: the app does not start without it.')
+param serviceUrls object
 
 @description('SupervisorSchedule: NCRONTAB (six fields, seconds first) of the Supervisor timer.')
 param supervisorSchedule string = '*/15 * * * * *'
@@ -74,6 +68,12 @@ param tags object = {}
 // The one queue declaration, shared with the Service Bus emulator used locally.
 var serviceBusConfig = loadJsonContent('servicebus-config.json')
 var queues = serviceBusConfig.UserConfig.Namespaces[0].Queues
+
+// The one declaration of the agents, read by the app too (shared/agent_catalog.py): the Function
+// App sets each agent's queue and service URL settings in a loop over it, so a new agent (a line
+// there, its queue in servicebus-config.json, its URL in serviceUrls) needs no Bicep edit.
+var agentCatalog = loadJsonContent('../workflows/agents.json')
+var agents = agentCatalog.agents
 
 // Tables the app reads: the values of the table settings (StateTable, DeadlineTable,
 // OrderIndexTable).
@@ -154,9 +154,8 @@ module functionApp 'modules/functionapp.bicep' = {
     deploymentContainerName: storage.outputs.deploymentContainerName
     serviceBusFullyQualifiedNamespace: serviceBus.outputs.fullyQualifiedNamespace
     appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
-    inventoryServiceUrl: inventoryServiceUrl
-    paymentServiceUrl: paymentServiceUrl
-    shippingServiceUrl: shippingServiceUrl
+    agents: agents
+    serviceUrls: serviceUrls
     supervisorSchedule: supervisorSchedule
     maxFailureCount: maxFailureCount
     backoffThreshold: backoffThreshold

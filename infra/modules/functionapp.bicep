@@ -35,14 +35,11 @@ param serviceBusFullyQualifiedNamespace string
 @description('Application Insights connection string (ingestion endpoint; not a key).')
 param appInsightsConnectionString string
 
-@description('InventoryServiceUrl: base URL of the inventory service, path prefix included.')
-param inventoryServiceUrl string
+@description('The agents of workflows/agents.json: name, queueSetting, serviceUrlSetting.')
+param agents array
 
-@description('PaymentServiceUrl: base URL of the payment service, path prefix included.')
-param paymentServiceUrl string
-
-@description('ShippingServiceUrl: base URL of the shipping service, path prefix included.')
-param shippingServiceUrl string
+@description('Base URL of each agent\'s remote service, path prefix included, keyed by its serviceUrlSetting.')
+param serviceUrls object
 
 @description('SupervisorSchedule: NCRONTAB (six fields, seconds first) of the Supervisor timer.')
 param supervisorSchedule string
@@ -86,6 +83,18 @@ param maximumInstanceCount int
 param instanceMemoryMB int
 
 param tags object = {}
+
+// Each agent's settings, one loop per kind over workflows/agents.json: its request queue (the
+// queue agent-NAME of infra/servicebus-config.json) and its remote service's base URL.
+var agentQueueSettings = [for agent in agents: {
+  name: agent.queueSetting
+  value: 'agent-${agent.name}'
+}]
+
+var agentServiceUrlSettings = [for agent in agents: {
+  name: agent.serviceUrlSetting
+  value: serviceUrls[agent.serviceUrlSetting]
+}]
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
   // checkov:skip=CKV_AZURE_225: Zone-redundant Flex Consumption exists only in some regions; set zoneRedundant: true where the region offers it.
@@ -147,7 +156,7 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
       scmMinTlsVersion: '1.2'
       ftpsState: 'Disabled'
       http20Enabled: true
-      appSettings: [
+      appSettings: concat([
         // Host storage, by identity.
         {
           name: 'AzureWebJobsStorage__accountName'
@@ -209,7 +218,7 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'StateStorage__clientId'
           value: identityClientId
         }
-        // Queues: names declared in infra/servicebus-config.json.
+        // Queues: names declared in infra/servicebus-config.json (the agents' queues: below).
         {
           name: 'SchedulerQueue'
           value: 'scheduler'
@@ -217,18 +226,6 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'RepliesQueue'
           value: 'replies'
-        }
-        {
-          name: 'InventoryQueue'
-          value: 'agent-inventory'
-        }
-        {
-          name: 'PaymentQueue'
-          value: 'agent-payment'
-        }
-        {
-          name: 'ShippingQueue'
-          value: 'agent-shipping'
         }
         {
           name: 'AlertsQueue'
@@ -251,19 +248,7 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'OrderIndexTable'
           value: 'orderindex'
         }
-        // Remote services and workflow tuning.
-        {
-          name: 'InventoryServiceUrl'
-          value: inventoryServiceUrl
-        }
-        {
-          name: 'PaymentServiceUrl'
-          value: paymentServiceUrl
-        }
-        {
-          name: 'ShippingServiceUrl'
-          value: shippingServiceUrl
-        }
+        // Workflow tuning.
         {
           name: 'SupervisorSchedule'
           value: supervisorSchedule
@@ -301,7 +286,13 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'RetentionSchedule'
           value: retentionSchedule
         }
-      ]
+        // The workflow files, shipped in the package (workflows/*.yaml).
+        {
+          name: 'WorkflowsPath'
+          value: 'workflows'
+        }
+        // Then each agent's queue and service URL settings (the loops above).
+      ], agentQueueSettings, agentServiceUrlSettings)
     }
   }
 }

@@ -26,6 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 INFRA = REPO_ROOT / "infra"
 QUEUE_CONFIG = INFRA / "servicebus-config.json"
 LOCAL_SETTINGS_EXAMPLE = REPO_ROOT / "local.settings.json.example"
+AGENTS_JSON = REPO_ROOT / "workflows" / "agents.json"
 
 CHECKOV_VERSION = "3.3.30"
 CHECKOV_VENV = REPO_ROOT / ".venv-checkov"
@@ -130,17 +131,50 @@ def strip_comments(text: str) -> str:
 
 
 _SETTING = re.compile(r"\{\s*name:\s*'(?P<name>[^']+)'\s*\n\s*value:\s*(?P<value>[^\n]+?)\s*\n\s*\}")
+# var X = [for agent in agents: { name: agent.FIELD  value: EXPR }]: one app setting per agent.
+_AGENT_LOOP = re.compile(r"^var (?P<var>\w+) = \[for agent in agents: \{\s*\n\s*name: agent\.(?P<field>\w+)\s*\n"
+                         r"\s*value: (?P<value>[^\n]+?)\s*\n\s*\}\]", re.M)
+
+
+def agent_catalog() -> list[dict[str, str]]:
+    """The agents of workflows/agents.json, as Bicep's loadJsonContent reads them."""
+    return json.loads(AGENTS_JSON.read_text())["agents"]
+
+
+def bicep_agent_loops() -> dict[str, tuple[str, str]]:
+    """functionapp.bicep's loops over the agents: var -> (the agent field naming the setting, value)."""
+    text = strip_comments(bicep_text("modules/functionapp.bicep"))
+    return {m.group("var"): (m.group("field"), m.group("value")) for m in _AGENT_LOOP.finditer(text)}
+
+
+def expand_for_agent(expr: str, agent: dict[str, str]) -> str:
+    """A loop's value for one agent: ${agent.x} in strings and agent.x elsewhere are replaced."""
+    expr = re.sub(r"\$\{agent\.(\w+)\}", lambda m: agent[m.group(1)], expr)
+    return re.sub(r"\bagent\.(\w+)", lambda m: f"'{agent[m.group(1)]}'", expr)
 
 
 def bicep_app_settings() -> dict[str, str]:
-    """App settings of the Function App: name -> Bicep value expression (as written)."""
+    """App settings of the Function App: name -> Bicep value expression (as written; a setting
+    of a loop over the agents with that agent's fields filled in, e.g. serviceUrls['X'])."""
     text = strip_comments(bicep_text("modules/functionapp.bicep"))
-    start = text.index("appSettings: [")
+    start = text.index("appSettings: concat([")
     block = text[start:]
     settings: dict[str, str] = {}
+
+    def add(name: str, value: str) -> None:
+        assert name not in settings, f"app setting {name} is set twice"
+        settings[name] = value
+
     for m in _SETTING.finditer(block):
-        assert m.group("name") not in settings, f"app setting {m.group('name')} is set twice"
-        settings[m.group("name")] = m.group("value")
+        add(m.group("name"), m.group("value"))
+    tail = re.search(r"^\s*\], (?P<vars>\w+(?:, \w+)*)\)$", block, re.M)
+    assert tail, "appSettings is concat([...literal settings...], loop, ...)"
+    loops = bicep_agent_loops()
+    for var in tail.group("vars").split(", "):
+        assert var in loops, f"appSettings concatenates {var}, which is not a loop over the agents"
+        field, value = loops[var]
+        for agent in agent_catalog():
+            add(agent[field], expand_for_agent(value, agent))
     return settings
 
 

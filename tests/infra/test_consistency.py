@@ -2,22 +2,30 @@
 declaration infra/servicebus-config.json, the Bicep app settings, queues and tables, and
 local.settings.json.example. Nothing is declared that nothing reads.
 
-Bicep is read as text (no compiler is needed); the JSON files are parsed.
+Bicep is read as text (no compiler is needed); the JSON files are parsed. The agents are declared
+once, in workflows/agents.json: every agent a workflow (workflows/*.yaml) names must have its queue,
+its two settings, its Bicep app settings (a loop over that file) and its function.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+from unittest import mock
 
 import pytest
+import yaml
 
+from shared.agent_catalog import AGENTS, AGENTS_BY_NAME
 from shared.settings import QUEUE_SETTINGS, REQUIRED_SETTINGS, SETTINGS, TABLE_SETTINGS
-from shared.workflow import AGENTS
 
 from .conftest import (
     INFRA,
     LOCAL_SETTINGS_EXAMPLE,
+    REPO_ROOT,
+    agent_catalog,
+    bicep_agent_loops,
     bicep_app_settings,
     bicep_files,
     bicep_literal,
@@ -166,6 +174,67 @@ def test_every_agent_reads_a_queue_setting() -> None:
     assert {a.service_url_setting for a in AGENTS} == service_urls
 
 
+# --- Agents (workflows/agents.json) and the workflows that name them ------------------------------
+
+
+def workflow_agents() -> dict[str, set[str]]:
+    """Agent name -> the workflow files (workflows/*.yaml) with a step it serves."""
+    files = sorted((REPO_ROOT / "workflows").glob("*.yaml"))
+    assert files, "no workflow file in workflows/"
+    named: dict[str, set[str]] = {}
+    for path in files:
+        for step in yaml.safe_load(path.read_text())["steps"]:
+            named.setdefault(step["agent"], set()).add(path.name)
+    return named
+
+
+def test_the_agents_json_bicep_reads_is_the_apps() -> None:
+    assert [(a["name"], a["queueSetting"], a["serviceUrlSetting"]) for a in agent_catalog()] == \
+        [(a.name, a.queue_setting, a.service_url_setting) for a in AGENTS]
+
+
+def test_bicep_sets_every_agents_settings_in_a_loop_over_agents_json() -> None:
+    """A new agent needs no Bicep edit: main.bicep loads workflows/agents.json and the Function App
+    sets each agent's queue and service URL settings in loops over it, none written out."""
+    main = strip_comments(bicep_text("main.bicep"))
+    catalog = re.search(r"^var (\w+) = loadJsonContent\('\.\./workflows/agents\.json'\)$", main, re.M)
+    assert catalog, "main.bicep does not load workflows/agents.json"
+    assert re.search(rf"^var agents = {catalog.group(1)}\.agents$", main, re.M)
+    assert re.search(r"^\s+agents: agents$", main, re.M), "main.bicep does not pass the agents to functionapp.bicep"
+    functionapp = strip_comments(bicep_text("modules/functionapp.bicep"))
+    assert re.search(r"^param agents array$", functionapp, re.M)
+    fields = sorted(field for field, _ in bicep_agent_loops().values())
+    assert fields == ["queueSetting", "serviceUrlSetting"], bicep_agent_loops()
+    for agent in AGENTS:
+        for literal in (agent.queue_setting, agent.service_url_setting, agent.default_queue):
+            assert f"'{literal}'" not in functionapp, f"functionapp.bicep writes {literal} out: loop over the agents"
+
+
+def test_every_agent_of_every_workflow_has_a_queue_settings_bicep_and_a_function() -> None:
+    with mock.patch.dict(os.environ, {s.name: f"http://{s.name.lower()}.invalid" for s in REQUIRED_SETTINGS}):
+        import function_app
+    triggers = {f.get_function_name(): json.loads(f.get_function_json())["bindings"][0]
+                for f in function_app.app.get_functions()}
+    queues = config_queues()
+    settings = {s.name: s for s in SETTINGS}
+    bicep = bicep_app_settings()
+    named = workflow_agents()
+    assert {"inventory", "payment", "shipping", "delivery"} <= set(named), named
+    for name, files in sorted(named.items()):
+        assert name in AGENTS_BY_NAME, f"{sorted(files)}: agent {name!r} is not declared in workflows/agents.json"
+        agent = AGENTS_BY_NAME[name]
+        queue = settings[agent.queue_setting]
+        assert (queue.kind, queue.default) == ("queue", agent.default_queue), agent
+        assert agent.default_queue in queues, f"{name}: no queue {agent.default_queue} in servicebus-config.json"
+        assert settings[agent.service_url_setting].required, agent
+        assert bicep_literal(bicep[agent.queue_setting]) == agent.default_queue, agent
+        assert bicep[agent.service_url_setting] == f"serviceUrls['{agent.service_url_setting}']", agent
+        function = f"agent_{name.replace('-', '_')}"
+        assert function in triggers, f"{name}: no function {function}"
+        assert (triggers[function]["type"], triggers[function]["queueName"]) == \
+            ("serviceBusTrigger", f"%{agent.queue_setting}%"), triggers[function]
+
+
 def test_bicep_deploys_exactly_the_declared_queues() -> None:
     main = bicep_text("main.bicep")
     assert re.search(r"= loadJsonContent\('servicebus-config\.json'\)", main)
@@ -226,15 +295,20 @@ def test_local_settings_example_values_match_the_declarations() -> None:
 
 
 def test_required_settings_are_required_in_bicep_and_set_locally() -> None:
-    """No default in the app, none in Bicep (a deployment must give one); the example gives the local one."""
-    assert {s.name for s in REQUIRED_SETTINGS} == {"InventoryServiceUrl", "PaymentServiceUrl", "ShippingServiceUrl"}
+    """No default in the app, none in Bicep (a deployment must give one: the serviceUrls parameter,
+    keyed by setting name); the example gives the local one."""
+    assert {s.name for s in REQUIRED_SETTINGS} == {"InventoryServiceUrl", "PaymentServiceUrl", "ShippingServiceUrl",
+                                                   "DeliveryServiceUrl"}
     main = bicep_text("main.bicep")
     bicep = bicep_app_settings()
     values = example_values()
+    given = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]["serviceUrls"]["value"]
+    assert re.search(r"^param serviceUrls object$", main, re.M)
     for spec in REQUIRED_SETTINGS:
-        param = bicep[spec.name]
-        assert re.search(rf"^param {param} string$", main, re.M), (spec.name, param)
+        assert bicep[spec.name] == f"serviceUrls['{spec.name}']", (spec.name, bicep[spec.name])
+        assert given[spec.name].startswith("https://"), (spec.name, given.get(spec.name))
         assert values[spec.name].startswith("http://127.0.0.1:"), (spec.name, values[spec.name])
+    assert set(given) == {s.name for s in REQUIRED_SETTINGS}, "main.parameters.json serviceUrls: one per agent"
 
 
 def test_local_settings_example_has_nothing_that_nothing_reads() -> None:

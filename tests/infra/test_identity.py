@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import azure.identity
 import pytest
@@ -34,8 +35,9 @@ BICEP_EXPRESSIONS = {
 }
 DEFAULTS = {s.name: s.default for s in SETTINGS}
 # The example deployment's parameters: the required settings (no default) come from there.
-PARAMETERS = {name: str(p["value"])
-              for name, p in json.loads((INFRA / "main.parameters.json").read_text())["parameters"].items()}
+RAW_PARAMETERS = {name: p["value"]
+                  for name, p in json.loads((INFRA / "main.parameters.json").read_text())["parameters"].items()}
+PARAMETERS = {name: str(value) for name, value in RAW_PARAMETERS.items()}
 
 
 def azure_environment() -> dict[str, str]:
@@ -51,6 +53,8 @@ def azure_environment() -> dict[str, str]:
             env[name] = expr.strip("'").replace("${identityClientId}", CLIENT_ID)
         elif expr in PARAMETERS:
             env[name] = PARAMETERS[expr]
+        elif m := re.fullmatch(r"(\w+)\['(\w+)'\]", expr):  # an entry of an object parameter (serviceUrls)
+            env[name] = str(RAW_PARAMETERS[m.group(1)][m.group(2)])
         else:
             env[name] = DEFAULTS[name] or ""  # a parameter whose default is the app's default
     return env

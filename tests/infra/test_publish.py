@@ -22,7 +22,7 @@ import pathspec
 import pytest
 
 from shared.settings import QUEUE_SETTINGS, SETTING_NAMES, SETTINGS
-from shared.workflow import AGENTS
+from shared.agent_catalog import AGENTS
 
 from .conftest import REPO_ROOT, VENV_TIMEOUT
 
@@ -37,7 +37,8 @@ EXCLUDED_FILES = ["local.settings.json", "local.settings.json.example", "Makefil
                   "package-lock.json", "pyproject.toml", "requirements-dev.txt", "README.md", ".gitignore",
                   "shared/__pycache__/settings.cpython-311.pyc"]
 SHIPPED = ["function_app.py", "host.json", "requirements.txt", "shared/__init__.py", "shared/settings.py",
-           "shared/workflow.py", "functions/__init__.py"]
+           "shared/workflow.py", "shared/agent_catalog.py", "functions/__init__.py",
+           "workflows/agents.json"]  # the app reads the agents (and workflows) from workflows/ at start-up
 
 # Settings in the form Azure has them (infra/modules/functionapp.bicep): identity-based only.
 IDENTITY_ENV = {
@@ -134,7 +135,7 @@ def test_package_holds_the_app_and_nothing_else(package: Path) -> None:
         assert name not in EXCLUDED_FILES, f"{name} is in the package"
         assert "__pycache__" not in name and not name.endswith(".pyc")
     top = {n.split("/")[0] for n in names}
-    assert top <= {"function_app.py", "host.json", "requirements.txt", "shared", "functions"}, top
+    assert top <= {"function_app.py", "host.json", "requirements.txt", "shared", "functions", "workflows"}, top
 
 
 def test_function_app_imports_from_the_package_alone(indexed: dict, unpacked: Path) -> None:
