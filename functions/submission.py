@@ -1,5 +1,5 @@
-"""HTTP functions: submission, order status and history, search, and the operator's retry,
-cancel and terminate. Thin adapters over ``shared.submission`` and ``shared.search``: parse the
+"""HTTP functions: submission, order status and history, search, the loaded workflows, and the
+operator's retry, cancel and terminate. Thin adapters over ``shared.submission`` and ``shared.search``: parse the
 request, call the core, return its result."""
 
 from __future__ import annotations
@@ -9,7 +9,16 @@ import azure.functions as func
 from shared.runtime import get_runtime
 from shared.search import search_orders
 from shared.settings import Settings
-from shared.submission import HttpResult, cancel_order, get_history, get_order, retry_order, submit, terminate_order
+from shared.submission import (
+    HttpResult,
+    cancel_order,
+    get_history,
+    get_order,
+    list_workflows,
+    retry_order,
+    submit,
+    terminate_order,
+)
 
 bp = func.Blueprint()
 
@@ -50,6 +59,12 @@ def search(req: func.HttpRequest) -> func.HttpResponse:
 @bp.route(route="orders/{id}/history", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def history(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(get_history(get_runtime(), req.route_params.get("id"), dict(req.params)))
+
+
+@bp.function_name("list_workflows")
+@bp.route(route="workflows", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def workflows(req: func.HttpRequest) -> func.HttpResponse:
+    return to_response(list_workflows(get_runtime()))
 
 
 @bp.function_name("retry_order")

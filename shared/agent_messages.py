@@ -148,6 +148,10 @@ class AgentRequest(BaseModel):
     order: JsonObject  # {"customerId", "currency", "total", "items"}
     context: Annotated[dict[str, Any], BeforeValidator(_json_object_or_empty)] = Field(default_factory=dict)
     compensates: CompensationTarget | None = None  # a compensation's target (None for a step)
+    # The workflow the order runs: the agent applies its step's retry policy. Absent (a request
+    # sent before orders named one): order v1.
+    workflow: NonBlank = "order"
+    workflow_version: Annotated[int, BeforeValidator(_attempt)] = 1
 
     @field_validator("compensates", mode="wrap")
     @classmethod
@@ -211,13 +215,15 @@ class ReceivedRequest(AgentRequest):
 
 
 class RequestRoute(BaseModel):
-    """Which step and operation a request asks for: what decides the agent that may serve it."""
+    """Which workflow, step and operation a request asks for: what decides the agent that may serve it."""
 
     model_config = _MESSAGE_CONFIG
 
     kind: Annotated[Kind, BeforeValidator(_kind)]
     step: NonBlank
     operation: OperationName
+    workflow: NonBlank = "order"
+    workflow_version: Annotated[int, BeforeValidator(_attempt)] = 1
 
 
 RouteCheck = Callable[[RequestRoute], list[str]]  # a route's problems, each "field: why"

@@ -31,6 +31,8 @@ MAX_IDEMPOTENCY_KEY_LENGTH = 200
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
 # Service Bus queue names: letters, digits, . _ - (we do not accept hierarchical '/').
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,258}[A-Za-z0-9])?$")
+WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")  # as shared.workflows.schema names them
+DEFAULT_WORKFLOW = "order"  # shared.workflows.DEFAULT_WORKFLOW
 # An order id as stored and returned: 32 lower-case hex digits (uuid.hex). The API also takes the
 # canonical UUID text form (8-4-4-4-12 hex digits with dashes, any case: RFC 9562 reads UUIDs
 # case-insensitively) and maps it to this one.
@@ -233,6 +235,7 @@ class OrderRequest(BaseModel):
     items: Annotated[list[OrderItem], Field(min_length=1, max_length=MAX_ITEMS)]
     priority: Literal["low", "normal", "high"] | None = "normal"
     statusQueue: str | None = None  # noqa: N815
+    workflow: str | None = None  # a loaded workflow's name (checked by the submission); None: "order"
 
     @field_validator("customerId")
     @classmethod
@@ -253,6 +256,17 @@ class OrderRequest(BaseModel):
             raise ValueError("must be a queue name: letters, digits, '.', '_', '-' (at most 260)")
         return v
 
+    @field_validator("workflow")
+    @classmethod
+    def _workflow(cls, v: str | None) -> str | None:
+        if v is not None and not WORKFLOW_NAME.fullmatch(v):
+            raise ValueError("must be a workflow name: lower-case letters, digits and '-' (at most 63)")
+        return v
+
+    @property
+    def workflow_name(self) -> str:
+        return self.workflow or DEFAULT_WORKFLOW
+
     @property
     def effective_priority(self) -> str:
         return self.priority or "normal"
@@ -262,14 +276,19 @@ class OrderRequest(BaseModel):
         return sum((i.unitPrice * i.quantity for i in self.items), Decimal(0))
 
     def canonical(self) -> dict[str, Any]:
-        """The normalised order: what the body hash covers and what is stored."""
-        return {
+        """The normalised order: what the body hash covers and what is stored. The workflow is
+        in it only when it is not the default, so an order's hash is what it was before orders
+        named one."""
+        out: dict[str, Any] = {
             "customerId": self.customerId,
             "currency": self.currency,
             "items": [{"sku": i.sku, "quantity": i.quantity, "unitPrice": str(i.unitPrice)} for i in self.items],
             "priority": self.effective_priority,
             "statusQueue": self.statusQueue,
         }
+        if self.workflow_name != DEFAULT_WORKFLOW:
+            out["workflow"] = self.workflow_name
+        return out
 
     def body_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.canonical(), sort_keys=True).encode()).hexdigest()

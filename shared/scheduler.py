@@ -17,6 +17,7 @@ redelivered, and only a fault that outlasts MaxDeliveryCount dead-letters it.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
@@ -26,7 +27,7 @@ from shared.logs import log_event
 from shared.messaging import PoisonMessage
 from shared.models import ReplyMessage, ScheduleMessage, loads
 from shared.runtime import Runtime
-from shared.statemachine import View, decide_reply, decide_schedule
+from shared.statemachine import View, decide_for_order, decide_reply, decide_schedule
 from shared.store import TooLarge
 
 REPLY_RACE_RETRIES = 3
@@ -60,7 +61,7 @@ def _handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None, tracep
     view = View.from_entities(rt.store.read_partition(msg.orderId))
     if view.state is None:
         poison("scheduler", f"unknown order {msg.orderId}", body, message_id, traceparent)
-    decision = decide_schedule(view, msg.seq, rt.ctx())
+    decision = decide_for_order(view, rt.ctx(), partial(decide_schedule, view, msg.seq))
     outcome = rt.run(decision.effects)
     if outcome.lost_race:
         # Another instance claimed the order (412): do nothing more.
@@ -84,7 +85,7 @@ def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, tracepare
         view = View.from_entities(rt.store.read_partition(reply.orderId))
         if view.state is None:
             poison("replies", f"unknown order {reply.orderId}", body, message_id, traceparent)
-        decision = decide_reply(view, reply, rt.ctx())
+        decision = decide_for_order(view, rt.ctx(), partial(decide_reply, view, reply))
         if decision.verdict == "poison":
             rt.run(decision.effects)
             poison("replies", f"unknown step {reply.step}", body, message_id, traceparent)

@@ -7,7 +7,7 @@ row of an order can be written in ONE entity-group transaction:
 
 * RowKey ``order``  - the accepted order: CustomerId, Currency, Items (JSON, decimal strings),
   Total (decimal string), Priority, StatusQueue, BodyHash, IdempotencyKey, Traceparent,
-  CreatedAt. Written once, never updated.
+  Workflow + WorkflowVersion (what it runs; absent: order v1), CreatedAt. Written once, never updated.
 * RowKey ``state``  - the order-level state row: OrderID, ProcessState (Pending | Processing |
   Processed | Error), LockedBy, ClaimToken, CompleteBy, FailureCount, Mode (forward |
   compensate | held | finished), Outcome, StepIndex/StepName/Attempt of the current step,

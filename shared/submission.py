@@ -10,8 +10,11 @@
   create conflicts. Same body hash -> 200 with the existing order's id and state (and the
   request in flight re-sent, deduplicated by its message id, in case the first submission
   died before sending it); different body -> 409 problem+json.
-* GET /api/orders/{id}: the order, its state, steps, compensation progress and the first page
-  of its history; GET /api/orders/{id}/history pages through the rest.
+* ``"workflow"`` names the workflow the order runs (default ``order``), at its highest loaded
+  version; an unknown name is a 400 naming ``workflow``. GET /api/workflows lists every loaded
+  version.
+* GET /api/orders/{id}: the order, its workflow (name, version), state, steps, compensation
+  progress and the first page of its history; GET /api/orders/{id}/history pages through the rest.
 * POST /api/orders/{id}/retry | /cancel | /terminate (operator): 409 problem+json with the
   reason when the order is in the wrong state. Search: ``shared.search``.
 Ids (32 lower-case hex, or a UUID with dashes in any case: the same order) are validated and
@@ -23,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -55,6 +58,7 @@ from shared.statemachine import (
     Rejected,
     StepRow,
     View,
+    bound,
     category_of,
     decide_cancel,
     decide_retry,
@@ -65,6 +69,7 @@ from shared.statemachine import (
 )
 from shared.store import STATE_ROW
 from shared.tokens import InvalidToken, issue, redeem
+from shared.workflows import UnknownWorkflow
 
 HISTORY_PAGE = 100
 MAX_HISTORY_PAGE = 1000
@@ -204,6 +209,9 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
         own = {q.lower() for name, q in rt.config.queues.items() if name != "StatusQueue"}
         if order.statusQueue.lower() in own:
             errors.append({"field": "statusQueue", "message": "must not name one of the app's own queues"})
+    known = rt.config.registry.names()
+    if order is not None and order.workflow_name not in known:
+        errors.append({"field": "workflow", "message": f"unknown workflow (loaded: {', '.join(known)})"})
     if errors or order is None:
         return problem(400, "validation", "Invalid order", f"{len(errors)} invalid field(s)", errors=errors)
 
@@ -211,7 +219,9 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
     traceparent = telemetry.current_traceparent() or ""  # the server span's: always valid there
     canonical = order.canonical()
     body_hash = order.body_hash()
+    workflow = rt.config.registry.latest(order.workflow_name)  # a new order runs the highest version
     ctx = rt.ctx()
+    ctx = replace(ctx, config=ctx.config.bound(workflow.name, workflow.version))
     effects = plan_submission(order_id, canonical, total=format(order.total, "f"), body_hash=body_hash,
                               idempotency_key=key, traceparent=traceparent, ctx=ctx)
     try:
@@ -225,7 +235,8 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
         return _replay(rt, order_id, body_hash, key)
     metrics.submitted.add(1)
     log_event(logging.INFO, "order.accepted", order_id=order_id, traceparent=traceparent,
-              items=len(order.items), total=format(order.total, "f"), idempotent=key is not None)
+              items=len(order.items), total=format(order.total, "f"), idempotent=key is not None,
+              workflow=workflow.label)
     return HttpResult(202, {"orderId": order_id, "processState": "Processing"},
                       headers={"Location": f"/api/orders/{order_id}"})
 
@@ -238,17 +249,27 @@ def _replay(rt: Runtime, order_id: str, body_hash: str, key: str | None) -> Http
     if order.body_hash != body_hash:
         return problem(409, "idempotency-key-reuse", "Idempotency-Key reused",
                        "this Idempotency-Key was used for a different order body", orderId=order_id)
-    ctx = rt.ctx()
+    _resend_lost(rt, view)
+    log_event(logging.INFO, "order.replayed", order_id=order_id, traceparent=view.traceparent)
+    return HttpResult(200, {"orderId": order_id, "processState": state.process_state},
+                      headers={"Location": f"/api/orders/{order_id}", "Idempotent-Replayed": "true"})
+
+
+def _resend_lost(rt: Runtime, view: View) -> None:
+    """What a replayed submission re-sends, in case the first one died before sending it."""
+    state = view.state
+    assert state is not None
+    try:
+        ctx = bound(view, rt.ctx())
+    except UnknownWorkflow:  # nothing to re-send: the next message or sweep holds the order
+        return
     if state.waiting_for_claim:
         # redriven and waiting for a claim: its schedule notice may have been lost (deduplicated)
-        rt.run([Send(schedule_message(order_id, state.schedule_seq, ctx, view.traceparent),
+        rt.run([Send(schedule_message(view.order_id, state.schedule_seq, ctx, view.traceparent),
                      critical=False, what="schedule (replay)")])
     elif (resend := inflight_request(view, ctx)) is not None:
         # the first submission may have died between its transaction and its send
         rt.run([Send(resend.message, critical=False, what="request (replay)")])
-    log_event(logging.INFO, "order.replayed", order_id=order_id, traceparent=view.traceparent)
-    return HttpResult(200, {"orderId": order_id, "processState": state.process_state},
-                      headers={"Location": f"/api/orders/{order_id}", "Idempotent-Replayed": "true"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,6 +308,7 @@ def order_view(view: View) -> dict[str, Any]:
         "currentStep": state.step_name if state.mode is Mode.FORWARD else None,
         "category": category_of(state),
         "generation": state.generation,
+        "workflow": {"name": order.workflow, "version": order.workflow_version},
         "createdAt": _time(order.created_at),
         "updatedAt": _time(state.updated_at),
         "order": {"customerId": order.customer_id, "currency": order.currency, "items": order.items,
@@ -364,7 +386,11 @@ def _operate(rt: Runtime, raw_id: str | None, action: str) -> HttpResult:
             return problem(404, "not-found", "Order not found", f"no order {order_id}")
         with telemetry.order_span(f"operator.{action}", view.traceparent, **{"orders.order_id": order_id}):
             try:
-                decision = decide(view, rt.ctx())
+                decision = decide(view, bound(view, rt.ctx()))
+            except UnknownWorkflow as exc:
+                return problem(409, "workflow-not-deployed", f"Cannot {action} this order",
+                               f"{exc}: deploy its workflow file again first", orderId=order_id,
+                               processState=view.state.process_state)
             except Rejected as exc:
                 return problem(409, "wrong-state", f"Cannot {action} this order", str(exc), orderId=order_id,
                                processState=view.state.process_state)
@@ -377,6 +403,11 @@ def _operate(rt: Runtime, raw_id: str | None, action: str) -> HttpResult:
                               headers={"Location": f"/api/orders/{order_id}"})
     return problem(409, "conflict", f"Cannot {action} this order", "the order kept changing; try again",
                    orderId=order_id)
+
+
+def list_workflows(rt: Runtime) -> HttpResult:
+    """``GET /api/workflows``: every loaded version of every workflow, with its steps."""
+    return HttpResult(200, {"workflows": [wf.to_json() for wf in rt.config.registry.all()]})
 
 
 def retry_order(rt: Runtime, order_id: str | None) -> HttpResult:

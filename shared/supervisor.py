@@ -29,6 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from shared import console_stats, metrics, telemetry
@@ -42,6 +43,7 @@ from shared.statemachine import (
     StateRow,
     View,
     decide_expired,
+    decide_for_order,
     index_verdict,
 )
 from shared.store import STATE_ROW
@@ -145,7 +147,7 @@ def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepRepo
     elif verdict is IndexVerdict.ACT:
         view = View.from_entities(rt.store.read_partition(row.order_id))
         with telemetry.order_span("supervisor.redrive", view.traceparent, **{"orders.order_id": row.order_id}):
-            decision = decide_expired(view, rt.ctx())
+            decision = decide_for_order(view, rt.ctx(), partial(decide_expired, view))
             outcome = rt.run(decision.effects)
         if outcome.lost_race:
             report.count("lost_races")  # someone else moved the order on: the row stays due; next sweep

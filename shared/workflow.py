@@ -1,49 +1,24 @@
-"""The order workflow, as data.
+"""Compatibility: the order workflow v1 and the agents, for code that predates ``shared.workflows``.
 
-A step names the agent that serves it, the remote operation the agent calls, its timeout,
-the compensating operation (if the step has an effect to undo), and what to do when it fails
-for good. The scheduler walks this tuple; adding a step means adding a row here (and, for a
-new remote service, an agent row), never touching the scheduler.
+New code reads workflows through ``shared.workflows`` (every loaded (name, version)) and
+decisions through ``ctx.config`` (bound to the order's workflow).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
-OnFailure = Literal["compensate", "hold"]
-
-
-@dataclass(frozen=True)
-class Agent:
-    name: str
-    queue_setting: str  # app setting naming the agent's request queue (%InventoryQueue%)
-    service_url_setting: str  # app setting holding the remote service's base URL
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    agent: str
-    operation: str  # POST {service}/{operation}
-    timeout_seconds: int
-    compensation: str | None = None  # POST {service}/{compensation}, same agent
-    on_failure: OnFailure = "compensate"
-
-
-AGENTS: tuple[Agent, ...] = (
-    Agent("inventory", "InventoryQueue", "InventoryServiceUrl"),
-    Agent("payment", "PaymentQueue", "PaymentServiceUrl"),
-    Agent("shipping", "ShippingQueue", "ShippingServiceUrl"),
+from shared.workflows import (
+    AGENTS,
+    AGENTS_BY_NAME,
+    DEFAULT_WORKFLOW,
+    LEGACY_VERSION,
+    Agent,
+    Step,
+    agent_for,
+    load_registry,
 )
+from shared.workflows.model import OnFailure
 
-WORKFLOW: tuple[Step, ...] = (
-    Step("reserve-inventory", agent="inventory", operation="reserve", timeout_seconds=30, compensation="release"),
-    Step("charge-payment", agent="payment", operation="charge", timeout_seconds=30, compensation="refund"),
-    Step("create-shipment", agent="shipping", operation="ship", timeout_seconds=30),
-)
-
-AGENTS_BY_NAME = {a.name: a for a in AGENTS}
+WORKFLOW: tuple[Step, ...] = load_registry().get(DEFAULT_WORKFLOW, LEGACY_VERSION).steps
 STEPS_BY_NAME = {s.name: s for s in WORKFLOW}
 
 
@@ -54,15 +29,5 @@ def step_index(name: str) -> int:
     raise KeyError(name)
 
 
-def agent_for(step: Step) -> Agent:
-    return AGENTS_BY_NAME[step.agent]
-
-
-def _check() -> None:
-    names = [s.name for s in WORKFLOW]
-    assert len(names) == len(set(names)), "step names must be unique"
-    for s in WORKFLOW:
-        assert s.agent in AGENTS_BY_NAME, f"step {s.name} names unknown agent {s.agent}"
-
-
-_check()
+__all__ = ["AGENTS", "AGENTS_BY_NAME", "WORKFLOW", "STEPS_BY_NAME", "Agent", "OnFailure", "Step", "agent_for",
+           "step_index"]

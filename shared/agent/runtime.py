@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -27,13 +27,12 @@ import requests
 import tenacity
 
 from shared import telemetry
-from shared.agent.parsing import parse_request
+from shared.agent.parsing import Workflows, as_registry, parse_request, step_of
 from shared.agent.remote import DeadlineReached, RemoteAnswer, RemotePost, RetriesExhausted, RetryPolicy, session_for
 from shared.agent.replies import Outcome, build_reply, reply_message
 from shared.agent_messages import ReceivedRequest
 from shared.logs import log_event
 from shared.messaging import Bus
-from shared.workflow import WORKFLOW, Step
 
 Status = Literal["replied", "expired", "exhausted"]
 RequestLog = Callable[..., None]  # (level, event, **fields): a log line about one request
@@ -86,10 +85,10 @@ class AgentRuntime:
         policy: RetryPolicy | None = None,
         now: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], None] = time.sleep,
-        workflow: Sequence[Step] = WORKFLOW,
+        workflow: Workflows = None,
     ) -> None:
         self.agent = agent
-        self.workflow = workflow
+        self.workflow = as_registry(workflow)  # every workflow a request may name (its route, its policy)
         self.base_url = base_url.rstrip("/")
         self.bus = bus
         self.session = session or session_for(self.base_url)
@@ -123,7 +122,7 @@ class AgentRuntime:
                  action="nothing sent, no call made")
             return AgentResult("expired", detail="past completeBy on arrival")
 
-        post = RemotePost.for_request(request, self.base_url, self.session, self.policy,
+        post = RemotePost.for_request(request, self.base_url, self.session, self.policy_for(request),
                                       lambda: self._time_left(request), self._now)
         try:
             answer = post.run(self._sleep, on_retry=lambda state: _note_retry(note, state))
@@ -155,6 +154,19 @@ class AgentRuntime:
         note(logging.INFO if reply["outcome"] == "success" else logging.WARNING, "agent.replied",
              outcome=reply["outcome"], reason=reply["reason"], calls=len(statuses), status=answer.status)
         return AgentResult("replied", outcome=reply["outcome"], reply=reply, calls=len(statuses), statuses=statuses)
+
+    def policy_for(self, request: ReceivedRequest) -> RetryPolicy:
+        """The agent's policy, with the request's step's own ``retry`` (tries, first backoff) over it."""
+        step = step_of(self.workflow, request.workflow, request.workflow_version, request.step)
+        if step is None:
+            return self.policy
+        own = step.retry
+        policy = self.policy
+        if own.agent_attempts is not None:
+            policy = replace(policy, max_attempts=own.agent_attempts)
+        if own.agent_backoff_seconds is not None:
+            policy = replace(policy, initial_backoff=own.agent_backoff_seconds)
+        return policy
 
     def _time_left(self, request: ReceivedRequest) -> float:
         return (request.complete_by - self._now()).total_seconds()

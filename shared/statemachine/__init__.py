@@ -14,7 +14,8 @@ By concern:
 ``lease``        what is in flight (``Lease``), stored as ``LeaseKey`` text
 ``rows``         typed rows (order, state, step, index), converted at the store boundary
 ``view``         one order's partition (``View``)
-``config``       ``Config`` (settings), ``Ctx`` (now, instance), ``Decision``, ``Rejected``
+``config``       ``Config`` (settings, workflow), ``Ctx`` (now, instance), ``Decision``, ``Rejected``
+``binding``      each order runs its own workflow (name, version); an order whose version is gone is held
 ``messages``     agent requests, schedule notices, status messages, alerts, logs
 ``deadlines``    the deadline index, and the hand-off of an order to a scheduler, later
 ``dispatch``     putting a step or compensation in flight; what is in flight now
@@ -60,6 +61,7 @@ carries no result in ``context``: it names the effect by the step's idempotency 
 original request is refused. An error reply is definitive: the failed step is not compensated.
 """
 
+from shared.statemachine.binding import bound, decide_for_order
 from shared.statemachine.config import Config, Ctx, Decision, Rejected
 from shared.statemachine.deadlines import ORPHAN_INDEX_AGE, IndexVerdict, index_verdict
 from shared.statemachine.dispatch import inflight_request
@@ -88,5 +90,6 @@ __all__ = [
     "index_rows", "Config", "Ctx", "Decision", "IndexRow", "IndexVerdict", "Lease",
     "LeaseKind", "Mode", "OrderCompensation", "OrderRow", "Outcome", "ProcessState", "Rejected", "StateRow",
     "StepRow", "StepState", "View", "decide_cancel", "decide_expired", "decide_reply", "decide_retry",
-    "decide_schedule", "index_verdict", "inflight_request", "plan_submission", "schedule_message",
+    "decide_schedule", "index_verdict", "inflight_request", "plan_submission", "schedule_message", "bound",
+    "decide_for_order",
 ]

@@ -68,12 +68,14 @@ def _reschedule(view: View, state: StateRow, ctx: Ctx) -> Decision:
 def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
     failures = state.failure_count + 1
     reason = f"timed out (attempt {step.attempt})"
-    if failures >= ctx.config.max_failures:
+    spec = ctx.config.spec(step.name)
+    limit = ctx.config.max_failures_of(spec)
+    if failures >= limit:
         # Timed out: no answer, so the effect may have been applied (reply lost, agent hung
         # after the call). Its outcome is unknown: compensated by its idempotency key.
-        return fail_step(view, step, f"{reason}; failure count {failures} reached {ctx.config.max_failures}", ctx,
+        return fail_step(view, step, f"{reason}; failure count {failures} reached {limit}", ctx,
                          timed_out=True, failure_count=failures)
-    delay = ctx.config.backoff(failures)
+    delay = ctx.config.backoff(failures, spec)
     handoff = hand_off(view, ctx, note="redrive unclaimed guard", delay=delay)
     new_state = handoff.apply(replace(state, process_state=ProcessState.PENDING, failure_count=failures))
     # OutcomeUnknown: the attempt may have applied the effect; a cancel of the Pending order
@@ -98,7 +100,8 @@ def _compensation_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) 
     failures = state.comp_failure_count + 1
     attempt = step.compensation_attempt
     reason = f"compensation timed out (attempt {attempt})"
-    if failures >= ctx.config.max_failures:
+    spec = ctx.config.spec(step.name)
+    if failures >= ctx.config.max_failures_of(spec):
         failed = replace(step, compensation=CompensationState.FAILED,
                          compensation_reason=f"{reason}; gave up after {failures}", compensation_finished_at=ctx.now,
                          compensation_complete_by=None)
@@ -106,7 +109,7 @@ def _compensation_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) 
                         f"{step.name}:compensate:{attempt}", ctx)
         return next_compensation(view, step, failed, ctx, warning=warning, by_supervisor=True,
                                  comp_failure_count=failures)
-    delay = ctx.config.backoff(failures)
+    delay = ctx.config.backoff(failures, spec)
     handoff = hand_off(view, ctx, note="compensation redrive guard", delay=delay)
     new_state = handoff.apply(replace(state, comp_failure_count=failures))
     pending = replace(step, compensation=CompensationState.PENDING, compensation_complete_by=None,

@@ -34,10 +34,12 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
     Scheduler told in-process: that transaction is also the Scheduler's first claim (the
     state row is written claimed, the first step Running, attempt 1), and the first request
     is sent right after it. The scheduler queue carries what needs a claim later (redrives,
-    compensations, operator actions); the order's start needs no message of its own."""
+    compensations, operator actions); the order's start needs no message of its own. The order
+    runs the workflow ``ctx.config`` is bound to, recorded on its order row."""
     order = OrderRow(customer_id=canonical["customerId"], currency=canonical["currency"], items=canonical["items"],
                      total=total, priority=canonical["priority"], status_queue=canonical["statusQueue"],
-                     body_hash=body_hash, idempotency_key=idempotency_key, traceparent=traceparent, created_at=ctx.now)
+                     body_hash=body_hash, idempotency_key=idempotency_key, traceparent=traceparent, created_at=ctx.now,
+                     workflow=ctx.config.workflow_name, workflow_version=ctx.config.workflow_version)
     pending = [StepRow(name=s.name, index=i) for i, s in enumerate(ctx.config.workflow)]
     claimed = StateRow(order_id=order_id, process_state=ProcessState.PROCESSING, mode=Mode.FORWARD,
                        locked_by=ctx.instance_id, claim_token=ctx.token, created_at=ctx.now)

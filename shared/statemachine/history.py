@@ -24,10 +24,10 @@ from shared.statemachine.config import Ctx
 from shared.statemachine.rows import EventRow, StateRow
 from shared.statemachine.view import View
 from shared.store import Op
+from shared.workflows.bounds import MAX_EVENTS_PER_WRITE
 
 # A transaction holds at most 100 entities: the state row, every step row of the workflow and
-# the events of one decision must fit. A decision writes a handful of events.
-MAX_EVENTS_PER_WRITE = 16
+# the events of one decision must fit (the loader rejects a workflow that would not: ``bounds``).
 
 
 class EventKind(StrEnum):

@@ -57,7 +57,7 @@ def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: d
     # undo" and tombstones the key, so a late original call with it is refused.
     body = AgentRequest(kind=kind, order_id=order_id, step=spec.name, operation=operation, attempt=attempt,
                         idempotency_key=key, complete_by=complete_by, order=view.order.payload(), context=context,
-                        compensates=target).to_body()
+                        compensates=target, workflow=cfg.workflow_name, workflow_version=cfg.workflow_version).to_body()
     ttl = max(complete_by - ctx.now, timedelta(seconds=1))
     return OutMessage(queue=cfg.agent_queue(spec), body=body, message_id=message_id, correlation_id=message_id,
                       reply_to=cfg.queues["RepliesQueue"], subject=kind, time_to_live=ttl,

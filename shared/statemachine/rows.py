@@ -19,6 +19,7 @@ from shared.models import dumps, loads
 from shared.statemachine.lease import Lease
 from shared.statemachine.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
 from shared.store import ETAG, ORDER_ROW, STATE_ROW, Op, history_row_key, step_row_key
+from shared.workflows import DEFAULT_WORKFLOW, LEGACY_VERSION
 
 Entity = dict[str, Any]
 R = TypeVar("R", bound="Row")
@@ -46,6 +47,9 @@ FLAG = Codec(bool, bool)
 TIME = Codec(parse_iso, iso)
 JSON = Codec(lambda v: loads(v) if v else None, dumps)
 LEASE = Codec(Lease.parse, str)
+# An order written before workflows were recorded has neither property: it ran order v1.
+WORKFLOW_NAME = Codec(lambda v: v or DEFAULT_WORKFLOW, str)
+WORKFLOW_VERSION = Codec(lambda v: LEGACY_VERSION if v is None else int(v), int)
 
 
 class Row:
@@ -101,6 +105,8 @@ class OrderRow(Row):
     body_hash: str | None = None
     idempotency_key: str | None = None
     traceparent: str | None = None
+    workflow: str = DEFAULT_WORKFLOW  # the workflow the order runs to the end, and its version
+    workflow_version: int = LEGACY_VERSION
     etag: str | None = None
 
     @property
@@ -118,6 +124,7 @@ OrderRow.PROPS = _props(OrderRow, {
     "total": ("Total", TEXT), "priority": ("Priority", TEXT), "created_at": ("CreatedAt", TIME),
     "status_queue": ("StatusQueue", TEXT), "body_hash": ("BodyHash", TEXT),
     "idempotency_key": ("IdempotencyKey", TEXT), "traceparent": ("Traceparent", TEXT),
+    "workflow": ("Workflow", WORKFLOW_NAME), "workflow_version": ("WorkflowVersion", WORKFLOW_VERSION),
 })
 
 

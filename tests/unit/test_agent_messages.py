@@ -94,6 +94,7 @@ def test_the_contracts_example_body() -> None:
         "idempotencyKey": "o-1:charge-payment:compensate", "completeBy": "2026-11-22T07:30:00.000000+00:00",
         "order": ORDER, "context": {"charge-payment": {"paymentId": "p"}},
         "compensates": {"step": "charge-payment", "idempotencyKey": "o-1:charge-payment"},
+        "workflow": "order", "workflowVersion": 1,
     }
 
 

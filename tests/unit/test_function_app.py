@@ -38,6 +38,7 @@ def test_http_functions() -> None:
         (("POST",), "orders/{id}/terminate"): "ADMIN",
         (("GET",), "orders"): "ADMIN",
         (("GET",), "orders/{id}/history"): "FUNCTION",
+        (("GET",), "workflows"): "FUNCTION",
         (("GET",), "openapi.yaml"): "ANONYMOUS",
         (("GET",), "console"): "ADMIN",
         (("GET",), "console/assets/{name}"): "ANONYMOUS",

@@ -64,7 +64,7 @@ def test_submission_claims_and_dispatches_first_step() -> None:
                         "completeBy": "2026-11-22T08:00:30.000000+00:00",
                         "order": {"customerId": "c-1", "currency": "EUR", "total": "19.98",
                                   "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": "9.99"}]},
-                        "context": {}}
+                        "context": {}, "workflow": "order", "workflowVersion": 1}
     assert req.application_properties["traceparent"].startswith("00-")
     # the order's one index row, due no later than its deadline (here: the same instant)
     assert [r["RowKey"] for r in rt.store.index_rows()] == [f"{oid}:20261122T080030000000"]

@@ -1,0 +1,54 @@
+"""Workflows as data: ``workflows/<name>.v<version>.yaml``, validated at start-up.
+
+* ``model``    - ``Workflow``, ``Step``, ``Retry`` (what the core reads)
+* ``schema``   - the file format (pydantic, extra keys forbidden)
+* ``loader``   - files -> a ``Registry``; a broken file raises ``WorkflowError`` (file, path, reason)
+* ``registry`` - every loaded (name, version); ``UnknownWorkflow``
+* ``bounds``   - the size bound: one decision's rows and events fit one transaction
+
+An order records the (name, version) it started with and runs it to the end; every version
+present in the directory is loaded. Removing a version file while orders use it is unsafe:
+those orders are held (``shared.statemachine.binding``).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from shared.agent_catalog import AGENTS, AGENTS_BY_NAME, Agent
+from shared.workflows.loader import Problem, WorkflowError, load_directory
+from shared.workflows.model import DEFAULT_WORKFLOW, LEGACY_VERSION, OnFailure, Retry, Step, Workflow
+from shared.workflows.registry import Registry, UnknownWorkflow
+
+APP_ROOT = Path(__file__).resolve().parents[2]  # where function_app.py and workflows/ are
+DEFAULT_PATH = "workflows"
+
+_loaded: dict[Path, Registry] = {}
+_lock = threading.Lock()
+
+
+def workflows_directory(setting: str | None = None) -> Path:
+    """The ``WorkflowsPath`` setting as a directory (relative: to the app's root)."""
+    path = Path((setting or "").strip() or DEFAULT_PATH)
+    return path if path.is_absolute() else APP_ROOT / path
+
+
+def load_registry(setting: str | None = None) -> Registry:
+    """The workflows of the directory ``setting`` names, loaded once per directory."""
+    directory = workflows_directory(setting)
+    with _lock:
+        if directory not in _loaded:
+            _loaded[directory] = load_directory(directory, AGENTS_BY_NAME)
+        return _loaded[directory]
+
+
+def agent_for(step: Step) -> Agent:
+    return AGENTS_BY_NAME[step.agent]
+
+
+__all__ = [
+    "AGENTS", "AGENTS_BY_NAME", "APP_ROOT", "DEFAULT_WORKFLOW", "LEGACY_VERSION", "Agent", "OnFailure", "Problem",
+    "Registry", "Retry", "Step", "UnknownWorkflow", "Workflow", "WorkflowError", "agent_for", "load_directory",
+    "load_registry", "workflows_directory",
+]
