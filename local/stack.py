@@ -48,6 +48,7 @@ from local.connections import servicebus_connection_string
 from local.procs import REPO_ROOT, Proc, free_port
 from local.remotes.client import RemotesClient
 from local.stackinfo import STACK_JSON
+from shared.agent_catalog import AGENTS
 from shared.settings import SERVICE_BUS_CONNECTION, SETTINGS, STATE_STORAGE_CONNECTION
 
 HOST = "127.0.0.1"
@@ -56,8 +57,8 @@ QUEUE_CONFIG = REPO_ROOT / "infra" / "servicebus-config.json"
 ORDER_STATES = ("Pending", "Processing", "Processed", "Error")
 TERMINAL_STATES = ("Processed", "Error")
 COMPONENTS = ("azurite", "servicebus", "remotes", "host")
-SERVICE_PATHS = {"InventoryServiceUrl": "inventory", "PaymentServiceUrl": "payment",
-                 "ShippingServiceUrl": "shipping"}
+# Each agent's service URL setting -> its service's path on the remotes simulator (the agent's name).
+SERVICE_PATHS = {a.service_url_setting: a.name for a in AGENTS}
 
 _INSTANCE_LINE = re.compile(r"\binstance (\d+) pid (\d+)\b")
 _HOST_READY = re.compile(r"\bready (https?://\S+)")

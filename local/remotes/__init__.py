@@ -1,7 +1,7 @@
-"""Remote services simulator: the inventory, payment and shipping HTTP services the agents call.
+"""Remote services simulator: the inventory, payment, shipping and delivery HTTP services the agents call.
 
-One threaded HTTP server serves the three services under ``/inventory``, ``/payment`` and
-``/shipping`` (docs/contracts.md, "Remote services"). It honours ``Idempotency-Key``, keeps a
+One threaded HTTP server serves the four services under ``/inventory``, ``/payment``,
+``/shipping`` and ``/delivery`` (docs/contracts.md, "Remote services"). It honours ``Idempotency-Key``, keeps a
 ledger of every effect, and takes run-time fault injection per service through ``/_faults``.
 
 Start it with ``python -m local.remotes --host 127.0.0.1 --port P [--seed N]``; drive it from

@@ -11,12 +11,17 @@ Contract: docs/contracts.md, "Remote services". Behaviour worth knowing:
 * **Ledger.** Every applied effect is appended to the ledger (``GET /_ledger``), with its
   service, operation, idempotency key, order id, result and time. An idempotency key can
   appear at most once per service: tests detect double effects and compensations from it.
-* **Business rules.** ``release`` and ``refund`` find the effect to undo by the body's
-  ``compensates.idempotencyKey`` (the key the original ``reserve``/``charge`` was sent with;
-  without ``compensates``, by ``context["reserve-inventory"].reservationId`` /
-  ``context["charge-payment"].paymentId``). The reservation must belong to the order and still
-  be held; the payment must belong to the order and not be refunded yet. Otherwise: 422.
-  Money is ``Decimal`` throughout, and goes out as strings.
+* **Services.** ``inventory``: ``reserve``/``release`` (stock, the order workflow) and
+  ``reserve-licence``/``release-licence`` (licences, the digital workflow); ``payment``:
+  ``charge``/``refund``; ``shipping``: ``ship``; ``delivery``: ``deliver`` (digital goods, no
+  undo). Every one has the same idempotency, ledger and faults.
+* **Business rules.** ``release``, ``release-licence`` and ``refund`` find the effect to undo by
+  the body's ``compensates.idempotencyKey`` (the key the original ``reserve``/``reserve-licence``/
+  ``charge`` was sent with; without ``compensates``, by ``context["reserve-inventory"].reservationId``
+  / ``context["reserve-licence"].licenceId`` / ``context["charge-payment"].paymentId``). The
+  reservation or licence must belong to the order and still be held; the payment must belong to
+  the order and not be refunded yet. Otherwise: 422. Money is ``Decimal`` throughout, and goes
+  out as strings.
 * **Compensating nothing (tombstones).** If no effect was ever applied under
   ``compensates.idempotencyKey``, ``release``/``refund`` answer 200 ``{"released": null,
   "nothingToUndo": true}`` / ``{"refundId": null, "nothingToUndo": true}``, record a ledger
@@ -38,7 +43,8 @@ Contract: docs/contracts.md, "Remote services". Behaviour worth knowing:
   ``latencyMs``         every other call takes this long (as processing time, while holding
                         its idempotency key: duplicates of a call in progress wait for it).
   ``transientRate``     this fraction of calls get a 503 with no effect.
-  ``rejectSkus``        ``reserve`` of an order holding one of these SKUs: 422.
+  ``rejectSkus``        ``reserve`` or ``reserve-licence`` of an order holding one of these
+                        SKUs: 422 (out of stock, no licence left).
   ``rejectAmountOver``  ``charge`` of more than this amount: 422.
   ``lostResponseRate``  this fraction of calls that apply an effect get a 503 instead of the
                         stored answer: the effect happened, the caller does not know. A retry
@@ -67,9 +73,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 SERVICES: dict[str, tuple[str, ...]] = {
-    "inventory": ("reserve", "release"),
+    "inventory": ("reserve", "release", "reserve-licence", "release-licence"),
     "payment": ("charge", "refund"),
     "shipping": ("ship",),
+    "delivery": ("deliver",),
 }
 
 FAULT_DEFAULTS: dict[str, Any] = {
@@ -189,6 +196,13 @@ class Reservation:
 
 
 @dataclass
+class Licence:
+    order_id: str
+    items: list[dict[str, Any]]
+    released: bool = False
+
+
+@dataclass
 class Payment:
     order_id: str
     amount: Decimal
@@ -231,6 +245,7 @@ class Simulator:
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self._stored: dict[tuple[str, str], Stored] = {}
         self._reservations: dict[str, Reservation] = {}
+        self._licences: dict[str, Licence] = {}
         self._payments: dict[str, Payment] = {}
         self._ledger: list[dict[str, Any]] = []
         # (service, key) -> (operation, result) of every effect applied under that key, and the
@@ -278,11 +293,12 @@ class Simulator:
             }
 
     def reset_state(self) -> None:
-        """Forget everything: ledger, stored answers, reservations, payments, stats and faults."""
+        """Forget everything: ledger, stored answers, reservations, licences, payments, stats and faults."""
         with self._lock:
             self._key_locks.clear()
             self._stored.clear()
             self._reservations.clear()
+            self._licences.clear()
             self._payments.clear()
             self._ledger.clear()
             self._applied.clear()
@@ -380,7 +396,7 @@ class Simulator:
             if target.strip() == key:
                 raise BadRequest("compensates.idempotencyKey must not be the compensation's own key")
         extra: dict[str, Any] = {"kind": "effect"}
-        handler = getattr(self, f"_{service}_{operation}")
+        handler = getattr(self, f"_{service}_{operation.replace('-', '_')}")
         with self._lock:
             if (service, key) in self._tombstones:
                 raise Compensated(key)
@@ -485,6 +501,35 @@ class Simulator:
         res.released = True
         return {"released": rid}
 
+    def _inventory_reserve_licence(self, order_id: str, order: Any, context: dict[str, Any],
+                                   faults: dict[str, Any], extra: dict[str, Any],
+                                   compensates: dict[str, Any] | None) -> dict[str, Any]:
+        items = self._items(order)
+        rejected = sorted({i["sku"] for i in items if i["sku"] in faults["rejectSkus"]})
+        if rejected:
+            raise Rejected(f"no licence left: {', '.join(rejected)}")
+        lid = _new_id("lic")
+        self._licences[lid] = Licence(order_id, items)
+        extra["items"] = items
+        return {"licenceId": lid}
+
+    def _inventory_release_licence(self, order_id: str, order: Any, context: dict[str, Any],
+                                   faults: dict[str, Any], extra: dict[str, Any],
+                                   compensates: dict[str, Any] | None) -> dict[str, Any]:
+        lid = self._undo_target("inventory", "reserve-licence", "reserve-licence", "licenceId", context,
+                                compensates, extra)
+        if lid is None:
+            return {"released": None, "nothingToUndo": True}
+        lic = self._licences.get(lid)
+        if lic is None:
+            raise Rejected(f"unknown licence {lid}")
+        if lic.order_id != order_id:
+            raise Rejected(f"licence {lid} belongs to another order")
+        if lic.released:
+            raise Rejected(f"licence {lid} was already released")
+        lic.released = True
+        return {"released": lid}
+
     def _payment_charge(self, order_id: str, order: Any, context: dict[str, Any],
                         faults: dict[str, Any], extra: dict[str, Any],
                         compensates: dict[str, Any] | None) -> dict[str, Any]:
@@ -525,6 +570,12 @@ class Simulator:
                        compensates: dict[str, Any] | None) -> dict[str, Any]:
         extra["items"] = self._items(order)
         return {"shipmentId": _new_id("shp")}
+
+    def _delivery_deliver(self, order_id: str, order: Any, context: dict[str, Any],
+                          faults: dict[str, Any], extra: dict[str, Any],
+                          compensates: dict[str, Any] | None) -> dict[str, Any]:
+        extra["items"] = self._items(order)
+        return {"deliveryId": _new_id("dlv")}
 
 
 # ---- HTTP -------------------------------------------------------------------------------------

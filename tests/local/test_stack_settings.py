@@ -23,6 +23,7 @@ def test_the_stack_gives_the_service_urls_of_its_simulator(tmp_path) -> None:  #
     assert values["InventoryServiceUrl"] == "http://127.0.0.1:7999/inventory"
     assert values["PaymentServiceUrl"] == "http://127.0.0.1:7999/payment"
     assert values["ShippingServiceUrl"] == "http://127.0.0.1:7999/shipping"
+    assert values["DeliveryServiceUrl"] == "http://127.0.0.1:7999/delivery"
     settings = Settings.from_env(values)  # what the app reads: complete
     assert all(settings[s.name] for s in REQUIRED_SETTINGS)
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 def test_faults_default_and_replace(client: RemotesClient) -> None:
     faults = client.faults()
-    assert set(faults) == {"inventory", "payment", "shipping"}
+    assert set(faults) == {"inventory", "payment", "shipping", "delivery"}
     assert faults["payment"] == {"latencyMs": 0, "transientRate": 0.0, "hangRate": 0.0, "hangSeconds": 30,
                                  "hangSkus": [], "lostResponseRate": 0.0, "rejectSkus": [], "rejectAmountOver": None,
                                  "down": False}

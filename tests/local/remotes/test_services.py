@@ -1,4 +1,4 @@
-"""The three services per docs/contracts.md, through HTTP: bodies, validation, business rules, ledger."""
+"""The four services per docs/contracts.md, through HTTP: bodies, validation, business rules, ledger."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ pytestmark = pytest.mark.integration
 def test_health(client: RemotesClient) -> None:
     h = client.health()
     assert h["status"] == "ok"
-    assert set(h["services"]) == {"inventory", "payment", "shipping"}
+    assert set(h["services"]) == {"inventory", "payment", "shipping", "delivery"}
 
 
 @pytest.mark.parametrize("service,operation", [
     ("inventory", "reserve"), ("inventory", "release"), ("payment", "charge"),
-    ("payment", "refund"), ("shipping", "ship"),
+    ("payment", "refund"), ("shipping", "ship"), ("inventory", "reserve-licence"),
+    ("inventory", "release-licence"), ("delivery", "deliver"),
 ])
 def test_400_without_idempotency_key_and_no_effect(client: RemotesClient, service: str, operation: str) -> None:
     r = call(client.base_url, service, operation, "o-1", None)
