@@ -21,8 +21,8 @@ from pathlib import Path
 import pathspec
 import pytest
 
-from shared.settings import QUEUE_SETTINGS, SETTING_NAMES, SETTINGS
 from shared.agent_catalog import AGENTS
+from shared.settings import QUEUE_SETTINGS, SETTING_NAMES, SETTINGS
 
 from .conftest import REPO_ROOT, VENV_TIMEOUT
 
