@@ -10,7 +10,6 @@ transaction would not fit 100 entities (``shared.workflows.bounds``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,6 @@ from shared.workflows.bounds import MAX_STEPS, TRANSACTION_ENTITIES, largest_wri
 from shared.workflows.model import Retry, Step, Workflow
 from shared.workflows.registry import Registry
 from shared.workflows.schema import StepFile, WorkflowFile
-
-FILE_NAME = re.compile(r"^(?P<name>[a-z][a-z0-9-]*)\.v(?P<version>[1-9][0-9]*)\.yaml$")
 
 
 @dataclass(frozen=True)
@@ -91,9 +88,8 @@ def parse_file(path: Path, agents: Mapping[str, object]) -> tuple[Workflow | Non
 
 def _context_problems(file: str, spec: WorkflowFile, agents: Mapping[str, object]) -> list[Problem]:
     problems: list[Problem] = []
-    match = FILE_NAME.fullmatch(file)
     expected = f"{spec.name}.v{spec.version}.yaml"
-    if match is None or file != expected:
+    if file not in (expected, f"{spec.name}.v{spec.version}.yml"):
         problems.append(Problem(file, "(file)", f"the file name must be {expected} (its name and version)"))
     seen: set[str] = set()
     for i, step in enumerate(spec.steps):

@@ -1,7 +1,7 @@
 """The file format of ``workflows/<name>.v<version>.yaml``, as a pydantic schema (extra keys forbidden).
 
-Rules that need no context are checked here (types, ranges, duplicate step names, a pivot with a
-compensation); the loader adds those that need it (known agents, the file name, the size bound).
+Rules of one value are checked here (types, ranges, a pivot with a compensation); the loader adds
+those that look further (duplicate step names, known agents, the file name, the size bound).
 """
 
 from __future__ import annotations
@@ -57,12 +57,3 @@ class WorkflowFile(BaseModel):
     version: Annotated[int, Field(ge=1)]
     description: str = ""
     steps: Annotated[list[StepFile], Field(min_length=1)]
-
-    @model_validator(mode="after")
-    def _unique_step_names(self) -> WorkflowFile:
-        seen: set[str] = set()
-        for step in self.steps:
-            if step.name in seen:
-                raise ValueError(f"duplicate step name {step.name!r}")
-            seen.add(step.name)
-        return self

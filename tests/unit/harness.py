@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from shared.store import STATE_ROW, MemoryStore, Store
 from shared.submission import submit
 from shared.supervisor import sweep
 from shared.workflow import WORKFLOW, Step
+from shared.workflows import Registry
 
 T0 = datetime(2026, 11, 22, 8, 0, 0, tzinfo=UTC)
 
@@ -84,16 +85,19 @@ class CrashRuntime(Runtime):
 REQUIRED_VALUES = {s.name: f"http://{s.name.lower()}.invalid" for s in REQUIRED_SETTINGS}
 
 
-def config(workflow: tuple[Step, ...] = WORKFLOW, **overrides: Any) -> Config:
-    base = Config.from_settings(Settings.from_env(REQUIRED_VALUES), workflow)
-    values = {**base.__dict__, **overrides}
-    return Config(**values)
+def config(workflow: tuple[Step, ...] = WORKFLOW, registry: Registry | None = None, **overrides: Any) -> Config:
+    """The settings' config for ``workflow`` (as order v1, alone), or for every workflow of
+    ``registry`` when one is given (e.g. ``shared.workflows.load_registry()``: order and digital)."""
+    settings = Settings.from_env(REQUIRED_VALUES)
+    base = Config.from_settings(settings, registry=registry) if registry else Config.from_settings(settings, workflow)
+    return replace(base, **overrides)
 
 
 def make_runtime(store: Store | None = None, bus: MemoryBus | None = None, clock: Clock | None = None,
-                 workflow: tuple[Step, ...] = WORKFLOW, instance: str = "instance-a", **overrides: Any) -> CrashRuntime:
+                 workflow: tuple[Step, ...] = WORKFLOW, instance: str = "instance-a", registry: Registry | None = None,
+                 **overrides: Any) -> CrashRuntime:
     return CrashRuntime(store=store or MemoryStore(), bus=bus if bus is not None else DedupBus(),
-                        config=config(workflow, **overrides), instance_id=instance, clock=clock or Clock())
+                        config=config(workflow, registry, **overrides), instance_id=instance, clock=clock or Clock())
 
 
 def post(rt: Runtime, body: Any = None, headers: dict[str, str] | None = None, max_bytes: int = 65536):  # type: ignore[no-untyped-def]
@@ -159,7 +163,7 @@ class AgentSim:
 
     def queues(self) -> list[str]:
         cfg = self.rt.config
-        return sorted({cfg.agent_queue(s) for s in cfg.workflow})
+        return sorted({cfg.agent_queue(s) for wf in cfg.registry.all() for s in wf.steps})
 
     def work(self, now: datetime) -> int:
         n = 0

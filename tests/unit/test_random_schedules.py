@@ -1,7 +1,9 @@
 """Random interleavings (hypothesis): messages delivered late, twice or never, handlers crashing
 between writes, time jumping, supervisors sweeping. After every action the rows must be
 consistent; once the faults stop, every order must settle in a terminal state with its
-compensations matching what the state recorded as done, in reverse order."""
+compensations matching what the state recorded as done, in reverse order. Each run has an order
+of each shipped workflow in flight at once (order v1 and digital v1, its own steps, timeouts,
+pivot and MaxFailureCount)."""
 
 from __future__ import annotations
 
@@ -16,23 +18,36 @@ from shared.scheduler import handle_reply, handle_schedule
 from shared.statemachine import Lease, LeaseKind
 from shared.supervisor import sweep
 from shared.workflow import WORKFLOW
-from tests.unit.harness import AgentSim, Crash, drive, make_runtime, post
+from shared.workflows import Registry, Workflow, load_registry
+from tests.unit.harness import BODY, AgentSim, Crash, drive, make_runtime, post
 
 ACTIONS = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 7)), min_size=5, max_size=60)
 REJECT = st.sampled_from([{}, {}, {"create-shipment": "no"}, {"charge-payment": "declined"},
                           {"reserve-inventory": "out of stock"}, {"create-shipment": "no",
-                                                                  "charge-payment:compensate": "refused"}])
+                                                                  "charge-payment:compensate": "refused"},
+                          {"deliver": "undeliverable"}, {"reserve-licence": "none left"},
+                          {"deliver": "no", "reserve-licence:compensate": "refused"}])
 
 # lost: the step's effect is applied but its reply never comes (it times out to MaxFailureCount
 # with its outcome unknown, and must be compensated all the same)
-LOST = st.sampled_from([set(), set(), set(), {"charge-payment"}, {"reserve-inventory"}])
+LOST = st.sampled_from([set(), set(), set(), {"charge-payment"}, {"reserve-inventory"}, {"reserve-licence"}])
 
-COMP = {"charge-payment": "refund", "reserve-inventory": "release"}
+COMP = {"charge-payment": "refund", "reserve-inventory": "release", "reserve-licence": "release-licence"}
+FORWARD = ("reserve", "charge", "reserve-licence")  # the operations with an effect to undo
+QUEUES = ["scheduler", "agent-inventory", "agent-payment", "agent-shipping", "agent-delivery"]
+DIGITAL = load_registry().get("digital", 1)
 
 # Uneven step timeouts and a short grace period: the deadline index's floor rule (one row per
 # order covers every later deadline) must hold when a later step's timeout is the shorter one.
 UNEVEN = tuple(replace(s, timeout_seconds=t) for s, t in zip(WORKFLOW, (60, 12, 24), strict=True))
-SHAPES = st.sampled_from([{}, {"workflow": UNEVEN, "grace_seconds": 18.0}])
+SHAPES = st.sampled_from([{}, {"order": UNEVEN, "grace_seconds": 18.0}])
+
+
+def runtime(shape: dict[str, Any]) -> Any:
+    """Both workflows loaded (order v1 with the shape's steps), MaxFailureCount 4 by default."""
+    order = Workflow("order", 1, shape.get("order", WORKFLOW))
+    extra = {k: v for k, v in shape.items() if k != "order"}
+    return make_runtime(max_failures=4, registry=Registry.of([order, DIGITAL]), **extra)
 
 
 def check_rows(rt: Any, oid: str) -> None:
@@ -69,10 +84,10 @@ def check_rows(rt: Any, oid: str) -> None:
 @given(actions=ACTIONS, reject=REJECT, lost=LOST, shape=SHAPES)
 def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str, str], lost: set[str],
                                 shape: dict[str, Any]) -> None:
-    rt = make_runtime(max_failures=4, **shape)
+    rt = runtime(shape)
     agents = AgentSim(rt, reject=dict(reject), lost=set(lost))
-    orders = [post(rt).body["orderId"] for _ in range(2)]
-    queues = ["scheduler", "agent-inventory", "agent-payment", "agent-shipping"]
+    orders = [post(rt).body["orderId"], post(rt, {**BODY, "workflow": "digital"}).body["orderId"]]
+    queues = QUEUES
 
     def deliver_one(queue: str, crash_at: int | None, keep: bool) -> None:
         msgs = rt.bus.sent.get(queue) or []
@@ -102,15 +117,15 @@ def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str
 
     for action, arg in actions:
         if action == 0:
-            deliver_one(queues[arg % 4], None, keep=False)
+            deliver_one(queues[arg % len(queues)], None, keep=False)
         elif action == 1:
-            deliver_one(queues[arg % 4], None, keep=True)  # duplicate delivery
+            deliver_one(queues[arg % len(queues)], None, keep=True)  # duplicate delivery
         elif action == 2:
             reply_one(None, keep=False)
         elif action == 3:
             reply_one(None, keep=True)  # duplicate reply
         elif action == 4:
-            q = queues[arg % 4]
+            q = queues[arg % len(queues)]
             if rt.bus.sent.get(q):
                 rt.bus.sent[q].pop(0)  # lost message
             elif agents.pending_replies:
@@ -134,14 +149,19 @@ def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str
         steps = sorted((r for k, r in rows.items() if k.startswith("step-")), key=lambda r: r["Index"])
         mine = [c for c in agents.calls if c[0] == oid]
         assert len(mine) == len(set(mine))
-        comps = [c[2] for c in mine if c[2] in ("refund", "release")]
+        comps = [c[2] for c in mine if c[2] in COMP.values()]
         if final["ProcessState"] == "Processed":
             assert comps == []
+        elif final["Mode"] == "held":
+            # a step whose policy is hold (digital's deliver), or a timed-out step with nothing
+            # to undo (the pivot): held for an operator, nothing compensated
+            held = next(s for s in steps if s["Name"] == final["FailedStep"])
+            assert held["Name"] in ("deliver", "create-shipment") and comps == [], (final, mine)
         else:
             assert final["ProcessState"] == "Error" and final["Mode"] == "finished"
             # Every effect the remotes applied is undone, in reverse order: the Done steps' and
             # that of a step which timed out after its effect was applied (reply lost).
-            applied = {c[1] for c in mine if c[2] in ("reserve", "charge")}
+            applied = {c[1] for c in mine if c[2] in FORWARD}
             done = [s["Name"] for s in reversed(steps) if s["State"] == "Done" and s["Name"] in COMP]
             assert set(done) <= applied
             undo = [s["Name"] for s in reversed(steps) if s["Name"] in applied]
@@ -152,4 +172,6 @@ def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str
             assert all(not s["Compensation"] for s in steps
                        if s["State"] == "Failed" and not s.get("OutcomeUnknown"))
         assert final["FailureCount"] <= 4
-        event(f"final {final['ProcessState']}/{final.get('Outcome')}, failures {min(final['FailureCount'], 1)}")
+        workflow = rows["order"].get("Workflow", "order")
+        event(f"{workflow}: final {final['ProcessState']}/{final.get('Outcome')}, "
+              f"failures {min(final['FailureCount'], 1)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pathlib
 from dataclasses import replace
 
 import pytest
@@ -418,6 +419,31 @@ def test_adding_a_step_needs_no_scheduler_change() -> None:
     agents = AgentSim(rt)
     assert drive(rt, oid, agents)["ProcessState"] == "Processed"
     assert [c[2] for c in agents.calls] == ["reserve", "charge", "ship", "invoice"]
+
+
+def test_adding_a_step_to_the_second_workflow_needs_no_scheduler_change(tmp_path: pathlib.Path) -> None:
+    """The same for digital, as data only: its v2 (a step more) is one more file next to the others."""
+    import shutil
+
+    from shared.workflows import AGENTS_BY_NAME, load_directory, workflows_directory
+
+    for shipped in workflows_directory().glob("*.yaml"):
+        shutil.copy(shipped, tmp_path)
+    v1 = (tmp_path / "digital.v1.yaml").read_text()
+    (tmp_path / "digital.v2.yaml").write_text(v1.replace("version: 1", "version: 2") + """\
+  - name: send-receipt
+    agent: payment
+    operation: receipt
+    timeoutSeconds: 10
+""")
+    rt = make_runtime(registry=load_directory(tmp_path, AGENTS_BY_NAME))
+    r = post(rt, {**BODY, "workflow": "digital"})
+    assert r.status == 202, r.body
+    oid = r.body["orderId"]
+    agents = AgentSim(rt)
+    assert drive(rt, oid, agents)["ProcessState"] == "Processed"
+    assert [c[2] for c in agents.calls] == ["reserve-licence", "charge", "deliver", "receipt"]
+    assert rt.store.read_row(oid, "order")["WorkflowVersion"] == 2
 
 
 def test_reply_with_unstorable_result_is_poison_and_changes_nothing() -> None:
