@@ -1,13 +1,15 @@
 """Chaos runner: drive N orders through the whole local stack while injecting counted faults.
 
     .venv/bin/python -m bench.chaos [--orders 2000] [--seed S] [--instances 2] [--rate 8]
-                          [--out bench/results/chaos.json]
+                          [--digital-share 0.3] [--out bench/results/chaos.json]
 
 It starts the local stack (``local.stack.Stack``: Azurite with a data folder, so it can be
 restarted, the Service Bus emulator, the remote services simulator, the Functions host with
 ``--instances`` instances) with short step timeouts and a fast supervisor schedule, posts
-orders at ``--rate`` per second, and on a schedule drawn from ``random.Random(seed)`` (the seed
-is printed first, so a failing run can be replayed with ``--seed``) injects:
+orders at ``--rate`` per second (``--digital-share`` of them name ``"workflow": "digital"``:
+reserve a licence, charge, deliver; the others run the default ``order`` workflow), and on a
+schedule drawn from ``random.Random(seed)`` (the seed is printed first, so a failing run can be
+replayed with ``--seed``) injects:
 
 * SIGKILL of host instances while orders are in flight (the host restarts them); a killed
   instance's locked messages come back after their lock expires: real redeliveries;
@@ -41,7 +43,8 @@ fully compensated (100%), compensations applied more than once (0), plus the cou
 injected fault and operator action, the seed and the durations. The exit code is non-zero if
 any check fails.
 
-The ledger is read generation by generation (``bench.chaos_ledger``): a restarted order may
+The ledger is read generation by generation (``bench.chaos_ledger``), each order against the
+steps of its own workflow (the one its view names): a restarted order may
 apply a step once per generation, every generation before its last must be undone (each
 effect compensated exactly once), and its last is judged as an order that never restarted.
 A terminated order ends with every effect compensated, or held (its pivot step's outcome
@@ -77,21 +80,22 @@ from typing import Any, TextIO
 import requests
 
 from bench.chaos_ledger import (
-    STEP_EFFECTS,
     UndoTally,
     compact_history,
     compensations_repeated,
     expected_run,
     split_ledger,
     step_key,
+    view_effects,
 )
 from bench.chaos_operator import IN_FLIGHT_STATES, RAISED_LIMIT, TERMINATED_RESULTS, Operator, search_listing
 from local.procs import REPO_ROOT
-from local.stack import Stack, demo_order
-from shared.workflow import AGENTS_BY_NAME, WORKFLOW
+from local.stack import SERVICE_PATHS, Stack, demo_order
+from shared.workflows import AGENTS_BY_NAME, DEFAULT_WORKFLOW, LEGACY_VERSION, Workflow, load_registry
 
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "chaos.json"
-SERVICES = ("inventory", "payment", "shipping")
+SERVICES = tuple(SERVICE_PATHS.values())  # every agent's remote service (inventory, payment, shipping, delivery)
+DIGITAL_WORKFLOW = "digital"  # what --digital-share of the orders name
 REJECT_SKU = "SKU-OOS"  # the inventory service answers 422 "out of stock" for it
 REJECT_AMOUNT_OVER = "50000"  # the payment service answers 422 for a larger charge
 REJECT_UNIT_PRICE = 60000  # one of these makes an order's total exceed REJECT_AMOUNT_OVER
@@ -133,6 +137,7 @@ class ChaosOptions:
     terminate_within: float = 4.0  # ... at a random moment within this many seconds of acceptance
     operator_restarts: bool = True  # restart the orders rejected for good once they failed (new generation)
     fixable_rate: float = 0.01  # share of orders with a cause of their own the operator fixes, then restarts
+    digital_share: float = 0.0  # share of orders that name "workflow": "digital" (the others: the default)
     progress_every: float = 2.0
     echo: bool = False  # echo the stack's processes' output to stderr
 
@@ -150,6 +155,8 @@ class ChaosOptions:
             raise ValueError("--orders and --rate must be positive")
         if not (0 <= o.terminate_rate <= 1 and 0 <= o.fixable_rate <= 1) or o.terminate_within < 0:
             raise ValueError("--terminate-rate and --fixable-rate must be 0..1, --terminate-within >= 0")
+        if not 0 <= o.digital_share <= 1:
+            raise ValueError("--digital-share must be 0..1")
         if o.state_dir is None:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
             o.state_dir = REPO_ROOT / ".local" / "chaos" / f"{stamp}-seed{o.seed}"
@@ -164,6 +171,7 @@ class OrderRec:
     reject: str | None  # "sku" | "amount" | None: designed to be rejected for good
     dup_submit: bool
     dup_delivery: bool
+    workflow: str = DEFAULT_WORKFLOW  # the workflow the order's POST names (the default's is not named)
     order_id: str | None = None
     post_status: int | None = None
     post_attempts: int = 0
@@ -231,6 +239,26 @@ def supervisor_period(schedule: str) -> float:
     if first == "*":
         return 1.0
     return 60.0
+
+
+def plan_workflows(orders: int, digital_share: float, seed: int | None) -> list[str]:
+    """The workflow each planned order names: ``round(orders * digital_share)`` of them, drawn
+    from a generator of their own (the rest of a seed's plan does not change with the share),
+    run the digital workflow; the others the default one."""
+    n_digital = round(orders * digital_share)
+    digital = set(random.Random(f"{seed}:workflows").sample(range(orders), n_digital)) if n_digital else set()
+    return [DIGITAL_WORKFLOW if i in digital else DEFAULT_WORKFLOW for i in range(orders)]
+
+
+def view_workflow(view: dict[str, Any] | None) -> Workflow:
+    """The workflow version an order's view names (``"workflow": {"name", "version"}``; none: order v1)."""
+    named = (view or {}).get("workflow") or {}
+    registry = load_registry()
+    if not named:
+        return registry.get(DEFAULT_WORKFLOW, LEGACY_VERSION)
+    if named.get("version") is None:
+        return registry.latest(named["name"])
+    return registry.get(named["name"], int(named["version"]))
 
 
 def _parse_iso(value: Any) -> datetime | None:
@@ -357,17 +385,21 @@ class ChaosRun:
         n_reject = round(o.orders * o.reject_rate)
         reject_idx = set(rng.sample(range(o.orders), n_reject)) if n_reject else set()
         reject_kind = {i: ("sku" if j % 2 == 0 else "amount") for j, i in enumerate(sorted(reject_idx))}
+        workflows = plan_workflows(o.orders, o.digital_share, o.seed)
         for i in range(o.orders):
             body = demo_order(rng)
             kind = reject_kind.get(i)
-            if kind == "sku":
+            if kind == "sku":  # out of stock, or no licence left: the inventory service refuses either
                 body["items"].append({"sku": REJECT_SKU, "quantity": 1, "unitPrice": 5})
             elif kind == "amount":
                 body["items"].append({"sku": "SKU-LUX", "quantity": 1, "unitPrice": REJECT_UNIT_PRICE})
+            if workflows[i] != DEFAULT_WORKFLOW:
+                body["workflow"] = workflows[i]
             self.recs.append(OrderRec(
                 index=i, key=f"chaos-{o.seed}-{i}", body=body, reject=kind,
                 dup_submit=rng.random() < o.duplicate_submit_rate,
                 dup_delivery=rng.random() < o.duplicate_delivery_rate,
+                workflow=workflows[i],
             ))
 
     def plan_events(self) -> list[tuple[float, str]]:
@@ -397,15 +429,15 @@ class ChaosRun:
                 "hangRate": o.hang_rate, "hangSeconds": o.hang_seconds}
         own = self.operator.remote_causes()  # the causes of the orders the operator fixes
         # An order's own cause is no chaos fault: it stays until the operator fixes it.
-        self._own_causes = {"inventory": {"rejectSkus": own["restock"]},
-                            "payment": {"hangSkus": own["stall"], "hangSeconds": o.hang_seconds,
-                                        **({"rejectAmountOver": REJECT_AMOUNT_OVER} if own["limit"] else {})},
-                            "shipping": {}}
-        self.remote_profile = {
+        self._own_causes = {svc: {} for svc in SERVICES}
+        self._own_causes.update({"inventory": {"rejectSkus": own["restock"]},
+                                 "payment": {"hangSkus": own["stall"], "hangSeconds": o.hang_seconds,
+                                             **({"rejectAmountOver": REJECT_AMOUNT_OVER} if own["limit"] else {})}})
+        self.remote_profile = {svc: dict(base) for svc in SERVICES}  # shipping, delivery: the chaos faults only
+        self.remote_profile.update({
             "inventory": {**base, "rejectSkus": [REJECT_SKU, *own["restock"]]},
             "payment": {**base, "rejectAmountOver": REJECT_AMOUNT_OVER, "hangSkus": own["stall"]},
-            "shipping": dict(base),
-        }
+        })
         remotes = self.stack.remotes
         with self._remote_lock:
             for svc, faults in self.remote_profile.items():
@@ -734,22 +766,24 @@ class ChaosRun:
         order = view.get("order") or {}
         now = _now()
         if not rec.request_copy_sent:
+            workflow = view_workflow(view)
             for idx, st in enumerate(steps):
                 cb = _parse_iso(st.get("completeBy"))
                 if st.get("state") != "Running" or cb is None or cb <= now + timedelta(seconds=0.5):
                     continue
                 name = st["name"]
-                svc, op, _ = STEP_EFFECTS[name]
+                step = workflow.step(name)
+                assert step is not None, (workflow.label, name)
                 attempt = int(st.get("attempt") or 1)
                 context = {s["name"]: s.get("result") for s in steps[:idx] if s.get("state") == "Done"}
                 key = step_key(view["orderId"], name, int(view.get("generation") or 0))
-                body = {"kind": "step", "orderId": view["orderId"], "step": name, "operation": op,
+                body = {"kind": "step", "orderId": view["orderId"], "step": name, "operation": step.operation,
                         "attempt": attempt, "idempotencyKey": key,
                         "completeBy": st["completeBy"],
                         "order": {"customerId": order.get("customerId"), "currency": order.get("currency"),
                                   "total": order.get("total"), "items": order.get("items")},
-                        "context": context}
-                queue = settings[AGENTS_BY_NAME[next(s.agent for s in WORKFLOW if s.name == name)].queue_setting]
+                        "context": context, "workflow": workflow.name, "workflowVersion": workflow.version}
+                queue = settings[AGENTS_BY_NAME[step.agent].queue_setting]
                 if self._sb_send(queue, body, correlation_id=f"{view['orderId']}:{name}:{attempt}",
                                  reply_to=settings["RepliesQueue"], ttl=cb - now, kind="step"):
                     rec.request_copy_sent = True
@@ -1148,7 +1182,8 @@ class ChaosRun:
 
         f["permanentRejections"] = {
             "ordersDesigned": sum(1 for r in self.recs if r.reject),
-            "reserve422": status_count("inventory", "reserve", "422"),
+            "reserve422": status_count("inventory", "reserve", "422")
+            + status_count("inventory", "reserve-licence", "422"),
             "charge422": status_count("payment", "charge", "422"),
         }
         f["remote503"] = {svc: status_count(svc, None, "503") for svc in SERVICES}
@@ -1244,6 +1279,7 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
         "infrastructureErrors": {"value": len(errors), "expected": 0, "ok": not errors},
     }
     summary = {"accepted": n_acc, "finalStates": dict(states), "failed": len(fx["failedOrders"]),
+               "workflows": dict(Counter(r.workflow for r in accepted)),
                "heldForAnOperator": len(fx["held"]),
                "operatorRetried": sum(1 for r in accepted if r.held_retry_status == 202),
                "failedWithEffectsToCompensate": n_fwe,
@@ -1279,7 +1315,9 @@ def ledger_outcomes(ids: set[str], views: dict[str, tuple[int | None, dict[str, 
     without its effect): it is not an effect."""
     per_key = Counter((e["service"], e["idempotencyKey"]) for e in ledger)
     double_effects = [{"service": s, "idempotencyKey": k, "times": n} for (s, k), n in per_key.items() if n > 1]
-    per_order, unexpected = split_ledger(ledger)
+    # Each order against its own workflow's steps (the one its view names; none: order v1).
+    steps_of = {oid: view_effects(v if s == 200 else None) for oid, (s, v) in views.items()}
+    per_order, unexpected = split_ledger(ledger, steps_of)
     foreign = sorted(set(per_order) - ids)
     unexpected = [u for u in unexpected if u["orderId"] in ids]
 
@@ -1289,11 +1327,11 @@ def ledger_outcomes(ids: set[str], views: dict[str, tuple[int | None, dict[str, 
     undo, processed_wrong, comp_multi = UndoTally(), [], []
     failed_last_with_effects: set[str] = set()
     earlier, earlier_with_effects = 0, 0
-    expected = expected_run()
-    compensable = {(svc, op) for svc, op, comp in STEP_EFFECTS.values() if comp}
     for oid in sorted(ids):
-        fx = per_order[oid]
-        comp_multi += compensations_repeated(oid, fx)
+        fx, steps = per_order[oid], steps_of.get(oid) or view_effects(None)
+        expected = expected_run(steps)
+        compensable = {(svc, op) for svc, op, comp in steps.values() if comp}
+        comp_multi += compensations_repeated(oid, fx, steps)
         last = last_gen.get(oid, 0)
         for g in sorted(fx.generations()):
             if g > last:
@@ -1302,7 +1340,7 @@ def ledger_outcomes(ids: set[str], views: dict[str, tuple[int | None, dict[str, 
         for g in range(last):  # earlier generations: each one failed, and was undone before the restart
             earlier += 1
             earlier_with_effects += any(fx.effects[g].get(e) for e in compensable)
-            undo.check_undone(oid, g, fx.effects[g], fx.tombstones[g])
+            undo.check_undone(oid, g, fx.effects[g], fx.tombstones[g], steps)
         effects, tomb = fx.effects[last], fx.tombstones[last]
         if final_state.get(oid) == "Processed":
             if effects != expected or tomb:
@@ -1315,7 +1353,7 @@ def ledger_outcomes(ids: set[str], views: dict[str, tuple[int | None, dict[str, 
         if any(effects.get(e) for e in compensable):
             failed_last_with_effects.add(oid)
         if oid not in held:  # nothing is compensated while an operator decides
-            undo.check_undone(oid, last, effects, tomb)
+            undo.check_undone(oid, last, effects, tomb, steps)
     failed_with_effects = sorted(failed_last_with_effects | undo.orders_with_effects)
     missing = {m["orderId"] for m in undo.missing}
     restarted = [oid for oid in ids if last_gen.get(oid, 0) > 0]
@@ -1426,8 +1464,8 @@ def render_summary(report: dict[str, Any]) -> str:
     sb = f.get("serviceBus") or {}
     lines = [
         "",
-        f"chaos run: seed {report['seed']}, {orders['planned']} orders ({orders['accepted']} accepted), "
-        f"final states {orders['finalStates']}",
+        f"chaos run: seed {report['seed']}, {orders['planned']} orders ({orders['accepted']} accepted; "
+        f"workflows {orders.get('workflows', {})}), final states {orders['finalStates']}",
         f"  [{mark(c['terminalPercent']['ok'])}] terminal (Processed or Error): {c['terminalPercent']['value']}%",
         f"  [{mark(c['lostOrders']['ok'])}] lost orders: {c['lostOrders']['value']}",
         f"  [{mark(c['stuckOrders']['ok'])}] stuck orders (past CompleteBy + a sweep): {c['stuckOrders']['value']}",
@@ -1538,6 +1576,8 @@ def main(argv: Iterable[str] | None = None) -> int:
                     help="do not restart the orders rejected for good once they failed")
     ap.add_argument("--fixable-rate", type=float, default=d.fixable_rate,
                     help="share of orders with a cause of their own the operator fixes, then restarts")
+    ap.add_argument("--digital-share", type=float, default=d.digital_share,
+                    help='share of orders that name "workflow": "digital" (licence, charge, delivery)')
     ap.add_argument("--settle-timeout", type=float, default=d.settle_timeout)
     ap.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
     ap.add_argument("--echo", action="store_true", help="echo the stack's output to stderr")
@@ -1552,6 +1592,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         restart_servicebus=not a.no_servicebus_restart, restart_azurite=not a.no_azurite_restart,
         operator_retry=not a.no_operator_retry, terminate_rate=a.terminate_rate,
         terminate_within=a.terminate_within, operator_restarts=not a.no_operator_restart, fixable_rate=a.fixable_rate,
+        digital_share=a.digital_share,
         settle_timeout=a.settle_timeout, drain_timeout=a.drain_timeout, echo=a.echo,
     )
     if opts.instances < 2:

@@ -13,28 +13,54 @@ once, and nothing that cannot be undone, such as a shipment); the last generatio
 as an order that never restarted (Processed: every step exactly once; Error: compensated, or
 held for an operator). A ledger entry whose key does not say which step and generation of its
 order it belongs to, or names a generation the order never reached, is an error of its own.
+
+Each order is read against the steps of its own workflow (``workflows/*.yaml``: the order
+workflow's reserve/charge/ship, the digital one's reserve-licence/charge/deliver): an order's
+effects map (``StepEffects``) comes from ``effects_for(name, version)``; without one, order v1.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from local.stack import SERVICE_PATHS
-from shared.workflow import AGENTS_BY_NAME, WORKFLOW
+from shared.workflows import AGENTS_BY_NAME, DEFAULT_WORKFLOW, LEGACY_VERSION, Workflow, load_registry
 
 COMPENSATE_SUFFIX = ":compensate"
 _GENERATION = re.compile(r"g(\d+):(.+)")
 
-# Step -> (service, forward operation, compensation operation or None), from the workflow.
-STEP_EFFECTS: dict[str, tuple[str, str, str | None]] = {
-    s.name: (SERVICE_PATHS[AGENTS_BY_NAME[s.agent].service_url_setting], s.operation, s.compensation)
-    for s in WORKFLOW
-}
+# Step -> (service, forward operation, compensation operation or None), from a workflow.
+StepEffects = dict[str, tuple[str, str, str | None]]
 Effect = tuple[str, str]  # (service, operation)
+
+
+def step_effects(workflow: Workflow) -> StepEffects:
+    """What each step of ``workflow`` does to the remote services (the simulator's ledger)."""
+    return {s.name: (SERVICE_PATHS[AGENTS_BY_NAME[s.agent].service_url_setting], s.operation, s.compensation)
+            for s in workflow.steps}
+
+
+# Every loaded workflow version's effects; an order that names none ran order v1.
+WORKFLOW_EFFECTS: dict[tuple[str, int], StepEffects] = {wf.key: step_effects(wf) for wf in load_registry().all()}
+STEP_EFFECTS: StepEffects = WORKFLOW_EFFECTS[(DEFAULT_WORKFLOW, LEGACY_VERSION)]
+
+
+def effects_for(name: str | None = None, version: int | None = None) -> StepEffects:
+    """The step effects of workflow ``name`` ``version`` (none: order v1; no version: its highest)."""
+    name = name or DEFAULT_WORKFLOW
+    if version is None:
+        version = max(v for n, v in WORKFLOW_EFFECTS if n == name)
+    return WORKFLOW_EFFECTS[(name, version)]
+
+
+def view_effects(view: Mapping[str, Any] | None) -> StepEffects:
+    """The step effects of the workflow an order's view names (``"workflow": {"name", "version"}``)."""
+    named = (view or {}).get("workflow") or {}
+    return effects_for(named.get("name"), named.get("version") or (LEGACY_VERSION if not named else None))
 
 
 def step_key(order_id: str, step: str, generation: int) -> str:
@@ -49,8 +75,9 @@ class KeyInfo:
     compensation: bool
 
 
-def parse_key(order_id: str, key: str) -> KeyInfo | None:
-    """What an idempotency key of ``order_id`` addresses, or None if it is not one of its keys."""
+def parse_key(order_id: str, key: str, effects: StepEffects = STEP_EFFECTS) -> KeyInfo | None:
+    """What an idempotency key of ``order_id`` addresses (a step of ``effects``), or None if it is
+    not one of its keys."""
     if not key.startswith(order_id + ":"):
         return None
     rest = key[len(order_id) + 1:]
@@ -63,16 +90,16 @@ def parse_key(order_id: str, key: str) -> KeyInfo | None:
         generation, rest = int(m.group(1)), m.group(2)
         if generation == 0 or m.group(1) != str(generation):
             return None  # generation 0 has no prefix; no leading zeros
-    if rest not in STEP_EFFECTS:
+    if rest not in effects:
         return None
     return KeyInfo(generation, rest, compensation)
 
 
-def _entry_problem(entry: dict[str, Any], info: KeyInfo | None) -> str | None:
+def _entry_problem(entry: dict[str, Any], info: KeyInfo | None, effects: StepEffects) -> str | None:
     """Why a ledger entry's key does not fit its service and operation (None: it fits)."""
     if info is None:
-        return "not a key of its order (orderId[:g<n>]:step[:compensate])"
-    svc, forward, comp = STEP_EFFECTS[info.step]
+        return "not a key of its order (orderId[:g<n>]:step[:compensate] of its workflow)"
+    svc, forward, comp = effects[info.step]
     op = comp if info.compensation else forward
     if (entry.get("service"), entry.get("operation")) != (svc, op):
         return f"the key is for {svc}/{op}"
@@ -93,8 +120,10 @@ class OrderEffects:
         return {g for g, c in self.effects.items() if c} | {g for g, c in self.tombstones.items() if c}
 
 
-def split_ledger(ledger: Iterable[dict[str, Any]]) -> tuple[dict[str, OrderEffects], list[dict[str, Any]]]:
-    """Ledger entries by order and generation, and the entries whose key is unexpected.
+def split_ledger(ledger: Iterable[dict[str, Any]], effects_of: Mapping[str, StepEffects] | None = None,
+                 ) -> tuple[dict[str, OrderEffects], list[dict[str, Any]]]:
+    """Ledger entries by order and generation, and the entries whose key is unexpected; each
+    order's keys are read against its workflow's steps (``effects_of[orderId]``, else order v1).
 
     An entry with an unexpected key still counts (as generation 0, or its parsed generation),
     so no other check is weakened by it."""
@@ -102,8 +131,9 @@ def split_ledger(ledger: Iterable[dict[str, Any]]) -> tuple[dict[str, OrderEffec
     unexpected: list[dict[str, Any]] = []
     for e in ledger:
         oid, key = e["orderId"], str(e.get("idempotencyKey"))
-        info = parse_key(oid, key)
-        problem = _entry_problem(e, info)
+        effects = (effects_of or {}).get(oid, STEP_EFFECTS)
+        info = parse_key(oid, key, effects)
+        problem = _entry_problem(e, info, effects)
         if problem:
             unexpected.append({"orderId": oid, "service": e.get("service"), "operation": e.get("operation"),
                                "idempotencyKey": key, "problem": problem})
@@ -123,9 +153,10 @@ class UndoTally:
     shipped: list[dict[str, Any]] = field(default_factory=list)  # an effect with no compensation
     orders_with_effects: set[str] = field(default_factory=set)
 
-    def check_undone(self, oid: str, generation: int, effects: Counter[Effect], tombs: Counter[Effect]) -> None:
-        """Every effect ``generation`` applied must be compensated exactly once."""
-        for name, (svc, op, comp) in STEP_EFFECTS.items():
+    def check_undone(self, oid: str, generation: int, effects: Counter[Effect], tombs: Counter[Effect],
+                     steps: StepEffects = STEP_EFFECTS) -> None:
+        """Every effect ``generation`` applied (a step of ``steps``) must be compensated exactly once."""
+        for name, (svc, op, comp) in steps.items():
             if not effects.get((svc, op)):
                 continue
             if comp is None:
@@ -141,11 +172,11 @@ class UndoTally:
                                      "tombstones": tombs.get((svc, comp), 0)})
 
 
-def compensations_repeated(oid: str, fx: OrderEffects) -> list[dict[str, Any]]:
+def compensations_repeated(oid: str, fx: OrderEffects, steps: StepEffects = STEP_EFFECTS) -> list[dict[str, Any]]:
     """A compensation applied (or tombstoned) more than once in one generation."""
     out = []
     for g in sorted(fx.generations()):
-        for svc, _, comp in STEP_EFFECTS.values():
+        for svc, _, comp in steps.values():
             if comp is None:
                 continue
             n = fx.effects[g].get((svc, comp), 0) + fx.tombstones[g].get((svc, comp), 0)
@@ -154,9 +185,9 @@ def compensations_repeated(oid: str, fx: OrderEffects) -> list[dict[str, Any]]:
     return out
 
 
-def expected_run() -> Counter[Effect]:
+def expected_run(steps: StepEffects = STEP_EFFECTS) -> Counter[Effect]:
     """The effects of one successful run: each step's forward operation once."""
-    return Counter({(svc, op): 1 for svc, op, _ in STEP_EFFECTS.values()})
+    return Counter({(svc, op): 1 for svc, op, _ in steps.values()})
 
 
 def compact_history(view: dict[str, Any] | None, limit: int = 60) -> list[str]:
