@@ -51,6 +51,7 @@ from bench.search_seed import (
     seed_api,
     seed_live,
 )
+from shared.agent_catalog import AGENTS
 
 PAGE = 50
 BOUND_ENTITIES = 60  # issue 11: "a page of 50 reads at most about 60 entities"
@@ -60,7 +61,7 @@ API_SEEDING_MAX = 5000
 TABLES = ("orders", "deadlines", "orderindex")
 STATS_PROCESSES = 4  # processes whose stats rows the overview merges (say 2 instances x 2 workers)
 STATS_HOURS = 48  # of stats rows seeded before the run (what retention keeps)
-SETTINGS = {f"{name}ServiceUrl": f"http://127.0.0.1:9/{name.lower()}" for name in ("Inventory", "Payment", "Shipping")}
+SETTINGS = {a.service_url_setting: f"http://127.0.0.1:9/{a.name}" for a in AGENTS}  # every agent's (required)
 Progress = Callable[[str], None]
 
 

@@ -29,12 +29,13 @@ import uuid
 from typing import Any
 
 from local.procs import REPO_ROOT
+from shared.agent_catalog import AGENTS
 
 BODY = {"customerId": "c-1", "currency": "EUR", "priority": "normal", "statusQueue": None,
         "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": 9.99}, {"sku": "SKU-3", "quantity": 1,
                                                                        "unitPrice": 19.0}]}
 # the agents are faked: their URLs are never called, but the settings require them
-SETTINGS = {f"{name}ServiceUrl": f"http://127.0.0.1:9/{name.lower()}" for name in ("Inventory", "Payment", "Shipping")}
+SETTINGS = {a.service_url_setting: f"http://127.0.0.1:9/{a.name}" for a in AGENTS}  # every agent's (required)
 RESULTS = {"reserve": {"reservationId": "r-1"}, "charge": {"paymentId": "p-1", "amount": "38.98"},
            "ship": {"shipmentId": "s-1"}}
 
