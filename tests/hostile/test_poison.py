@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from shared.workflow import AGENTS, WORKFLOW
+from shared.workflows import load_registry
 from tests.hostile.stackutil import Tables, submit, wait_settled
 
 pytestmark = pytest.mark.integration
@@ -115,9 +116,13 @@ def poison_messages(settings: dict[str, str], ref: str) -> list[Poison]:
     add("replies", "stale-attempt", {**reply, "outcome": "error", "result": None, "reason": "late"}, order_id=ref)
     for agent in AGENTS:
         role = f"agent:{agent.name}"
-        step = next(s for s in WORKFLOW if s.agent == agent.name)
+        # a step the agent serves: of order v1, else of another loaded workflow (delivery: digital's)
+        registry = load_registry()
+        wf, step = next((wf, s) for wf in (registry.get("order", 1), *registry.all()) for s in wf.steps
+                        if s.agent == agent.name)
         req = {"kind": "step", "orderId": ref, "step": step.name, "operation": step.operation, "attempt": 1,
-               "idempotencyKey": f"{ref}:{step.name}", "completeBy": future, "order": order, "context": {}}
+               "idempotencyKey": f"{ref}:{step.name}", "completeBy": future, "order": order, "context": {},
+               "workflow": wf.name, "workflowVersion": wf.version}
         add(role, "bad-json", b"[1, 2,", reply_to=replies)
         add(role, "wrong-schema", {**req, "attempt": 0, "completeBy": "tomorrow", "order": "x"}, reply_to=replies)
         add(role, "unknown-order", {**req, "orderId": unknown, "idempotencyKey": f"{unknown}:{step.name}"},
