@@ -178,8 +178,8 @@ def test_every_agent_reads_a_queue_setting() -> None:
 
 
 def workflow_agents() -> dict[str, set[str]]:
-    """Agent name -> the workflow files (workflows/*.yaml) with a step it serves."""
-    files = sorted((REPO_ROOT / "workflows").glob("*.yaml"))
+    """Agent name -> the workflow files (workflows/*.yaml, *.yml) with a step it serves."""
+    files = sorted(p for p in (REPO_ROOT / "workflows").iterdir() if p.suffix in (".yaml", ".yml"))
     assert files, "no workflow file in workflows/"
     named: dict[str, set[str]] = {}
     for path in files:

@@ -20,7 +20,7 @@ def test_every_agent_has_a_simulated_service() -> None:
 
 
 def test_every_step_of_every_workflow_is_served() -> None:
-    files = sorted(WORKFLOWS.glob("*.yaml"))
+    files = sorted(p for p in WORKFLOWS.iterdir() if p.suffix in (".yaml", ".yml"))
     assert {p.name.split(".")[0] for p in files} >= {"order", "digital"}, files
     for path in files:
         for step in yaml.safe_load(path.read_text())["steps"]:
