@@ -59,7 +59,7 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
         # overdue at CompleteBy and redrives it (FailureCount+1), like any lost request.
         commit(View(order, None, view.steps), state, (row.create() for row in (order, *view.steps)),
                [event(EventKind.ACCEPTED, total=total, currency=order.currency, items=len(order.items),
-                      priority=order.priority),
+                      priority=order.priority, workflow=order.workflow, workflowVersion=order.workflow_version),
                 dispatched(first)], ctx, note="submission + first claim"),
         replace(step_request(view, first, ctx), critical=False),
         *status_sends(view, "received", ctx, processState=ProcessState.PROCESSING),

@@ -59,7 +59,8 @@ def test_a_processed_order_tells_its_whole_story() -> None:
     assert _steps(history) == [("accepted", None, None), ("dispatched", R, 1), ("stepDone", R, 1),
                                ("dispatched", C, 1), ("stepDone", C, 1), ("dispatched", S, 1), ("stepDone", S, 1),
                                ("processed", None, None)]
-    assert history[0]["detail"] == {"total": "19.98", "currency": "EUR", "items": 1, "priority": "normal"}
+    assert history[0]["detail"] == {"total": "19.98", "currency": "EUR", "items": 1, "priority": "normal",
+                                    "workflow": "order", "workflowVersion": 1}
     assert history[1]["detail"] == {"completeBy": "2026-11-22T08:00:30.000000+00:00"}
     for e in history:
         assert e["traceId"] == "0af7651916cd43dd8448eb211c80319c" and e["instance"] == "instance-a"
