@@ -13,6 +13,7 @@ those orders are held (``shared.statemachine.binding``).
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -29,13 +30,16 @@ _lock = threading.Lock()
 
 
 def workflows_directory(setting: str | None = None) -> Path:
-    """The ``WorkflowsPath`` setting as a directory (relative: to the app's root)."""
-    path = Path((setting or "").strip() or DEFAULT_PATH)
+    """The ``WorkflowsPath`` setting as a directory (relative: to the app's root). None: the
+    process environment's value (the app setting, in the worker), else ``workflows``."""
+    value = os.environ.get("WorkflowsPath") if setting is None else setting
+    path = Path((value or "").strip() or DEFAULT_PATH)
     return path if path.is_absolute() else APP_ROOT / path
 
 
 def load_registry(setting: str | None = None) -> Registry:
-    """The workflows of the directory ``setting`` names, loaded once per directory."""
+    """The workflows of the directory ``setting`` names (None: see :func:`workflows_directory`),
+    loaded once per directory."""
     directory = workflows_directory(setting)
     with _lock:
         if directory not in _loaded:

@@ -157,9 +157,12 @@ def test_an_empty_or_missing_directory_is_rejected(tmp_path: Path) -> None:
         load_directory(tmp_path / "nope", AGENTS_BY_NAME)
 
 
-def test_the_setting_names_a_directory_relative_to_the_app(tmp_path: Path) -> None:
+def test_the_setting_names_a_directory_relative_to_the_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WorkflowsPath", raising=False)
     assert workflows_directory("") == workflows_directory("workflows") == workflows_directory(None)
     assert workflows_directory(str(tmp_path)) == tmp_path
+    monkeypatch.setenv("WorkflowsPath", str(tmp_path))  # the app setting, as the worker sees it
+    assert workflows_directory(None) == tmp_path
 
 
 # ------------------------------------------------------------------------------ the registry
