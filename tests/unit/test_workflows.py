@@ -13,6 +13,7 @@ import pytest
 
 from shared.agent import AgentRuntime, parse_request
 from shared.messaging import MemoryBus, PoisonMessage
+from shared.scheduler import handle_reply
 from shared.statemachine import OrderRow
 from shared.submission import get_order, list_workflows, retry_order
 from shared.supervisor import sweep
@@ -29,7 +30,7 @@ from shared.workflows import (
     workflows_directory,
 )
 from shared.workflows.bounds import MAX_STEPS, TRANSACTION_ENTITIES, largest_write
-from tests.unit.harness import BODY, AgentSim, deliver_schedules, drive, make_runtime, post, state, steps
+from tests.unit.harness import BODY, AgentSim, Crash, deliver_schedules, drive, make_runtime, post, state, steps
 
 GOOD = """\
 name: order
@@ -340,3 +341,33 @@ def test_the_agent_applies_the_steps_retry_policy(tmp_path: Path) -> None:
     plain = parse_request(_request("order", 1, "charge-payment", "charge"), message_id="m", reply_to="r",
                           agent="payment", workflow=agent.workflow)
     assert agent.policy_for(plain) == agent.policy  # no retry block: the agent's own constants
+
+
+@pytest.mark.parametrize("crash_after", range(7))
+def test_a_crash_while_holding_for_a_missing_version_converges(crash_after: int) -> None:
+    """The hold is one decision like any other: cut after any effect, a redelivered reply and a
+    sweep leave the order held once, one alert, one held event, its search rows right and no
+    deadline row."""
+    rt = make_runtime(registry=load_registry())
+    oid = post(rt, {**BODY, "workflow": "digital"}).body["orderId"]
+    gone = _without_digital(rt)
+    agents = AgentSim(gone)
+    agents.work(gone.clock())
+    [reply] = agents.pending_replies
+    body = json.dumps(reply.body).encode()
+    gone.crash_at = crash_after
+    try:
+        handle_reply(gone, body, message_id=reply.message_id)
+    except Crash:
+        pass
+    gone.crash_at = None
+    assert handle_reply(gone, body, message_id=reply.message_id) in ("held", "workflow-unknown")
+    gone.clock.advance(600)
+    sweep(gone)
+    st = state(gone, oid)
+    assert (st["ProcessState"], st["Mode"], st["Outcome"]) == ("Error", "held", "held")
+    assert len(gone.bus.peek("alerts")) == 1
+    events = [r["Event"] for r in gone.store.read_history(oid, 0, 100)]
+    assert events.count("held") == 1
+    assert [r for r in gone.store.index_rows() if r["OrderId"] == oid] == []
+    assert get_order(gone, oid).body["category"] == "attention"
