@@ -371,3 +371,27 @@ def test_a_crash_while_holding_for_a_missing_version_converges(crash_after: int)
     assert events.count("held") == 1
     assert [r for r in gone.store.index_rows() if r["OrderId"] == oid] == []
     assert get_order(gone, oid).body["category"] == "attention"
+
+
+def test_a_compensating_order_whose_version_is_gone_stops_and_a_retry_redrives_its_compensations() -> None:
+    rt = make_runtime(registry=load_registry())
+    oid = post(rt, {**BODY, "workflow": "digital"}).body["orderId"]
+    sim = AgentSim(rt, reject={"charge-payment": "declined"})
+    drive(rt, oid, sim, until=lambda st: st.get("Mode") == "compensate" and bool(st.get("LockedBy")))
+    gone = _without_digital(rt)
+    agents = AgentSim(gone)
+    agents.effects, agents.calls = sim.effects, sim.calls
+    agents.work(gone.clock())
+    assert agents.reply_all() == ["compensation-stopped"]
+    st = state(gone, oid)
+    assert (st["Mode"], st["CompensationState"], st.get("LockedBy")) == ("finished", "failed", None)
+    assert steps(gone, oid)["reserve-licence"]["Compensation"] == "Failed"
+    assert get_order(gone, oid).body["category"] == "attention"
+    assert len(gone.bus.peek("alerts")) == 2  # the declined charge, then the stop
+    back = make_runtime(store=rt.store, bus=rt.bus, clock=rt.clock, registry=load_registry())
+    assert retry_order(back, oid).body["result"] == "compensation-redriven"
+    served = AgentSim(back)
+    served.effects, served.calls = sim.effects, sim.calls  # the same remote services
+    final = drive(back, oid, served)
+    assert (final["Mode"], final["CompensationState"], final["Outcome"]) == ("finished", "completed", "failed")
+    assert [c[2] for c in served.calls if c[0] == oid] == ["reserve-licence", "release-licence"]
