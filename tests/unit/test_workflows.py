@@ -21,6 +21,7 @@ from shared.workflow import WORKFLOW
 from shared.workflows import (
     AGENTS_BY_NAME,
     Registry,
+    Retry,
     Step,
     UnknownWorkflow,
     Workflow,
@@ -198,7 +199,7 @@ def test_config_binds_to_a_workflow_and_its_policies() -> None:
     assert cfg.index_floor() == digital.index_floor() == timedelta(seconds=20)
     charge = digital.spec("charge-payment")
     assert (digital.max_failures_of(charge), cfg.max_failures_of(cfg.spec("charge-payment"))) == (2, 3)
-    slow = Step("s", "payment", "charge", 5, retry=charge.retry.__class__(backoff_base_seconds=60))
+    slow = Step("s", "payment", "charge", 5, retry=Retry(backoff_base_seconds=60))
     assert cfg.backoff(3, slow) == timedelta(seconds=120) and cfg.backoff(3) == timedelta(seconds=10)
 
 
