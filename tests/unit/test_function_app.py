@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from unittest import mock
 
 from shared.settings import QUEUE_SETTINGS, SERVICE_BUS_CONNECTION, SETTING_NAMES
@@ -107,3 +108,17 @@ def test_indexing_stops_on_a_missing_required_setting_and_names_it() -> None:
     assert "InventoryServiceUrl" in proc.stderr and "ShippingServiceUrl" in proc.stderr
     assert "DeliveryServiceUrl" in proc.stderr
     assert "PaymentServiceUrl" not in proc.stderr.splitlines()[-1]
+
+
+def test_indexing_stops_on_a_broken_workflow_file_and_names_it(tmp_path: Path) -> None:
+    """A workflow file the loader rejects stops the start at import, like a missing setting."""
+    shipped = Path(__file__).resolve().parents[2] / "workflows"
+    for name in ("order.v1.yaml", "digital.v1.yaml"):
+        (tmp_path / name).write_text((shipped / name).read_text())
+    broken = (tmp_path / "digital.v1.yaml").read_text().replace("agent: delivery", "agent: courier")
+    (tmp_path / "digital.v1.yaml").write_text(broken)
+    env = {**os.environ, **REQUIRED_VALUES, "WorkflowsPath": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", "import function_app"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0
+    assert "digital.v1.yaml: steps[2].agent: unknown agent 'courier'" in proc.stderr, proc.stderr[-2000:]
