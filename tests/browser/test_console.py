@@ -184,3 +184,15 @@ def test_no_console_errors_in_any_view(seeded: Seeded, driver: Any) -> None:
     assert not driver.find_elements(By.CSS_SELECTOR, "button[tabindex^='-'], a[tabindex^='-']")
     severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == [], severe
+
+
+def test_api_errors_are_shown_not_swallowed(seeded: Seeded, driver: Any) -> None:
+    open_view(driver, seeded, "/orders/0123456789abcdef0123456789abcdef")
+    error = by_testid(driver, "error")
+    assert "404" in error.text and "/api/orders/0123456789abcdef0123456789abcdef" in error.text, error.text
+    open_view(driver, seeded, "/search?customerId=not%20an%20id")
+    error = by_testid(driver, "error")
+    assert "400" in error.text and "customerId" in error.text, error.text
+    # The browser reports the failed requests themselves (and nothing else: the page logs no error of its own).
+    logged = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert logged and all(e["source"] == "network" for e in logged), logged
