@@ -23,7 +23,9 @@ from pathlib import Path
 
 import azure.functions as func
 
-from functions.submission import to_response
+from functions.http import to_response
+from functions.operator_auth import LEVEL as OPERATOR
+from functions.operator_auth import operator_only
 from shared.deadletters import get_dead_letters
 from shared.runtime import get_runtime
 from shared.submission import HttpResult, problem
@@ -107,7 +109,8 @@ def page_response() -> func.HttpResponse:
 
 
 @bp.function_name("console")
-@bp.route(route="console", methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route="console", methods=["GET"], auth_level=OPERATOR)
+@operator_only
 def console(req: func.HttpRequest) -> func.HttpResponse:
     return page_response()
 
@@ -119,7 +122,8 @@ def console_asset(req: func.HttpRequest) -> func.HttpResponse:
 
 
 @bp.function_name("overview")
-@bp.route(route="overview", methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route="overview", methods=["GET"], auth_level=OPERATOR)
+@operator_only
 def overview(req: func.HttpRequest) -> func.HttpResponse:
     from shared.overview import get_overview
 
@@ -128,6 +132,7 @@ def overview(req: func.HttpRequest) -> func.HttpResponse:
 
 
 @bp.function_name("deadletters")
-@bp.route(route="deadletters", methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route="deadletters", methods=["GET"], auth_level=OPERATOR)
+@operator_only
 def deadletters(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(get_dead_letters(get_runtime(), dict(req.params)))

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import azure.functions as func
 
+from functions.http import to_response
+from functions.operator_auth import LEVEL as OPERATOR
+from functions.operator_auth import operator_only
 from shared.runtime import get_runtime
 from shared.search import search_orders
 from shared.settings import Settings
 from shared.submission import (
-    HttpResult,
     cancel_order,
     get_history,
     get_order,
@@ -32,11 +34,6 @@ def _limit() -> int:
     return _max_bytes
 
 
-def to_response(result: HttpResult) -> func.HttpResponse:
-    return func.HttpResponse(body=result.encoded(), status_code=result.status, headers=result.headers,
-                             mimetype=result.content_type, charset="utf-8")
-
-
 @bp.function_name("submit_order")
 @bp.route(route="orders", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def submit_order(req: func.HttpRequest) -> func.HttpResponse:
@@ -50,7 +47,8 @@ def get_order_status(req: func.HttpRequest) -> func.HttpResponse:
 
 
 @bp.function_name("search_orders")
-@bp.route(route="orders", methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route="orders", methods=["GET"], auth_level=OPERATOR)
+@operator_only
 def search(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(search_orders(get_runtime(), dict(req.params)))
 
@@ -68,18 +66,21 @@ def workflows(req: func.HttpRequest) -> func.HttpResponse:
 
 
 @bp.function_name("retry_order")
-@bp.route(route="orders/{id}/retry", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route="orders/{id}/retry", methods=["POST"], auth_level=OPERATOR)
+@operator_only
 def retry(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(retry_order(get_runtime(), req.route_params.get("id")))
 
 
 @bp.function_name("cancel_order")
-@bp.route(route="orders/{id}/cancel", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route="orders/{id}/cancel", methods=["POST"], auth_level=OPERATOR)
+@operator_only
 def cancel(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(cancel_order(get_runtime(), req.route_params.get("id")))
 
 
 @bp.function_name("terminate_order")
-@bp.route(route="orders/{id}/terminate", methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route="orders/{id}/terminate", methods=["POST"], auth_level=OPERATOR)
+@operator_only
 def terminate(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(terminate_order(get_runtime(), req.route_params.get("id")))

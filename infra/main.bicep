@@ -49,6 +49,16 @@ param retentionDays int = 30
 @description('RetentionSchedule: NCRONTAB (six fields, seconds first) of the retention purge timer.')
 param retentionSchedule string = '0 17 * * * *'
 
+@description('OperatorAuth: the gate of the operator routes and the console. key: the master key. appService: App Service authentication (turn it on, requiring sign-in, before choosing this).')
+@allowed([
+  'key'
+  'appService'
+])
+param operatorAuth string = 'key'
+
+@description('OperatorRole: in the appService mode, if set, the role (or group id) an operator must have.')
+param operatorRole string = ''
+
 @description('Most instances the Flex Consumption plan scales out to.')
 @minValue(40)
 @maxValue(1000)
@@ -165,6 +175,8 @@ module functionApp 'modules/functionapp.bicep' = {
     maxRequestBytes: maxRequestBytes
     retentionDays: retentionDays
     retentionSchedule: retentionSchedule
+    operatorAuth: operatorAuth
+    operatorRole: operatorRole
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     tags: tags

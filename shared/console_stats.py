@@ -25,19 +25,18 @@ store); the in-memory store of the unit tests does not unless a test gives it on
 
 from __future__ import annotations
 
-import atexit
 import bisect
 import logging
 import math
 import os
 import re
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from shared.background import Periodic
 from shared.logs import log_event
 from shared.metrics import Committed, parse_time
 from shared.settings import instance_id
@@ -215,7 +214,7 @@ class ConsoleStats:
         self._flushing = threading.Lock()
         self._figures: dict[str, Figures] = {}  # row key -> running totals
         self._dirty: set[str] = set()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic(self.flush, interval, name="console-stats", event="stats.flush_failed")
 
     def record(self, committed: Committed) -> None:
         """Count a committed transaction's order events (and the latency of a processed one)."""
@@ -253,27 +252,8 @@ class ConsoleStats:
         return [self._figures.setdefault(k, Figures()) for k in keys]
 
     def _started(self) -> None:
-        if self._thread is not None or not self.background:
-            return
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="console-stats", daemon=True)
-                self._thread.start()
-                atexit.register(self._flush_at_exit)
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.interval)
-            try:
-                self.flush()
-            except Exception as exc:  # noqa: BLE001 - kept: the next round sends it
-                log_event(logging.WARNING, "stats.flush_failed", error=repr(exc))
-
-    def _flush_at_exit(self) -> None:
-        try:
-            self.flush()
-        except Exception as exc:  # noqa: BLE001 - the store may be gone: telemetry, not the ledger
-            log_event(logging.WARNING, "stats.flush_failed", error=repr(exc), atExit=True)
+        if self.background:
+            self._periodic.start()
 
     def flush(self) -> int:
         """Replace the rows that changed since the last flush (at most 100, oldest first; the

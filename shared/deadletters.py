@@ -142,7 +142,8 @@ def peek_dead_letters(rt: Runtime, queue: str, limit: int = DEFAULT_LIMIT, from_
     peeked = _peek(_client(rt, client), queue, limit + 1, from_seq, dead_letter=True)
     page = peeked[:limit]
     following = peeked[limit].sequence_number if len(peeked) > limit else None
-    return {"queue": queue, "setting": setting, "messages": [dead_letter_view(m) for m in page], "next": following}
+    return {"queue": queue, "setting": setting, "messages": [dead_letter_view(m) for m in page], "next": following,
+            "queues": [{"setting": name, "name": value} for name, value in rt.config.queues.items()]}
 
 
 def queue_depths(rt: Runtime, cap: int = DEPTH_CAP, *, client: Any | None = None) -> list[dict[str, Any]]:

@@ -78,6 +78,10 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("RetentionSchedule", "0 17 * * * *", "NCRONTAB schedule of the retention purge timer"),
     SettingSpec("WorkflowsPath", "workflows",
                 "Directory of the workflow files (<name>.v<version>.yaml); relative to the app's root"),
+    SettingSpec("OperatorAuth", "key",
+                "Gate of the operator routes and the console: key (the master key) or appService (App Service "
+                "authentication's signed-in user)"),
+    SettingSpec("OperatorRole", "", "In the appService mode, if set: the role (or group id) an operator must have"),
 )
 
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)
@@ -175,6 +179,16 @@ def _maybe(fn):  # type: ignore[no-untyped-def]
         return fn()
     except KeyError:
         return None
+
+
+def setting_from_env(name: str, env: Mapping[str, str] | None = None) -> str:
+    """One setting's value (its default when unset), for what is fixed when the app is indexed."""
+    spec = next((s for s in SETTINGS if s.name == name), None)
+    if spec is None:
+        raise KeyError(f"{name} is not a declared setting (shared/settings.py)")
+    env = os.environ if env is None else env
+    value = env.get(name)
+    return value if value is not None else (spec.default or "")
 
 
 def queue_names() -> dict[str, str]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.background import Periodic
 from shared.console_stats import ConsoleStats
 from shared.group_commit import GroupCommit
 from shared.store import (
@@ -56,8 +57,7 @@ class _IndexWriter:
         self._puts = GroupCommit(table, send)
         self._lock = threading.Lock()
         self._deletes: dict[str, set[str]] = {}
-        self._flusher: threading.Thread | None = None
-        self._wake = threading.Event()
+        self._periodic = Periodic(self.flush, delete_interval, name="index-deletes", event="index.deletes_failed")
 
     def put(self, entity: dict[str, Any]) -> None:
         """Upsert ``entity``; returns once it is committed."""
@@ -68,21 +68,7 @@ class _IndexWriter:
     def delete(self, bucket: str, row_key: str) -> None:
         with self._lock:
             self._deletes.setdefault(bucket, set()).add(row_key)
-            if self._flusher is None:
-                self._flusher = threading.Thread(target=self._run, name="index-deletes", daemon=True)
-                self._flusher.start()
-                import atexit
-
-                atexit.register(self.flush)
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self.delete_interval)
-            self._wake.clear()
-            try:
-                self.flush()
-            except Exception:  # noqa: BLE001 - best effort: the sweep deletes lazily
-                pass
+        self._periodic.start()  # best effort: the sweep deletes lazily what a crash leaves
 
     def flush(self) -> None:
         if self.before_deletes is not None:

@@ -19,13 +19,12 @@ within ``interval`` seconds.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
+from shared.background import Periodic
 from shared.group_commit import GroupCommit
 from shared.logs import log_event
 from shared.store import INDEX_PARTITION, clean
@@ -41,7 +40,7 @@ class WriteBehind:
         self._lock = threading.Lock()
         self._flushing = threading.Lock()  # one flush at a time: writes go out in the order queued
         self._queued: dict[str, dict[str, _Slot]] = {}  # order id -> row key -> its writes since the last flush
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic(self.flush, interval, name="search-index", event="index.flush_failed")
 
     def add(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str]) -> None:
         """Queue writes of index rows; returns at once. Every row key ends with its order's id."""
@@ -51,30 +50,13 @@ class WriteBehind:
                 self._slot(key).write = Write("upsert", key, clean(row))
             for key in deletes:
                 self._slot(key).write = Write("delete", key)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="search-index", daemon=True)
-                self._thread.start()
-                atexit.register(self._flush_at_exit)
+        self._periodic.start()
 
     def _slot(self, key: str) -> _Slot:
         mine = self._queued.setdefault(_order_of(key), {})
         if key not in mine:
             mine[key] = _Slot()
         return mine[key]
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.interval)
-            try:
-                self.flush()
-            except Exception as exc:  # noqa: BLE001 - kept queued; the next round sends it
-                log_event(logging.WARNING, "index.flush_failed", error=repr(exc))
-
-    def _flush_at_exit(self) -> None:
-        try:
-            self.flush()
-        except Exception as exc:  # noqa: BLE001 - the store may be gone; the sweep repairs what is lost
-            log_event(logging.WARNING, "index.flush_failed", error=repr(exc), atExit=True)
 
     def flush(self) -> None:
         """Send everything queued so far; raise if some of it could not be committed (it stays

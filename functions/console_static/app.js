@@ -12,7 +12,7 @@ const ROUTES = [
   [/^\/attention$/, attention.render, "attention"],
   [/^\/search$/, search.render, "search"],
   [/^\/orders\/([^/]+)$/, order.render, "search"],
-  [/^\/deadletters\/([^/]+)$/, deadletters.render, "overview"],
+  [/^\/deadletters\/([^/]+)$/, deadletters.render, "deadletters"],
 ];
 
 const main = document.getElementById("main");

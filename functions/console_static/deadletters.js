@@ -11,10 +11,21 @@ function preview(body) {
   return text.length > 60 ? `${text.slice(0, 60)}…` : text || "(empty)";
 }
 
+/** A list of the app's queues: choosing one shows its dead letters. */
+function switcher(queues, current) {
+  const select = h("select", { "aria-label": "queue", dataset: { testid: "queue-switch" },
+    onchange: () => { window.location.hash = `#/deadletters/${encodeURIComponent(select.value)}`; } },
+  queues.map((q) => h("option", { value: q.name, selected: q.name === current || q.setting === current },
+    `${q.name} (${q.setting})`)));
+  return h("label", { class: "switch" }, "Queue ", select);
+}
+
 export function render(main, ctx, query, queue) {
   const list = h("div", { dataset: { testid: "deadletters" } });
+  const switchHolder = h("span", {});
   setChildren(main, h("h1", {}, "Dead letters of ", h("span", { class: "mono" }, queue)),
-    h("p", { class: "muted" }, "A peek: nothing is received or removed. ", h("a", { href: "#/" }, "All queues")), list);
+    h("p", { class: "muted" }, "A peek: nothing is received or removed. ", switchHolder, " ",
+      h("a", { href: "#/" }, "All queues")), list);
   const starts = [null]; // starts[i] = the sequence number page i starts from
   let page = 0;
 
@@ -29,6 +40,7 @@ export function render(main, ctx, query, queue) {
     }
     if (!ctx.alive()) return;
     starts[page + 1] = data.next;
+    if (!switchHolder.firstChild && data.queues) setChildren(switchHolder, switcher(data.queues, queue));
     const rows = data.messages.map((message) => [
       String(message.sequenceNumber), fmtTime(message.enqueuedAt), message.reason || "—", message.description || "—",
       message.orderId ? orderLink(message.orderId) : "—", String(message.deliveryCount),

@@ -1,4 +1,4 @@
-// Building the page from data without innerHTML: every text goes in as a text node.
+// Building the page from data: elements and text nodes only, never markup parsed from strings.
 
 /** h("a", {href: "#/", class: "x", dataset: {testid: "y"}}, "text", child, [more]) -> Element */
 export function h(tag, attrs, ...children) {

@@ -16,8 +16,12 @@ export function render(main, ctx, query, orderId) {
   let timer = null;
   const path = `/orders/${encodeURIComponent(orderId)}`;
 
-  async function load() {
+  async function load(auto = false) {
     window.clearTimeout(timer);
+    if (auto && document.getElementById("confirm-dialog")?.open) { // never under an open question
+      timer = window.setTimeout(() => load(true), REFRESH_MS);
+      return;
+    }
     let order;
     let history;
     try {
@@ -28,11 +32,31 @@ export function render(main, ctx, query, orderId) {
       return;
     }
     if (!ctx.alive()) return;
+    const focused = focusOf(body);
     setChildren(body, page(order, history, status, load, path));
-    if (order.category === "inFlight") timer = window.setTimeout(load, REFRESH_MS);
+    refocus(body, focused); // a refresh keeps the keyboard where it was
+    if (order.category === "inFlight") timer = window.setTimeout(() => load(true), REFRESH_MS);
   }
   load();
   return () => window.clearTimeout(timer);
+}
+
+const FOCUSABLE = "button, a, summary, select, input, [tabindex]";
+
+/** Where the keyboard focus is inside `root`: its place among the focusable elements, and its text. */
+function focusOf(root) {
+  const active = document.activeElement;
+  if (!active || !root.contains(active)) return null;
+  return { index: [...root.querySelectorAll(FOCUSABLE)].indexOf(active), text: active.textContent };
+}
+
+/** Focus the element of the new content that matches `focused` (same place and text, else same text). */
+function refocus(root, focused) {
+  if (!focused) return;
+  const all = [...root.querySelectorAll(FOCUSABLE)];
+  const same = all[focused.index];
+  const target = same && same.textContent === focused.text ? same : all.find((el) => el.textContent === focused.text);
+  if (target) target.focus({ preventScroll: true });
 }
 
 /** The history's first page (in the order) and every further page, up to a limit; `more` is the token left. */

@@ -69,6 +69,12 @@ param retentionDays int
 @description('RetentionSchedule: NCRONTAB (six fields, seconds first) of the retention purge timer.')
 param retentionSchedule string
 
+@description('OperatorAuth: key (the master key) or appService (App Service authentication) guards the operator routes.')
+param operatorAuth string
+
+@description('OperatorRole: in the appService mode, if set, the role an operator must have.')
+param operatorRole string
+
 @description('Most instances the plan scales out to.')
 @minValue(40)
 @maxValue(1000)
@@ -290,6 +296,15 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'WorkflowsPath'
           value: 'workflows'
+        }
+        // Who may use the operator routes and the console (shared/operator_auth.py).
+        {
+          name: 'OperatorAuth'
+          value: operatorAuth
+        }
+        {
+          name: 'OperatorRole'
+          value: operatorRole
         }
         // Then each agent's queue and service URL settings (the loops above).
       ], agentQueueSettings, agentServiceUrlSettings)

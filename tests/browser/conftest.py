@@ -34,19 +34,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     reason = missing_browser()
     if reason is None:
         return
-    required = os.environ.get("REQUIRE_BROWSER") == "1"
+    if os.environ.get("REQUIRE_BROWSER") == "1":
+        return  # make test installed the browser: its absence fails the tests (``require_browser``)
     for item in items:
-        if "tests/browser/" not in str(item.path).replace(os.sep, "/"):
-            continue
-        if required:  # make test installed the browser: its absence is a failure, not a skip
-            item.add_marker(pytest.mark.usefixtures("_browser_required"))
-        else:
+        if "tests/browser/" in str(item.path).replace(os.sep, "/") and "driver" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.skip(reason=f"no browser: {reason}"))
 
 
-@pytest.fixture
-def _browser_required() -> None:
-    pytest.fail(f"REQUIRE_BROWSER=1 (make test) but {missing_browser()}")
+def require_browser() -> None:
+    reason = missing_browser()
+    if reason is not None:
+        pytest.fail(f"REQUIRE_BROWSER=1 (make test) but {reason}", pytrace=False)
 
 
 @dataclass
@@ -74,6 +72,7 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float = 90.0, ever
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     """A stack with ordinary orders Processed and two out-of-stock orders in attention."""
+    require_browser()  # before starting a stack for nothing
     with Stack(tmp_path_factory.mktemp("browser-stack"), persistent=False, instances=2,
                settings_overrides=FAST) as stack:
         with stack.remotes as remotes:
@@ -107,6 +106,7 @@ def failing_body_like() -> dict[str, Any]:
 
 @pytest.fixture
 def driver(request: pytest.FixtureRequest) -> Iterator[Any]:
+    require_browser()
     drv = new_driver()
     request.node.browser_driver = drv
     yield drv

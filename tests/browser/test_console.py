@@ -184,3 +184,31 @@ def test_no_console_errors_in_any_view(seeded: Seeded, driver: Any) -> None:
     assert not driver.find_elements(By.CSS_SELECTOR, "button[tabindex^='-'], a[tabindex^='-']")
     severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == [], severe
+
+
+def test_dead_letters_of_another_queue_through_the_switch(seeded: Seeded, driver: Any) -> None:
+    """The nav's Dead letters view lists every queue of the app; choosing one shows its peek."""
+    open_view(driver, seeded, "/")
+    driver.find_element(By.CSS_SELECTOR, "header nav a[data-nav='deadletters']").click()
+    switch = by_testid(driver, "queue-switch")
+    options = [o.get_attribute("value") for o in switch.find_elements(By.TAG_NAME, "option")]
+    assert options == [q["name"] for q in seeded.api("/deadletters", queue="scheduler")["queues"]]
+    assert "agent-payment" in options and switch.get_attribute("value") == "scheduler"
+    switch.find_element(By.CSS_SELECTOR, "option[value='agent-payment']").click()
+    WebDriverWait(driver, 30).until(lambda d: d.find_element(By.TAG_NAME, "h1").text == "Dead letters of agent-payment")
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements(
+        By.CSS_SELECTOR, "[data-testid='deadletters'] table, [data-testid='no-deadletters']"))
+    assert driver.find_element(By.CSS_SELECTOR, "header nav a[aria-current='page']").text == "Dead letters"
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='error']")
+
+
+def test_api_errors_are_shown_not_swallowed(seeded: Seeded, driver: Any) -> None:
+    open_view(driver, seeded, "/orders/0123456789abcdef0123456789abcdef")
+    error = by_testid(driver, "error")
+    assert "404" in error.text and "/api/orders/0123456789abcdef0123456789abcdef" in error.text, error.text
+    open_view(driver, seeded, "/search?customerId=not%20an%20id")
+    error = by_testid(driver, "error")
+    assert "400" in error.text and "customerId" in error.text, error.text
+    # The browser reports the failed requests themselves (and nothing else: the page logs no error of its own).
+    logged = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert logged and all(e["source"] == "network" for e in logged), logged

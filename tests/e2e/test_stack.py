@@ -170,6 +170,10 @@ def test_make_run_posts_demo_orders_and_stops_cleanly_on_sigterm(tmp_path: Path)
         assert read_running(state)["baseUrl"] == described["baseUrl"]
         printed = subprocess.run([sys.executable, "-m", "local.stackinfo", "--state-dir", str(state)], cwd=REPO_ROOT,
                                  capture_output=True, text=True, timeout=30)
+        console = f"  console:     {described['baseUrl']}/api/console"
+        assert any(line.startswith(console) for line in lines), out  # make run prints the console's URL
+        page = requests.get(f"{described['baseUrl']}/api/console", timeout=30)
+        assert page.status_code == 200 and "Orders console" in page.text
         assert (printed.returncode, printed.stdout.strip()) == (0, described["baseUrl"]), printed
         pids = [described["azurite"]["pid"], described["servicebus"]["pid"], described["remotes"]["pid"],
                 described["host"]["pid"]]

@@ -104,6 +104,13 @@ def test_the_queue_is_a_setting_or_a_queue_name_in_any_case(queue: str) -> None:
     assert client.peeks == [("scheduler", True, 51, 2**63 - 1)]
 
 
+def test_a_page_lists_every_queue_to_switch_to() -> None:
+    r = _get(FakeClient({}), queue="scheduler")
+    assert r.status == 200
+    assert [q["setting"] for q in r.body["queues"]] == [s.name for s in QUEUE_SETTINGS]
+    assert {"setting": "PaymentQueue", "name": "agent-payment"} in r.body["queues"]
+
+
 def test_a_dead_letter_as_the_api_shows_it() -> None:
     body = json.dumps({"orderId": "from-body", "step": "payment"}).encode()
     client = FakeClient({("agent-payment", True): [

@@ -122,3 +122,31 @@ def test_indexing_stops_on_a_broken_workflow_file_and_names_it(tmp_path: Path) -
                           timeout=120)
     assert proc.returncode != 0
     assert "digital.v1.yaml: steps[2].agent: unknown agent 'courier'" in proc.stderr, proc.stderr[-2000:]
+
+
+_OPERATOR_ROUTES = ["search_orders", "retry_order", "cancel_order", "terminate_order", "console", "overview",
+                    "deadletters"]
+_LEVELS = ("import json, function_app; print(json.dumps({f.get_function_name(): [b.get('authLevel') "
+           "for b in json.loads(f.get_function_json())['bindings'] if b['type'] == 'httpTrigger'][0] "
+           "for f in function_app.app.get_functions() if 'httpTrigger' in f.get_function_json()}))")
+
+
+def test_with_app_service_authentication_the_operator_routes_are_left_to_it() -> None:
+    """OperatorAuth=appService: the host no longer asks for the master key on the operator routes
+    (each route checks the signed-in principal itself, tests/unit/test_operator_auth.py); the
+    order routes keep their function key."""
+    env = {**os.environ, **REQUIRED_VALUES, "OperatorAuth": "appService"}
+    proc = subprocess.run([sys.executable, "-c", _LEVELS], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    levels = json.loads(proc.stdout.splitlines()[-1])
+    assert {name: levels[name] for name in _OPERATOR_ROUTES} == dict.fromkeys(_OPERATOR_ROUTES, "ANONYMOUS")
+    assert levels["submit_order"] == "FUNCTION" and levels["get_order"] == "FUNCTION"
+    assert {name: _trigger(fn)["authLevel"] for name, fn in _functions().items() if name in _OPERATOR_ROUTES} \
+        == dict.fromkeys(_OPERATOR_ROUTES, "ADMIN")
+
+
+def test_indexing_stops_on_an_unknown_operator_auth_mode() -> None:
+    env = {**os.environ, **REQUIRED_VALUES, "OperatorAuth": "easyauth"}
+    proc = subprocess.run([sys.executable, "-c", "import function_app"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0 and "OperatorAuth" in proc.stderr.splitlines()[-1]

@@ -1,0 +1,37 @@
+"""The operator routes' gate (``shared.operator_auth``): the auth level the host enforces on
+them, and a decorator that checks the App Service principal in the ``appService`` mode. Both
+are fixed when the worker indexes the app, from the settings it starts with."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import azure.functions as func
+
+from functions.http import to_response
+from shared import operator_auth
+from shared.settings import setting_from_env
+
+Handler = Callable[[func.HttpRequest], func.HttpResponse]
+
+MODE = operator_auth.mode_of(setting_from_env("OperatorAuth"))
+ROLE = setting_from_env("OperatorRole").strip()
+LEVEL = func.AuthLevel.ANONYMOUS if MODE == operator_auth.APP_SERVICE else func.AuthLevel.ADMIN
+
+
+def guard(mode: str, role: str) -> Callable[[Handler], Handler]:
+    """A decorator that answers 401/403 before ``handler`` when ``mode`` says the request may not."""
+
+    def decorate(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        def guarded(req: func.HttpRequest) -> func.HttpResponse:
+            refused = operator_auth.denied(mode, role, req.headers)
+            return to_response(refused) if refused is not None else handler(req)
+
+        return guarded
+
+    return decorate
+
+
+operator_only = guard(MODE, ROLE)

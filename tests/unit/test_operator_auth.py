@@ -1,0 +1,91 @@
+"""The operator routes' gate: the master key (the host checks it) or App Service authentication's
+principal, checked by each route."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import azure.functions as func
+import pytest
+
+from functions.operator_auth import guard
+from shared import operator_auth
+from shared.operator_auth import APP_SERVICE, KEY, denied, mode_of
+from shared.settings import setting_from_env
+
+
+def principal(*claims: tuple[str, str], role_typ: str | None = None) -> str:
+    body: dict[str, Any] = {"auth_typ": "aad", "claims": [{"typ": t, "val": v} for t, v in claims]}
+    if role_typ:
+        body["role_typ"] = role_typ
+    return base64.b64encode(json.dumps(body).encode()).decode()
+
+
+def request(headers: dict[str, str]) -> func.HttpRequest:
+    return func.HttpRequest("GET", "http://h/api/orders", headers=headers, body=b"")
+
+
+def ok(req: func.HttpRequest) -> func.HttpResponse:
+    return func.HttpResponse("ran", status_code=200)
+
+
+def test_key_mode_lets_every_request_through_the_host_checked_the_key() -> None:
+    assert denied(KEY, "", {}) is None
+    assert denied(KEY, "operators", {}) is None
+
+
+def test_app_service_mode_needs_a_principal() -> None:
+    refused = denied(APP_SERVICE, "", {})
+    assert refused is not None and refused.status == 401
+    assert refused.body["title"] == "Sign-in required"
+
+
+@pytest.mark.parametrize("raw", ["%%%not-base64", base64.b64encode(b"not json").decode(),
+                                 base64.b64encode(b"[1, 2]").decode()])
+def test_an_unreadable_principal_is_401(raw: str) -> None:
+    refused = denied(APP_SERVICE, "", {"X-MS-CLIENT-PRINCIPAL": raw})
+    assert refused is not None and refused.status == 401
+
+
+def test_any_signed_in_user_when_no_role_is_required() -> None:
+    assert denied(APP_SERVICE, "", {"X-MS-CLIENT-PRINCIPAL": principal(("name", "ana"))}) is None
+
+
+def test_a_required_role_is_looked_up_in_the_principals_role_claims() -> None:
+    with_role = principal(("roles", "Orders.Operator"))
+    custom_typ = principal(("http://x/role", "Orders.Operator"), role_typ="http://x/role")
+    in_group = principal(("groups", "0f1e2d3c"))
+    assert denied(APP_SERVICE, "Orders.Operator", {"x-ms-client-principal": with_role}) is None
+    assert denied(APP_SERVICE, "Orders.Operator", {"x-ms-client-principal": custom_typ}) is None
+    assert denied(APP_SERVICE, "0f1e2d3c", {"x-ms-client-principal": in_group}) is None
+    refused = denied(APP_SERVICE, "Orders.Operator", {"x-ms-client-principal": principal(("roles", "Reader"))})
+    assert refused is not None and refused.status == 403
+
+
+def test_the_guard_answers_before_the_handler_runs() -> None:
+    guarded = guard(APP_SERVICE, "")(ok)
+    refused = guarded(request({}))
+    assert refused.status_code == 401 and refused.mimetype == "application/problem+json"
+    assert guarded(request({"X-MS-CLIENT-PRINCIPAL": principal(("name", "ana"))})).get_body() == b"ran"
+    assert guard(KEY, "")(ok)(request({})).get_body() == b"ran"
+
+
+def test_the_guard_keeps_the_handlers_name_and_signature_for_the_worker() -> None:
+    guarded = guard(KEY, "")(ok)
+    assert guarded.__name__ == "ok"
+    assert list(__import__("inspect").signature(guarded).parameters) == ["req"]
+
+
+def test_a_mode_that_is_not_one_stops_the_start_naming_the_setting() -> None:
+    assert mode_of("appService") == APP_SERVICE
+    with pytest.raises(ValueError, match="OperatorAuth"):
+        mode_of("AppService")
+
+
+def test_the_default_mode_is_the_key() -> None:
+    assert setting_from_env("OperatorAuth", {}) == operator_auth.KEY
+    assert setting_from_env("OperatorAuth", {"OperatorAuth": "appService"}) == APP_SERVICE
+    with pytest.raises(KeyError):
+        setting_from_env("NoSuchSetting", {})
