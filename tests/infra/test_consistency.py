@@ -10,15 +10,14 @@ its two settings, its Bicep app settings (a loop over that file) and its functio
 from __future__ import annotations
 
 import json
-import os
 import re
-from unittest import mock
 
 import pytest
 import yaml
 
 from shared.agent_catalog import AGENTS, AGENTS_BY_NAME
 from shared.settings import QUEUE_SETTINGS, REQUIRED_SETTINGS, SETTINGS, TABLE_SETTINGS
+from tests.indexed import indexed_functions
 
 from .conftest import (
     INFRA,
@@ -211,10 +210,7 @@ def test_bicep_sets_every_agents_settings_in_a_loop_over_agents_json() -> None:
 
 
 def test_every_agent_of_every_workflow_has_a_queue_settings_bicep_and_a_function() -> None:
-    with mock.patch.dict(os.environ, {s.name: f"http://{s.name.lower()}.invalid" for s in REQUIRED_SETTINGS}):
-        import function_app
-    triggers = {f.get_function_name(): json.loads(f.get_function_json())["bindings"][0]
-                for f in function_app.app.get_functions()}
+    triggers = {name: fn["bindings"][0] for name, fn in indexed_functions().items()}
     queues = config_queues()
     settings = {s.name: s for s in SETTINGS}
     bicep = bicep_app_settings()

@@ -38,7 +38,8 @@ EXCLUDED_FILES = ["local.settings.json", "local.settings.json.example", "Makefil
                   "shared/__pycache__/settings.cpython-311.pyc"]
 SHIPPED = ["function_app.py", "host.json", "requirements.txt", "shared/__init__.py", "shared/settings.py",
            "shared/workflow.py", "shared/agent_catalog.py", "functions/__init__.py",
-           "workflows/agents.json"]  # the app reads the agents (and workflows) from workflows/ at start-up
+           "shared/workflows/__init__.py", "workflows/agents.json", "workflows/order.v1.yaml",
+           "workflows/digital.v1.yaml"]  # the app reads the agents and workflows from workflows/ at start-up
 
 # Settings in the form Azure has them (infra/modules/functionapp.bicep): identity-based only.
 IDENTITY_ENV = {

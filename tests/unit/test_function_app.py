@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from unittest import mock
 
 from shared.settings import QUEUE_SETTINGS, SERVICE_BUS_CONNECTION, SETTING_NAMES
 from shared.workflow import AGENTS
+from tests.indexed import indexed_functions
 from tests.unit.harness import REQUIRED_VALUES
 
 
-@functools.cache
 def _functions() -> dict[str, dict]:
-    with mock.patch.dict(os.environ, REQUIRED_VALUES):
-        import function_app
-
-    return {f.get_function_name(): json.loads(f.get_function_json()) for f in function_app.app.get_functions()}
+    return indexed_functions()
 
 
 def _trigger(fn: dict) -> dict:
