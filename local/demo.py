@@ -37,6 +37,8 @@ FAILING_CUSTOMER = "c-failing"
 SOLD_OUT_SKU = "SKU-SOLD-OUT"
 SLOW_SHIP_SKU = "SKU-SLOW-SHIP"
 PAYMENT_LIMIT = "1000"
+DIGITAL_EVERY = 4  # a quarter of the demo orders are digital goods
+
 # Per service, the faults the failing orders trip (a PUT replaces only the services named here).
 DEMO_FAULTS: dict[str, dict[str, Any]] = {
     "inventory": {"rejectSkus": [SOLD_OUT_SKU]},
@@ -85,12 +87,18 @@ def failing_slots(kinds: int, orders: int) -> list[int]:
 
 def demo_plan(orders: int, rng: random.Random, failing: bool = True) -> list[DemoOrder]:
     """``orders`` demo orders; with ``failing``, up to one of each failing kind among them."""
-    plan = [DemoOrder(demo_order(rng)) for _ in range(orders)]
+    plan = [DemoOrder(_with_workflow(demo_order(rng), i)) for i in range(orders)]
     if failing:
         kinds = FAILING_KINDS[:orders]
         for kind, slot in zip(kinds, failing_slots(len(kinds), orders), strict=True):
             plan[slot] = DemoOrder(failing_body(kind), kind)
     return plan
+
+
+def _with_workflow(body: dict[str, Any], i: int) -> dict[str, Any]:
+    """Every ``DIGITAL_EVERY``-th demo order runs the ``digital`` workflow (a licence, a charge, a
+    delivery), so the demo shows both; the others the default ``order`` workflow."""
+    return {**body, "workflow": "digital"} if i % DIGITAL_EVERY == DIGITAL_EVERY - 1 else body
 
 
 def set_demo_faults(remotes: RemotesClient) -> None:

@@ -99,6 +99,7 @@ function definitions(pairs, testid) {
 function summary(order) {
   return definitions([
     ["Process state", order.processState], ["Category", order.category], ["Outcome", order.outcome],
+    ["Workflow", order.workflow ? `${order.workflow.name} v${order.workflow.version}` : null],
     ["Reason", order.reason], ["Failed step", order.failedStep], ["Failure count", String(order.failureCount)],
     ["Generation", String(order.generation)], ["Current step", order.currentStep], ["Locked by", order.lockedBy],
     ["Complete by", order.completeBy ? fmtTime(order.completeBy) : null], ["Created", fmtTime(order.createdAt)],

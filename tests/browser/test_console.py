@@ -132,6 +132,7 @@ def test_order_page_shows_steps_timeline_and_history(seeded: Seeded, driver: Any
     order = seeded.api(f"/orders/{order_id}")
     open_view(driver, seeded, f"/orders/{order_id}")
     assert by_testid(driver, "process-state").text == "Processed"
+    assert f"{order['workflow']['name']} v{order['workflow']['version']}" in by_testid(driver, "summary").text
     steps = driver.find_elements(By.CSS_SELECTOR, "[data-testid='steps'] tbody tr")
     assert [r.find_elements(By.TAG_NAME, "td")[0].text for r in steps] == STEPS
     assert all(r.find_elements(By.TAG_NAME, "td")[1].text == "Done" for r in steps)

@@ -40,6 +40,7 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
         transient_rate=0.2, lost_response_rate=0.05, hang_rate=0.05, reject_rate=0.02,
         outage_seconds=12.0, settle_timeout=30.0, drain_timeout=120.0,
         terminate_rate=0.05, terminate_within=4.0, operator_restarts=True, fixable_rate=0.015,
+        digital_share=0.3,  # both workflows (issue 13), each order checked against its own steps
     )
     out = io.StringIO()
     report = run_chaos(opts, out=out)
@@ -57,6 +58,7 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert checks["failedOrdersFullyCompensatedPercent"]["value"] == 100.0
     assert checks["compensationsAppliedMoreThanOnce"]["value"] == 0
     assert report["orders"]["accepted"] == 200
+    assert report["orders"]["workflows"] == {"order": 140, "digital": 60}, report["orders"]
 
     # Every fault kind was really injected, so the checks above were exercised.
     f = report["faults"]

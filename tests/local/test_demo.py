@@ -66,6 +66,13 @@ def test_failing_slots_are_distinct_and_spread(orders: int) -> None:
     assert [o.failing for o in plan if o.failing] == list(FAILING_KINDS[:kinds])
 
 
+def test_a_quarter_of_the_ordinary_demo_orders_run_the_digital_workflow() -> None:
+    plan = demo_plan(100, random.Random(1), failing=False)
+    digital = [i for i, o in enumerate(plan) if o.body.get("workflow") == "digital"]
+    assert digital == list(range(3, 100, 4))
+    assert all("workflow" not in o.body for i, o in enumerate(plan) if i not in digital)  # the default: order
+
+
 def test_zero_orders_is_an_empty_plan() -> None:
     assert demo_plan(0, random.Random(0)) == []
 
