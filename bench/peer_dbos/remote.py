@@ -48,7 +48,8 @@ def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tup
     try:
         if conn.sock is None:
             conn.connect()
-            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock: socket.socket = conn.sock  # type: ignore[assignment]  # set by connect()
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.request("POST", path, body=body, headers={"Content-Type": "application/json", **headers})
         resp = conn.getresponse()
         return resp.status, resp.read()
