@@ -116,8 +116,9 @@ class StatusListener:
 class PeerRig:
     """The remotes simulator, the status listener and the peer, on free loopback ports."""
 
-    def __init__(self, work: Path, echo: bool = False) -> None:
+    def __init__(self, work: Path, echo: bool = False, journal: str = "wal") -> None:
         self.work = work
+        self.journal = journal
         self.echo = echo
         self.python, self.venv_build_seconds = ensure_peer_venv()
         self.db = work / "peer.sqlite"
@@ -144,7 +145,7 @@ class PeerRig:
         t0 = time.monotonic()
         self.peer_proc = Proc("peer", [str(self.python), "-m", "bench.peer_dbos", "--port", str(self.peer_port),
                                        "--remotes", self.remotes_url, "--db", str(self.db),
-                                       "--status-url", self.listener.url],
+                                       "--status-url", self.listener.url, "--journal", self.journal],
                               log_path=self.work / "peer.log", echo=self.echo).start("peer ready", 60)
         took = time.monotonic() - t0
         self.peer_starts.append(round(took, 2))
@@ -292,7 +293,7 @@ def phase_recovery(rig: PeerRig, orders: int, hang: float) -> dict[str, Any]:
 def measure_peer(out_dir: Path | None = None, *, window: int = 48, saturation_seconds: float = 40.0,
                  latency_seconds: float = 40.0, rate: float | None = None, fraction: float = 0.2,
                  warmup: int = 10, recovery_orders: int = 10, recovery_hang: float = 3.0,
-                 skip_recovery: bool = False, echo: bool = False) -> dict[str, Any]:
+                 skip_recovery: bool = False, journal: str = "wal", echo: bool = False) -> dict[str, Any]:
     """Run the peer's phases and return the figures. ``rate``: the latency phase's arrival rate
     (bench/run.py passes the one it used for our app); None: ``fraction`` of the peer's saturation."""
     with tempfile.TemporaryDirectory(prefix="peer-bench-") as tmp:
@@ -300,11 +301,12 @@ def measure_peer(out_dir: Path | None = None, *, window: int = 48, saturation_se
         work.mkdir(parents=True, exist_ok=True)
         t_venv = time.monotonic()
         _, built = ensure_peer_venv()
-        result: dict[str, Any] = {"peer": "DBOS Transact (bench/peer_dbos)", "system_database": "SQLite",
+        result: dict[str, Any] = {"peer": "DBOS Transact (bench/peer_dbos)",
+                                  "system_database": f"SQLite ({journal} journal)",
                                   "venv_build_seconds": round(built, 1),
                                   "venv_check_seconds": round(time.monotonic() - t_venv, 2),
                                   "loadavg_1m_at_start": round(os.getloadavg()[0], 2), "nproc": os.cpu_count()}
-        with PeerRig(work, echo=echo) as rig:
+        with PeerRig(work, echo=echo, journal=journal) as rig:
             result["peer_start_s"] = rig.peer_starts[0]
             w = rig.new_run("warmup", seed=0)
             w.open_loop(rate=max(2.0, warmup / 3), seconds=max(1.0, warmup / max(2.0, warmup / 3)), threads=4)
@@ -330,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recovery-orders", type=int, default=10)
     ap.add_argument("--recovery-hang", type=float, default=3.0, help="payment latency while the peer is killed")
     ap.add_argument("--skip-recovery", action="store_true")
+    ap.add_argument("--journal", choices=("wal", "default"), default="wal",
+                    help="the SQLite journal of the peer's system database (default: DBOS's own, rollback)")
     ap.add_argument("--out", default=str(RESULTS / "peer.json"))
     ap.add_argument("--echo", action="store_true", help="echo the remotes' and the peer's output")
     a = ap.parse_args(argv)
@@ -337,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         a.window, a.saturation_seconds, a.latency_seconds, a.recovery_orders = 8, 5.0, 5.0, 4
     res = measure_peer(window=a.window, saturation_seconds=a.saturation_seconds, latency_seconds=a.latency_seconds,
                        rate=a.rate, fraction=a.fraction, recovery_orders=a.recovery_orders,
-                       recovery_hang=a.recovery_hang, skip_recovery=a.skip_recovery, echo=a.echo)
+                       recovery_hang=a.recovery_hang, skip_recovery=a.skip_recovery, journal=a.journal, echo=a.echo)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")

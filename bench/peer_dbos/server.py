@@ -14,9 +14,11 @@ the workflows a killed predecessor left pending) and it serves.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import socket
+import sqlite3
 import sys
 import threading
 import uuid
@@ -104,6 +106,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, body)
 
 
+def set_wal(db: str) -> None:
+    """Put the database in WAL mode before DBOS opens it (the mode is stored in the file). DBOS
+    leaves SQLite's rollback journal, where every commit waits for readers to leave; WAL keeps
+    each commit durable (synchronous stays FULL) and lets readers and the writer overlap."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+
+
 class PeerServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512
@@ -118,8 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", required=True, help="path of the SQLite system database")
     ap.add_argument("--status-url", default="", help="where to POST status events (none if empty)")
     ap.add_argument("--log-level", default="WARNING")
+    ap.add_argument("--journal", choices=("wal", "default"), default="wal",
+                    help="SQLite journal: WAL (readers never block the writer), or what DBOS leaves (rollback)")
     args = ap.parse_args(argv)
 
+    if args.journal == "wal":
+        set_wal(args.db)
     remote.REMOTES_URL = args.remotes.rstrip("/")
     remote.STATUS_URL = args.status_url
     DBOS(config={"name": "peer-order", "system_database_url": f"sqlite:///{args.db}",
