@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import TERMINAL_EVENTS, LoadRun, OrderTimes, Poster, percentile
+from bench.peer_dbos.postgres import Postgres
 from bench.peer_dbos.venv import ensure_peer_venv
 from bench.profiling import cpu_seconds
 from local.procs import REPO_ROOT, Proc, free_port
@@ -116,12 +117,13 @@ class StatusListener:
 class PeerRig:
     """The remotes simulator, the status listener and the peer, on free loopback ports."""
 
-    def __init__(self, work: Path, echo: bool = False, journal: str = "wal") -> None:
+    def __init__(self, work: Path, echo: bool = False, journal: str = "wal", system_db: str = "sqlite") -> None:
         self.work = work
         self.journal = journal
+        self.postgres = Postgres() if system_db == "postgres" else None
         self.echo = echo
         self.python, self.venv_build_seconds = ensure_peer_venv()
-        self.db = work / "peer.sqlite"
+        self.db_arg = str(work / "peer.sqlite")  # or the PostgreSQL URL, once started
         self.remotes_url = f"http://127.0.0.1:{free_port()}"
         self.peer_port = free_port()
         self.peer_url = f"http://127.0.0.1:{self.peer_port}"
@@ -133,6 +135,8 @@ class PeerRig:
         self.runs: list[LoadRun] = []
 
     def start(self) -> PeerRig:
+        if self.postgres is not None:
+            self.db_arg = self.postgres.start()
         self.listener.start()
         port = self.remotes_url.rsplit(":", 1)[1]
         self.remotes_proc = Proc("remotes", [sys.executable, "-m", "local.remotes", "--port", port],
@@ -144,7 +148,7 @@ class PeerRig:
         """Start (or restart) the peer on the same database; seconds until it served."""
         t0 = time.monotonic()
         self.peer_proc = Proc("peer", [str(self.python), "-m", "bench.peer_dbos", "--port", str(self.peer_port),
-                                       "--remotes", self.remotes_url, "--db", str(self.db),
+                                       "--remotes", self.remotes_url, "--db", self.db_arg,
                                        "--status-url", self.listener.url, "--journal", self.journal],
                               log_path=self.work / "peer.log", echo=self.echo).start("peer ready", 60)
         took = time.monotonic() - t0
@@ -173,6 +177,8 @@ class PeerRig:
         for proc in (self.peer_proc, self.remotes_proc):
             if proc is not None:
                 proc.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
         self.remotes.close()
         self.listener.stop()
 
@@ -210,7 +216,10 @@ def _phase_result(orders: list[OrderTimes], post_failures: int, all_finished: bo
 def _cpu(rig: PeerRig) -> dict[str, float]:
     assert rig.remotes_proc is not None
     pids = {"peer": rig.peer_pid, "remotes": rig.remotes_proc.pid, "bench (load + listener)": os.getpid()}
-    return {k: cpu_seconds(p) or 0.0 for k, p in pids.items()}
+    out = {k: cpu_seconds(p) or 0.0 for k, p in pids.items()}
+    if rig.postgres is not None:
+        out["postgres"] = rig.postgres.cpu_seconds()
+    return out
 
 
 def _with_cpu(res: dict[str, Any], before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
@@ -218,6 +227,8 @@ def _with_cpu(res: dict[str, Any], before: dict[str, float], after: dict[str, fl
     res["cpu_seconds"] = cpu
     n = res["processed"] + res["failed"]
     res["peer_cpu_ms_per_order"] = round(1000 * cpu["peer"] / n, 1) if n else None
+    if "postgres" in cpu:  # the system database's own process; SQLite runs inside the peer's
+        res["peer_and_postgres_cpu_ms_per_order"] = round(1000 * (cpu["peer"] + cpu["postgres"]) / n, 1) if n else None
     return res
 
 
@@ -293,7 +304,8 @@ def phase_recovery(rig: PeerRig, orders: int, hang: float) -> dict[str, Any]:
 def measure_peer(out_dir: Path | None = None, *, window: int = 48, saturation_seconds: float = 40.0,
                  latency_seconds: float = 40.0, rate: float | None = None, fraction: float = 0.2,
                  warmup: int = 10, recovery_orders: int = 10, recovery_hang: float = 3.0,
-                 skip_recovery: bool = False, journal: str = "wal", echo: bool = False) -> dict[str, Any]:
+                 skip_recovery: bool = False, system_db: str = "sqlite", journal: str = "wal",
+                 echo: bool = False) -> dict[str, Any]:
     """Run the peer's phases and return the figures. ``rate``: the latency phase's arrival rate
     (bench/run.py passes the one it used for our app); None: ``fraction`` of the peer's saturation."""
     with tempfile.TemporaryDirectory(prefix="peer-bench-") as tmp:
@@ -302,11 +314,12 @@ def measure_peer(out_dir: Path | None = None, *, window: int = 48, saturation_se
         t_venv = time.monotonic()
         _, built = ensure_peer_venv()
         result: dict[str, Any] = {"peer": "DBOS Transact (bench/peer_dbos)",
-                                  "system_database": f"SQLite ({journal} journal)",
+                                  "system_database": f"SQLite ({journal} journal)" if system_db == "sqlite"
+                                  else "PostgreSQL (Debian's, local)",
                                   "venv_build_seconds": round(built, 1),
                                   "venv_check_seconds": round(time.monotonic() - t_venv, 2),
                                   "loadavg_1m_at_start": round(os.getloadavg()[0], 2), "nproc": os.cpu_count()}
-        with PeerRig(work, echo=echo, journal=journal) as rig:
+        with PeerRig(work, echo=echo, journal=journal, system_db=system_db) as rig:
             result["peer_start_s"] = rig.peer_starts[0]
             w = rig.new_run("warmup", seed=0)
             w.open_loop(rate=max(2.0, warmup / 3), seconds=max(1.0, warmup / max(2.0, warmup / 3)), threads=4)
@@ -332,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recovery-orders", type=int, default=10)
     ap.add_argument("--recovery-hang", type=float, default=3.0, help="payment latency while the peer is killed")
     ap.add_argument("--skip-recovery", action="store_true")
+    ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite",
+                    help="the peer's system database: SQLite (a file) or a local PostgreSQL the run starts")
     ap.add_argument("--journal", choices=("wal", "default"), default="wal",
                     help="the SQLite journal of the peer's system database (default: DBOS's own, rollback)")
     ap.add_argument("--out", default=str(RESULTS / "peer.json"))
@@ -341,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         a.window, a.saturation_seconds, a.latency_seconds, a.recovery_orders = 8, 5.0, 5.0, 4
     res = measure_peer(window=a.window, saturation_seconds=a.saturation_seconds, latency_seconds=a.latency_seconds,
                        rate=a.rate, fraction=a.fraction, recovery_orders=a.recovery_orders,
-                       recovery_hang=a.recovery_hang, skip_recovery=a.skip_recovery, journal=a.journal, echo=a.echo)
+                       recovery_hang=a.recovery_hang, skip_recovery=a.skip_recovery,
+                       system_db=a.db, journal=a.journal, echo=a.echo)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
