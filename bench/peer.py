@@ -38,7 +38,7 @@ from typing import Any
 from bench.load import TERMINAL_EVENTS, LoadRun, OrderTimes, Poster, percentile
 from bench.peer_dbos.postgres import Postgres
 from bench.peer_dbos.venv import ensure_peer_venv
-from bench.profiling import cpu_seconds
+from bench.profiling import cpu_seconds, start_record, summarize_raw
 from local.procs import REPO_ROOT, Proc, free_port
 from local.remotes.client import RemotesClient
 
@@ -232,11 +232,36 @@ def _with_cpu(res: dict[str, Any], before: dict[str, float], after: dict[str, fl
     return res
 
 
-def phase_saturation(rig: PeerRig, window: int, seconds: float) -> dict[str, Any]:
+def _profile_later(pid: int, seconds: float, out: Path) -> Callable[[], dict[str, Any]]:
+    """py-spy the peer over the middle of the phase; returns what collects the summary."""
+    holder: list[Any] = []
+
+    def later() -> None:
+        time.sleep(seconds * 0.25)
+        holder.append(start_record(pid, max(3, int(seconds * 0.6)), out))
+
+    thread = threading.Thread(target=later, daemon=True)
+    thread.start()
+
+    def collect() -> dict[str, Any]:
+        thread.join()
+        if not holder or holder[0] is None:
+            return {"error": "py-spy not found"}
+        try:
+            holder[0].wait(timeout=60)
+        except Exception:  # noqa: BLE001
+            holder[0].kill()
+        return summarize_raw(out)
+
+    return collect
+
+
+def phase_saturation(rig: PeerRig, window: int, seconds: float, profile: bool = False) -> dict[str, Any]:
     log(f"phase: saturation (closed loop, {window} orders in flight, {seconds:g}s)")
     r = rig.new_run("saturation", seed=1)
     before = _cpu(rig)
     t0 = time.time()
+    collect = _profile_later(rig.peer_pid, seconds, rig.work / "profiles" / "peer.txt") if profile else None
     r.closed_loop(window, seconds, threads=min(32, window), progress=lambda s: print(s, flush=True))
     ok = r.wait_all(120)
     after = _cpu(rig)
@@ -246,6 +271,8 @@ def phase_saturation(rig: PeerRig, window: int, seconds: float) -> dict[str, Any
     end = max((o.processed for o in orders if o.processed), default=time.time())
     in_steady = [o for o in orders if o.processed and steady_from <= o.processed <= end]
     res["steady_orders_per_s"] = round(len(in_steady) / (end - steady_from), 2) if end > steady_from else None
+    if collect is not None:
+        res["profile"] = collect()
     log(f"  saturation: {res['steady_orders_per_s']} orders/s (steady); p50 {res['latency_ms']['p50']} ms, "
         f"p99 {res['latency_ms']['p99']} ms; peer CPU {res['peer_cpu_ms_per_order']} ms/order")
     return res
@@ -305,7 +332,7 @@ def measure_peer(out_dir: Path | None = None, *, window: int = 48, saturation_se
                  latency_seconds: float = 40.0, rate: float | None = None, fraction: float = 0.2,
                  warmup: int = 10, recovery_orders: int = 10, recovery_hang: float = 3.0,
                  skip_recovery: bool = False, system_db: str = "sqlite", journal: str = "wal",
-                 echo: bool = False) -> dict[str, Any]:
+                 profile: bool = False, echo: bool = False) -> dict[str, Any]:
     """Run the peer's phases and return the figures. ``rate``: the latency phase's arrival rate
     (bench/run.py passes the one it used for our app); None: ``fraction`` of the peer's saturation."""
     with tempfile.TemporaryDirectory(prefix="peer-bench-") as tmp:
@@ -324,7 +351,7 @@ def measure_peer(out_dir: Path | None = None, *, window: int = 48, saturation_se
             w = rig.new_run("warmup", seed=0)
             w.open_loop(rate=max(2.0, warmup / 3), seconds=max(1.0, warmup / max(2.0, warmup / 3)), threads=4)
             w.wait_all(60)
-            sat = phase_saturation(rig, window, saturation_seconds)
+            sat = phase_saturation(rig, window, saturation_seconds, profile=profile)
             fixed = rate if rate is not None else max(0.5, fraction * float(sat["steady_orders_per_s"] or 5.0))
             result["phases"] = {"saturation": sat, "latency": phase_latency(rig, fixed, latency_seconds)}
             if not skip_recovery:
@@ -350,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--journal", choices=("wal", "default"), default="wal",
                     help="the SQLite journal of the peer's system database (default: DBOS's own, rollback)")
     ap.add_argument("--out", default=str(RESULTS / "peer.json"))
+    ap.add_argument("--profile", action="store_true", help="py-spy the peer during saturation (costs CPU)")
     ap.add_argument("--echo", action="store_true", help="echo the remotes' and the peer's output")
     a = ap.parse_args(argv)
     if a.smoke:
@@ -357,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     res = measure_peer(window=a.window, saturation_seconds=a.saturation_seconds, latency_seconds=a.latency_seconds,
                        rate=a.rate, fraction=a.fraction, recovery_orders=a.recovery_orders,
                        recovery_hang=a.recovery_hang, skip_recovery=a.skip_recovery,
-                       system_db=a.db, journal=a.journal, echo=a.echo)
+                       system_db=a.db, journal=a.journal, profile=a.profile, echo=a.echo)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
