@@ -40,14 +40,14 @@ PIVOT = "create-shipment"  # cannot be undone: a shipment that never answers is 
 
 @DBOS.step(retries_allowed=True, max_attempts=5, interval_seconds=0.2, backoff_rate=2.0)
 def call_step(service: str, operation: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
-    """One forward call. Returns ``{"outcome": "success", "result": …}`` or ``{"outcome": "error",
+    """One forward call, retried for ~3 s. Returns ``{"outcome": "success", "result": …}`` or ``{"outcome": "error",
     "reason": …}`` (a permanent rejection); raises remote.Transient, which DBOS retries."""
     return remote.call(service, operation, key, body)
 
 
-@DBOS.step(retries_allowed=True, max_attempts=12, interval_seconds=0.2, backoff_rate=2.0)
+@DBOS.step(retries_allowed=True, max_attempts=10, interval_seconds=0.5, backoff_rate=1.5)
 def call_compensation(service: str, operation: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
-    """One compensation call: retried longer than a forward step (an undo must land)."""
+    """One compensation call: retried longer than a forward step (an undo must land): ~37 s."""
     return remote.call(service, operation, key, body)
 
 

@@ -1,7 +1,8 @@
 """The DBOS peer (bench/peer_dbos, run by bench/peer.py) against the remotes simulator: a handful
-of orders, one compensation, one SIGKILL mid-step, each checked against the remotes' ledger. It
-never asserts a speed. The first run on a machine builds ``.venv-peer`` (about 20 s when PyPI is
-near), inside the module fixture."""
+of orders, a rejected charge compensated, a charge that never answers undone by key, a SIGKILL
+mid-step recovered, each checked against the remotes' ledger. It never asserts a speed. The
+first run on a machine builds ``.venv-peer`` (about 20 s when PyPI is near), inside the module
+fixture."""
 
 from __future__ import annotations
 
@@ -102,3 +103,20 @@ def test_sigkill_mid_step_then_restart_finishes_every_order_once(rig: PeerRig) -
     assert rig.remotes.duplicate_effects() == []
     by_order = rig.remotes.effects_by_order()
     assert all(sum(by_order[oid].values()) == len(FORWARD) for oid in ids)
+
+
+def test_a_charge_that_never_answers_is_undone_by_key(rig: PeerRig) -> None:
+    rig.remotes.set_faults("payment", down=True)
+    oid = post(rig, "unknown")
+    assert wait_terminal(rig, [oid]) == {oid: "failed"}  # the charge's retries ran out
+    rig.remotes.reset_faults()  # the refund (retried longer) now lands
+    deadline = time.monotonic() + 60
+    while "compensated" not in rig.listener.events.get(oid, {}):
+        assert time.monotonic() < deadline, "never compensated"
+        time.sleep(0.05)
+    effects = {(e["service"], e["operation"]): e for e in rig.remotes.ledger(order_id=oid)}
+    assert set(effects) == {("inventory", "reserve"), ("payment", "refund"), ("inventory", "release")}
+    # nothing was charged: the refund tombstones the charge's key, so a late charge can never apply
+    assert effects[("payment", "refund")]["kind"] == "tombstone"
+    assert effects[("payment", "refund")]["compensates"] == f"{oid}:charge-payment"
+    assert peer_order(rig, oid)["outcome"] == "compensated"
