@@ -35,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bench.load import TERMINAL_EVENTS, LoadRun, OrderTimes, Poster, percentile
+from bench.load import LoadRun, OrderTimes, Poster, StatusEvents, percentile
 from bench.peer_dbos.postgres import Postgres
 from bench.peer_dbos.venv import ensure_peer_venv
 from bench.profiling import cpu_seconds, start_record, summarize_raw
@@ -54,17 +54,12 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else round(1000 * v, 1)
 
 
-class StatusListener:
-    """Receives the peer's status events (``POST /status``) and stamps their arrival. Same
-    surface as bench.load.StatusWatcher (``lock``, ``events``, ``terminal``, ``on_terminal``),
-    so LoadRun drives the peer as it drives our app."""
+class StatusListener(StatusEvents):
+    """Receives the peer's status events (``POST /status``) and stamps their arrival, as
+    bench.load.StatusWatcher does for our status queue, so LoadRun drives the peer as it drives our app."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.events: dict[str, dict[str, float]] = {}
-        self.terminal: dict[str, tuple[str, float]] = {}
-        self.received = 0
-        self.on_terminal: Callable[[str], None] | None = None
+        super().__init__()
         listener = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -89,25 +84,6 @@ class StatusListener:
     def start(self) -> StatusListener:
         self._thread.start()
         return self
-
-    def record(self, raw: bytes, now: float) -> None:
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return
-        oid, event = body.get("orderId"), body.get("event")
-        if not oid or not event:
-            return
-        key = f"{event}:{body['step']}" if body.get("step") else str(event)
-        cb = None
-        with self.lock:
-            self.received += 1
-            self.events.setdefault(oid, {}).setdefault(key, now)
-            if event in TERMINAL_EVENTS and oid not in self.terminal:
-                self.terminal[oid] = (event, now)
-                cb = self.on_terminal
-        if cb is not None:
-            cb(oid)
 
     def stop(self) -> None:
         self._server.shutdown()
