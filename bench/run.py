@@ -15,6 +15,8 @@ the local Functions host with N instances), in phases:
 8. **idle**: operations per minute with nothing in flight;
 9. **recovery**: a host instance SIGKILLed in the middle of a step; time to that step's success;
 10. **sweep, large**: seeded up to ``--sweep-large`` finished orders; the sweep again.
+11. **the DBOS peer**: our stack stopped, the same phases on the DBOS peer (``bench.versus``,
+    ``--skip-peer``); ours/peer side by side in ``versusPeer``.
 
 Counts are counted, not estimated: table requests at the host processes' azure-core transport
 (``bench.opcount``, attached from outside the app at their start-up), bus operations by the emulator
@@ -39,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import busstats, opcount
+from bench import busstats, opcount, versus
 from bench.azraw import TableHttp, raw_rate
 from bench.hostlog import HostLog
 from bench.load import LoadRun, Poster, StatusWatcher, percentile
@@ -150,6 +152,8 @@ class Bench:
             if not self.args.skip_recovery:
                 self.phase_recovery()
             self.phase_sweep("large", self.args.sweep_large)
+            if not self.args.skip_peer:
+                self.phase_peer()
         except BaseException as e:
             self.result["error"] = f"{type(e).__name__}: {e}"
             self.result["traceback"] = traceback.format_exc()
@@ -632,11 +636,18 @@ class Bench:
         log(f"  recovery: step succeeded {res.get('recovered_s')}s after the kill (bound {res.get('bound_s')}s; "
             f"attempts {res.get('attempts')}) {res.get('error', '')}")
 
+    def phase_peer(self) -> None:
+        """The DBOS peer, once every process of our stack has stopped (bench.versus)."""
+        self.stop_stack()
+        self.stack = self.watcher = None
+        self.result["peer"] = versus.measure(self.args, self.result, self.phase_windows)
+
     # ---- summary -------------------------------------------------------------------------------
     def summarize(self) -> None:
         from bench.report import summarize
 
         summarize(self)
+        versus.summarize(self)
 
     def write(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -684,6 +695,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, counters, profiles)")
+    versus.add_args(ap)
     args = ap.parse_args(argv)
     if args.smoke:
         args.emulator_messages = min(args.emulator_messages, 500)
@@ -703,6 +715,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.recovery_hang = min(args.recovery_hang, 1.5)
         args.no_profile = True
         args.instances = min(args.instances, 2)
+        versus.smoke_args(args)
     return args
 
 
