@@ -21,14 +21,14 @@ from typing import Any
 from bench.peer import measure_peer
 
 PLOT_NAME = "versus-peer.png"
-# (key, label, unit, which way is better); every ratio is ours / peer
+# (key, label, the plot's short label, unit, which way is better); every ratio is ours / peer
 MEASURES = (
-    ("saturation_orders_per_s", "saturation", "orders/s", "higher"),
-    ("p50_ms_at_fixed_rate", "p50 submit→done at the fixed rate", "ms", "lower"),
-    ("p99_ms_at_fixed_rate", "p99 submit→done at the fixed rate", "ms", "lower"),
-    ("app_cpu_ms_per_order", "CPU per order, the app's processes (saturation)", "ms", "lower"),
-    ("stack_cpu_ms_per_order", "CPU per order, the whole stack (saturation)", "ms", "lower"),
-    ("recovery_s", "recovery after SIGKILL mid-step", "s", "lower"),
+    ("saturation_orders_per_s", "saturation", "saturation", "orders/s", "higher"),
+    ("p50_ms_at_fixed_rate", "p50 submit→done at the fixed rate", "p50, fixed rate", "ms", "lower"),
+    ("p99_ms_at_fixed_rate", "p99 submit→done at the fixed rate", "p99, fixed rate", "ms", "lower"),
+    ("app_cpu_ms_per_order", "CPU per order, the app's processes (saturation)", "CPU/order, app", "ms", "lower"),
+    ("stack_cpu_ms_per_order", "CPU per order, the whole stack (saturation)", "CPU/order, stack", "ms", "lower"),
+    ("recovery_s", "recovery after SIGKILL mid-step", "recovery, SIGKILL", "s", "lower"),
 )
 
 
@@ -115,9 +115,9 @@ def versus(result: dict[str, Any]) -> dict[str, Any] | None:
         return None
     ours, theirs = _ours(result), _peer(peer)
     rows = {}
-    for key, label, unit, better in MEASURES:
+    for key, label, short, unit, better in MEASURES:
         a, b = ours[key], theirs[key]
-        rows[key] = {"label": label, "unit": unit, "better": better, "ours": a, "peer": b,
+        rows[key] = {"label": label, "short": short, "unit": unit, "better": better, "ours": a, "peer": b,
                      "ours_over_peer": round(a / b, 2) if a is not None and b else None}
     lat = (result.get("phases") or {}).get("latency") or {}
     return {"measures": rows, "fixed_rate_orders_per_s": lat.get("arrival_rate"),
@@ -149,7 +149,7 @@ def plot(v: dict[str, Any], path: Path) -> str:
     import matplotlib.pyplot as plt
 
     rows = list(v["measures"].values())
-    fig, axes = plt.subplots(1, len(rows), figsize=(2.1 * len(rows), 3.6), dpi=90)
+    fig, axes = plt.subplots(1, len(rows), figsize=(2.0 * len(rows), 3.4), dpi=90)
     for ax, row in zip(axes, rows, strict=True):
         vals = [row["ours"] or 0.0, row["peer"] or 0.0]
         bars = ax.bar(["ours", "peer"], vals, color=["tab:blue", "tab:orange"])
@@ -157,9 +157,10 @@ def plot(v: dict[str, Any], path: Path) -> str:
             ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), "n/a" if val is None else f"{val:g}",
                     ha="center", va="bottom", fontsize=7)
         ratio = row["ours_over_peer"]
-        ax.set_title(f"{row['label']}\n({row['unit']}, {row['better']} is better)\nours/peer "
+        ax.set_title(f"{row['short']}\n({row['unit']}, {row['better']} is better)\nours/peer "
                      f"{'n/a' if ratio is None else ratio}", fontsize=7)
         ax.tick_params(labelsize=7)
+        ax.margins(y=0.12)
     fig.suptitle(f"Our app vs the DBOS peer, same run (fixed rate {v['fixed_rate_orders_per_s']} orders/s)",
                  fontsize=9)
     fig.tight_layout()

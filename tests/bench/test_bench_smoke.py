@@ -33,7 +33,7 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
 def test_outputs_written(result: tuple[dict, Path]) -> None:
     r, out = result
     assert "error" not in r, r.get("traceback")
-    for name in ("throughput.png", "latency.png", "search.png"):
+    for name in ("throughput.png", "latency.png", "search.png", "versus-peer.png"):
         png = out / name
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert r["machine"]["nproc"] >= 1 and r["targets"]
@@ -104,3 +104,31 @@ def test_idle_sweep_and_recovery_measured(result: tuple[dict, Path]) -> None:
     assert rec["attempts"] >= 2 and rec["final_state"] == "Processed" and rec["recovered_s"] > 0
     emu = r["emulator_alone"]
     assert emu["send"]["msgs_per_s"] > 0 and emu["receive_complete"]["received"] >= emu["messages"]
+
+
+def test_peer_measured_in_the_same_run_with_consistent_counts(result: tuple[dict, Path]) -> None:
+    """Issue 15: the DBOS peer runs after our stack has stopped, on the same simulator and load
+    generator; its counts add up (orders in = orders processed, no effect twice). No speed."""
+    r, out = result
+    peer = r["peer"]
+    assert "error" not in peer, peer.get("traceback")
+    for name in ("saturation", "latency"):
+        ph = peer["phases"][name]
+        assert ph["orders_posted"] > 0 and ph["post_failures"] == 0
+        assert ph["processed"] == ph["orders_posted"], (name, ph)
+    # the peer's fixed rate is ours
+    assert peer["phases"]["latency"]["arrival_rate"] == r["phases"]["latency"]["arrival_rate"]
+    rec = peer["recovery"]
+    assert rec["all_finished"] and rec["ledger"] == {"double_effects": 0, "orders": rec["orders"],
+                                                     "orders_without_exactly_one_of_each_effect": 0}
+    ledger = peer["ledger_all_orders"]
+    assert ledger["double_effects"] == 0 and ledger["orders_without_exactly_one_of_each_effect"] == 0
+    assert ledger["orders"] >= sum(peer["phases"][n]["orders_posted"] for n in ("saturation", "latency"))
+    assert peer["consistency"]["consistent"] is True
+    v = r["versusPeer"]
+    assert set(v["measures"]) == {"saturation_orders_per_s", "p50_ms_at_fixed_rate", "p99_ms_at_fixed_rate",
+                                  "app_cpu_ms_per_order", "stack_cpu_ms_per_order", "recovery_s"}
+    for row in v["measures"].values():
+        assert row["ours"] is not None and row["peer"] is not None, row
+    png = out / "versus-peer.png"
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
