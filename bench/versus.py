@@ -108,6 +108,12 @@ def _peer(peer: dict[str, Any]) -> dict[str, float | None]:
             "recovery_s": (peer.get("recovery") or {}).get("kill_to_all_done_s")}
 
 
+def _peer_machine_share(peer: dict[str, Any]) -> float | None:
+    sat = (peer.get("phases") or {}).get("saturation") or {}
+    wall, nproc = sat.get("seconds") or 0, peer.get("nproc") or 1
+    return round(sum((sat.get("cpu_seconds") or {}).values()) / (wall * nproc), 3) if wall else None
+
+
 def versus(result: dict[str, Any]) -> dict[str, Any] | None:
     """Ours, the peer's and ours/peer for each measure; None when the peer was not measured."""
     peer = result.get("peer")
@@ -125,6 +131,9 @@ def versus(result: dict[str, Any]) -> dict[str, Any] | None:
             "peer_system_database": peer.get("system_database"),
             "loadavg_1m": {"ours_at_start": result["machine"]["loadavg_at_start"][0],
                            "peer_at_start": peer.get("loadavg_1m_at_start")},
+            # how much of the machine each stack got at saturation: well under 1 with other work beside it
+            "machine_cpu_share_at_saturation": {"ours": (result.get("where_time_goes") or {}).get(
+                "machine_cpu_used_share"), "peer": _peer_machine_share(peer)},
             "notes": ["ours: the whole local stack (Functions host instances, Service Bus emulator, Azurite, "
                       "remotes, the bench); peer: one DBOS process (its system database inside it with SQLite), "
                       "remotes, the bench; measured one after the other, never together",
@@ -133,8 +142,11 @@ def versus(result: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def summary_lines(v: dict[str, Any]) -> list[str]:
+    share, load = v["machine_cpu_share_at_saturation"], v["loadavg_1m"]
     out = [f"ours vs the DBOS peer ({v['peer_system_database']}), same run, one after the other "
-           f"(fixed rate {v['fixed_rate_orders_per_s']} orders/s):"]
+           f"(fixed rate {v['fixed_rate_orders_per_s']} orders/s; share of the machine used at saturation: "
+           f"ours {share['ours']}, peer {share['peer']}; 1-min load at start: ours {load['ours_at_start']:.1f}, "
+           f"peer {load['peer_at_start']}):"]
     for row in v["measures"].values():
         out.append(f"  {row['label']}: ours {row['ours']} {row['unit']}, peer {row['peer']} {row['unit']}, "
                    f"ours/peer {row['ours_over_peer']} ({row['better']} is better)")
