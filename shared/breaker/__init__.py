@@ -1,7 +1,8 @@
 """A circuit breaker per remote service, shared by every instance (issue 14).
 
 ``state``: the pure state machine (row, event, now, policy) -> decision; ``store``: its row in
-the state table (partition ``breakers``) and the read-decide-write loop that settles races.
+the state table (partition ``breakers``) and the read-decide-write loop that settles races;
+``gate``: admit/record for one agent instance, with the alerts on open and close and the metrics.
 Not wired into the agent yet: the design (waiting steps, resume on close) is in the notes.
 """
 
