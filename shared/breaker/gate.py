@@ -77,6 +77,9 @@ class BreakerGate:
         self.alerts_queue = alerts_queue
         self._now = now
 
+    def now(self) -> datetime:
+        return self._now()
+
     def admit(self) -> BreakerDecision:
         """``call``, ``probe`` (report with its ``probe_id``) or ``wait`` (``until``)."""
         now = self._now()

@@ -23,6 +23,7 @@ from shared.breaker import (
     read_breaker,
     write_breaker,
 )
+from shared.breaker.waiting import WaitingStep, forget_waiting, register_waiting, waiting_steps
 from shared.store import Conflict
 from shared.table_store import TableStore
 
@@ -113,3 +114,15 @@ def test_racing_instances_send_one_probe_and_its_success_closes_it(table_store: 
     closed = apply(table_store, "shipping", lambda r: decide_success(r, after, probes[0].probe_id))
     assert closed.effects == (Effect.CLOSED,)
     assert read_breaker(table_store, "shipping").state is BreakerState.CLOSED
+
+
+def test_the_waiting_index_registers_lists_and_forgets_on_table_storage(table_store: TableStore) -> None:
+    steps = [WaitingStep(f"{i:032x}", 1, "ship") for i in range(120)]
+    for step in steps:
+        register_waiting(table_store, "shipping", step, T0)
+    register_waiting(table_store, "shipping", steps[0], T0)  # again: a 409 taken as done
+    assert waiting_steps(table_store, "shipping") == steps
+    assert waiting_steps(table_store, "payment") == []
+    # more than one transaction holds, one row never registered: chunks, then one by one
+    forget_waiting(table_store, "shipping", steps[:110] + [WaitingStep("f" * 32, 9, "gone")])
+    assert waiting_steps(table_store, "shipping") == steps[110:]
