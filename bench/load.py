@@ -41,17 +41,45 @@ class OrderTimes:
     events: dict[str, float] = field(default_factory=dict)
 
 
-class StatusWatcher:
-    """Consumes the status queue in a thread; ``on_terminal(order_id)`` is called per order."""
+class StatusEvents:
+    """The status events of orders, stamped on arrival; ``on_terminal(order_id)`` is called once
+    per order that ends. What LoadRun reads, whatever carries the events (a queue, HTTP)."""
 
-    def __init__(self, conn_str: str, queue: str) -> None:
-        self.conn_str = conn_str
-        self.queue = queue
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.events: dict[str, dict[str, float]] = {}
         self.terminal: dict[str, tuple[str, float]] = {}
         self.received = 0
         self.on_terminal: Callable[[str], None] | None = None
+
+    def record(self, raw: bytes | str, now: float) -> None:
+        """Stamp one status event (a JSON body with orderId and event); anything else is ignored."""
+        try:
+            body = json.loads(raw)
+        except (ValueError, TypeError):
+            return
+        oid, event = body.get("orderId"), body.get("event")
+        if not oid or not event:
+            return
+        key = f"{event}:{body['step']}" if body.get("step") else str(event)
+        cb = None
+        with self.lock:
+            self.received += 1
+            self.events.setdefault(oid, {}).setdefault(key, now)
+            if event in TERMINAL_EVENTS and oid not in self.terminal:
+                self.terminal[oid] = (event, now)
+                cb = self.on_terminal
+        if cb is not None:
+            cb(oid)
+
+
+class StatusWatcher(StatusEvents):
+    """Consumes the status queue in a thread."""
+
+    def __init__(self, conn_str: str, queue: str) -> None:
+        super().__init__()
+        self.conn_str = conn_str
+        self.queue = queue
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status-watcher", daemon=True)
@@ -89,23 +117,7 @@ class StatusWatcher:
                 backoff = min(backoff * 2, 5.0)
 
     def _record(self, m: Any, now: float) -> None:
-        try:
-            body = json.loads(b"".join(m.body) if not isinstance(m.body, (bytes, str)) else m.body)
-        except (ValueError, TypeError):
-            return
-        oid, event = body.get("orderId"), body.get("event")
-        if not oid or not event:
-            return
-        key = f"{event}:{body['step']}" if body.get("step") else str(event)
-        cb = None
-        with self.lock:
-            self.received += 1
-            self.events.setdefault(oid, {}).setdefault(key, now)
-            if event in TERMINAL_EVENTS and oid not in self.terminal:
-                self.terminal[oid] = (event, now)
-                cb = self.on_terminal
-        if cb is not None:
-            cb(oid)
+        self.record(b"".join(m.body) if not isinstance(m.body, (bytes, str)) else m.body, now)
 
     def stop(self) -> None:
         self._stop.set()

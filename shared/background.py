@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+
 from shared.logs import log_event
 
 
@@ -44,6 +46,9 @@ class Periodic:
 
     def _once(self, **context: Any) -> None:
         try:
-            self.flush()
+            # A flush belongs to no order: its table requests would each be a new root trace
+            # (a CLIENT span a second per queue and instance), so they are not traced.
+            with suppress_instrumentation():
+                self.flush()
         except Exception as exc:  # noqa: BLE001 - kept for the next round (or lost with the process)
             log_event(logging.WARNING, self.event, error=repr(exc), **context)

@@ -189,14 +189,9 @@ def _holds_sku(body: Any, skus: list[str]) -> bool:
 
 
 @dataclass
-class Reservation:
-    order_id: str
-    items: list[dict[str, Any]]
-    released: bool = False
+class Hold:
+    """Items the inventory holds for an order: a stock reservation or a licence."""
 
-
-@dataclass
-class Licence:
     order_id: str
     items: list[dict[str, Any]]
     released: bool = False
@@ -244,8 +239,8 @@ class Simulator:
         self._rngs: dict[str, random.Random] = {}
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self._stored: dict[tuple[str, str], Stored] = {}
-        self._reservations: dict[str, Reservation] = {}
-        self._licences: dict[str, Licence] = {}
+        self._reservations: dict[str, Hold] = {}
+        self._licences: dict[str, Hold] = {}
         self._payments: dict[str, Payment] = {}
         self._ledger: list[dict[str, Any]] = []
         # (service, key) -> (operation, result) of every effect applied under that key, and the
@@ -472,63 +467,56 @@ class Simulator:
             raise Rejected(f'context["{step}"].{field_name} {named} is not the effect of {target!r} ({value})')
         return value
 
-    def _inventory_reserve(self, order_id: str, order: Any, context: dict[str, Any],
-                           faults: dict[str, Any], extra: dict[str, Any],
-                           compensates: dict[str, Any] | None) -> dict[str, Any]:
+    def _hold(self, holds: dict[str, Hold], prefix: str, refusal: str, order_id: str, order: Any,
+              faults: dict[str, Any], extra: dict[str, Any]) -> str:
+        """Hold the order's items in ``holds`` (refused for a rejected SKU); the new hold's id."""
         items = self._items(order)
         rejected = sorted({i["sku"] for i in items if i["sku"] in faults["rejectSkus"]})
         if rejected:
-            raise Rejected(f"out of stock: {', '.join(rejected)}")
-        rid = _new_id("res")
-        self._reservations[rid] = Reservation(order_id, items)
+            raise Rejected(f"{refusal}: {', '.join(rejected)}")
+        hid = _new_id(prefix)
+        holds[hid] = Hold(order_id, items)
         extra["items"] = items
-        return {"reservationId": rid}
+        return hid
+
+    @staticmethod
+    def _release(holds: dict[str, Hold], noun: str, hid: str | None, order_id: str) -> dict[str, Any]:
+        """Release the hold ``hid`` of ``order_id`` (None: the undone step applied nothing)."""
+        if hid is None:
+            return {"released": None, "nothingToUndo": True}
+        held = holds.get(hid)
+        if held is None:
+            raise Rejected(f"unknown {noun} {hid}")
+        if held.order_id != order_id:
+            raise Rejected(f"{noun} {hid} belongs to another order")
+        if held.released:
+            raise Rejected(f"{noun} {hid} was already released")
+        held.released = True
+        return {"released": hid}
+
+    def _inventory_reserve(self, order_id: str, order: Any, context: dict[str, Any],
+                           faults: dict[str, Any], extra: dict[str, Any],
+                           compensates: dict[str, Any] | None) -> dict[str, Any]:
+        return {"reservationId": self._hold(self._reservations, "res", "out of stock", order_id, order, faults, extra)}
 
     def _inventory_release(self, order_id: str, order: Any, context: dict[str, Any],
                            faults: dict[str, Any], extra: dict[str, Any],
                            compensates: dict[str, Any] | None) -> dict[str, Any]:
         rid = self._undo_target("inventory", "reserve", "reserve-inventory", "reservationId", context,
                                 compensates, extra)
-        if rid is None:
-            return {"released": None, "nothingToUndo": True}
-        res = self._reservations.get(rid)
-        if res is None:
-            raise Rejected(f"unknown reservation {rid}")
-        if res.order_id != order_id:
-            raise Rejected(f"reservation {rid} belongs to another order")
-        if res.released:
-            raise Rejected(f"reservation {rid} was already released")
-        res.released = True
-        return {"released": rid}
+        return self._release(self._reservations, "reservation", rid, order_id)
 
     def _inventory_reserve_licence(self, order_id: str, order: Any, context: dict[str, Any],
                                    faults: dict[str, Any], extra: dict[str, Any],
                                    compensates: dict[str, Any] | None) -> dict[str, Any]:
-        items = self._items(order)
-        rejected = sorted({i["sku"] for i in items if i["sku"] in faults["rejectSkus"]})
-        if rejected:
-            raise Rejected(f"no licence left: {', '.join(rejected)}")
-        lid = _new_id("lic")
-        self._licences[lid] = Licence(order_id, items)
-        extra["items"] = items
-        return {"licenceId": lid}
+        return {"licenceId": self._hold(self._licences, "lic", "no licence left", order_id, order, faults, extra)}
 
     def _inventory_release_licence(self, order_id: str, order: Any, context: dict[str, Any],
                                    faults: dict[str, Any], extra: dict[str, Any],
                                    compensates: dict[str, Any] | None) -> dict[str, Any]:
         lid = self._undo_target("inventory", "reserve-licence", "reserve-licence", "licenceId", context,
                                 compensates, extra)
-        if lid is None:
-            return {"released": None, "nothingToUndo": True}
-        lic = self._licences.get(lid)
-        if lic is None:
-            raise Rejected(f"unknown licence {lid}")
-        if lic.order_id != order_id:
-            raise Rejected(f"licence {lid} belongs to another order")
-        if lic.released:
-            raise Rejected(f"licence {lid} was already released")
-        lic.released = True
-        return {"released": lid}
+        return self._release(self._licences, "licence", lid, order_id)
 
     def _payment_charge(self, order_id: str, order: Any, context: dict[str, Any],
                         faults: dict[str, Any], extra: dict[str, Any],

@@ -201,14 +201,18 @@ def raw_request(base_url: str, method: str, path: bytes | str, body: bytes = b""
 
 
 def wait_settled(tables: Tables, order_id: str, timeout: float = 90.0) -> dict[str, dict[str, Any]]:
-    """An order's rows once it is terminal and its rows stopped changing (two equal reads)."""
+    """An order's rows once it is terminal and its rows stopped changing (two equal reads). An
+    order in Error that is still compensating (Mode compensate) is not terminal: its refund may
+    be waiting out a backoff with no row changing."""
     import time
 
     deadline = time.monotonic() + timeout
     prev = None
     while time.monotonic() < deadline:
         rows = tables.partition(order_id)
-        if rows.get("state", {}).get("ProcessState") in ("Processed", "Error") and rows == prev:
+        state = rows.get("state", {})
+        done = state.get("ProcessState") in ("Processed", "Error") and state.get("Mode") != "compensate"
+        if done and rows == prev:
             return rows
         prev = rows
         time.sleep(0.5)

@@ -146,7 +146,8 @@ def test_openapi_document_is_valid() -> None:
     assert ops == {("POST", "/orders"), ("GET", "/orders"), ("GET", "/orders/{id}"), ("GET", "/orders/{id}/history"),
                    ("POST", "/orders/{id}/retry"), ("POST", "/orders/{id}/cancel"),
                    ("POST", "/orders/{id}/terminate"), ("GET", "/openapi.yaml"), ("GET", "/console"),
-                   ("GET", "/console/assets/{name}"), ("GET", "/overview"), ("GET", "/deadletters")}
+                   ("GET", "/console/assets/{name}"), ("GET", "/overview"), ("GET", "/deadletters"),
+                   ("GET", "/workflows")}
     post = raw["paths"]["/orders"]["post"]
     assert {"202", "400", "409", "413", "415", "422"} <= set(post["responses"])
     for path in ("/orders/{id}/retry", "/orders/{id}/cancel", "/orders/{id}/terminate"):

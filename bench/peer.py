@@ -1,0 +1,377 @@
+"""The DBOS peer measured the way the benchmark measures our app: ``python -m bench.peer``.
+
+The peer (bench/peer_dbos: the same three-step order with compensation, written with DBOS
+Transact on a SQLite system database) runs as a subprocess of its own venv (``.venv-peer``,
+built on first use), against the same remotes simulator, driven by the same load generator
+(bench/load.py's ``Poster`` and ``LoadRun``). Its status events arrive by HTTP at a listener
+here (:class:`StatusListener`, the peer's stand-in for our status queue) and are stamped on
+arrival, like the status queue's messages. Phases:
+
+1. **saturation**: a closed loop keeps ``window`` orders in flight; orders/s; the peer
+   process's CPU seconds (from /proc) per order;
+2. **latency**: a fixed arrival rate (``rate``, or ``fraction`` of the peer's saturation);
+   submit→done p50/p95/p99 and CPU per order;
+3. **recovery**: ``recovery_orders`` orders in flight with the payment service slowed by
+   ``recovery_hang`` seconds, the peer SIGKILLed while they are inside charge-payment, then
+   restarted: time until every order is done, and the remotes' ledger checked (no effect twice,
+   every order's three effects once).
+
+``measure_peer(...)`` returns the figures as a dict (bench/run.py can call it); the command
+prints them and writes ``bench/results/peer.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from bench.load import LoadRun, OrderTimes, Poster, StatusEvents, percentile
+from bench.peer_dbos.postgres import Postgres
+from bench.peer_dbos.venv import ensure_peer_venv
+from bench.profiling import cpu_seconds, start_record, summarize_raw
+from local.procs import REPO_ROOT, Proc, free_port
+from local.remotes.client import RemotesClient
+
+RESULTS = REPO_ROOT / "bench" / "results"
+FORWARD = ("inventory/reserve", "payment/charge", "shipping/ship")
+
+
+def log(msg: str) -> None:
+    print(f"[{datetime.now().strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(1000 * v, 1)
+
+
+class StatusListener(StatusEvents):
+    """Receives the peer's status events (``POST /status``) and stamps their arrival, as
+    bench.load.StatusWatcher does for our status queue, so LoadRun drives the peer as it drives our app."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        listener = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                now = time.time()
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                listener.record(raw, now)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/status"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="status-listener", daemon=True)
+
+    def start(self) -> StatusListener:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class PeerRig:
+    """The remotes simulator, the status listener and the peer, on free loopback ports."""
+
+    def __init__(self, work: Path, echo: bool = False, journal: str = "wal", system_db: str = "sqlite") -> None:
+        self.work = work
+        self.journal = journal
+        self.postgres = Postgres() if system_db == "postgres" else None
+        self.echo = echo
+        self.python, self.venv_build_seconds = ensure_peer_venv()
+        self.db_arg = str(work / "peer.sqlite")  # or the PostgreSQL URL, once started
+        self.remotes_url = f"http://127.0.0.1:{free_port()}"
+        self.peer_port = free_port()
+        self.peer_url = f"http://127.0.0.1:{self.peer_port}"
+        self.listener = StatusListener()
+        self.remotes_proc: Proc | None = None
+        self.peer_proc: Proc | None = None
+        self.remotes = RemotesClient(self.remotes_url)
+        self.peer_starts: list[float] = []  # seconds from spawn to "peer ready", per start
+        self.runs: list[LoadRun] = []
+
+    def start(self) -> PeerRig:
+        if self.postgres is not None:
+            self.db_arg = self.postgres.start()
+        self.listener.start()
+        port = self.remotes_url.rsplit(":", 1)[1]
+        self.remotes_proc = Proc("remotes", [sys.executable, "-m", "local.remotes", "--port", port],
+                                 log_path=self.work / "remotes.log", echo=self.echo).start("remotes ready", 30)
+        self.start_peer()
+        return self
+
+    def start_peer(self) -> float:
+        """Start (or restart) the peer on the same database; seconds until it served."""
+        t0 = time.monotonic()
+        self.peer_proc = Proc("peer", [str(self.python), "-m", "bench.peer_dbos", "--port", str(self.peer_port),
+                                       "--remotes", self.remotes_url, "--db", self.db_arg,
+                                       "--status-url", self.listener.url, "--journal", self.journal],
+                              log_path=self.work / "peer.log", echo=self.echo).start("peer ready", 60)
+        took = time.monotonic() - t0
+        self.peer_starts.append(round(took, 2))
+        return took
+
+    @property
+    def peer_pid(self) -> int:
+        assert self.peer_proc is not None
+        return self.peer_proc.pid
+
+    def kill_peer(self) -> None:
+        assert self.peer_proc is not None
+        self.peer_proc.kill()
+
+    def new_run(self, phase: str, seed: int = 0) -> LoadRun:
+        run = LoadRun(Poster(self.peer_url, "peer-status", seed=seed), self.listener, phase)  # type: ignore[arg-type]
+        self.runs.append(run)
+        return run
+
+    def order_ids(self) -> list[str]:
+        """Every order accepted so far, over all runs."""
+        return [oid for run in self.runs for oid in list(run.orders)]
+
+    def stop(self) -> None:
+        for proc in (self.peer_proc, self.remotes_proc):
+            if proc is not None:
+                proc.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+        self.remotes.close()
+        self.listener.stop()
+
+    def __enter__(self) -> PeerRig:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def ledger_check(remotes: RemotesClient, order_ids: list[str]) -> dict[str, Any]:
+    """No effect applied twice, and each of these orders' three forward effects applied once."""
+    by_order = remotes.effects_by_order()
+    incomplete = [o for o in order_ids if o not in by_order or any(by_order[o][e] != 1 for e in FORWARD)]
+    return {"double_effects": len(remotes.duplicate_effects()), "orders": len(order_ids),
+            "orders_without_exactly_one_of_each_effect": len(incomplete)}
+
+
+def _phase_result(orders: list[OrderTimes], post_failures: int, all_finished: bool) -> dict[str, Any]:
+    done = [o for o in orders if o.processed]
+    lat = [o.processed - o.submitted for o in done]
+    post = [o.accepted - o.submitted for o in orders if o.accepted]
+    first = min((o.submitted for o in orders), default=0.0)
+    last = max((o.processed for o in done), default=first)
+    return {"orders_posted": len(orders), "post_failures": post_failures, "processed": len(done),
+            "failed": sum(1 for o in orders if o.failed), "all_finished": all_finished,
+            "seconds": round(last - first, 2),
+            "orders_per_s": round(len(done) / (last - first), 2) if last > first else None,
+            "latency_ms": {f"p{p}": _ms(percentile(lat, p)) for p in (50, 95, 99)}
+            | {"max": _ms(max(lat, default=None))},
+            "post_latency_ms": {f"p{p}": _ms(percentile(post, p)) for p in (50, 99)},
+            "loadavg_1m_at_end": round(os.getloadavg()[0], 2)}
+
+
+def _cpu(rig: PeerRig) -> dict[str, float]:
+    assert rig.remotes_proc is not None
+    pids = {"peer": rig.peer_pid, "remotes": rig.remotes_proc.pid, "bench (load + listener)": os.getpid()}
+    out = {k: cpu_seconds(p) or 0.0 for k, p in pids.items()}
+    if rig.postgres is not None:
+        out["postgres"] = rig.postgres.cpu_seconds()
+    return out
+
+
+def _with_cpu(res: dict[str, Any], before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    cpu = {k: round(after[k] - before[k], 2) for k in after}
+    res["cpu_seconds"] = cpu
+    n = res["processed"] + res["failed"]
+    res["peer_cpu_ms_per_order"] = round(1000 * cpu["peer"] / n, 1) if n else None
+    if "postgres" in cpu:  # the system database's own process; SQLite runs inside the peer's
+        res["peer_and_postgres_cpu_ms_per_order"] = round(1000 * (cpu["peer"] + cpu["postgres"]) / n, 1) if n else None
+    return res
+
+
+def _profile_later(pid: int, seconds: float, out: Path) -> Callable[[], dict[str, Any]]:
+    """py-spy the peer over the middle of the phase; returns what collects the summary."""
+    holder: list[Any] = []
+
+    def later() -> None:
+        time.sleep(seconds * 0.25)
+        holder.append(start_record(pid, max(3, int(seconds * 0.6)), out))
+
+    thread = threading.Thread(target=later, daemon=True)
+    thread.start()
+
+    def collect() -> dict[str, Any]:
+        thread.join()
+        if not holder or holder[0] is None:
+            return {"error": "py-spy not found"}
+        try:
+            holder[0].wait(timeout=60)
+        except Exception:  # noqa: BLE001
+            holder[0].kill()
+        return summarize_raw(out)
+
+    return collect
+
+
+def phase_saturation(rig: PeerRig, window: int, seconds: float, profile: bool = False) -> dict[str, Any]:
+    log(f"phase: saturation (closed loop, {window} orders in flight, {seconds:g}s)")
+    r = rig.new_run("saturation", seed=1)
+    before = _cpu(rig)
+    t0 = time.time()
+    collect = _profile_later(rig.peer_pid, seconds, rig.work / "profiles" / "peer.txt") if profile else None
+    r.closed_loop(window, seconds, threads=min(32, window), progress=lambda s: print(s, flush=True))
+    ok = r.wait_all(120)
+    after = _cpu(rig)
+    orders = r.collect()
+    res = _with_cpu(_phase_result(orders, r.post_failures, ok), before, after)
+    steady_from = t0 + min(5.0, seconds / 4)
+    end = max((o.processed for o in orders if o.processed), default=time.time())
+    in_steady = [o for o in orders if o.processed and steady_from <= o.processed <= end]
+    res["steady_orders_per_s"] = round(len(in_steady) / (end - steady_from), 2) if end > steady_from else None
+    if collect is not None:
+        res["profile"] = collect()
+    log(f"  saturation: {res['steady_orders_per_s']} orders/s (steady); p50 {res['latency_ms']['p50']} ms, "
+        f"p99 {res['latency_ms']['p99']} ms; peer CPU {res['peer_cpu_ms_per_order']} ms/order")
+    return res
+
+
+def phase_latency(rig: PeerRig, rate: float, seconds: float) -> dict[str, Any]:
+    log(f"phase: latency (fixed arrival rate {rate:.2f} orders/s for {seconds:g}s)")
+    r = rig.new_run("latency", seed=2)
+    before = _cpu(rig)
+    r.open_loop(rate, seconds, threads=8, progress=lambda s: print(s, flush=True))
+    ok = r.wait_all(120)
+    res = _with_cpu(_phase_result(r.collect(), r.post_failures, ok), before, _cpu(rig))
+    res["arrival_rate"] = round(rate, 2)
+    log(f"  latency: {res['processed']}/{res['orders_posted']} done; p50 {res['latency_ms']['p50']} ms, "
+        f"p95 {res['latency_ms']['p95']} ms, p99 {res['latency_ms']['p99']} ms; "
+        f"peer CPU {res['peer_cpu_ms_per_order']} ms/order")
+    return res
+
+
+def _reserves(remotes: RemotesClient) -> int:
+    return sum(remotes.stats()["requests"].get("inventory", {}).get("reserve", {}).values())
+
+
+def phase_recovery(rig: PeerRig, orders: int, hang: float) -> dict[str, Any]:
+    """SIGKILL the peer while ``orders`` orders wait inside charge-payment; restart it."""
+    log(f"phase: recovery ({orders} orders inside charge-payment, payment slowed {hang:g}s, peer SIGKILLed)")
+    rig.remotes.set_faults("payment", latencyMs=int(hang * 1000))
+    r = rig.new_run("recovery", seed=3)
+    try:
+        reserves0 = _reserves(rig.remotes)
+        ids = [oid for oid in (r._post_one() for _ in range(orders)) if oid]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _reserves(rig.remotes) < reserves0 + len(ids):
+            time.sleep(0.05)  # every order reserved: its charge is under way at the remote
+        time.sleep(min(1.0, hang / 3))  # in the middle of the remote call
+        rig.kill_peer()
+        t_kill = time.time()
+        rig.remotes.reset_faults()
+        restart_s = rig.start_peer()
+        ok = r.wait_all(120)
+        with rig.listener.lock:
+            done_at = max((rig.listener.terminal[oid][1] for oid in ids if oid in rig.listener.terminal), default=None)
+        charges_replayed = rig.remotes.stats()["replays"].get("payment", {}).get("charge", 0)
+        res = {"orders": len(ids), "payment_latency_s": hang, "all_finished": ok,
+               "restart_to_ready_s": round(restart_s, 2),
+               "kill_to_all_done_s": round(done_at - t_kill, 2) if done_at and ok else None,
+               "charges_replayed_after_restart": charges_replayed,
+               "ledger": ledger_check(rig.remotes, ids)}
+    finally:
+        rig.remotes.reset_faults()
+    log(f"  recovery: every order done {res['kill_to_all_done_s']}s after the kill (restart to ready "
+        f"{res['restart_to_ready_s']}s); ledger {res['ledger']}")
+    return res
+
+
+def measure_peer(out_dir: Path | None = None, *, window: int = 48, saturation_seconds: float = 40.0,
+                 latency_seconds: float = 40.0, rate: float | None = None, fraction: float = 0.2,
+                 warmup: int = 10, recovery_orders: int = 10, recovery_hang: float = 3.0,
+                 skip_recovery: bool = False, system_db: str = "sqlite", journal: str = "wal",
+                 profile: bool = False, echo: bool = False) -> dict[str, Any]:
+    """Run the peer's phases and return the figures. ``rate``: the latency phase's arrival rate
+    (bench/run.py passes the one it used for our app); None: ``fraction`` of the peer's saturation."""
+    with tempfile.TemporaryDirectory(prefix="peer-bench-") as tmp:
+        work = Path(out_dir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        t_venv = time.monotonic()
+        _, built = ensure_peer_venv()
+        result: dict[str, Any] = {"peer": "DBOS Transact (bench/peer_dbos)",
+                                  "system_database": f"SQLite ({journal} journal)" if system_db == "sqlite"
+                                  else "PostgreSQL (Debian's, local)",
+                                  "venv_build_seconds": round(built, 1),
+                                  "venv_check_seconds": round(time.monotonic() - t_venv, 2),
+                                  "loadavg_1m_at_start": round(os.getloadavg()[0], 2), "nproc": os.cpu_count()}
+        with PeerRig(work, echo=echo, journal=journal, system_db=system_db) as rig:
+            result["peer_start_s"] = rig.peer_starts[0]
+            w = rig.new_run("warmup", seed=0)
+            w.open_loop(rate=max(2.0, warmup / 3), seconds=max(1.0, warmup / max(2.0, warmup / 3)), threads=4)
+            w.wait_all(60)
+            sat = phase_saturation(rig, window, saturation_seconds, profile=profile)
+            fixed = rate if rate is not None else max(0.5, fraction * float(sat["steady_orders_per_s"] or 5.0))
+            result["phases"] = {"saturation": sat, "latency": phase_latency(rig, fixed, latency_seconds)}
+            if not skip_recovery:
+                result["recovery"] = phase_recovery(rig, recovery_orders, recovery_hang)
+            result["ledger_all_orders"] = ledger_check(rig.remotes, rig.order_ids())
+        return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.peer", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="a short run (small counts)")
+    ap.add_argument("--window", type=int, default=48, help="orders in flight at saturation")
+    ap.add_argument("--saturation-seconds", type=float, default=40.0)
+    ap.add_argument("--latency-seconds", type=float, default=40.0)
+    ap.add_argument("--rate", type=float, default=None, help="the latency phase's arrival rate (orders/s)")
+    ap.add_argument("--fraction", type=float, default=0.2, help="without --rate: this share of saturation")
+    ap.add_argument("--recovery-orders", type=int, default=10)
+    ap.add_argument("--recovery-hang", type=float, default=3.0, help="payment latency while the peer is killed")
+    ap.add_argument("--skip-recovery", action="store_true")
+    ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite",
+                    help="the peer's system database: SQLite (a file) or a local PostgreSQL the run starts")
+    ap.add_argument("--journal", choices=("wal", "default"), default="wal",
+                    help="the SQLite journal of the peer's system database (default: DBOS's own, rollback)")
+    ap.add_argument("--out", default=str(RESULTS / "peer.json"))
+    ap.add_argument("--profile", action="store_true", help="py-spy the peer during saturation (costs CPU)")
+    ap.add_argument("--echo", action="store_true", help="echo the remotes' and the peer's output")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.window, a.saturation_seconds, a.latency_seconds, a.recovery_orders = 8, 5.0, 5.0, 4
+    res = measure_peer(window=a.window, saturation_seconds=a.saturation_seconds, latency_seconds=a.latency_seconds,
+                       rate=a.rate, fraction=a.fraction, recovery_orders=a.recovery_orders,
+                       recovery_hang=a.recovery_hang, skip_recovery=a.skip_recovery,
+                       system_db=a.db, journal=a.journal, profile=a.profile, echo=a.echo)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+    sat, lat = res["phases"]["saturation"], res["phases"]["latency"]
+    log(f"peer: saturation {sat['steady_orders_per_s']} orders/s; at {lat['arrival_rate']} orders/s p50 "
+        f"{lat['latency_ms']['p50']} ms, p99 {lat['latency_ms']['p99']} ms; peer CPU "
+        f"{sat['peer_cpu_ms_per_order']} ms/order at saturation; recovery "
+        f"{res.get('recovery', {}).get('kill_to_all_done_s')} s; wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
