@@ -10,8 +10,8 @@ What counts as the remote failing (:func:`failure_of`): a transport fault (timeo
 or protocol error), 408, any 5xx, a 2xx without a JSON object. Any other answer, 425/429 and the
 business 4xx included, shows the remote is up.
 
-Not wired into ``shared.agent`` yet: the waiting steps (the scheduler's ``waiting`` reply and the
-resume on close) must come with it, see ``shared.breaker``.
+When a write that closes the breaker wins, ``on_closed`` runs (the agent's: re-dispatch every
+step waiting on the remote, ``shared.breaker.waiting.resume_waiting``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from shared.breaker.state import (
     decide_admit,
     decide_failure,
     decide_success,
+    decide_wake,
 )
 from shared.breaker.store import apply
 from shared.effects import iso
@@ -68,7 +69,9 @@ class BreakerGate:
     """The breaker of ``remote`` for one instance (thread-safe: it keeps no state of its own)."""
 
     def __init__(self, store: Any, remote: str, policy: BreakerPolicy, instance: str, bus: Bus,
-                 alerts_queue: str, now: Callable[[], datetime] = utcnow) -> None:
+                 alerts_queue: str, now: Callable[[], datetime] = utcnow,
+                 on_closed: Callable[[BreakerGate], None] | None = None) -> None:
+        self.on_closed = on_closed
         self.store = store
         self.remote = remote
         self.policy = policy
@@ -100,6 +103,11 @@ class BreakerGate:
             return None  # a success outside a probe changes nothing: no read, no write
         return self._apply(lambda row: decide_success(row, now, probe_id), now)
 
+    def claim_wake(self, until: datetime) -> bool:
+        """Whether this waiting step is THE one to re-dispatch at ``until`` (one per ``until``)."""
+        decision = self._apply(lambda row: decide_wake(row, until), self._now())
+        return decision is not None and decision.row is not None
+
     def _apply(self, decide: Callable[[BreakerRow], BreakerDecision], now: datetime) -> BreakerDecision | None:
         try:
             decision = apply(self.store, self.remote, decide)
@@ -120,6 +128,12 @@ class BreakerGate:
                           retryAt=iso(row.retry_at) if row.retry_at else None)
                 continue
             self._alert(effect, row, now)
+            if effect is Effect.CLOSED and self.on_closed is not None:
+                try:
+                    self.on_closed(self)
+                except Exception as exc:  # noqa: BLE001 - the Supervisor resumes them later
+                    log_event(logging.ERROR, "breaker.resume_failed", remote=self.remote, error=repr(exc),
+                              action="the Supervisor resumes the waiting steps at its next run")
 
     def _alert(self, effect: Effect, row: BreakerRow, now: datetime) -> None:
         state = "open" if effect is Effect.OPENED else "closed"

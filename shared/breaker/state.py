@@ -81,6 +81,7 @@ class BreakerRow:
     opens: int = 0  # how many times it opened
     last_fault: str = ""
     changed_at: datetime | None = None
+    wake_at: datetime | None = None  # a waiting step is due to be re-dispatched then (see decide_wake)
     etag: str | None = None
 
     def to_props(self) -> dict[str, Any]:
@@ -90,7 +91,7 @@ class BreakerRow:
                                  "LastFault": self.last_fault}
         for name, value in (("WindowStart", self.window_start), ("OpenedAt", self.opened_at),
                             ("RetryAt", self.retry_at), ("ProbeUntil", self.probe_until),
-                            ("ChangedAt", self.changed_at)):
+                            ("ChangedAt", self.changed_at), ("WakeAt", self.wake_at)):
             if value is not None:
                 props[name] = iso(value)
         return props
@@ -106,7 +107,7 @@ class BreakerRow:
                    probe_id=str(props.get("ProbeId", "")), probe_by=str(props.get("ProbeBy", "")),
                    probe_until=_time(props.get("ProbeUntil")), opens=int(props.get("Opens", 0)),
                    last_fault=str(props.get("LastFault", "")), changed_at=_time(props.get("ChangedAt")),
-                   etag=props.get(ETAG))
+                   wake_at=_time(props.get("WakeAt")), etag=props.get(ETAG))
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,17 @@ def decide_success(row: BreakerRow, now: datetime, probe_id: str = "") -> Breake
                          probe_id="", probe_by="", probe_until=None, changed_at=now)
         return BreakerDecision("probe succeeded: closed", row=closed, effects=(Effect.CLOSED,))
     return BreakerDecision(f"{row.state.value}: nothing to record")
+
+
+def decide_wake(row: BreakerRow, until: datetime) -> BreakerDecision:
+    """Should this waiting step be the one re-dispatched at ``until`` (the end of the cool-down or
+    of the probe's lease)? Only one step per ``until``, across every instance: its re-dispatch
+    drives the next probe when no other traffic does. ``wake`` (the write won) or ``no``."""
+    if row.state is BreakerState.CLOSED:
+        return BreakerDecision("closed: the closer resumes every waiting step")
+    if row.wake_at is not None and row.wake_at >= until:
+        return BreakerDecision("another waiting step wakes by then")
+    return BreakerDecision("wake", row=replace(row, wake_at=until), admission="wait", until=until)
 
 
 def _opened(row: BreakerRow, now: datetime, policy: BreakerPolicy, fault: str, *, reopen: bool) -> BreakerRow:

@@ -1,25 +1,29 @@
 """The steps waiting on a remote's open breaker: partition ``waiting-{remote}`` of the state table.
 
-One row per waiting step attempt, RowKey ``{orderId}:{attempt:06d}:{step}`` (``Since``). The
-instance that closes the breaker lists them and re-dispatches them; nobody else needs to know.
+One row per waiting step attempt, RowKey ``{orderId}:{attempt:06d}:{step}`` (a compensation's:
+``...:{step}:compensation``), property ``Since``. The instance that closes the breaker lists them
+and sends each a ``resume`` message on the SchedulerQueue (:func:`resume_waiting`), which
+re-dispatches the step if it still waits on that attempt (``shared.statemachine.waiting``).
 
 No wake-up is lost (:func:`hold`): a step is registered BEFORE the breaker is read again. Either
 the closer's listing, which follows its close write, sees the row, or this second read, which
 follows the row's write, sees the close and the step goes on at once. Every write is idempotent:
 registering twice is a 409 taken as done, forgetting a row already gone is fine.
-
-Not wired yet: the scheduler's ``waiting`` reply and the resume on close must come with it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from shared.breaker.gate import BreakerGate
 from shared.breaker.state import BreakerDecision
 from shared.effects import iso
+from shared.logs import log_event
+from shared.messaging import Bus, OutMessage
 from shared.store import MAX_BATCH_OPS, Conflict, Op, Store
 
 WAITING_PREFIX = "waiting-"
@@ -37,15 +41,41 @@ class WaitingStep:
     order_id: str
     attempt: int
     step: str
+    kind: Literal["step", "compensation"] = "step"
 
     @property
     def row_key(self) -> str:
-        return f"{self.order_id}:{self.attempt:06d}:{self.step}"
+        key = f"{self.order_id}:{self.attempt:06d}:{self.step}"
+        return key if self.kind == "step" else f"{key}:compensation"
 
     @classmethod
     def from_row_key(cls, row_key: str) -> WaitingStep:
-        order_id, attempt, step = row_key.split(":", 2)
-        return cls(order_id, int(attempt), step)
+        order_id, attempt, step, *rest = row_key.split(":", 3)
+        return cls(order_id, int(attempt), step, "compensation" if rest else "step")
+
+
+def resume_message(step: WaitingStep, queue: str, *, not_before: datetime | None = None,
+                   wake: bool = False) -> OutMessage:
+    """The SchedulerQueue message that re-dispatches ``step`` if it still waits on that attempt.
+    Its id names the attempt (and, for a wake, that it is one): duplicates are dropped."""
+    message_id = f"resume:{step.row_key}" + (":wake" if wake else "")
+    body = {"kind": "resume", "orderId": step.order_id, "step": step.step, "attempt": step.attempt,
+            "for": step.kind}
+    return OutMessage(queue=queue, body=body, message_id=message_id, correlation_id=step.order_id,
+                      subject="resume", scheduled_enqueue_time=not_before,
+                      application_properties={"kind": "resume"})
+
+
+def resume_waiting(store: Store, bus: Bus, queue: str, remote: str, limit: int = MAX_LISTED) -> int:
+    """Send a resume for every step waiting on ``remote``, then forget them: how many were sent.
+    A crash in between leaves rows behind: the Supervisor sends them again (same message ids)."""
+    steps = waiting_steps(store, remote, limit)
+    for step in steps:
+        bus.send(resume_message(step, queue))
+    forget_waiting(store, remote, steps)
+    if steps:
+        log_event(logging.INFO, "breaker.resumed", remote=remote, steps=len(steps))
+    return len(steps)
 
 
 def register_waiting(store: Store, remote: str, step: WaitingStep, now: datetime) -> None:

@@ -45,7 +45,10 @@ def close_now(store: Any) -> list[WaitingStep]:
 def test_the_row_key_names_the_step_attempt() -> None:
     assert STEP.row_key == f"{ORDER}:000002:ship"
     assert WaitingStep.from_row_key(STEP.row_key) == STEP
-    assert WaitingStep.from_row_key(f"{ORDER}:000003:ship:express").step == "ship:express"
+    # Step names never hold ':' (shared/workflows/schema.py NAME): a fourth part marks a compensation.
+    undo = WaitingStep(ORDER, 3, "ship", "compensation")
+    assert undo.row_key == f"{ORDER}:000003:ship:compensation"
+    assert WaitingStep.from_row_key(undo.row_key) == undo
 
 
 def test_register_list_and_forget_are_idempotent() -> None:
