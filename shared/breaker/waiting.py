@@ -55,10 +55,10 @@ class WaitingStep:
 
 
 def resume_message(step: WaitingStep, queue: str, *, not_before: datetime | None = None,
-                   wake: bool = False) -> OutMessage:
+                   tag: str = "") -> OutMessage:
     """The SchedulerQueue message that re-dispatches ``step`` if it still waits on that attempt.
-    Its id names the attempt (and, for a wake, that it is one): duplicates are dropped."""
-    message_id = f"resume:{step.row_key}" + (":wake" if wake else "")
+    Its id names the attempt (and ``tag``, e.g. a wake): duplicates are dropped."""
+    message_id = f"resume:{step.row_key}" + (f":{tag}" if tag else "")
     body = {"kind": "resume", "orderId": step.order_id, "step": step.step, "attempt": step.attempt,
             "for": step.kind}
     return OutMessage(queue=queue, body=body, message_id=message_id, correlation_id=step.order_id,

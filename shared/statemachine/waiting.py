@@ -73,7 +73,7 @@ def _wake(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> list[Effe
         return []
     target = WaitingStep(view.order_id, reply.attempt, step.name, reply.kind)
     not_before = reply.until if reply.until > ctx.now else None
-    return [Send(resume_message(target, ctx.config.queues["SchedulerQueue"], not_before=not_before, wake=True),
+    return [Send(resume_message(target, ctx.config.queues["SchedulerQueue"], not_before=not_before, tag="wake"),
                  what="resume (wake)")]
 
 
