@@ -284,7 +284,7 @@ def drain(histories: Histories, window: OutageWindow) -> dict[str, Any]:
             continue
         touched[how] += 1
         end = next((ev for ev in history if ev.get("event") in ENDS and (t := parse_time(ev.get("at"))) is not None
-                    and t >= window.start), None)
+                    and t >= window.start - SLACK), None)
         if end is None:
             not_ended.append(oid)
             continue
@@ -302,6 +302,7 @@ def breaker_alerts(log_lines: Iterable[str], service: str) -> dict[str, Any]:
     """The breaker alerts the host log shows for ``service`` (one ``breaker.open``/``breaker.closed``
     line per alert the gate sent to the AlertsQueue)."""
     seen: list[dict[str, Any]] = []
+    every: Counter[str] = Counter()  # "remote state" of every remote: transient faults open breakers too
     for line in log_lines:
         if '"breaker.open"' not in line and '"breaker.closed"' not in line:
             continue
@@ -309,11 +310,16 @@ def breaker_alerts(log_lines: Iterable[str], service: str) -> dict[str, Any]:
             record = json.loads(line[line.index("{"):])
         except ValueError:
             continue
-        if isinstance(record, dict) and record.get("remote") == service:
+        if not isinstance(record, dict):
+            continue
+        every[f"{record.get('remote')} {str(record.get('event', '')).removeprefix('breaker.')}"] += 1
+        if record.get("remote") == service:
             seen.append({"state": str(record.get("event", "")).removeprefix("breaker."), "at": record.get("at"),
                          "opens": record.get("opens")})
     states = Counter(a["state"] for a in seen)
-    return {"source": "host log", "open": states["open"], "closed": states["closed"], "alerts": seen[:50]}
+    return {"source": "host log", "open": states["open"], "closed": states["closed"],
+            "openedDuringOutage": None, "alerts": seen[:50],
+            "everyRemote": dict(sorted(every.items()))}
 
 
 def first_open(alerts: Mapping[str, Any], window: OutageWindow) -> datetime | None:
@@ -329,6 +335,8 @@ def outage_report(window: OutageWindow | None, calls: list[dict[str, Any]], hist
     if window is None:
         return {"service": None, "window": None}
     alerts = breaker_alerts(log_lines, window.service)
+    alerts["openedDuringOutage"] = sum(1 for a in alerts["alerts"] if a["state"] == "open" and (
+        t := parse_time(a.get("at"))) is not None and window.start - SLACK <= t <= window.end + SLACK)
     index = index_calls(calls, window.service)
     return {
         "service": window.service,
@@ -362,5 +370,7 @@ def render_outage(outage: Mapping[str, Any]) -> list[str]:
         f"    waiting orders drained {d['seconds']}s after the remote's return (p50 {d['p50Seconds']}s): "
         f"{d['orders']} orders ({d['waited']} waited, {d['inFlight']} in flight), ended {d['endedAs']}, "
         f"not ended {d['notEnded']}",
-        f"    breaker alerts ({a['source']}): open {a['open']}, closed {a['closed']}",
+        f"    breaker alerts ({a['source']}): open {a['open']} ({a['openedDuringOutage']} during the outage), "
+        f"closed {a['closed']}; every remote's: "
+        f"{a.get('everyRemote', {})}",
     ]

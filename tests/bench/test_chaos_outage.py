@@ -163,14 +163,16 @@ def test_the_drain_runs_from_the_return_to_the_last_waiting_order_ended() -> Non
         "inflight": order("inflight", ev(-2, "dispatched"), ev(2, "stepFailed", outcomeUnknown=True),
                           ev(2, "held")),
         "stuck": order("stuck", ev(10, "dispatched"), ev(10.1, "stepWaiting", breaker="shipping")),
+        # done a moment before the simulator's window opened (the clocks' slack): in flight, ended
+        "edge": order("edge", ev(-2, "dispatched"), ev(-0.3, "stepDone"), ev(-0.3, "processed", None, None)),
         "later": order("later", ev(30, "dispatched"), ev(31, "stepDone"), ev(31, "processed", None, None)),
         "untouched": order("untouched", ev(1, "dispatched", step="charge-payment")),
     }
     out = drain(histories, WINDOW)
-    assert (out["orders"], out["waited"], out["inFlight"]) == (4, 3, 1)
-    assert out["endedAs"] == {"processed": 2, "held": 1} and out["notEnded"] == 1
+    assert (out["orders"], out["waited"], out["inFlight"]) == (5, 3, 2)
+    assert out["endedAs"] == {"processed": 3, "held": 1} and out["notEnded"] == 1
     assert out["notEndedOrders"] == ["stuck"]
-    assert out["seconds"] == 7.25 and out["p50Seconds"] == 4.5
+    assert out["seconds"] == 7.25 and out["p50Seconds"] == 2.25  # 0 (edge), 0 (inflight), 4.5, 7.25
 
 
 def test_breaker_alerts_are_read_from_the_host_log() -> None:
@@ -182,6 +184,7 @@ def test_breaker_alerts_are_read_from_the_host_log() -> None:
              line("breaker.closed", "shipping", 22), line("breaker.open", "payment", 3), "[instance 1] noise"]
     out = breaker_alerts(lines, "shipping")
     assert (out["open"], out["closed"]) == (1, 1) and [a["state"] for a in out["alerts"]] == ["open", "closed"]
+    assert out["everyRemote"] == {"payment open": 1, "shipping closed": 1, "shipping open": 1}
 
 
 def test_the_report_and_its_summary_lines() -> None:
