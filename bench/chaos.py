@@ -89,7 +89,7 @@ from bench.chaos_ledger import (
     view_effects,
 )
 from bench.chaos_operator import IN_FLIGHT_STATES, RAISED_LIMIT, TERMINATED_RESULTS, Operator, search_listing
-from bench.chaos_outage import BreakerSettings, outage_report, outage_window, render_outage
+from bench.chaos_outage import PROCESS_FAULTS, BreakerSettings, outage_report, outage_window, render_outage
 from local.procs import REPO_ROOT
 from local.stack import SERVICE_PATHS, Stack, demo_order
 from shared.workflows import AGENTS_BY_NAME, DEFAULT_WORKFLOW, LEGACY_VERSION, Workflow, load_registry
@@ -372,7 +372,7 @@ class ChaosRun:
 
     def event(self, kind: str, **info: Any) -> None:
         with self.lock:
-            self.fault_events.append({"t": round(self.elapsed(), 2), "kind": kind, **info})
+            self.fault_events.append({"t": round(self.elapsed(), 2), "at": _now().isoformat(), "kind": kind, **info})
 
     def session(self) -> requests.Session:
         s = getattr(self._local, "session", None)
@@ -1152,6 +1152,7 @@ class ChaosRun:
         window = outage_window(stats.get("downWindows") or [], OUTAGE_SERVICE)
         if window is None:
             return outage_report(None, [], {}, BreakerSettings(0, 0), [])
+        process_faults = [e["at"] for e in self.fault_events if e["kind"] in PROCESS_FAULTS]
         try:
             calls = self.stack.remotes.calls(service=OUTAGE_SERVICE)
         except Exception as e:  # noqa: BLE001  (an older simulator: no journal)
@@ -1161,9 +1162,11 @@ class ChaosRun:
                      if status == 200 and view}
         try:
             with open(self.stack.log_dir / "host.log", encoding="utf-8", errors="replace") as log:
-                return outage_report(window, calls, histories, BreakerSettings.from_settings(self.stack.settings), log)
+                return outage_report(window, calls, histories, BreakerSettings.from_settings(self.stack.settings), log,
+                                     process_faults)
         except OSError:
-            return outage_report(window, calls, histories, BreakerSettings.from_settings(self.stack.settings), [])
+            return outage_report(window, calls, histories, BreakerSettings.from_settings(self.stack.settings), [],
+                                 process_faults)
 
     def _full_history(self, order_id: str, view: dict[str, Any]) -> list[dict[str, Any]]:
         """The view's history, and its further pages (GET /orders/{id}/history) if it has more."""

@@ -9,9 +9,7 @@ reads, after the run:
 * every order's **history** (its view's ``history``, completed through
   ``GET /orders/{id}/history`` when it has more pages);
 * the host log's **breaker alerts** (``breaker.open`` / ``breaker.closed`` lines: the gate writes
-  one per alert it sends to the AlertsQueue, which the run does not drain);
-
-and reports:
+  one per alert it sends to the AlertsQueue, which the run does not drain); and reports:
 
 1. ``deadRemoteCalls``: the calls the dead remote received inside its down window, against the
    bound ``BreakerFailureThreshold + ceil(outage / BreakerCoolDownSeconds)`` (the threshold, then
@@ -23,8 +21,8 @@ and reports:
    attributed by what the simulator saw for its key during the attempt: ``outage`` (a ``down``
    or ``reset`` call), ``otherFault`` (a hang, transient 503 or lost response only) or
    ``noFaultSeen`` (no faulty call: a killed instance, a lost message...);
-3. ``heldForOperator``: orders held (``held`` event) on one of those failed attempts, same
-   attribution;
+3. ``heldForOperator``: orders held (``held`` event) on the remote's step after failures that
+   overlapped the outage (``attributable``: one of them met the dead service);
 4. ``drain``: the orders the outage touched (a ``stepWaiting`` on the remote's step during the
    outage, or an attempt of that step in flight during it) and the seconds from the remote's
    return until the last of them ended (Processed, or failed/held/compensated).
@@ -48,6 +46,7 @@ OUTAGE_FAULTS = ("down", "reset")  # the simulator's faults of a dead service
 ENDS = ("processed", "held", "failed", "compensated")  # events after which an order no longer waits
 FORWARD_ENDS = ("stepDone", "stepFailed", "redriven", "stepWaiting")
 COMPENSATION_ENDS = ("compensationDone", "compensationFailed", "compensationRedriven")
+PROCESS_FAULTS = ("kill", "restart-servicebus", "restart-azurite")  # the runner's fault events that lose replies
 SLACK = timedelta(seconds=0.5)  # clock granularity between the simulator's and the app's timestamps
 
 
@@ -217,8 +216,13 @@ Histories = Mapping[str, tuple[Mapping[str, Any] | None, list[dict[str, Any]]]] 
 
 
 def failure_increments(histories: Histories, window: OutageWindow,
-                       calls: Mapping[tuple[str, str, bool], list[Any]]) -> dict[str, Any]:
-    """The FailureCount increments of the outage service's attempts that overlapped the outage."""
+                       calls: Mapping[tuple[str, str, bool], list[Any]],
+                       process_faults: Iterable[datetime] = ()) -> dict[str, Any]:
+    """The FailureCount increments of the outage service's attempts that overlapped the outage;
+    ``alsoProcessFault``: the attributable ones during which a process fault (a SIGKILL of an
+    instance, a restart of the emulator or Azurite) happened too, and may have lost the reply."""
+    faults_at = sorted(process_faults)
+    also = 0
     causes: Counter[str] = Counter()
     by_event: Counter[str] = Counter()
     examples: list[dict[str, Any]] = []
@@ -228,30 +232,46 @@ def failure_increments(histories: Histories, window: OutageWindow,
                 continue
             cause = cause_of(a, calls)
             causes[cause] += 1
+            lo, hi = a.started or a.ended, a.ended or window.end
+            also += cause == "outage" and any(lo is not None and lo <= t <= hi for t in faults_at)
             by_event[str(a.end_event)] += 1
             if len(examples) < 20:
                 examples.append({"orderId": oid, "step": a.step, "attempt": a.attempt, "compensation": a.compensation,
                                  "event": a.end_event, "cause": cause})
-    return {"overlapping": sum(causes.values()), "attributable": causes["outage"],
+    return {"overlapping": sum(causes.values()), "attributable": causes["outage"], "alsoProcessFault": also,
             "otherFault": causes["otherFault"], "noFaultSeen": causes["noFaultSeen"],
             "byEvent": dict(by_event), "examples": examples}
 
 
+def _held_cause(attempts: list[Attempt], step: str, held_at: datetime | None, window: OutageWindow,
+                calls: Mapping[tuple[str, str, bool], list[Any]]) -> str | None:
+    """Why an order was held on ``step``: ``outage`` if its failing attempt, or an earlier attempt
+    of the step whose failure counted toward the hold, met the outage; else the failing attempt's
+    cause if it overlapped the outage; None: the hold has nothing to do with the outage."""
+    before = [a for a in attempts if a.step == step and not a.compensation and a.increments
+              and (held_at is None or a.ended is None or a.ended <= held_at)]
+    failed = [a for a in before if a.end_event == "stepFailed"]
+    if not failed:
+        return None
+    touching = [a for a in before if window.overlaps(a.started, a.ended)]
+    if any(cause_of(a, calls) == "outage" for a in touching):
+        return "outage"
+    return cause_of(failed[-1], calls) if failed[-1] in touching else None
+
+
 def held_for_operator(histories: Histories, window: OutageWindow,
                       calls: Mapping[tuple[str, str, bool], list[Any]]) -> dict[str, Any]:
-    """Orders held (``held`` event) on an attempt of the outage service's step that overlapped the outage."""
+    """Orders held (``held`` event) on the outage service's step after failures that overlapped the
+    outage (``attributable``: one of them met the dead service)."""
     causes: dict[str, str] = {}
     for oid, (view, history) in sorted(histories.items()):
         steps = outage_steps(view, window.service)
         attempts = attempts_of(oid, history, steps)
         for ev in history:
-            if ev.get("event") != "held" or ev.get("step") not in steps:
-                continue
-            held_at = parse_time(ev.get("at"))
-            failed = [a for a in attempts if a.step == ev.get("step") and not a.compensation
-                      and a.end_event == "stepFailed" and (held_at is None or a.ended is None or a.ended <= held_at)]
-            if failed and window.overlaps(failed[-1].started, failed[-1].ended):
-                causes[oid] = cause_of(failed[-1], calls)
+            if ev.get("event") == "held" and ev.get("step") in steps:
+                cause = _held_cause(attempts, str(ev["step"]), parse_time(ev.get("at")), window, calls)
+                if cause is not None:
+                    causes[oid] = cause
     counted = Counter(causes.values())
     return {"count": len(causes), "attributable": counted["outage"], "otherFault": counted["otherFault"],
             "noFaultSeen": counted["noFaultSeen"], "orders": sorted(causes)[:20]}
@@ -330,7 +350,8 @@ def first_open(alerts: Mapping[str, Any], window: OutageWindow) -> datetime | No
 
 
 def outage_report(window: OutageWindow | None, calls: list[dict[str, Any]], histories: Histories,
-                  breaker: BreakerSettings, log_lines: Iterable[str]) -> dict[str, Any]:
+                  breaker: BreakerSettings, log_lines: Iterable[str],
+                  process_faults: Iterable[str] = ()) -> dict[str, Any]:
     """The chaos JSON's ``outage`` section (the module docstring)."""
     if window is None:
         return {"service": None, "window": None}
@@ -343,7 +364,8 @@ def outage_report(window: OutageWindow | None, calls: list[dict[str, Any]], hist
         "window": {"from": window.start.isoformat(), "to": window.end.isoformat(), "seconds": round(window.seconds, 2)},
         "breaker": {"failureThreshold": breaker.threshold, "coolDownSeconds": breaker.cool_down},
         "deadRemoteCalls": dead_remote_calls(calls, window, breaker, first_open(alerts, window)),
-        "failureCountIncrements": failure_increments(histories, window, index),
+        "failureCountIncrements": failure_increments(
+            histories, window, index, [t for at in process_faults if (t := parse_time(at)) is not None]),
         "heldForOperator": held_for_operator(histories, window, index),
         "drain": drain(histories, window),
         "breakerAlerts": alerts,
@@ -363,7 +385,8 @@ def render_outage(outage: Mapping[str, Any]) -> list[str]:
         f"{outage['breaker']['failureThreshold']}, cool-down {outage['breaker']['coolDownSeconds']:g}s):",
         f"    calls to the dead remote: {c['calls']} (bound {c['bound']}): first {c['firstThreshold']}, "
         f"then {c['afterFirstThreshold']}{opened}",
-        f"    FailureCount increments caused by the outage: {f['attributable']} ({f['overlapping']} attempts that "
+        f"    FailureCount increments caused by the outage: {f['attributable']} "
+        f"({f.get('alsoProcessFault', 0)} of them also met a process fault; {f['overlapping']} attempts that "
         f"overlapped it failed: {f['otherFault']} met another fault only, {f['noFaultSeen']} met no fault)",
         f"    orders held for an operator because of the outage: {h['attributable']} ({h['count']} held on an "
         f"attempt that overlapped it)",

@@ -134,6 +134,11 @@ def test_failure_count_increments_are_attributed_by_what_the_simulator_saw() -> 
     assert out["byEvent"] == {"redriven": 2, "stepFailed": 3}
     assert {(e["orderId"], e["attempt"], e["cause"]) for e in out["examples"]} == {
         ("a", 1, "outage"), ("a", 2, "outage"), ("b", 1, "otherFault"), ("c", 1, "noFaultSeen"), ("d", 1, "outage")}
+    assert out["alsoProcessFault"] == 0
+    # an instance killed during a's first attempt (1 s - 5 s) and during c's (3 s - 7 s): only a's is the outage's
+    killed = failure_increments(_failing_orders(), WINDOW, index_calls(_journal(), "shipping"),
+                                [T0 + timedelta(seconds=4.5)])
+    assert (killed["attributable"], killed["alsoProcessFault"]) == (3, 2)  # a#1 (1-5 s) and d#1 (4-8 s)
 
 
 def test_compensations_of_the_outage_service_count_too() -> None:
@@ -150,6 +155,21 @@ def test_orders_held_because_of_the_outage() -> None:
     out = held_for_operator(_failing_orders(), WINDOW, index_calls(_journal(), "shipping"))
     assert (out["count"], out["attributable"], out["otherFault"], out["noFaultSeen"]) == (3, 1, 1, 1)
     assert out["orders"] == ["b", "c", "d"]
+
+
+def test_a_hold_after_the_outage_burned_the_failure_count_is_the_outages() -> None:
+    histories = {
+        # redriven twice on the dead service, then its last attempt hung after the return: held
+        "h": order("h", ev(1, "dispatched"), ev(5, "redriven", failureCount=1), ev(6, "dispatched", attempt=2),
+                   ev(10, "redriven", attempt=2, failureCount=2), ev(21, "dispatched", attempt=3),
+                   ev(25, "stepFailed", attempt=3, outcomeUnknown=True), ev(25, "held")),
+        # held after the return on attempts that never met the outage
+        "k": order("k", ev(30, "dispatched"), ev(34, "stepFailed", outcomeUnknown=True), ev(34, "held")),
+    }
+    journal = [call(2, "h:create-shipment", "down"), call(7, "h:create-shipment", "down"),
+               call(22, "h:create-shipment", "hang"), call(31, "k:create-shipment", "hang")]
+    out = held_for_operator(histories, WINDOW, index_calls(journal, "shipping"))
+    assert (out["count"], out["attributable"], out["orders"]) == (1, 1, ["h"])
 
 
 def test_the_drain_runs_from_the_return_to_the_last_waiting_order_ended() -> None:
