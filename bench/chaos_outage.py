@@ -204,8 +204,9 @@ def index_calls(calls: Iterable[Mapping[str, Any]], service: str) -> dict[tuple[
 
 def cause_of(attempt: Attempt, calls: Mapping[tuple[str, str, bool], list[Any]]) -> str:
     """What the simulator saw during the attempt: ``outage``, ``otherFault`` or ``noFaultSeen``."""
-    lo = (attempt.started or attempt.ended or datetime.min.replace(tzinfo=UTC)) - SLACK
-    hi = attempt.ended + SLACK if attempt.ended else datetime.max.replace(tzinfo=UTC)
+    # No slack (one clock): the next attempt's first call may follow the redrive by 0.2 s.
+    lo = attempt.started or attempt.ended or datetime.min.replace(tzinfo=UTC)
+    hi = attempt.ended or datetime.max.replace(tzinfo=UTC)
     faults = {f for at, f in calls.get(attempt.key_step, []) if lo <= at <= hi and f}
     if faults & set(OUTAGE_FAULTS):
         return "outage"

@@ -141,6 +141,15 @@ def test_failure_count_increments_are_attributed_by_what_the_simulator_saw() -> 
     assert (killed["attributable"], killed["alsoProcessFault"]) == (3, 2)  # a#1 (1-5 s) and d#1 (4-8 s)
 
 
+def test_the_next_attempts_call_is_not_the_redriven_ones() -> None:
+    # attempt 1 hung (before the outage) and was redriven at 1 s; attempt 2 called at 1.2 s: down
+    orders = {"n": order("n", ev(-3, "dispatched"), ev(1, "redriven", failureCount=1),
+                         ev(1.1, "dispatched", attempt=2), ev(2, "stepWaiting", attempt=2, breaker="shipping"))}
+    journal = [call(-2.5, "n:create-shipment", "hang"), call(1.2, "n:create-shipment", "down")]
+    out = failure_increments(orders, WINDOW, index_calls(journal, "shipping"))
+    assert (out["overlapping"], out["attributable"], out["otherFault"]) == (1, 0, 1)
+
+
 def test_compensations_of_the_outage_service_count_too() -> None:
     digital = {"name": "digital", "version": 1}
     orders = {"g": order("g", ev(1, "compensationDispatched", step="charge-payment"),
