@@ -571,6 +571,15 @@ class ChaosRun:
             self.say(f"  ! {OUTAGE_SERVICE} service back")
 
     def run_events(self, events: list[tuple[float, str]], start: float) -> None:
+        outage = [e for e in events if e[1].startswith("outage-")]
+        if outage and len(outage) < len(events):
+            # The outage's own thread: a restart or a kill (waiting up to 60 s for the instance)
+            # must not make the outage last longer than --outage-seconds.
+            own = threading.Thread(target=self.run_events, args=(outage, start), name="outage", daemon=True)
+            own.start()
+            self.run_events([e for e in events if e not in outage], start)
+            own.join()
+            return
         for at, kind in events:
             wait = start + at - time.monotonic()
             if wait > 0 and self.stop.wait(wait):
