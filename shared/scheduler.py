@@ -64,19 +64,24 @@ def _handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None, tracep
     except (ValueError, ValidationError) as exc:
         poison("scheduler", f"invalid schedule message: {exc}".splitlines()[0], body, message_id,
                       traceparent)
-    view = View.from_entities(rt.store.read_partition(msg.orderId))
-    if view.state is None:
-        poison("scheduler", f"unknown order {msg.orderId}", body, message_id, traceparent)
+    # A resume that loses its race (the step's waiting reply, or a Supervisor, wrote first) is
+    # decided again on fresh rows: it still applies if the lease still names its attempt. A
+    # schedule message that loses its race means another instance claimed the order: done.
+    for _ in range(REPLY_RACE_RETRIES if isinstance(msg, ResumeMessage) else 1):
+        view = View.from_entities(rt.store.read_partition(msg.orderId))
+        if view.state is None:
+            poison("scheduler", f"unknown order {msg.orderId}", body, message_id, traceparent)
+        if isinstance(msg, ResumeMessage):
+            decide = partial(decide_resume, view, msg)
+        else:
+            decide = partial(decide_schedule, view, msg.seq)
+        decision = decide_for_order(view, rt.ctx(), decide)
+        if not rt.run(decision.effects).lost_race:
+            return decision.verdict
     if isinstance(msg, ResumeMessage):
-        decide = partial(decide_resume, view, msg)
-    else:
-        decide = partial(decide_schedule, view, msg.seq)
-    decision = decide_for_order(view, rt.ctx(), decide)
-    outcome = rt.run(decision.effects)
-    if outcome.lost_race:
-        # Another instance claimed the order (412): do nothing more.
-        return "lost-race"
-    return decision.verdict
+        # Never drop a resume: the step would wait until its longest wait. Redelivered instead.
+        raise RuntimeError(f"resume of {msg.orderId} {msg.step}:{msg.attempt} lost {REPLY_RACE_RETRIES} races")
+    return "lost-race"
 
 
 def handle_reply(rt: Runtime, body: bytes, *, message_id: str | None = None,

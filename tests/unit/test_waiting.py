@@ -89,6 +89,26 @@ def test_a_resume_re_dispatches_the_next_attempt_with_the_same_key_and_the_first
     assert state(rt, oid)["ProcessState"] == "Processed" and state(rt, oid)["FailureCount"] == 0
 
 
+def test_a_resume_that_loses_its_race_to_the_waiting_reply_decides_again() -> None:
+    """Found by the chaos run: the closer's resume read the order, the waiting reply wrote first,
+    the resume's write lost (412) and the resume was dropped: the step waited its longest wait."""
+    rt, agents, oid = shipping_in_flight()
+    stale = rt.store.read_partition(oid)
+    assert handle_reply(rt, waiting_reply(oid, 1)) == "waiting"  # wins the race
+    fresh, reads = rt.store.read_partition, []
+
+    def first_read_stale(partition: str) -> Any:
+        reads.append(partition)
+        return stale if len(reads) == 1 else fresh(partition)
+
+    rt.store.read_partition = first_read_stale  # type: ignore[method-assign]
+    assert resume(rt, oid, 1) == "resumed" and len(reads) == 2
+    rt.store.read_partition = fresh  # type: ignore[method-assign]
+    assert state(rt, oid)["LeaseKey"] == f"{S}:2"
+    drive(rt, oid, agents)
+    assert state(rt, oid)["ProcessState"] == "Processed" and state(rt, oid)["FailureCount"] == 0
+
+
 def test_a_resume_that_overtakes_the_waiting_reply_makes_the_reply_stale() -> None:
     rt, _agents, oid = shipping_in_flight()
     assert resume(rt, oid, 1) == "resumed"
