@@ -43,6 +43,7 @@ class CallGuard:
     gate: BreakerGate
     step: WaitingStep
     probe_id: str = ""
+    counted: int = 0  # failures counted when the call was admitted: an answer resets them
 
     def before_call(self) -> None:
         """Admit the next call (a probe remembers its lease) or raise :class:`BreakerWait`."""
@@ -51,13 +52,14 @@ class CallGuard:
             until = decision.until or self.gate.now() + self.gate.policy.cool_down
             raise BreakerWait(self.gate.remote, until, decision.verdict, self.gate.claim_wake(until))
         self.probe_id = decision.probe_id
+        self.counted = decision.failures
 
     def after_call(self, status: int | str, *, final: bool = True, cut_by_deadline: bool = False) -> None:
         """Count one call's outcome (``status``: HTTP status or transport fault)."""
         probe_id, self.probe_id = self.probe_id, ""
         if cut_by_deadline:
             return  # completeBy ended the call, not the remote: a probe's lease simply expires
-        self.gate.record(status, final=final, probe_id=probe_id)
+        self.gate.record(status, final=final, probe_id=probe_id, counted=self.counted)
 
 
 def breaker_for(remote: str, store: Store, bus: Bus, settings: Any, instance: str) -> BreakerGate:

@@ -31,6 +31,7 @@ from shared.breaker.state import (
     Effect,
     decide_admit,
     decide_failure,
+    decide_reset,
     decide_success,
     decide_wake,
 )
@@ -93,15 +94,19 @@ class BreakerGate:
             held_back.add(1, {"remote": self.remote})
         return decision
 
-    def record(self, status: int | str, *, final: bool = True, probe_id: str = "") -> BreakerDecision | None:
-        """Count the outcome of one call (``probe_id``: the call was this instance's probe)."""
+    def record(self, status: int | str, *, final: bool = True, probe_id: str = "",
+               counted: int = 0) -> BreakerDecision | None:
+        """Count the outcome of one call (``probe_id``: the call was this instance's probe;
+        ``counted``: the failures the breaker had counted when the call was admitted)."""
         now = self._now()
         fault = failure_of(status, final=final)
         if fault is not None:
             return self._apply(lambda row: decide_failure(row, now, self.policy, fault, probe_id), now)
-        if not probe_id:
-            return None  # a success outside a probe changes nothing: no read, no write
-        return self._apply(lambda row: decide_success(row, now, probe_id), now)
+        if probe_id:
+            return self._apply(lambda row: decide_success(row, now, probe_id), now)
+        if counted:
+            return self._apply(lambda row: decide_reset(row, now), now)
+        return None  # an answer while nothing is counted changes nothing: no read, no write
 
     def claim_wake(self, until: datetime) -> bool:
         """Whether this waiting step is THE one to re-dispatch at ``until`` (one per ``until``)."""

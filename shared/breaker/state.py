@@ -6,7 +6,8 @@ agent's name, every write ETag-conditioned). Each ``decide_*`` function returns 
 :class:`BreakerDecision`: the verdict, the row to write (``None``: write nothing) and the effects
 to run ONLY once that write has won (so that racing instances alert once).
 
-States: ``closed`` -> ``open`` after ``threshold`` failures within ``window`` -> after
+States: ``closed`` -> ``open`` after ``threshold`` failures within ``window`` with no success
+between them (a success resets the count: a remote that answers most calls is not down) -> after
 ``cool_down``, ONE instance takes a probe lease (``half-open``) and calls -> its success closes,
 its failure opens again; a probe that dies is replaced once its lease expires.
 """
@@ -121,13 +122,14 @@ class BreakerDecision:
     admission: Admission | None = None
     until: datetime | None = None  # wait: when to look again
     probe_id: str = ""  # probe: the lease to report the outcome under
+    failures: int = 0  # call: the failures counted when it was admitted (a success then resets them)
 
 
 def decide_admit(row: BreakerRow, now: datetime, policy: BreakerPolicy, instance: str,
                  new_probe_id: str | None = None) -> BreakerDecision:
     """May this instance call the remote now? ``call``, ``probe`` (after the lease write won) or ``wait``."""
     if row.state is BreakerState.CLOSED:
-        return BreakerDecision("closed", admission="call")
+        return BreakerDecision("closed", admission="call", failures=row.failures)
     if row.state is BreakerState.OPEN and row.retry_at is not None and now < row.retry_at:
         return BreakerDecision("open: cooling down", admission="wait", until=row.retry_at)
     if row.state is BreakerState.HALF_OPEN and row.probe_until is not None and now < row.probe_until:
@@ -167,6 +169,15 @@ def decide_success(row: BreakerRow, now: datetime, probe_id: str = "") -> Breake
                          probe_id="", probe_by="", probe_until=None, changed_at=now)
         return BreakerDecision("probe succeeded: closed", row=closed, effects=(Effect.CLOSED,))
     return BreakerDecision(f"{row.state.value}: nothing to record")
+
+
+def decide_reset(row: BreakerRow, now: datetime) -> BreakerDecision:
+    """A call got an answer while failures were being counted: the count starts again (only a
+    run of ``threshold`` failures with no answer between them opens the breaker)."""
+    if row.state is BreakerState.CLOSED and row.failures > 0:
+        return BreakerDecision("answered: failures reset",
+                               row=replace(row, failures=0, window_start=None, changed_at=now))
+    return BreakerDecision(f"{row.state.value}: nothing to reset")
 
 
 def decide_wake(row: BreakerRow, until: datetime) -> BreakerDecision:

@@ -112,3 +112,24 @@ def test_an_alert_that_cannot_be_sent_does_not_stop_the_agent() -> None:
     for _ in range(3):
         a.record(503)
     assert read_breaker(store, "shipping").state is BreakerState.OPEN
+
+
+def test_an_answer_between_failures_starts_the_count_again() -> None:
+    """Only a run of ``threshold`` failures with no answer between them opens it: a remote that
+    answers most calls (the chaos run's 20% transient 503s) is not down. An answer costs a write
+    only while failures are being counted."""
+    store, bus, clock = MemoryStore(), MemoryBus(), Clock()
+    [a] = gates(store, bus, clock, "a")
+    a.record(503)
+    a.record(503)
+    admitted = a.admit()
+    assert admitted.admission == "call" and admitted.failures == 2
+    reset = a.record(200, counted=admitted.failures)
+    assert reset is not None and reset.row is not None and reset.row.failures == 0
+    a.record(503)
+    a.record("timeout")
+    assert read_breaker(store, "shipping").state is BreakerState.CLOSED and bus.take("alerts") == []
+    writes = store.writes
+    assert a.record(200, counted=0) is None and store.writes == writes  # nothing counted: no I/O
+    a.record(500)
+    assert read_breaker(store, "shipping").state is BreakerState.OPEN  # three in a row
