@@ -89,6 +89,7 @@ from bench.chaos_ledger import (
     view_effects,
 )
 from bench.chaos_operator import IN_FLIGHT_STATES, RAISED_LIMIT, TERMINATED_RESULTS, Operator, search_listing
+from bench.chaos_outage import PROCESS_FAULTS, BreakerSettings, outage_report, outage_window, render_outage
 from local.procs import REPO_ROOT
 from local.stack import SERVICE_PATHS, Stack, demo_order
 from shared.workflows import AGENTS_BY_NAME, DEFAULT_WORKFLOW, LEGACY_VERSION, Workflow, load_registry
@@ -127,6 +128,8 @@ class ChaosOptions:
     hang_seconds: float | None = None  # default step_timeout + 3 (past CompleteBy)
     reject_rate: float = 0.02  # share of orders the remotes reject for good (half SKU, half amount)
     outage_seconds: float = 20.0  # one shipping outage window (0: none)
+    breaker_failure_threshold: int | None = None  # BreakerFailureThreshold (None: the app's default)
+    breaker_cool_down: float | None = None  # BreakerCoolDownSeconds (None: the app's default)
     restart_servicebus: bool = True
     restart_azurite: bool = True
     settle_timeout: float = 30.0  # after the last POST, with faults still on
@@ -369,7 +372,7 @@ class ChaosRun:
 
     def event(self, kind: str, **info: Any) -> None:
         with self.lock:
-            self.fault_events.append({"t": round(self.elapsed(), 2), "kind": kind, **info})
+            self.fault_events.append({"t": round(self.elapsed(), 2), "at": _now().isoformat(), "kind": kind, **info})
 
     def session(self) -> requests.Session:
         s = getattr(self._local, "session", None)
@@ -568,6 +571,15 @@ class ChaosRun:
             self.say(f"  ! {OUTAGE_SERVICE} service back")
 
     def run_events(self, events: list[tuple[float, str]], start: float) -> None:
+        outage = [e for e in events if e[1].startswith("outage-")]
+        if outage and len(outage) < len(events):
+            # The outage's own thread: a restart or a kill (waiting up to 60 s for the instance)
+            # must not make the outage last longer than --outage-seconds.
+            own = threading.Thread(target=self.run_events, args=(outage, start), name="outage", daemon=True)
+            own.start()
+            self.run_events([e for e in events if e not in outage], start)
+            own.join()
+            return
         for at, kind in events:
             wait = start + at - time.monotonic()
             if wait > 0 and self.stop.wait(wait):
@@ -923,6 +935,10 @@ class ChaosRun:
             "UnclaimedGraceSeconds": str(max(3, o.step_timeout)),
             "BackoffBaseSeconds": "1",
         }
+        if o.breaker_failure_threshold is not None:
+            overrides["BreakerFailureThreshold"] = str(o.breaker_failure_threshold)
+        if o.breaker_cool_down is not None:
+            overrides["BreakerCoolDownSeconds"] = f"{o.breaker_cool_down:g}"
         assert o.state_dir is not None  # set by ChaosOptions.resolved()
         self.stack = Stack(o.state_dir, persistent=True, instances=o.instances, settings_overrides=overrides,
                            remotes_seed=o.seed or 0, echo=o.echo)
@@ -1128,6 +1144,7 @@ class ChaosRun:
             "checks": checks,
             "faults": faults,
             "faultEvents": self.fault_events,
+            "outage": self.outage_section(views, stats),
             "remotes": {"effects": len(ledger), "stats": stats},
             "pollErrors": dict(self.poll_errors),
             "infrastructureErrors": self.errors,
@@ -1135,6 +1152,48 @@ class ChaosRun:
             "stateDir": str(o.state_dir),
         }
         return report
+
+    def outage_section(self, views: dict[str, tuple[int | None, dict[str, Any] | None]],
+                       stats: dict[str, Any]) -> dict[str, Any]:
+        """The outage report (bench.chaos_outage): calls to the dead remote, FailureCount
+        increments, orders held and the drain, from the simulator's journal and the histories."""
+        assert self.stack is not None
+        window = outage_window(stats.get("downWindows") or [], OUTAGE_SERVICE)
+        if window is None:
+            return outage_report(None, [], {}, BreakerSettings(0, 0), [])
+        process_faults = [e["at"] for e in self.fault_events if e["kind"] in PROCESS_FAULTS]
+        try:
+            calls = self.stack.remotes.calls(service=OUTAGE_SERVICE)
+        except Exception as e:  # noqa: BLE001  (an older simulator: no journal)
+            self.errors.append(f"outage report: the simulator's call journal: {e}")
+            calls = []
+        histories = {oid: (view, self._full_history(oid, view)) for oid, (status, view) in views.items()
+                     if status == 200 and view}
+        try:
+            with open(self.stack.log_dir / "host.log", encoding="utf-8", errors="replace") as log:
+                return outage_report(window, calls, histories, BreakerSettings.from_settings(self.stack.settings), log,
+                                     process_faults)
+        except OSError:
+            return outage_report(window, calls, histories, BreakerSettings.from_settings(self.stack.settings), [],
+                                 process_faults)
+
+    def _full_history(self, order_id: str, view: dict[str, Any]) -> list[dict[str, Any]]:
+        """The view's history, and its further pages (GET /orders/{id}/history) if it has more."""
+        assert self.stack is not None
+        history, token = list(view.get("history") or []), view.get("historyContinuationToken")
+        while token:
+            try:
+                r = self.session().get(f"{self.stack.api_url}/orders/{order_id}/history",
+                                       params={"limit": 1000, "continuationToken": token}, timeout=30)
+                page = r.json() if r.status_code == 200 else {}
+            except (requests.RequestException, ValueError):
+                page = {}
+            if not page:
+                self.errors.append(f"history of {order_id}: a page could not be read")
+                break
+            history += page.get("history") or []
+            token = page.get("continuationToken")
+        return history
 
     def order_notes(self, examples: dict[str, Any], views: dict[str, Any]) -> dict[str, Any]:
         """What the runner did to each order named in the examples, and its final steps."""
@@ -1510,6 +1569,7 @@ def render_summary(report: dict[str, Any]) -> str:
             f"{k} {report.get('appObserved', {}).get(k, 0)}"
             for k in ("reply.duplicate", "reply.stale", "state.lost_race", "order.replayed", "supervisor.redrive",
                       "agent.expired", "schedule.resumed", "supervisor.unclaimed_rescheduled")),
+        *(render_outage(report["outage"]) if "outage" in report else []),
         f"  durations: {report.get('durations', {})}",
         f"  replay: {report['replay']}",
         f"RESULT: {'PASS' if report['ok'] else 'FAIL'}",
@@ -1565,6 +1625,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--hang-seconds", type=float, default=None, help="default step timeout + 3")
     ap.add_argument("--reject-rate", type=float, default=d.reject_rate)
     ap.add_argument("--outage-seconds", type=float, default=d.outage_seconds)
+    ap.add_argument("--breaker-failure-threshold", type=int, default=None,
+                    help="BreakerFailureThreshold of the stack (default: the app's); a huge one: no breaker")
+    ap.add_argument("--breaker-cool-down", type=float, default=None, help="BreakerCoolDownSeconds of the stack")
     ap.add_argument("--no-servicebus-restart", action="store_true")
     ap.add_argument("--no-azurite-restart", action="store_true")
     ap.add_argument("--no-operator-retry", action="store_true", help="leave orders held for an operator as they are")
@@ -1589,6 +1652,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         duplicate_delivery_rate=a.duplicate_delivery_rate, transient_rate=a.transient_rate,
         lost_response_rate=a.lost_response_rate, hang_rate=a.hang_rate, hang_seconds=a.hang_seconds,
         reject_rate=a.reject_rate, outage_seconds=a.outage_seconds,
+        breaker_failure_threshold=a.breaker_failure_threshold, breaker_cool_down=a.breaker_cool_down,
         restart_servicebus=not a.no_servicebus_restart, restart_azurite=not a.no_azurite_restart,
         operator_retry=not a.no_operator_retry, terminate_rate=a.terminate_rate,
         terminate_within=a.terminate_within, operator_restarts=not a.no_operator_restart, fixable_rate=a.fixable_rate,

@@ -12,6 +12,9 @@ Settlement (the trigger auto-completes on return and abandons on an exception):
   MaxDeliveryCount (see ``shared.messaging.PoisonMessage``): the dead-letter queue keeps the
   message for inspection and replay, and the dead-letter alert sees it. The order does not wait
   on it: the Supervisor times the step out and redrives or alerts on it.
+* **An open circuit breaker** (the remote's, shared by every instance: ``shared.agent.breaker``):
+  no call; the runtime replies ``waiting`` and the message completes. The step is re-dispatched
+  when the breaker closes.
 * **Transient failures** are retried inside the invocation until completeBy (tenacity, in the
   runtime); running out of time means the step is the Supervisor's and nothing is sent. If the
   runtime gives up while time is still left (``exhausted``: an attempt cap) or the reply cannot
@@ -28,11 +31,13 @@ import threading
 import azure.functions as func
 
 from shared.agent import AgentResult, AgentRuntime, TransientFailure, parse_request
+from shared.agent.breaker import breaker_for
 from shared.agent_catalog import AGENTS, Agent
 from shared.clients import get_clients
 from shared.logs import log_event
 from shared.messaging import PoisonMessage, ServiceBusBus
-from shared.settings import SERVICE_BUS_CONNECTION
+from shared.runtime import get_runtime
+from shared.settings import SERVICE_BUS_CONNECTION, instance_id
 from shared.telemetry import valid_traceparent
 
 bp = func.Blueprint()
@@ -50,7 +55,10 @@ def runtime_for(agent: Agent) -> AgentRuntime:
         rt = _runtimes.get(agent.name)
         if rt is None:
             clients = get_clients()  # the worker's one ServiceBusClient and per-queue senders
-            rt = AgentRuntime(agent.name, clients.settings[agent.service_url_setting], ServiceBusBus(clients.sender))
+            bus = ServiceBusBus(clients.sender)
+            # the remote's circuit breaker: its row in the state table, shared by every instance
+            gate = breaker_for(agent.name, get_runtime().store, bus, clients.settings, instance_id())
+            rt = AgentRuntime(agent.name, clients.settings[agent.service_url_setting], bus, breaker=gate)
             _runtimes[agent.name] = rt
         return rt
 

@@ -5,8 +5,10 @@
 Starts a throw-away stack (in-memory Azurite, fast Supervisor), posts the demo's orders with
 its failing ones (a payment declined, a shipment that hangs until held, an item out of stock),
 sends one poison message to the scheduler queue (dead-lettered after MaxDeliveryCount), waits
-for all of it to show, then saves ``console-{overview,attention,order,search,deadletters}.png``
-at 1280x800 with headless Chromium (``local.browser``).
+for all of it to show, opens the shipping service's circuit breaker (its row written as the
+agents' gate writes it, with steps waiting on it: the overview's red chip), then saves
+``console-{overview,attention,order,search,deadletters}.png`` at 1280x800 with headless
+Chromium (``local.browser``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import argparse
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +76,28 @@ def seed(stack: Stack, orders: int) -> tuple[str, str]:
     return chosen, queue
 
 
+def open_breaker(stack: Stack, remote: str = "shipping", waiting: int = 3) -> None:
+    """``remote``'s breaker open for 10 minutes (no probe before the pictures are taken) with
+    ``waiting`` steps waiting on it. The stack is thrown away after: nothing puts it back."""
+    from azure.data.tables import TableServiceClient
+
+    from shared.breaker.state import BreakerRow, BreakerState
+    from shared.breaker.store import read_breaker, write_breaker
+    from shared.breaker.waiting import WaitingStep, register_waiting
+    from shared.table_store import TableStore
+
+    with TableServiceClient.from_connection_string(stack.settings["StateStorage"]) as service:
+        store = TableStore(state=service.get_table_client(stack.settings["StateTable"]),
+                           deadlines=service.get_table_client(stack.settings["DeadlineTable"]))
+        now = datetime.now(UTC)
+        etag = read_breaker(store, remote).etag
+        write_breaker(store, BreakerRow(remote, BreakerState.OPEN, failures=5, window_start=now - timedelta(seconds=4),
+                                        opened_at=now - timedelta(seconds=2), retry_at=now + timedelta(minutes=10),
+                                        opens=1, last_fault="ReadTimeout", changed_at=now, etag=etag))
+        for _ in range(waiting):
+            register_waiting(store, remote, WaitingStep(uuid.uuid4().hex, 1, "create-shipment"), now)
+
+
 def _present(by: str, css: str) -> Callable[[Any], Any]:
     return lambda driver: driver.find_elements(by, css)
 
@@ -119,6 +145,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="console-shots-") as tmp, \
             Stack(Path(tmp) / "stack", persistent=False, settings_overrides=FAST) as stack:
         order_id, queue = seed(stack, args.orders)
+        open_breaker(stack)
         for path in shoot(stack, out, order_id, queue):
             print(f"saved {path}")
     return 0

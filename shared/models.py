@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 import uuid
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
@@ -339,6 +340,23 @@ class ReplyMessage(BaseModel):
     orderId: Annotated[str, Field(pattern=ORDER_ID.pattern)]  # noqa: N815
     step: Annotated[str, Field(min_length=1, max_length=100)]
     attempt: Annotated[StrictInt, Field(ge=1)]
-    outcome: Literal["success", "error"]
+    outcome: Literal["success", "error", "waiting"]
     result: dict[str, Any] | None = None
     reason: str | None = None
+    # outcome "waiting": the remote's breaker is open; no call was made. ``until``: when the
+    # breaker is looked at again; ``wake``: this step is the one to re-dispatch then.
+    breaker: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    until: datetime | None = None
+    wake: bool = False
+
+
+class ResumeMessage(BaseModel):
+    """Scheduler queue: re-dispatch a step (or compensation) attempt that waits on a breaker."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    kind: Literal["resume"]
+    orderId: Annotated[str, Field(pattern=ORDER_ID.pattern)]  # noqa: N815
+    step: Annotated[str, Field(min_length=1, max_length=100)]
+    attempt: Annotated[StrictInt, Field(ge=1)]
+    target: Literal["step", "compensation"] = Field("step", alias="for")

@@ -23,7 +23,9 @@ def _step_view(step: StepRow) -> dict[str, Any]:
                         "reason": step.compensation_reason}
     return {"name": step.name, "state": step.state, "attempt": step.attempt, "startedAt": _time(step.started_at),
             "finishedAt": _time(step.finished_at), "completeBy": _time(step.complete_by), "result": step.result,
-            "failureReason": step.failure_reason, "compensation": compensation}
+            "failureReason": step.failure_reason, "compensation": compensation,
+            # the attempt in flight waits on this remote's open circuit breaker (no call, no failure)
+            "waitingOn": step.waiting_on, "waitingSince": _time(step.waiting_since)}
 
 
 def order_view(view: View) -> dict[str, Any]:

@@ -11,18 +11,21 @@ Reads (Table Storage requests):
 
 So the cost grows with the processes that ran in the last day, never with the orders. The
 queues' depths come from Service Bus (``shared.deadletters.queue_depths``, peeks); if it fails,
-``queues`` is empty and ``queuesError`` says why, and the rest is still shown.
+``queues`` is empty and ``queuesError`` says why, and the rest is still shown. ``remotes``: each
+remote's circuit breaker and the steps waiting on it, 2 requests per remote
+(``shared.overview_remotes``); if that fails, ``remotes`` is empty and ``remotesError`` says why.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.console_stats import Figures, hour_stamp, minute_stamp, stamp_of
 from shared.logs import log_event
+from shared.overview_remotes import remote_names, remotes_overview
 from shared.runtime import Runtime
 from shared.statemachine import Category
 from shared.store import Store
@@ -42,14 +45,17 @@ def _default_queue_depths(rt: Runtime, cap: int) -> list[dict[str, Any]]:
     return queue_depths(rt, cap=cap)
 
 
-def get_overview(rt: Runtime, *, queue_depths: QueueDepths = _default_queue_depths) -> HttpResult:
-    """The overview's JSON (issue 12's contract); a store failure raises, a queue failure does not."""
+def get_overview(rt: Runtime, *, queue_depths: QueueDepths = _default_queue_depths,
+                 remotes: Iterable[str] | None = None) -> HttpResult:
+    """The overview's JSON (issue 12's contract; issue 14's ``remotes``: by default every agent of
+    ``workflows/agents.json``). A store failure raises, except the breakers' (shown, like the queues')."""
     now = rt.clock().astimezone(UTC)
     minutes = merged_by_stamp(rt.store, "m", minute_stamp(now - timedelta(minutes=SERIES_MINUTES - 1)),
                               minute_stamp(now + timedelta(minutes=1)))
     hours = merged_by_stamp(rt.store, "h", hour_stamp(now - timedelta(hours=DAY_HOURS - 1)),
                             hour_stamp(now + timedelta(hours=1)))
     queues, queues_error = _queues(rt, queue_depths)
+    breakers, breakers_error = remotes_overview(rt.store, remote_names() if remotes is None else remotes)
     body = {
         "asOf": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "live": {"inFlight": _live(rt.store, Category.IN_FLIGHT), "attention": _live(rt.store, Category.ATTENTION)},
@@ -58,7 +64,8 @@ def get_overview(rt: Runtime, *, queue_depths: QueueDepths = _default_queue_dept
         "queues": queues,
         "queuesError": queues_error,
         "supervisor": _supervisor(minutes, hours),
-        "remotes": None,
+        "remotes": breakers,
+        "remotesError": breakers_error,
     }
     return HttpResult(200, body)
 

@@ -1,4 +1,5 @@
-"""The Scheduler: schedule messages (claim + dispatch) and agent replies.
+"""The Scheduler: schedule messages (claim + dispatch), resumes (a step that waited on an open
+breaker goes on) and agent replies.
 
 Each handler reads the order's partition (one query), asks the pure core what to do, and
 runs the effects. Handlers are idempotent: at-least-once delivery, crashes between writes
@@ -25,9 +26,9 @@ from pydantic import ValidationError
 from shared import telemetry
 from shared.logs import log_event
 from shared.messaging import PoisonMessage
-from shared.models import ReplyMessage, ScheduleMessage, loads
+from shared.models import ReplyMessage, ResumeMessage, ScheduleMessage, loads
 from shared.runtime import Runtime
-from shared.statemachine import View, decide_for_order, decide_reply, decide_schedule
+from shared.statemachine import View, decide_for_order, decide_reply, decide_resume, decide_schedule
 from shared.store import TooLarge
 
 REPLY_RACE_RETRIES = 3
@@ -54,19 +55,33 @@ def handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None = None,
 
 def _handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None, traceparent: str | None) -> str:
     try:
-        msg = ScheduleMessage.model_validate(_parse(body))
+        data = _parse(body)
+        msg: ScheduleMessage | ResumeMessage
+        if isinstance(data, dict) and data.get("kind") == "resume":
+            msg = ResumeMessage.model_validate(data)
+        else:
+            msg = ScheduleMessage.model_validate(data)
     except (ValueError, ValidationError) as exc:
         poison("scheduler", f"invalid schedule message: {exc}".splitlines()[0], body, message_id,
                       traceparent)
-    view = View.from_entities(rt.store.read_partition(msg.orderId))
-    if view.state is None:
-        poison("scheduler", f"unknown order {msg.orderId}", body, message_id, traceparent)
-    decision = decide_for_order(view, rt.ctx(), partial(decide_schedule, view, msg.seq))
-    outcome = rt.run(decision.effects)
-    if outcome.lost_race:
-        # Another instance claimed the order (412): do nothing more.
-        return "lost-race"
-    return decision.verdict
+    # A resume that loses its race (the step's waiting reply, or a Supervisor, wrote first) is
+    # decided again on fresh rows: it still applies if the lease still names its attempt. A
+    # schedule message that loses its race means another instance claimed the order: done.
+    for _ in range(REPLY_RACE_RETRIES if isinstance(msg, ResumeMessage) else 1):
+        view = View.from_entities(rt.store.read_partition(msg.orderId))
+        if view.state is None:
+            poison("scheduler", f"unknown order {msg.orderId}", body, message_id, traceparent)
+        if isinstance(msg, ResumeMessage):
+            decide = partial(decide_resume, view, msg)
+        else:
+            decide = partial(decide_schedule, view, msg.seq)
+        decision = decide_for_order(view, rt.ctx(), decide)
+        if not rt.run(decision.effects).lost_race:
+            return decision.verdict
+    if isinstance(msg, ResumeMessage):
+        # Never drop a resume: the step would wait until its longest wait. Redelivered instead.
+        raise RuntimeError(f"resume of {msg.orderId} {msg.step}:{msg.attempt} lost {REPLY_RACE_RETRIES} races")
+    return "lost-race"
 
 
 def handle_reply(rt: Runtime, body: bytes, *, message_id: str | None = None,

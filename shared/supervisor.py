@@ -81,10 +81,22 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
     with telemetry.tracer().start_as_current_span("supervisor.sweep") as span:
         report = _sweep(rt, limit, workers, budget_seconds)
         span.set_attribute("orders.supervisor.due_rows", report.seen)
+        _recover_breakers(rt)
     metrics.sweep_duration.record(time.monotonic() - started)
     metrics.due_rows.record(report.seen)
     console_stats.record_sweep(rt.store, report.seen)
     return report
+
+
+def _recover_breakers(rt: Runtime) -> None:
+    """Resume the steps a crash left waiting on a breaker (``shared.breaker.recovery``)."""
+    from shared.agent_catalog import AGENTS
+    from shared.breaker.recovery import recover
+
+    try:
+        recover(rt.store, rt.bus, rt.config.queues["SchedulerQueue"], [a.name for a in AGENTS], rt.ctx().now)
+    except Exception as exc:  # noqa: BLE001 - the next run tries again; the sweep itself is done
+        log_event(logging.ERROR, "supervisor.breaker_recovery_failed", error=repr(exc))
 
 
 def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> SweepReport:

@@ -1,7 +1,9 @@
-// Overview (#/): live counts, the last hour as a chart, queues, the supervisor, every 10 s.
+// Overview (#/): live counts, the remotes' breakers, the last hour as a chart, queues, the supervisor,
+// every 10 s.
 
 import { api } from "./api.js";
 import { capped, errorBox, fmtDuration, fmtTime, h, setChildren, table } from "./dom.js";
+import { remotes } from "./remotes.js";
 
 const REFRESH_MS = 10000;
 const SWEEP_STALE_SECONDS = 180;
@@ -38,20 +40,18 @@ function draw(body, data, chart) {
   if (!body.firstChild) {
     body.append(
       h("section", { class: "cards", dataset: { part: "counts" } }),
+      h("section", { class: "panel", dataset: { part: "remotes" } }),
       h("section", { class: "panel", dataset: { part: "chart" } }, h("h2", {}, "Last hour"),
         h("div", { class: "chart", dataset: { testid: "chart" } })),
       h("section", { class: "panel", dataset: { part: "queues" } }),
-      h("section", { class: "panel", dataset: { part: "supervisor" } }),
-      h("section", { class: "panel", dataset: { part: "remotes" } }));
+      h("section", { class: "panel", dataset: { part: "supervisor" } }));
   }
   const part = (name) => body.querySelector(`[data-part=${name}]`);
   setChildren(part("counts"), counts(data));
+  setChildren(part("remotes"), remotes(data));
   chart = drawChart(part("chart").querySelector(".chart"), data.series || [], chart);
   setChildren(part("queues"), queues(data));
   setChildren(part("supervisor"), supervisor(data.supervisor, data.asOf));
-  const remotes = part("remotes");
-  remotes.hidden = data.remotes === null || data.remotes === undefined;
-  if (!remotes.hidden) setChildren(remotes, h("h2", {}, "Remote services"), h("pre", {}, JSON.stringify(data.remotes, null, 2)));
   return chart;
 }
 

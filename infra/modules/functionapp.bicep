@@ -292,6 +292,27 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'RetentionSchedule'
           value: retentionSchedule
         }
+        // The circuit breaker per remote (shared/breaker): its defaults, fixed here until they are tuned.
+        {
+          name: 'BreakerFailureThreshold'
+          value: '5'
+        }
+        {
+          name: 'BreakerWindowSeconds'
+          value: '10'
+        }
+        {
+          name: 'BreakerCoolDownSeconds'
+          value: '5'
+        }
+        {
+          name: 'BreakerProbeLeaseSeconds'
+          value: '10'
+        }
+        {
+          name: 'BreakerMaxWaitSeconds'
+          value: '300'
+        }
         // The workflow files, shipped in the package (workflows/*.yaml).
         {
           name: 'WorkflowsPath'

@@ -5,6 +5,7 @@
     c.set_faults("inventory", reject_skus=["SKU-9"])      # snake_case works too
     c.reset_faults()
     c.ledger(order_id="o-1"); c.stats(); c.health()
+    c.calls(service="shipping"); c.down_windows()
 """
 
 from __future__ import annotations
@@ -75,6 +76,16 @@ class RemotesClient:
 
     def stats(self) -> dict[str, Any]:
         return self._json("GET", "/_stats")
+
+    def calls(self, service: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
+        """The simulator's call journal: every call received (``at``, ``service``, ``operation``,
+        ``idempotencyKey``, ``fault``), oldest first; only ``service``'s, from ``since`` (ISO) on."""
+        params = {k: v for k, v in (("service", service), ("since", since)) if v}
+        return self._json("GET", "/_calls", params=params)["calls"]
+
+    def down_windows(self) -> list[dict[str, Any]]:
+        """Each period a service was down: ``service``, ``mode``, ``from``, ``to``, ``calls``."""
+        return list(self.stats().get("downWindows") or [])
 
     # ---- ledger checks for tests
 

@@ -11,6 +11,10 @@ Contract: docs/contracts.md, "Remote services". Behaviour worth knowing:
 * **Ledger.** Every applied effect is appended to the ledger (``GET /_ledger``), with its
   service, operation, idempotency key, order id, result and time. An idempotency key can
   appear at most once per service: tests detect double effects and compensations from it.
+* **Call journal and down windows** (``local.remotes.journal``). ``GET /_calls?service=&since=``
+  lists every service call received (time, operation, key, the fault injected into it);
+  ``/_stats`` ``downWindows`` gives each period a service was down and the calls it received
+  then (what a chaos run reports as the calls made to a dead remote).
 * **Services.** ``inventory``: ``reserve``/``release`` (stock, the order workflow) and
   ``reserve-licence``/``release-licence`` (licences, the digital workflow); ``payment``:
   ``charge``/``refund``; ``shipping``: ``ship``; ``delivery``: ``deliver`` (digital goods, no
@@ -71,6 +75,8 @@ from decimal import Decimal, InvalidOperation
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from local.remotes.journal import CallJournal, DownWindows
 
 SERVICES: dict[str, tuple[str, ...]] = {
     "inventory": ("reserve", "release", "reserve-licence", "release-licence"),
@@ -249,6 +255,8 @@ class Simulator:
         self._applied: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._tombstones: set[tuple[str, str]] = set()
         self._stats = _Stats()
+        self._journal = CallJournal()  # every call received, with the fault injected (GET /_calls)
+        self._down = DownWindows()  # each period a service was down, and the calls it received then
         self.reset_faults()
 
     # ---- control -------------------------------------------------------------------------
@@ -257,6 +265,7 @@ class Simulator:
         with self._lock:
             self._faults = {s: copy.deepcopy(FAULT_DEFAULTS) for s in SERVICES}
             self._rngs = {s: random.Random(f"{self.seed}:{s}") for s in SERVICES}
+            self._down.close_all(datetime.now(UTC))
 
     def set_faults(self, service: str, raw: Any) -> dict[str, Any]:
         if service not in SERVICES:
@@ -264,6 +273,7 @@ class Simulator:
         faults = validate_faults(raw)
         with self._lock:
             self._faults[service] = faults
+            self._down.set_down(service, faults["down"], datetime.now(UTC))
         return copy.deepcopy(faults)
 
     def faults(self) -> dict[str, dict[str, Any]]:
@@ -285,7 +295,14 @@ class Simulator:
                 "injected": json.loads(json.dumps(self._stats.injected)),
                 "effects": len(self._ledger),
                 "storedKeys": len(self._stored),
+                "downWindows": self._down.snapshot(),
+                "calls": self._journal.summary(),
             }
+
+    def calls(self, service: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
+        """The call journal (``local.remotes.journal``): calls received, oldest first."""
+        with self._lock:
+            return self._journal.entries(service, since)
 
     def reset_state(self) -> None:
         """Forget everything: ledger, stored answers, reservations, licences, payments, stats and faults."""
@@ -299,6 +316,8 @@ class Simulator:
             self._applied.clear()
             self._tombstones.clear()
             self._stats = _Stats()
+            self._journal.clear()
+            self._down.clear()
         self.reset_faults()
 
     def count(self, service: str, operation: str, status: int | str) -> None:
@@ -324,6 +343,9 @@ class Simulator:
                      else "hang" if hang else "transient" if transient else None)
             if fault:
                 self._stats.injected[service][fault] += 1
+            arrived = datetime.now(UTC)
+            journaled = self._journal.record(arrived, service, operation, key, fault)
+            self._down.count_call(service, arrived)
         if faults["down"] == "reset":
             return Outcome(0, None, reset=True)
         if faults["down"]:
@@ -366,6 +388,7 @@ class Simulator:
         if status == 200 and lost:
             with self._lock:
                 self._stats.injected[service]["lostResponse"] += 1
+                journaled["fault"] = "lostResponse"
             return Outcome(503, {"error": f"{service} response lost (injected; the effect was applied)"})
         return Outcome(status, result)
 
@@ -668,6 +691,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, {"effects": sim.ledger(order_id=order_id, service=service)})
         elif path == ["_stats"]:
             self._send(200, sim.stats())
+        elif path == ["_calls"]:
+            service, since = (query[k][0] if query.get(k) else None for k in ("service", "since"))
+            try:
+                self._send(200, {"calls": sim.calls(service=service, since=since)})
+            except ValueError:
+                self._send(400, {"error": "since must be an ISO 8601 time"})
         elif path == ["_faults"]:
             self._send(200, sim.faults())
         elif len(path) == 2 and path[0] == "_faults" and path[1] in SERVICES:

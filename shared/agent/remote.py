@@ -23,6 +23,7 @@ import tenacity
 from requests.adapters import HTTPAdapter
 
 from shared import models, telemetry
+from shared.agent.breaker import CallGuard
 from shared.agent_messages import ReceivedRequest
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429})
@@ -127,10 +128,12 @@ class RemotePost:
     time_left: Callable[[], float]  # seconds until completeBy
     now: Callable[[], datetime]
     statuses: list[int | str] = field(default_factory=list)  # per call: HTTP status or fault
+    guard: CallGuard | None = None  # the remote's circuit breaker (None: no breaker)
 
     @classmethod
     def for_request(cls, request: ReceivedRequest, base_url: str, session: requests.Session,
-                    policy: RetryPolicy, time_left: Callable[[], float], now: Callable[[], datetime]) -> RemotePost:
+                    policy: RetryPolicy, time_left: Callable[[], float], now: Callable[[], datetime],
+                    guard: CallGuard | None = None) -> RemotePost:
         """The call ``request`` asks for, in the current (the agent's) span: its ``traceparent``
         here; the requests instrumentation, when on, makes each call a CLIENT span and sends that."""
         headers = telemetry.inject({
@@ -141,7 +144,8 @@ class RemotePost:
         body: dict[str, Any] = {"orderId": request.order_id, "order": request.order, "context": request.context}
         if request.compensates is not None:
             body["compensates"] = request.compensates.model_dump(by_alias=True)
-        return cls(session, f"{base_url}/{request.operation}", dumps(body), headers, policy, time_left, now)
+        return cls(session, f"{base_url}/{request.operation}", dumps(body), headers, policy, time_left, now,
+                   guard=guard)
 
     def run(self, sleep: Callable[[float], None],
             on_retry: Callable[[tenacity.RetryCallState], None]) -> RemoteAnswer:
@@ -167,22 +171,35 @@ class RemotePost:
         left = self.time_left()
         if left < self.policy.min_call_seconds:
             raise DeadlineReached("before the next call", "completeBy reached before the next call")
+        if self.guard is not None:
+            self.guard.before_call()  # raises BreakerWait: no call (not retried: not a TransientFault)
         read_timeout = min(self.policy.max_call_timeout, left)
         connect_timeout = min(self.policy.connect_timeout, left)
         try:
             response = self.session.post(self.url, data=self.body, headers=self.headers,
                                          timeout=(connect_timeout, read_timeout), allow_redirects=False)
         except requests.Timeout as e:
-            self.statuses.append("timeout")
+            # a read timeout shortened by completeBy is the deadline's doing, not the remote's
+            self._record("timeout", cut_by_deadline=read_timeout < self.policy.max_call_timeout)
             raise TransientFault(f"timeout after {read_timeout:.2f}s: {type(e).__name__}") from None
         except requests.ConnectionError as e:
-            self.statuses.append("connection-error")
+            self._record("connection-error")
             raise TransientFault(f"connection error: {type(e).__name__}") from None
         except requests.RequestException as e:  # ChunkedEncodingError, ContentDecodingError ...
-            self.statuses.append("protocol-error")
+            self._record("protocol-error")
             raise TransientFault(f"{type(e).__name__}: {e}") from None
-        self.statuses.append(response.status_code)
-        return _answer(response, self.now())
+        try:
+            answer = _answer(response, self.now())
+        except TransientFault:
+            self._record(response.status_code, final=not 200 <= response.status_code < 300)
+            raise
+        self._record(response.status_code)
+        return answer
+
+    def _record(self, status: int | str, *, final: bool = True, cut_by_deadline: bool = False) -> None:
+        self.statuses.append(status)
+        if self.guard is not None:
+            self.guard.after_call(status, final=final, cut_by_deadline=cut_by_deadline)
 
 
 def _answer(response: requests.Response, now: datetime) -> RemoteAnswer:

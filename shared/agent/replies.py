@@ -13,7 +13,7 @@ from typing import Any, Literal
 from shared.agent_messages import ReceivedRequest
 from shared.messaging import OutMessage
 
-Outcome = Literal["success", "error"]
+Outcome = Literal["success", "error", "waiting"]
 
 
 def reply_message_id(request_message_id: str) -> str:

@@ -3,6 +3,8 @@
 * Past ``completeBy`` on arrival: send nothing, make no call (the Supervisor owns the step now).
 * Otherwise call the remote (``shared.agent.remote``). Running out of time during retries, or
   getting the answer only after completeBy: send nothing.
+* The remote's circuit breaker is open (``shared.agent.breaker``): no call; a ``waiting`` reply
+  (the breaker, when it is looked at again, and whether this step is the one woken then).
 * A 2xx -> a ``success`` reply with the result; a permanent rejection (any other 4xx:
   400/404/409/422 ...) -> an ``error`` reply with the reason from the body's ``error`` field.
   (409 ``compensated``: the step's key was tombstoned by its compensation; the late original
@@ -27,10 +29,14 @@ import requests
 import tenacity
 
 from shared import telemetry
+from shared.agent.breaker import BreakerWait, CallGuard
 from shared.agent.parsing import Workflows, as_registry, parse_request, step_of
 from shared.agent.remote import DeadlineReached, RemoteAnswer, RemotePost, RetriesExhausted, RetryPolicy, session_for
 from shared.agent.replies import Outcome, build_reply, reply_message
 from shared.agent_messages import ReceivedRequest
+from shared.breaker.gate import BreakerGate
+from shared.breaker.waiting import WaitingStep
+from shared.effects import iso
 from shared.logs import log_event
 from shared.messaging import Bus
 
@@ -86,7 +92,9 @@ class AgentRuntime:
         now: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], None] = time.sleep,
         workflow: Workflows = None,
+        breaker: BreakerGate | None = None,
     ) -> None:
+        self.breaker = breaker  # the remote's circuit breaker, shared by every instance (None: none)
         self.agent = agent
         self.workflow = as_registry(workflow)  # every workflow a request may name (its route, its policy)
         self.base_url = base_url.rstrip("/")
@@ -122,10 +130,15 @@ class AgentRuntime:
                  action="nothing sent, no call made")
             return AgentResult("expired", detail="past completeBy on arrival")
 
+        guard = None
+        if self.breaker is not None:
+            guard = CallGuard(self.breaker, WaitingStep(request.order_id, request.attempt, request.step, request.kind))
         post = RemotePost.for_request(request, self.base_url, self.session, self.policy_for(request),
-                                      lambda: self._time_left(request), self._now)
+                                      lambda: self._time_left(request), self._now, guard)
         try:
             answer = post.run(self._sleep, on_retry=lambda state: _note_retry(note, state))
+        except BreakerWait as wait:
+            return self._reply_waiting(request, wait, tuple(post.statuses), note)
         except DeadlineReached as e:
             faults = {"fault": e.fault} if e.fault is not None else {}
             note(logging.WARNING, "agent.expired", when=e.when, calls=len(post.statuses), **faults,
@@ -154,6 +167,16 @@ class AgentRuntime:
         note(logging.INFO if reply["outcome"] == "success" else logging.WARNING, "agent.replied",
              outcome=reply["outcome"], reason=reply["reason"], calls=len(statuses), status=answer.status)
         return AgentResult("replied", outcome=reply["outcome"], reply=reply, calls=len(statuses), statuses=statuses)
+
+    def _reply_waiting(self, request: ReceivedRequest, wait: BreakerWait, statuses: tuple[int | str, ...],
+                       note: RequestLog) -> AgentResult:
+        """The remote's breaker is open: tell the scheduler the step waits (not a failure)."""
+        reply = build_reply(request, "waiting", None, wait.verdict)
+        reply.update(breaker=wait.remote, until=iso(wait.until), wake=wait.wake)
+        telemetry.send(self.bus, reply_message(request, reply))
+        note(logging.WARNING, "agent.waiting", breaker=wait.remote, until=reply["until"], wake=wait.wake,
+             reason=wait.verdict, calls=len(statuses))
+        return AgentResult("replied", outcome="waiting", reply=reply, calls=len(statuses), statuses=statuses)
 
     def policy_for(self, request: ReceivedRequest) -> RetryPolicy:
         """The agent's policy, with the request's step's own ``retry`` (tries, first backoff) over it."""

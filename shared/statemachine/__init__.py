@@ -59,6 +59,10 @@ Done steps in reverse order; an operator cancel does the same. Its compensation 
 carries no result in ``context``: it names the effect by the step's idempotency key
 (``compensates``), and a remote that applied nothing under that key tombstones it, so a late
 original request is refused. An error reply is definitive: the failed step is not compensated.
+
+Waiting on a breaker (``waiting``): an agent whose remote's circuit breaker is open replies
+``waiting`` instead of calling. The lease stays; the step row says ``WaitingOn``; no FailureCount.
+A ``resume`` message re-dispatches the attempt once the breaker closes (``decide_resume``).
 """
 
 from shared.statemachine.binding import bound, decide_for_order
@@ -84,6 +88,7 @@ from shared.statemachine.states import (
 )
 from shared.statemachine.terminate import decide_terminate
 from shared.statemachine.view import View
+from shared.statemachine.waiting import decide_resume
 
 __all__ = [
     "ORPHAN_INDEX_AGE", "Category", "CompensationState", "EventKind", "EventRow", "category_of", "decide_terminate",
@@ -91,5 +96,5 @@ __all__ = [
     "LeaseKind", "Mode", "OrderCompensation", "OrderRow", "Outcome", "ProcessState", "Rejected", "StateRow",
     "StepRow", "StepState", "View", "decide_cancel", "decide_expired", "decide_reply", "decide_retry",
     "decide_schedule", "index_verdict", "inflight_request", "plan_submission", "schedule_message", "bound",
-    "decide_for_order",
+    "decide_for_order", "decide_resume",
 ]

@@ -23,6 +23,7 @@ from shared.statemachine.rows import StateRow, StepRow
 from shared.statemachine.search_index import reindex
 from shared.statemachine.states import CompensationState, Mode, OrderCompensation
 from shared.statemachine.view import View
+from shared.statemachine.waiting import waiting_reply
 
 
 def compensation_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Decision:
@@ -37,6 +38,8 @@ def compensation_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx)
             done = replace(step, compensation=CompensationState.DONE, compensation_result=reply.result or {},
                            compensation_finished_at=ctx.now, compensation_complete_by=None)
             return next_compensation(view, step, done, ctx)
+        if reply.outcome == "waiting":
+            return waiting_reply(view, step, reply, ctx)
         reason = reply.reason or "rejected"
         failed = replace(step, compensation=CompensationState.FAILED, compensation_reason=reason,
                          compensation_finished_at=ctx.now, compensation_complete_by=None)

@@ -44,6 +44,7 @@ class Config:
     grace_seconds: float = 30.0
     step_timeout_override: float | None = None
     retention_days: int = 30
+    breaker_max_wait_seconds: float = 300.0  # longest a step waits on an open breaker (BreakerMaxWaitSeconds)
 
     @classmethod
     def from_settings(cls, settings: Any, workflow: tuple[Step, ...] | None = None,
@@ -69,6 +70,7 @@ class Config:
             grace_seconds=float(settings.decimal("UnclaimedGraceSeconds")),
             step_timeout_override=float(override) if override else None,
             retention_days=max(1, settings.int("RetentionDays")),
+            breaker_max_wait_seconds=float(settings.int("BreakerMaxWaitSeconds")),
         )
 
     @property

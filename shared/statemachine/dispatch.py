@@ -19,7 +19,7 @@ def dispatch_step(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[StepRow, St
     attempt = step.attempt + 1
     complete_by = ctx.now + ctx.config.timeout(ctx.config.spec(step.name))
     running = replace(step, state=StepState.RUNNING, attempt=attempt, complete_by=complete_by, started_at=ctx.now,
-                      finished_at=None)
+                      finished_at=None, waiting_on=None, waiting_since=None)
     return running, replace(state, step_index=step.index, step_name=step.name, attempt=attempt,
                             complete_by=complete_by, lease=Lease.for_step(step.name, attempt), updated_at=ctx.now)
 
@@ -30,7 +30,7 @@ def dispatch_compensation(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[Ste
     complete_by = ctx.now + ctx.config.timeout(ctx.config.spec(step.name))
     running = replace(step, compensation=CompensationState.RUNNING, compensation_attempt=attempt,
                       compensation_complete_by=complete_by, compensation_started_at=ctx.now,
-                      compensation_finished_at=None)
+                      compensation_finished_at=None, waiting_on=None, waiting_since=None)
     return running, replace(state, comp_index=step.index, complete_by=complete_by,
                             lease=Lease.for_compensation(step.name, attempt), updated_at=ctx.now)
 

@@ -26,6 +26,7 @@ from shared.statemachine.rows import OrderRow, StateRow, StepRow
 from shared.statemachine.search_index import reindex
 from shared.statemachine.states import TERMINATED_REASON, CompensationState, Mode, Outcome, ProcessState, StepState
 from shared.statemachine.view import View
+from shared.statemachine.waiting import waiting_reply
 
 
 def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, body_hash: str,
@@ -142,6 +143,8 @@ def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Dec
     if live:
         if reply.outcome == "success":
             return _step_done(view, step, reply.result or {}, ctx)
+        if reply.outcome == "waiting":
+            return waiting_reply(view, step, reply, ctx)
         # An error reply: the remote rejected the key and applied nothing under it.
         return fail_step(view, step, reply.reason or "rejected", ctx, timed_out=False)
     fenced = step.failure_reason == TERMINATED_REASON  # an attempt terminate stopped: its reply is late

@@ -50,6 +50,8 @@ class EventKind(StrEnum):
     RESTARTED = "restarted"
     CANCELLED = "cancelled"
     TERMINATED = "terminated"
+    STEP_WAITING = "stepWaiting"  # the remote's breaker is open: no call, no FailureCount
+    RESUMED = "resumed"  # a waiting attempt re-dispatched (the breaker closed, or a wake)
 
 
 @dataclass(frozen=True)

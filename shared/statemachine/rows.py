@@ -212,6 +212,10 @@ class StepRow(Row):
     compensation_finished_at: datetime | None = None
     compensation_result: Any = None
     compensation_reason: str | None = None
+    # The attempt in flight waits on this remote's open breaker (a ``waiting`` reply), since
+    # ``waiting_since`` (the first wait of the step, kept while resumes re-dispatch it).
+    waiting_on: str | None = None
+    waiting_since: datetime | None = None
     etag: str | None = None
 
     @property
@@ -230,6 +234,7 @@ StepRow.PROPS = _props(StepRow, {
     "compensation_started_at": ("CompensationStartedAt", TIME),
     "compensation_finished_at": ("CompensationFinishedAt", TIME),
     "compensation_result": ("CompensationResult", JSON), "compensation_reason": ("CompensationReason", TEXT),
+    "waiting_on": ("WaitingOn", TEXT), "waiting_since": ("WaitingSince", TIME),
 })
 
 

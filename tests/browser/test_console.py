@@ -213,3 +213,55 @@ def test_api_errors_are_shown_not_swallowed(seeded: Seeded, driver: Any) -> None
     # The browser reports the failed requests themselves (and nothing else: the page logs no error of its own).
     logged = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert logged and all(e["source"] == "network" for e in logged), logged
+
+
+def test_overview_shows_each_remote_breaker_as_a_chip(seeded: Seeded, driver: Any) -> None:
+    """An open breaker (written as the gate would) shows as a red chip with its retry time and
+    the step waiting on it; the other remotes are green, closed. Put back afterwards: a missing
+    row is a closed breaker, and no waiting step is left for the Supervisor to resume."""
+    from dataclasses import replace
+    from datetime import UTC, datetime, timedelta
+
+    from azure.data.tables import TableServiceClient
+
+    from shared.breaker.state import BreakerRow, BreakerState
+    from shared.breaker.store import BREAKER_PARTITION, read_breaker, write_breaker
+    from shared.breaker.waiting import WaitingStep, forget_waiting, register_waiting
+    from shared.store import Op
+    from shared.table_store import TableStore
+
+    remote = "delivery"  # no seeded order goes through it
+    service = TableServiceClient.from_connection_string(seeded.stack.settings["StateStorage"])
+    store = TableStore(state=service.get_table_client(seeded.stack.settings["StateTable"]),
+                       deadlines=service.get_table_client(seeded.stack.settings["DeadlineTable"]))
+    now = datetime.now(UTC)
+    opened = BreakerRow(remote, BreakerState.OPEN, failures=5, window_start=now - timedelta(seconds=3), opened_at=now,
+                        retry_at=now + timedelta(minutes=10), opens=1, last_fault="503 Service Unavailable",
+                        changed_at=now)
+    step = WaitingStep("0123456789abcdef0123456789abcdef", 1, "deliver")
+    write_breaker(store, replace(opened, etag=read_breaker(store, remote).etag))
+    register_waiting(store, remote, step, now)
+    try:
+        open_view(driver, seeded, "/")
+        chip = by_testid(driver, f"remote-{remote}")
+        assert chip.get_attribute("data-state") == "open"
+        state = by_testid(driver, f"remote-state-{remote}")
+        assert state.text == "open" and state.value_of_css_property("color") == "rgba(207, 34, 46, 1)"  # --bad
+        assert by_testid(driver, f"remote-failures-{remote}").text == "failures 5"
+        assert by_testid(driver, f"remote-waiting-{remote}").text == "waiting 1"
+        timing = by_testid(driver, f"remote-timing-{remote}").text
+        assert timing.startswith("retry ") and "(in " in timing and "min)" in timing, timing
+        assert "503 Service Unavailable" in (chip.get_attribute("title") or "")
+        api = {r["name"]: r for r in seeded.api("/overview")["remotes"]}
+        assert api[remote]["state"] == "open" and api[remote]["waiting"] == 1
+        chips = driver.find_elements(By.CSS_SELECTOR, "[data-testid='remotes'] li")
+        assert [c.get_attribute("data-testid") for c in chips] == [f"remote-{name}" for name in api]
+        for other in (name for name in api if name != remote):
+            shown = by_testid(driver, f"remote-state-{other}")
+            assert shown.text == api[other]["state"] == "closed"
+            assert shown.value_of_css_property("color") == "rgba(26, 127, 55, 1)"  # --ok
+        assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='error']")
+    finally:
+        forget_waiting(store, remote, [step])
+        store.transact(BREAKER_PARTITION, [Op("delete", {"RowKey": remote}, etag="*")])
+        service.close()

@@ -10,6 +10,7 @@ speed. Replay a failure with the seed it prints: ``python -m bench.chaos --seed 
 from __future__ import annotations
 
 import io
+import math
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -59,6 +60,18 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert checks["compensationsAppliedMoreThanOnce"]["value"] == 0
     assert report["orders"]["accepted"] == 200
     assert report["orders"]["workflows"] == {"order": 140, "digital": 60}, report["orders"]
+
+    # The shipping outage (issue 14): its breaker opened, steps waited instead of failing, and
+    # after the first cool-down the dead service got probes only (the calls in flight when it
+    # opened are the excess over threshold + one probe per cool-down).
+    outage = report["outage"]
+    calls, incs = outage["deadRemoteCalls"], outage["failureCountIncrements"]
+    assert outage["breakerAlerts"]["openedDuringOutage"] >= 1, outage["breakerAlerts"]
+    assert incs["attributable"] == incs["alsoProcessFault"], incs  # none from the outage alone
+    assert outage["heldForOperator"]["attributable"] == 0, outage["heldForOperator"]
+    assert outage["drain"]["notEnded"] == 0, outage["drain"]
+    probes = [t for t in calls["offsetsAfterFirstThreshold"] if t > calls["openedAfterSeconds"] + 1.0]
+    assert len(probes) <= math.ceil(calls["outageSeconds"] / calls["coolDownSeconds"]) + 1, calls
 
     # Every fault kind was really injected, so the checks above were exercised.
     f = report["faults"]

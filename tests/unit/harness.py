@@ -160,6 +160,9 @@ class AgentSim:
     tombstoned: set[str] = field(default_factory=set)  # original idempotency keys
     compensation_bodies: list[dict[str, Any]] = field(default_factory=list)
     pending_replies: list[OutMessage] = field(default_factory=list)
+    # step name (or 'step:compensate') -> how many more requests find its remote's breaker open:
+    # the agent makes no call and replies ``waiting`` (wake-up at now + 5 s).
+    breaker_open: dict[str, int] = field(default_factory=dict)
 
     def queues(self) -> list[str]:
         cfg = self.rt.config
@@ -181,6 +184,11 @@ class AgentSim:
         key = f"{body['step']}:compensate" if body["kind"] == "compensation" else body["step"]
         if key in self.hang:
             return
+        if self.breaker_open.get(key, 0) > 0:
+            self.breaker_open[key] -= 1
+            self._reply(req, {"outcome": "waiting", "breaker": "remote-of-" + body["step"],
+                              "until": (now + timedelta(seconds=5)).isoformat(), "wake": True})
+            return
         idem = body["idempotencyKey"]
         target = (body.get("compensates") or {}).get("idempotencyKey")
         if body["kind"] == "compensation":
@@ -201,8 +209,12 @@ class AgentSim:
             outcome, result, reason = "success", self.effects[idem], None
         if key in self.lost:
             return
+        self._reply(req, {"outcome": outcome, "result": result, "reason": reason})
+
+    def _reply(self, req: OutMessage, fields: dict[str, Any]) -> None:
+        body = req.body
         reply = {"kind": body["kind"], "orderId": body["orderId"], "step": body["step"], "attempt": body["attempt"],
-                 "outcome": outcome, "result": result, "reason": reason}
+                 **fields}
         self.pending_replies.append(OutMessage(queue=req.reply_to or "replies", body=reply,
                                                message_id=f"reply:{req.message_id}",
                                                correlation_id=req.message_id))

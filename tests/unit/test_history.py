@@ -40,7 +40,8 @@ from tests.unit.test_operator_crash_points import history_matches_state
 
 CONTRACT_EVENTS = {"accepted", "dispatched", "stepDone", "stepFailed", "redriven", "rescheduled", "alert",
                    "compensationDispatched", "compensationDone", "compensationFailed", "compensationRedriven",
-                   "held", "processed", "failed", "compensated", "retried", "restarted", "cancelled", "terminated"}
+                   "held", "processed", "failed", "compensated", "retried", "restarted", "cancelled", "terminated",
+                   "stepWaiting", "resumed"}
 R, C, S = "reserve-inventory", "charge-payment", "create-shipment"
 
 
@@ -156,6 +157,16 @@ def _terminated_pivot() -> tuple[CrashRuntime, str]:
     return rt, oid
 
 
+def _waited_on_a_breaker() -> tuple[CrashRuntime, str]:
+    """The shipping remote's breaker is open for two requests: each waits (no call, no failure),
+    and the scheduled wake-up re-dispatches it; the third goes through."""
+    rt = make_runtime()
+    oid = post(rt).body["orderId"]
+    agents = AgentSim(rt, breaker_open={S: 2})
+    drive(rt, oid, agents)
+    return rt, oid
+
+
 FORWARD = [("accepted", None, None), ("dispatched", R, 1), ("stepDone", R, 1), ("dispatched", C, 1),
            ("stepDone", C, 1)]
 ERROR_REPLY = [*FORWARD, ("dispatched", S, 1), ("stepFailed", S, 1), ("alert", S, 1),
@@ -192,6 +203,10 @@ PATHS: dict[str, Path] = {
     "compensation-retried": (_compensation_retried, [
         *REFUND_REFUSED, ("retried", None, None), ("compensationDispatched", C, 2), ("compensationDone", C, 2),
         ("compensated", None, None)]),
+    "waited-on-a-breaker": (_waited_on_a_breaker, [
+        *FORWARD, ("dispatched", S, 1), ("stepWaiting", S, 1), ("resumed", S, 1), ("dispatched", S, 2),
+        ("stepWaiting", S, 2), ("resumed", S, 2), ("dispatched", S, 3), ("stepDone", S, 3),
+        ("processed", None, None)]),
     "cancelled-failed": (_cancelled_failed, [*ERROR_REPLY, ("cancelled", None, None)]),
     "terminated": (_terminated, [
         *FORWARD[:4], ("terminated", C, 1), ("compensationDispatched", C, 1), ("compensationDone", C, 1),

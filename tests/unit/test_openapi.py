@@ -124,3 +124,34 @@ def test_order_view_has_the_issue_11_fields() -> None:
     summary = _doc()["components"]["schemas"]["OrderSummary"]
     assert set(summary["required"]) == {"orderId", "processState", "outcome", "customerId", "createdAt",
                                         "updatedAt", "failureCount", "priority", "category"}
+
+
+def _overview_errors(body: dict[str, Any]) -> list[str]:
+    """Where ``body`` breaks the document's Overview schema (references resolved in the document)."""
+    import jsonschema_rs
+
+    schema = {"$ref": "#/components/schemas/Overview", "components": _doc()["components"]}
+    return [str(error) for error in jsonschema_rs.validator_for(schema).iter_errors(body)]
+
+
+def test_the_overview_with_breakers_matches_its_schema() -> None:
+    from shared.breaker.state import BreakerPolicy, BreakerState, decide_failure
+    from shared.breaker.store import read_breaker, write_breaker
+    from shared.overview import get_overview
+    from tests.unit.harness import T0, Clock, make_runtime
+
+    rt = make_runtime(clock=Clock(T0))
+    policy = BreakerPolicy()
+    for _ in range(policy.threshold):
+        decision = decide_failure(read_breaker(rt.store, "shipping"), T0, policy, "503")
+        assert decision.row is not None
+        write_breaker(rt.store, decision.row)
+    body = get_overview(rt, queue_depths=lambda rt, cap: []).body
+    assert body["remotes"][2]["state"] == "open"
+    assert _overview_errors(body) == []
+    schema = _doc()["components"]["schemas"]
+    assert schema["RemoteBreaker"]["properties"]["state"]["enum"] == [s.value for s in BreakerState]
+    assert list(schema["Overview"]["properties"]) == list(body)
+    assert list(schema["RemoteBreaker"]["properties"]) == list(body["remotes"][0])
+    assert _overview_errors({**body, "remotes": [], "remotesError": "down"}) == []
+    assert _overview_errors({**body, "remotes": None}) != []

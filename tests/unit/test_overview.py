@@ -43,13 +43,15 @@ def overview(rt: Any, queues: Any = no_queues) -> dict[str, Any]:
 
 def test_an_empty_store_gives_the_contracts_shape_with_zeros() -> None:
     body = overview(runtime())
-    assert list(body) == ["asOf", "live", "finished", "series", "queues", "queuesError", "supervisor", "remotes"]
+    assert list(body) == ["asOf", "live", "finished", "series", "queues", "queuesError", "supervisor", "remotes",
+                          "remotesError"]
     assert body["asOf"] == "2026-11-22T08:30:20.000000Z"
     assert body["live"] == {"inFlight": {"count": 0, "capped": False}, "attention": {"count": 0, "capped": False}}
     zeros = {"submitted": 0, "processed": 0, "failed": 0, "compensated": 0}
     assert body["finished"] == {"lastHour": zeros, "last24h": zeros}
     assert body["supervisor"] == {"lastSweepAt": None, "lastDueRows": None, "sweepsLastHour": 0}
-    assert body["queues"] == QUEUES and body["queuesError"] is None and body["remotes"] is None
+    assert body["queues"] == QUEUES and body["queuesError"] is None
+    assert [remote["state"] for remote in body["remotes"]] == ["closed"] * 4 and body["remotesError"] is None
 
 
 def test_the_series_is_60_minutes_oldest_first_zero_filled() -> None:
@@ -131,13 +133,17 @@ def test_a_service_bus_failure_empties_the_queues_only() -> None:
     assert body["finished"]["lastHour"]["submitted"] == 1
 
 
-def test_the_overview_reads_four_ranges_and_no_order() -> None:
+def test_the_overview_reads_four_ranges_two_rows_per_remote_and_no_order() -> None:
     rt = runtime()
-    for _ in range(30):
-        drive(rt, post(rt).body["orderId"], AgentSim(rt))
+    orders = [post(rt).body["orderId"] for _ in range(30)]
+    for order_id in orders:
+        drive(rt, order_id, AgentSim(rt))
     rt.store.reads.clear()
     overview(rt)
-    assert sorted(table for table, _ in rt.store.reads) == ["search", "search", "stats", "stats"]
+    assert sorted(table for table, _ in rt.store.reads if table != "state") == ["search", "search", "stats", "stats"]
+    state_partitions = [partition for table, partition in rt.store.reads if table == "state"]
+    assert len(state_partitions) == 2 * 4  # a point read and a capped count per remote (four agents)
+    assert not set(state_partitions) & set(orders)
 
 
 def test_what_a_process_records_shows_in_the_overview() -> None:

@@ -1,0 +1,55 @@
+// The remote services' circuit breakers on the overview (GET /api/overview's remotes): one chip per
+// remote, its state as a word and a colour (closed green, half-open amber, open red).
+
+import { capped, errorBox, fmtDuration, fmtTime, h } from "./dom.js";
+
+export function remotes(data) {
+  const list = data.remotes || [];
+  return [
+    h("h2", {}, "Remote services"),
+    data.remotesError ? errorBox("Circuit breakers", { message: data.remotesError }) : null,
+    list.length ? h("ul", { class: "chips", dataset: { testid: "remotes" } }, list.map((r) => chip(r, data.asOf)))
+      : data.remotesError ? null : h("p", { class: "muted" }, "No remote services."),
+  ];
+}
+
+function chip(remote, asOf) {
+  const name = remote.name;
+  const attrs = { class: `chip breaker-${remote.state}`, title: details(remote),
+    dataset: { testid: `remote-${name}`, state: remote.state } };
+  return h("li", attrs,
+    h("strong", { class: "chip-name" }, name),
+    h("span", { class: "chip-state", dataset: { testid: `remote-state-${name}` } }, remote.state),
+    h("span", { dataset: { testid: `remote-failures-${name}` } }, `failures ${remote.failures}`),
+    timing(remote, asOf),
+    h("span", { dataset: { testid: `remote-waiting-${name}` } },
+      `waiting ${capped(remote.waiting, remote.waitingCapped)}`));
+}
+
+/** Open: when the next call may probe; half-open: until when the probe out holds its lease. */
+function timing(remote, asOf) {
+  const [label, at] = remote.state === "open" ? ["retry", remote.retryAt]
+    : remote.state === "half-open" ? ["probe until", remote.probeUntil] : [null, null];
+  if (!label || !at) return null;
+  return h("span", { dataset: { testid: `remote-timing-${remote.name}` } }, `${label} ${clock(at)} (${relative(at, asOf)})`);
+}
+
+function details(remote) {
+  const lines = [`opened ${remote.opens} time${remote.opens === 1 ? "" : "s"}`];
+  if (remote.openedAt) lines.push(`last opened ${fmtTime(remote.openedAt)}`);
+  if (remote.lastFault) lines.push(`last fault: ${remote.lastFault}`);
+  if (remote.changedAt) lines.push(`changed ${fmtTime(remote.changedAt)}`);
+  return lines.join("\n");
+}
+
+/** "08:30:24Z" of an ISO time. */
+function clock(iso) {
+  return fmtTime(iso).slice(11);
+}
+
+/** "in 4 s" or "4 s ago", from the overview's own time (not the browser's clock). */
+function relative(iso, asOf) {
+  const seconds = (Date.parse(iso) - Date.parse(asOf)) / 1000;
+  if (Number.isNaN(seconds)) return "—";
+  return seconds >= 0 ? `in ${fmtDuration(seconds)}` : `${fmtDuration(-seconds)} ago`;
+}

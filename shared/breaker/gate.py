@@ -1,0 +1,158 @@
+"""One remote's breaker as an agent instance uses it: ``admit`` before a call, ``record`` after.
+
+The I/O around the pure core (``shared.breaker.state``): the read-decide-write loop
+(``shared.breaker.store.apply``), then the effects of a write that won, once: an operator alert
+(AlertsQueue + an error log line) when the breaker opens and when it closes, a metric on every
+transition. The breaker never stops the agent on its own failure: a store error or a row that
+keeps moving (``BreakerBusy``) is logged and the call is admitted, as if there were no breaker.
+
+What counts as the remote failing (:func:`failure_of`): a transport fault (timeout, connection
+or protocol error), 408, any 5xx, a 2xx without a JSON object. Any other answer, 425/429 and the
+business 4xx included, shows the remote is up.
+
+When a write that closes the breaker wins, ``on_closed`` runs (the agent's: re-dispatch every
+step waiting on the remote, ``shared.breaker.waiting.resume_waiting``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from opentelemetry import metrics
+
+from shared import telemetry
+from shared.breaker.state import (
+    BreakerDecision,
+    BreakerPolicy,
+    BreakerRow,
+    Effect,
+    decide_admit,
+    decide_failure,
+    decide_reset,
+    decide_success,
+    decide_wake,
+)
+from shared.breaker.store import apply
+from shared.effects import iso
+from shared.logs import log_event
+from shared.messaging import Bus, OutMessage
+
+_meter = metrics.get_meter("orders")
+transitions = _meter.create_counter("orders.breaker.transitions", unit="{transition}",
+                                    description="Circuit breaker transitions, by remote and state entered")
+held_back = _meter.create_counter("orders.breaker.held_back", unit="{call}",
+                                  description="Calls not made because the remote's breaker was open")
+
+ANSWERED_NOT_FAILED = frozenset({425, 429})  # throttled: the remote is up
+
+
+def failure_of(status: int | str, *, final: bool = True) -> str | None:
+    """Why this call counts as the remote failing, or None. ``status``: the HTTP status or the
+    transport fault (``timeout``, ``connection-error``, ``protocol-error``); ``final``: the agent
+    took the answer as the service's (False for a 2xx whose body was not a JSON object)."""
+    if isinstance(status, str):
+        return status
+    if status == 408 or status >= 500:
+        return f"HTTP {status}"
+    if 200 <= status < 300 and not final:
+        return f"HTTP {status} without a JSON object"
+    return None
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class BreakerGate:
+    """The breaker of ``remote`` for one instance (thread-safe: it keeps no state of its own)."""
+
+    def __init__(self, store: Any, remote: str, policy: BreakerPolicy, instance: str, bus: Bus,
+                 alerts_queue: str, now: Callable[[], datetime] = utcnow,
+                 on_closed: Callable[[BreakerGate], None] | None = None) -> None:
+        self.on_closed = on_closed
+        self.store = store
+        self.remote = remote
+        self.policy = policy
+        self.instance = instance
+        self.bus = bus
+        self.alerts_queue = alerts_queue
+        self._now = now
+
+    def now(self) -> datetime:
+        return self._now()
+
+    def admit(self) -> BreakerDecision:
+        """``call``, ``probe`` (report with its ``probe_id``) or ``wait`` (``until``)."""
+        now = self._now()
+        decision = self._apply(lambda row: decide_admit(row, now, self.policy, self.instance), now)
+        if decision is None:
+            return BreakerDecision("breaker unknown: call", admission="call")
+        if decision.admission == "wait":
+            held_back.add(1, {"remote": self.remote})
+        return decision
+
+    def record(self, status: int | str, *, final: bool = True, probe_id: str = "",
+               counted: int = 0) -> BreakerDecision | None:
+        """Count the outcome of one call (``probe_id``: the call was this instance's probe;
+        ``counted``: the failures the breaker had counted when the call was admitted)."""
+        now = self._now()
+        fault = failure_of(status, final=final)
+        if fault is not None:
+            return self._apply(lambda row: decide_failure(row, now, self.policy, fault, probe_id), now)
+        if probe_id:
+            return self._apply(lambda row: decide_success(row, now, probe_id), now)
+        if counted:
+            return self._apply(lambda row: decide_reset(row, now), now)
+        return None  # an answer while nothing is counted changes nothing: no read, no write
+
+    def claim_wake(self, until: datetime) -> bool:
+        """Whether this waiting step is THE one to re-dispatch at ``until`` (one per ``until``)."""
+        decision = self._apply(lambda row: decide_wake(row, until), self._now())
+        return decision is not None and decision.row is not None
+
+    def _apply(self, decide: Callable[[BreakerRow], BreakerDecision], now: datetime) -> BreakerDecision | None:
+        try:
+            decision = apply(self.store, self.remote, decide)
+        except Exception as exc:  # noqa: BLE001 - the breaker never stops the agent
+            log_event(logging.WARNING, "breaker.unavailable", remote=self.remote, error=repr(exc))
+            return None
+        if decision.row is not None:
+            self._run_effects(decision, decision.row, now)
+        return decision
+
+    def _run_effects(self, decision: BreakerDecision, row: BreakerRow, now: datetime) -> None:
+        """After the write won: the metric of the state entered, and the alerts."""
+        if decision.effects or decision.admission == "probe":
+            transitions.add(1, {"remote": self.remote, "state": row.state.value})
+        for effect in decision.effects:
+            if effect is Effect.REOPENED:
+                log_event(logging.WARNING, "breaker.reopened", remote=self.remote, fault=row.last_fault,
+                          retryAt=iso(row.retry_at) if row.retry_at else None)
+                continue
+            self._alert(effect, row, now)
+            if effect is Effect.CLOSED and self.on_closed is not None:
+                try:
+                    self.on_closed(self)
+                except Exception as exc:  # noqa: BLE001 - the Supervisor resumes them later
+                    log_event(logging.ERROR, "breaker.resume_failed", remote=self.remote, error=repr(exc),
+                              action="the Supervisor resumes the waiting steps at its next run")
+
+    def _alert(self, effect: Effect, row: BreakerRow, now: datetime) -> None:
+        state = "open" if effect is Effect.OPENED else "closed"
+        body: dict[str, Any] = {"kind": "breaker", "remote": self.remote, "state": state, "at": iso(now),
+                                "opens": row.opens, "reason": row.last_fault}
+        if effect is Effect.OPENED:
+            body.update(failures=row.failures, retryAt=iso(row.retry_at) if row.retry_at else None)
+        elif row.opened_at is not None:
+            body["openSeconds"] = round((now - row.opened_at).total_seconds(), 3)
+        # one message id per opening and state: a replay is dropped by duplicate detection
+        message = OutMessage(queue=self.alerts_queue, body=body, subject="alert",
+                             message_id=f"breaker:{self.remote}:{row.opens}:{state}")
+        log_event(logging.ERROR, f"breaker.{state}", **{k: v for k, v in body.items() if k != "kind"})
+        try:
+            telemetry.send(self.bus, message)
+        except Exception as exc:  # noqa: BLE001 - the alert is best effort; the log line is written
+            log_event(logging.ERROR, "alert.send_failed", remote=self.remote, error=repr(exc))
