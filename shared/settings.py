@@ -77,7 +77,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("RetentionDays", "30", "Days a finished order (and its history) is kept before it is purged"),
     SettingSpec("RetentionSchedule", "0 17 * * * *", "NCRONTAB schedule of the retention purge timer"),
     SettingSpec("BreakerFailureThreshold", "5",
-                "Failures of one remote in a row (no answer between them), within the breaker's window, that open its circuit breaker"),
+                "Failures of one remote in a row (no answer between them), within the breaker's window, "
+                "that open its circuit breaker"),
     SettingSpec("BreakerWindowSeconds", "10",
                 "Window in which a remote's failures are counted toward opening its breaker"),
     SettingSpec("BreakerCoolDownSeconds", "5",
