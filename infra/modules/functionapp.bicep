@@ -38,6 +38,9 @@ param appInsightsConnectionString string
 @description('The agents of workflows/agents.json: name, queueSetting, serviceUrlSetting.')
 param agents array
 
+@description('The priority lanes of workflows/lanes.json but the first (which uses the work queues as they are).')
+param fastLanes array
+
 @description('Base URL of each agent\'s remote service, path prefix included, keyed by its serviceUrlSetting.')
 param serviceUrls object
 
@@ -95,6 +98,29 @@ param tags object = {}
 var agentQueueSettings = [for agent in agents: {
   name: agent.queueSetting
   value: 'agent-${agent.name}'
+}]
+
+// Each fast priority lane's copy of every work-queue setting (shared/lanes.py): SETTING + Lane
+// (SchedulerQueueHigh) naming QUEUE-lane (scheduler-high). One loop over lanes x work queues:
+// i / count is the lane, i % count the work queue.
+var agentWorkQueues = [for agent in agents: {
+  setting: agent.queueSetting
+  queue: 'agent-${agent.name}'
+}]
+var workQueues = concat([
+  {
+    setting: 'SchedulerQueue'
+    queue: 'scheduler'
+  }
+  {
+    setting: 'RepliesQueue'
+    queue: 'replies'
+  }
+], agentWorkQueues)
+var workQueueCount = length(workQueues)
+var laneQueueSettings = [for i in range(0, length(fastLanes) * workQueueCount): {
+  name: '${workQueues[i % workQueueCount].setting}${toUpper(take(fastLanes[i / workQueueCount].name, 1))}${skip(fastLanes[i / workQueueCount].name, 1)}'
+  value: '${workQueues[i % workQueueCount].queue}-${fastLanes[i / workQueueCount].name}'
 }]
 
 var agentServiceUrlSettings = [for agent in agents: {
@@ -307,7 +333,7 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           value: operatorRole
         }
         // Then each agent's queue and service URL settings (the loops above).
-      ], agentQueueSettings, agentServiceUrlSettings)
+      ], agentQueueSettings, agentServiceUrlSettings, laneQueueSettings)
     }
   }
 }
