@@ -224,6 +224,14 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'PYTHON_ENABLE_OPENTELEMETRY'
           value: 'true'
         }
+        // The worker's invocation threads, shared by every function of an instance. host.json's
+        // maxConcurrentCalls (4, per Service Bus function) x one lane's 6 Service Bus functions (24)
+        // stays below it, so a high-priority lane's message never waits for a thread behind the
+        // normal lane's: their backlog waits in the broker (README, "Priority lanes").
+        {
+          name: 'PYTHON_THREADPOOL_THREAD_COUNT'
+          value: '32'
+        }
         // Connection ServiceBusConnection, by identity.
         {
           name: 'ServiceBusConnection__fullyQualifiedNamespace'

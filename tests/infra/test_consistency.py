@@ -52,6 +52,7 @@ HOST_SETTINGS = {
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
     "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY",  # read by the worker and by shared/telemetry.py
     "PYTHON_ENABLE_OPENTELEMETRY",  # read by the worker
+    "PYTHON_THREADPOOL_THREAD_COUNT",  # the worker's invocation threads (README, "Priority lanes")
 }
 
 
@@ -424,6 +425,19 @@ def test_parameters_file_matches_main_bicep() -> None:
     py_type = {"string": str, "int": int, "bool": bool, "object": dict, "array": list}
     for name, entry in given.items():
         assert isinstance(entry["value"], py_type[declared[name]]), name
+
+
+def test_one_lanes_service_bus_invocations_never_fill_the_worker_threads() -> None:
+    """maxConcurrentCalls (host.json, per function and instance) x one lane's Service Bus functions
+    < the worker's threads (set in Bicep; the local host's default is the same 32): a saturated
+    normal lane leaves threads free, so a high-priority message waits in no invocation queue."""
+    host = json.loads((INFRA.parent / "host.json").read_text())
+    calls = host["extensions"]["serviceBus"]["maxConcurrentCalls"]
+    threads = int(bicep_literal(bicep_app_settings()["PYTHON_THREADPOOL_THREAD_COUNT"]) or 0)
+    per_lane = sum(1 for fn in indexed_functions().values() if fn["bindings"][0]["type"] == "serviceBusTrigger") \
+        // len(LANES)
+    assert per_lane == len(LANED_QUEUES) and threads == 32
+    assert calls * per_lane < threads, (calls, per_lane, threads)
 
 
 def test_deploy_docs_list_every_setting() -> None:
