@@ -12,8 +12,9 @@ help only if the backlog waits in the BROKER: a message already handed to a host
 in that instance's invocation pool with every other one, whatever its lane. So the run sets the
 Service Bus trigger's ``maxConcurrentCalls`` (per function and instance, as in Azure) through the
 app setting ``AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls``: few enough
-invocations in flight per instance that the invocation pool never queues (``--max-concurrent-calls``;
-0 keeps host.json's value). bench/README.md, "Priority lanes", has the figures.
+invocations in flight per instance that the invocation pool never queues. host.json sets 4; the
+standalone run also measures 16, the value before the lanes (``--max-concurrent-calls``; 0 keeps
+host.json's). bench/README.md, "Priority lanes", has the figures.
 
 Results: printed, ``lanes.json`` and ``lanes.png`` in ``--out-dir`` (default bench/results).
 """
@@ -48,6 +49,12 @@ def log(msg: str) -> None:
 
 def _ms(v: float | None) -> float | None:
     return None if v is None else round(1000 * v, 1)
+
+
+def host_json_calls() -> int:
+    """host.json's maxConcurrentCalls (the Service Bus extension's default, 16, if unset)."""
+    host = json.loads((REPO_ROOT / "host.json").read_text(encoding="utf-8"))
+    return int(host.get("extensions", {}).get("serviceBus", {}).get("maxConcurrentCalls", 16))
 
 
 def host_overrides(max_concurrent_calls: int) -> dict[str, str]:
@@ -177,7 +184,7 @@ def _one_stack_run(args: argparse.Namespace, work: Path, mcc: int) -> dict[str, 
             res = run_lanes(poster, watcher, window=args.window, seconds=args.seconds)
         finally:
             watcher.stop()
-    res["max_concurrent_calls"] = mcc or "host.json"
+    res["max_concurrent_calls"] = mcc or host_json_calls()
     res["settings"] = overrides
     return res
 
@@ -188,8 +195,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--instances", type=int, default=4)
     ap.add_argument("--window", type=int, default=160, help="orders in flight")
     ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--max-concurrent-calls", type=lambda s: [int(x) for x in s.split(",")], default=[2],
-                    help="maxConcurrentCalls of each run, comma-separated (0: host.json's); one run each")
+    ap.add_argument("--max-concurrent-calls", type=lambda s: [int(x) for x in s.split(",")], default=[0, 16],
+                    help="maxConcurrentCalls of each run, comma-separated (0: host.json's, 4); one run each; "
+                         "the default compares host.json's with the 16 it had before the lanes")
     ap.add_argument("--out-dir", default=str(RESULTS))
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="a short run (small window, 8 s)")
@@ -204,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out_dir)
     result: dict[str, Any] = {"started_at": datetime.now(UTC).isoformat(), "config": vars(args), "runs": {}}
     for mcc in args.max_concurrent_calls:
-        label = f"maxConcurrentCalls {mcc}" if mcc else "maxConcurrentCalls of host.json"
+        label = f"maxConcurrentCalls {mcc}" if mcc else f"maxConcurrentCalls {host_json_calls()} (host.json)"
         work = Path(tempfile.mkdtemp(prefix="bench-lanes-"))
         try:
             res = _one_stack_run(args, work, mcc)

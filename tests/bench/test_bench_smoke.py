@@ -104,3 +104,16 @@ def test_idle_sweep_and_recovery_measured(result: tuple[dict, Path]) -> None:
     assert rec["attempts"] >= 2 and rec["final_state"] == "Processed" and rec["recovered_s"] > 0
     emu = r["emulator_alone"]
     assert emu["send"]["msgs_per_s"] > 0 and emu["receive_complete"]["received"] >= emu["messages"]
+
+
+def test_the_lanes_phase_reports_every_priority_side_by_side(result: tuple[dict, Path]) -> None:
+    """bench/lanes.py: high, normal and low orders in one closed loop, each measured (no speed asserted)."""
+    r, out = result
+    ph = r["phases"]["lanes"]
+    assert ph["all_finished"] and ph["post_failures"] == 0, ph
+    per = ph["per_priority"]
+    assert set(per) == {"high", "normal", "low"}
+    assert sum(p["posted"] for p in per.values()) == sum(p["processed"] for p in per.values()) > 0
+    assert per["normal"]["latency_ms"]["p99"] > 0 and "high_to_normal_p99" in ph
+    png = out / "lanes.png"
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
