@@ -23,11 +23,30 @@ TERMINAL_EVENTS = ("processed", "failed", "cancelled", "compensated")
 _SKUS = [("SKU-1", 9.99), ("SKU-2", 4.5), ("SKU-3", 19.0), ("SKU-4", 0.1), ("SKU-5", 129.95)]
 
 
-def order_body(rng: random.Random, status_queue: str) -> bytes:
+def order_body(rng: random.Random, status_queue: str, priority: str = "normal") -> bytes:
     items = [{"sku": sku, "quantity": rng.randint(1, 3), "unitPrice": price}
              for sku, price in rng.sample(_SKUS, rng.randint(1, 3))]
     return json.dumps({"customerId": f"c-{rng.randint(1, 50)}", "currency": "EUR", "items": items,
-                       "priority": "normal", "statusQueue": status_queue}).encode()
+                       "priority": priority, "statusQueue": status_queue}).encode()
+
+
+class PriorityMix:
+    """The priority of each next order: ``shares`` of high/low (the rest normal), drawn from a
+    seeded generator, so that a run's orders are the same from one run to the next."""
+
+    def __init__(self, shares: dict[str, float], seed: int = 0) -> None:
+        self.shares = dict(shares)
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        with self._lock:
+            x = self._rng.random()
+        for priority, share in self.shares.items():
+            if x < share:
+                return priority
+            x -= share
+        return "normal"
 
 
 @dataclass
@@ -36,6 +55,7 @@ class OrderTimes:
     phase: str
     submitted: float  # epoch seconds, just before the POST
     accepted: float = 0.0  # 202 received
+    priority: str = "normal"
     processed: float = 0.0  # 'processed' status message received
     failed: float = 0.0
     events: dict[str, float] = field(default_factory=dict)
@@ -146,10 +166,10 @@ class Poster:
                 self._local.rng = random.Random(self._seed * 1000 + self._seq)
         return c
 
-    def post(self) -> tuple[str | None, float, float]:
+    def post(self, priority: str = "normal") -> tuple[str | None, float, float]:
         """(orderId or None, submitted, accepted) as epoch seconds."""
         c = self._conn()
-        body = order_body(self._local.rng, self.status_queue)
+        body = order_body(self._local.rng, self.status_queue, priority)
         for attempt in (0, 1):
             t0 = time.time()
             try:
@@ -176,22 +196,24 @@ class Poster:
 class LoadRun:
     """Orders of one phase and their timings."""
 
-    def __init__(self, poster: Poster, watcher: StatusWatcher, phase: str) -> None:
+    def __init__(self, poster: Poster, watcher: StatusWatcher, phase: str, mix: PriorityMix | None = None) -> None:
         self.poster = poster
         self.watcher = watcher
         self.phase = phase
+        self.mix = mix  # None: every order is normal
         self.orders: dict[str, OrderTimes] = {}
         self.lock = threading.Lock()
         self.post_failures = 0
 
     def _post_one(self) -> str | None:
-        oid, t0, t1 = self.poster.post()
+        priority = self.mix.next() if self.mix is not None else "normal"
+        oid, t0, t1 = self.poster.post(priority)
         if oid is None:
             with self.lock:
                 self.post_failures += 1
             return None
         with self.lock:
-            self.orders[oid] = OrderTimes(oid, self.phase, t0, t1)
+            self.orders[oid] = OrderTimes(oid, self.phase, t0, t1, priority=priority)
         return oid
 
     def open_loop(self, rate: float, seconds: float, threads: int = 8,

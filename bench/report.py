@@ -75,7 +75,8 @@ def per_order(result: dict[str, Any]) -> dict[str, Any] | None:
                                                            / orders, 3)},
     }
     if bus:
-        work_q = {q: r for q, r in bus.items() if q in ("scheduler", "replies") or q.startswith("agent-")}
+        work_q = {q: r for q, r in bus.items()
+                  if q.split("-")[0] in ("scheduler", "replies") or q.startswith("agent-")}  # every lane's
         wt = busstats.totals(work_q)
         status = bus.get("order-status", {})
         alerts = bus.get("alerts", {})
@@ -302,6 +303,13 @@ def print_summary(r: dict[str, Any]) -> None:
         p(f"Azurite raw: {raw['best_tx_per_s']} transactions/s (5 entities each), "
           + ", ".join(f"{x['threads']} thr {x['tx_per_s']}" for x in raw["runs"]))
     for name, ph in r.get("phases", {}).items():
+        if name == "lanes":
+            from bench.lanes import report_lines
+
+            p(f"lanes ({ph['window']} in flight, 10% high, 10% low):")
+            for line in report_lines(ph):
+                p(line)
+            continue
         st = ph.get("steady") or {}
         p(f"{name}: {ph['processed']}/{ph['orders_posted']} processed, {st.get('orders_per_s', ph['orders_per_s'])} "
           f"orders/s, {st.get('work_items_per_s', ph['work_items_per_s'])} work items/s; latency ms "
@@ -393,7 +401,7 @@ def plots(bench: Any) -> dict[str, str]:
             done[int(o.processed - t0)] += 1
     work = [0] * n
     for inv in bench.hostlog.invocations if bench.hostlog else []:
-        if inv.function in ("scheduler", "scheduler_replies") or inv.function.startswith("agent_"):
+        if inv.function.startswith(("scheduler", "agent_")):  # every lane's
             k = int(inv.at - t0)
             if 0 <= k < n:
                 work[k] += 1

@@ -10,6 +10,8 @@ the local Functions host with N instances), in phases:
    over keep-alive connections from 1 and 4 threads, on the stack's own Azurite;
 4. **sweep, small**: ``--sweep-small`` finished orders seeded; one sweep timed and its reads counted;
 5. **saturation**: a closed loop keeps ``--window`` orders in flight; orders/s, work items/s;
+   then **lanes**: the same with 10% high and 10% low priority orders, p50/p99 per priority
+   side by side (``bench.lanes``);
 6. **latency**: a fixed arrival rate of 20% of the saturation rate; submit→Processed p50/p95/p99;
 7. **sustained**: a fixed arrival rate of 60% of saturation;
 8. **idle**: operations per minute with nothing in flight;
@@ -145,6 +147,8 @@ class Bench:
             self.phase_sweep("small", self.args.sweep_small)
             self.phase_warmup()
             self.phase_saturation()
+            if self.args.lanes_seconds > 0:
+                self.phase_lanes()
             self.phase_fixed("latency", 0.2, self.args.latency_seconds)
             if self.args.sustained_seconds > 0:
                 self.phase_fixed("sustained", 0.6, self.args.sustained_seconds)
@@ -480,6 +484,27 @@ class Bench:
         log(f"  saturation: {st.get('orders_per_s')} orders/s, {st.get('work_items_per_s')} work items/s (steady); "
             f"p50 {res['latency_ms']['p50']} ms, p99 {res['latency_ms']['p99']} ms; CPU s: {cpu}")
 
+    def phase_lanes(self) -> None:
+        """Priority lanes at saturation: 10% high, 10% low orders beside normal ones (bench/lanes.py)."""
+        from bench import lanes
+
+        a = self.args
+        assert self.poster is not None and self.watcher is not None
+        log(f"phase: lanes (closed loop, {a.lanes_window} orders in flight, {a.lanes_seconds:g}s, 10% high, 10% low)")
+        before = self.snapshot()
+        t0 = time.time()
+        res = lanes.run_lanes(self.poster, self.watcher, window=a.lanes_window, seconds=a.lanes_seconds)
+        self.phase_windows.append(("lanes", t0, time.time()))
+        res["window_counts"] = self.window(before, self.snapshot())
+        self.result.setdefault("phases", {})["lanes"] = res
+        for line in lanes.report_lines(res):
+            print(line, flush=True)
+        if not a.no_plots:
+            try:
+                res["plot"] = str(lanes.plot({"lanes": res}, self.out_dir / "lanes.png"))
+            except Exception as e:  # noqa: BLE001 - a plot is not worth the run
+                res["plot"] = repr(e)
+
     def _start_probe(self, seconds: float) -> subprocess.Popen[str] | None:
         """Azurite's own latency during the phase, measured from a process of its own."""
         az = self.stack.azurite
@@ -687,6 +712,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--window", type=int, default=48, help="orders in flight at saturation")
     ap.add_argument("--saturation-seconds", type=float, default=40.0)
+    ap.add_argument("--lanes-window", type=int, default=160,
+                    help="orders in flight in the priority lanes phase (10%% high, 10%% low)")
+    ap.add_argument("--lanes-seconds", type=float, default=60.0, help="0 skips the priority lanes phase")
     ap.add_argument("--latency-seconds", type=float, default=40.0)
     ap.add_argument("--sustained-seconds", type=float, default=25.0)
     ap.add_argument("--idle-seconds", type=float, default=60.0)
@@ -707,6 +735,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.warmup = min(args.warmup, 3)
         args.window = min(args.window, 6)
         args.saturation_seconds = min(args.saturation_seconds, 5.0)
+        args.lanes_window, args.lanes_seconds = min(args.lanes_window, 12), min(args.lanes_seconds, 5.0)
         args.latency_seconds = min(args.latency_seconds, 4.0)
         args.sustained_seconds = 0.0
         args.idle_seconds = min(args.idle_seconds, 6.0)

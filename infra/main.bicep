@@ -85,6 +85,24 @@ var queues = serviceBusConfig.UserConfig.Namespaces[0].Queues
 var agentCatalog = loadJsonContent('../workflows/agents.json')
 var agents = agentCatalog.agents
 
+// The priority lanes, read by the app too (shared/lanes.py). The first lane uses the work queues
+// as they are; every other lane gets a copy of each work queue (the scheduler's, the replies, each
+// agent's), named QUEUE-LANE (scheduler-high), with that queue's properties. One loop over
+// lanes x work queues (Bicep has no nested loops): i / count is the lane, i % count the queue.
+var laneCatalog = loadJsonContent('../workflows/lanes.json')
+var fastLanes = skip(laneCatalog.lanes, 1)
+var agentQueueNames = [for agent in agents: 'agent-${agent.name}']
+var workQueueNames = concat([
+  'scheduler'
+  'replies'
+], agentQueueNames)
+var workQueues = filter(queues, q => contains(workQueueNames, q.Name))
+var workQueueCount = length(workQueues)
+var laneQueues = [for i in range(0, length(fastLanes) * workQueueCount): {
+  Name: '${workQueues[i % workQueueCount].Name}-${fastLanes[i / workQueueCount].name}'
+  Properties: workQueues[i % workQueueCount].Properties
+}]
+
 // Tables the app reads: the values of the table settings (StateTable, DeadlineTable,
 // OrderIndexTable).
 var tableNames = [
@@ -122,7 +140,7 @@ module serviceBus 'modules/servicebus.bicep' = {
   params: {
     name: 'sb-${appName}-${suffix}'
     location: location
-    queues: queues
+    queues: concat(queues, laneQueues)
     tags: tags
   }
 }
@@ -165,6 +183,7 @@ module functionApp 'modules/functionapp.bicep' = {
     serviceBusFullyQualifiedNamespace: serviceBus.outputs.fullyQualifiedNamespace
     appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
     agents: agents
+    fastLanes: fastLanes
     serviceUrls: serviceUrls
     supervisorSchedule: supervisorSchedule
     maxFailureCount: maxFailureCount

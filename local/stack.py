@@ -46,6 +46,7 @@ import requests
 from local.azurite import Azurite, start_azurite
 from local.connections import servicebus_connection_string
 from local.procs import REPO_ROOT, Proc, free_port
+from local.queueconfig import write_derived
 from local.remotes.client import RemotesClient
 from local.stackinfo import STACK_JSON
 from shared.agent_catalog import AGENTS
@@ -193,8 +194,10 @@ class Stack:
             # In-memory Azurite starts empty: messages about orders it no longer knows must go too.
             shutil.rmtree(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        # The declared queues plus the priority lanes' copies (workflows/lanes.json).
+        config = write_derived(self.queue_config, self.state_dir / "servicebus-config.json")
         self._start_proc("servicebus", [
-            sys.executable, "-m", "local.servicebus", "--config", str(self.queue_config),
+            sys.executable, "-m", "local.servicebus", "--config", str(config),
             "--host", HOST, "--port", str(port), "--data-dir", str(data_dir),
         ], "ready")
         self.ports["servicebus"] = port
@@ -367,7 +370,7 @@ class Stack:
                 "host": HOST, "port": self.ports.get("servicebus"),
                 "connectionString": self.servicebus_connection_string,
                 "dataDir": str(self.state_dir / "servicebus"),
-                "config": str(self.queue_config),
+                "config": str(self.state_dir / "servicebus-config.json"),
                 "pid": self._pid("servicebus"),
             },
             "remotes": {

@@ -15,7 +15,9 @@ either a connection string, or identity-based settings under
 Each agent of ``workflows/agents.json`` (``shared.agent_catalog``) brings two settings, derived
 here rather than written out: its queue setting (default ``agent-{name}``, the queue
 ``infra/servicebus-config.json`` declares) and its service URL setting (required). A new remote
-service is one line in that file plus its queue.
+service is one line in that file plus its queue. Each priority lane of ``workflows/lanes.json``
+(``shared.lanes``) but the first brings a copy of every work-queue setting (``SchedulerQueueHigh``,
+default ``scheduler-high``).
 
 A value setting declared with no default (the remote services' URLs: nothing is a safe
 default for them in Azure) is required: ``Settings.from_env`` raises ``MissingSettingError``,
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from shared.agent_catalog import AGENTS
+from shared.lanes import FAST_LANES, LANED_QUEUES
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("RepliesQueue", "replies", "Queue agents reply on", "queue"),
     *(SettingSpec(a.queue_setting, a.default_queue, f"{a.name.capitalize()} agent's request queue", "queue")
       for a in AGENTS),
+    # Each priority lane's copy of every work queue (workflows/lanes.json: SchedulerQueueHigh...).
+    *(SettingSpec(lane.setting(setting), lane.queue(queue), f"{setting}, {lane.name}-priority lane", "queue")
+      for lane in FAST_LANES for setting, queue in LANED_QUEUES),
     SettingSpec("AlertsQueue", "alerts", "Operator alerts queue", "queue"),
     SettingSpec("StatusQueue", "order-status",
                 "The status queue the deployment provides (status goes only to a statusQueue an order names)", "queue"),

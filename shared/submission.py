@@ -260,7 +260,8 @@ def _resend_lost(rt: Runtime, view: View) -> None:
         return
     if state.waiting_for_claim:
         # redriven and waiting for a claim: its schedule notice may have been lost (deduplicated)
-        rt.run([Send(schedule_message(view.order_id, state.schedule_seq, ctx, view.traceparent),
+        priority = view.order.priority if view.order is not None else None
+        rt.run([Send(schedule_message(view.order_id, state.schedule_seq, ctx, view.traceparent, priority=priority),
                      critical=False, what="schedule (replay)")])
     elif (resend := inflight_request(view, ctx)) is not None:
         # the first submission may have died between its transaction and its send

@@ -16,6 +16,7 @@ import pytest
 from local.azurite import start_azurite as start_azurite_proc
 from local.connections import servicebus_connection_string
 from local.procs import REPO_ROOT, Proc, free_port
+from local.queueconfig import write_derived
 from tests import telemetry_support
 
 QUEUE_CONFIG = REPO_ROOT / "infra" / "servicebus-config.json"
@@ -35,6 +36,7 @@ class Endpoint:
 
 def start_servicebus(data_dir: Path, port: int | None = None, config: Path = QUEUE_CONFIG) -> Endpoint:
     port = port or free_port()
+    config = write_derived(config, data_dir / "servicebus-config.json")  # with the priority lanes' queues
     proc = Proc(
         "servicebus",
         [sys.executable, "-m", "local.servicebus", "--config", str(config),

@@ -38,6 +38,9 @@ param appInsightsConnectionString string
 @description('The agents of workflows/agents.json: name, queueSetting, serviceUrlSetting.')
 param agents array
 
+@description('The priority lanes of workflows/lanes.json but the first (which uses the work queues as they are).')
+param fastLanes array
+
 @description('Base URL of each agent\'s remote service, path prefix included, keyed by its serviceUrlSetting.')
 param serviceUrls object
 
@@ -95,6 +98,29 @@ param tags object = {}
 var agentQueueSettings = [for agent in agents: {
   name: agent.queueSetting
   value: 'agent-${agent.name}'
+}]
+
+// Each fast priority lane's copy of every work-queue setting (shared/lanes.py): SETTING + Lane
+// (SchedulerQueueHigh) naming QUEUE-lane (scheduler-high). One loop over lanes x work queues:
+// i / count is the lane, i % count the work queue.
+var agentWorkQueues = [for agent in agents: {
+  setting: agent.queueSetting
+  queue: 'agent-${agent.name}'
+}]
+var workQueues = concat([
+  {
+    setting: 'SchedulerQueue'
+    queue: 'scheduler'
+  }
+  {
+    setting: 'RepliesQueue'
+    queue: 'replies'
+  }
+], agentWorkQueues)
+var workQueueCount = length(workQueues)
+var laneQueueSettings = [for i in range(0, length(fastLanes) * workQueueCount): {
+  name: '${workQueues[i % workQueueCount].setting}${toUpper(take(fastLanes[i / workQueueCount].name, 1))}${skip(fastLanes[i / workQueueCount].name, 1)}'
+  value: '${workQueues[i % workQueueCount].queue}-${fastLanes[i / workQueueCount].name}'
 }]
 
 var agentServiceUrlSettings = [for agent in agents: {
@@ -197,6 +223,14 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'PYTHON_ENABLE_OPENTELEMETRY'
           value: 'true'
+        }
+        // The worker's invocation threads, shared by every function of an instance. host.json's
+        // maxConcurrentCalls (4, per Service Bus function) x one lane's 6 Service Bus functions (24)
+        // stays below it, so a high-priority lane's message never waits for a thread behind the
+        // normal lane's: their backlog waits in the broker (README, "Priority lanes").
+        {
+          name: 'PYTHON_THREADPOOL_THREAD_COUNT'
+          value: '32'
         }
         // Connection ServiceBusConnection, by identity.
         {
@@ -328,7 +362,7 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           value: operatorRole
         }
         // Then each agent's queue and service URL settings (the loops above).
-      ], agentQueueSettings, agentServiceUrlSettings)
+      ], agentQueueSettings, agentServiceUrlSettings, laneQueueSettings)
     }
   }
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -149,9 +150,34 @@ def _as_bool(v: Any, default: bool) -> bool:
     return str(v).strip().lower() in ("1", "true", "yes")
 
 
-def load_host_config(app_dir: Path) -> HostConfig:
+HOST_JSON_OVERRIDE = "AzureFunctionsJobHost__"
+
+
+def apply_host_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """host.json with the app settings that override it, as the host reads them:
+    ``AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls=4`` sets that value
+    (keys matched case-insensitively, missing objects created; the value stays a string)."""
+    out = json.loads(json.dumps(raw))
+    for name, value in sorted(env.items()):
+        if not name.lower().startswith(HOST_JSON_OVERRIDE.lower()):
+            continue
+        path = [p for p in name[len(HOST_JSON_OVERRIDE):].split("__") if p]
+        node = out
+        for key in path[:-1]:
+            found = next((k for k in node if k.lower() == key.lower()), None)
+            if found is None or not isinstance(node[found], dict):
+                found = found or key
+                node[found] = {}
+            node = node[found]
+        if path:
+            node[next((k for k in node if k.lower() == path[-1].lower()), path[-1])] = value
+    return out
+
+
+def load_host_config(app_dir: Path, env: Mapping[str, str] | None = None) -> HostConfig:
     path = app_dir / "host.json"
     raw = load_json_file(path) if path.exists() else {}
+    raw = apply_host_overrides(raw if isinstance(raw, dict) else {}, os.environ if env is None else env)
     ext = _ci_get(raw, "extensions", {})
     http = _ci_get(ext, "http", {})
     prefix = _ci_get(http, "routePrefix", "api")

@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import Any
 
 from shared.effects import Effect, PutIndex, Transact
+from shared.lanes import lane_of
 from shared.workflows import (
     AGENTS_BY_NAME,
     DEFAULT_WORKFLOW,
@@ -115,8 +116,14 @@ class Config:
         """Timeouts before ``step`` fails for good: its own policy, else MaxFailureCount."""
         return step.retry.max_failure_count or self.max_failures
 
-    def agent_queue(self, step: Step) -> str:
-        return self.queues[AGENTS_BY_NAME[step.agent].queue_setting]
+    def agent_queue(self, step: Step, priority: str | None = None) -> str:
+        """The request queue of ``step``'s agent, on the lane of an order of ``priority``."""
+        return self.lane_queue(AGENTS_BY_NAME[step.agent].queue_setting, priority)
+
+    def lane_queue(self, base_setting: str, priority: str | None) -> str:
+        """The queue of work-queue setting ``base_setting`` (``SchedulerQueue``, ``RepliesQueue``,
+        an agent's) on the lane of an order of ``priority`` (``shared.lanes``)."""
+        return self.queues[lane_of(priority).setting(base_setting)]
 
     def backoff(self, failure_count: int, step: Step | None = None) -> timedelta:
         """Delay of the redrive notice: none up to the threshold, then base * 2^k, capped; the

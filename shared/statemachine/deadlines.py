@@ -99,6 +99,8 @@ def hand_off(view: View, ctx: Ctx, *, note: str, delay: timedelta = timedelta(0)
     due = ctx.now + delay + ctx.config.grace
     seq = state.schedule_seq + 1
     row = cover(view.order_id, due, ctx, note=note) if needs_cover else None
-    notice = Send(schedule_message(view.order_id, seq, ctx, view.traceparent, not_before=ctx.now + delay),
+    priority = view.order.priority if view.order is not None else None
+    notice = Send(schedule_message(view.order_id, seq, ctx, view.traceparent, not_before=ctx.now + delay,
+                                   priority=priority),
                   critical=False, what=f"schedule ({note})")
     return Handoff(due, seq, ctx.now, row, notice)

@@ -59,8 +59,12 @@ def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: d
                         idempotency_key=key, complete_by=complete_by, order=view.order.payload(), context=context,
                         compensates=target, workflow=cfg.workflow_name, workflow_version=cfg.workflow_version).to_body()
     ttl = max(complete_by - ctx.now, timedelta(seconds=1))
-    return OutMessage(queue=cfg.agent_queue(spec), body=body, message_id=message_id, correlation_id=message_id,
-                      reply_to=cfg.queues["RepliesQueue"], subject=kind, time_to_live=ttl,
+    # The order's lane (shared.lanes): its agent's request queue, and the replies queue the
+    # agent answers on, are that lane's copies.
+    priority = view.order.priority
+    return OutMessage(queue=cfg.agent_queue(spec, priority), body=body, message_id=message_id,
+                      correlation_id=message_id, reply_to=cfg.lane_queue("RepliesQueue", priority), subject=kind,
+                      time_to_live=ttl,
                       application_properties=trace_properties(view.traceparent, kind))
 
 
@@ -78,10 +82,11 @@ def idempotency_key(order_id: str, step: str, generation: int) -> str:
 
 
 def schedule_message(order_id: str, seq: int, ctx: Ctx, traceparent: str | None,
-                     not_before: datetime | None = None) -> OutMessage:
-    """The notice that asks a scheduler to claim the order (``seq`` makes it unique)."""
+                     not_before: datetime | None = None, *, priority: str | None) -> OutMessage:
+    """The notice that asks a scheduler to claim the order (``seq`` makes it unique), on the
+    scheduler queue of the order's lane (``priority``: the order row's)."""
     message_id = f"{order_id}:schedule:{seq}"
-    return OutMessage(queue=ctx.config.queues["SchedulerQueue"],
+    return OutMessage(queue=ctx.config.lane_queue("SchedulerQueue", priority),
                       body={"kind": "schedule", "orderId": order_id, "seq": seq},
                       message_id=message_id, correlation_id=order_id, subject="schedule",
                       scheduled_enqueue_time=not_before if not_before and not_before > ctx.now else None,

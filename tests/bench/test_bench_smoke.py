@@ -132,3 +132,16 @@ def test_peer_measured_in_the_same_run_with_consistent_counts(result: tuple[dict
         assert row["ours"] is not None and row["peer"] is not None, row
     png = out / "versus-peer.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_lanes_phase_reports_every_priority_side_by_side(result: tuple[dict, Path]) -> None:
+    """bench/lanes.py: high, normal and low orders in one closed loop, each measured (no speed asserted)."""
+    r, out = result
+    ph = r["phases"]["lanes"]
+    assert ph["all_finished"] and ph["post_failures"] == 0, ph
+    per = ph["per_priority"]
+    assert set(per) == {"high", "normal", "low"}
+    assert sum(p["posted"] for p in per.values()) == sum(p["processed"] for p in per.values()) > 0
+    assert per["normal"]["latency_ms"]["p99"] > 0 and "high_to_normal_p99" in ph
+    png = out / "lanes.png"
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

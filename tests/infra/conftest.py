@@ -27,6 +27,7 @@ INFRA = REPO_ROOT / "infra"
 QUEUE_CONFIG = INFRA / "servicebus-config.json"
 LOCAL_SETTINGS_EXAMPLE = REPO_ROOT / "local.settings.json.example"
 AGENTS_JSON = REPO_ROOT / "workflows" / "agents.json"
+LANES_JSON = REPO_ROOT / "workflows" / "lanes.json"
 
 CHECKOV_VERSION = "3.3.30"
 CHECKOV_VENV = REPO_ROOT / ".venv-checkov"
@@ -171,11 +172,47 @@ def bicep_app_settings() -> dict[str, str]:
     assert tail, "appSettings is concat([...literal settings...], loop, ...)"
     loops = bicep_agent_loops()
     for var in tail.group("vars").split(", "):
+        if var == "laneQueueSettings":
+            for name, value in bicep_lane_queue_settings().items():
+                add(name, f"'{value}'")
+            continue
         assert var in loops, f"appSettings concatenates {var}, which is not a loop over the agents"
         field, value = loops[var]
         for agent in agent_catalog():
             add(agent[field], expand_for_agent(value, agent))
     return settings
+
+
+def fast_lanes() -> list[str]:
+    """The lanes of workflows/lanes.json but the first, as Bicep's skip(laneCatalog.lanes, 1) reads them."""
+    return [lane["name"] for lane in json.loads(LANES_JSON.read_text())["lanes"][1:]]
+
+
+# The one loop over (fast lanes x work queues) of functionapp.bicep, pinned: no compiler is reachable,
+# so the test reads this exact text and evaluates it below (i / count: the lane, i % count: the queue).
+_LANE_SETTINGS_LOOP = (
+    "var laneQueueSettings = [for i in range(0, length(fastLanes) * workQueueCount): {\n"
+    "  name: '${workQueues[i % workQueueCount].setting}${toUpper(take(fastLanes[i / workQueueCount].name, 1))}"
+    "${skip(fastLanes[i / workQueueCount].name, 1)}'\n"
+    "  value: '${workQueues[i % workQueueCount].queue}-${fastLanes[i / workQueueCount].name}'\n"
+    "}]"
+)
+_AGENT_WORK_QUEUES = ("var agentWorkQueues = [for agent in agents: {\n  setting: agent.queueSetting\n"
+                      "  queue: 'agent-${agent.name}'\n}]")
+
+
+def bicep_lane_queue_settings() -> dict[str, str]:
+    """functionapp.bicep's lane queue settings, evaluated: setting name -> queue name."""
+    text = strip_comments(bicep_text("modules/functionapp.bicep"))
+    assert _LANE_SETTINGS_LOOP in text, "functionapp.bicep's laneQueueSettings loop is not the one the tests read"
+    assert _AGENT_WORK_QUEUES in text
+    head = re.search(r"^var workQueues = concat\(\[\n(?P<body>.*?)^\], agentWorkQueues\)$", text, re.S | re.M)
+    assert head, "var workQueues = concat([...], agentWorkQueues) not found"
+    assert re.search(r"^var workQueueCount = length\(workQueues\)$", text, re.M)
+    work = re.findall(r"setting: '(\w+)'\s*\n\s*queue: '([\w-]+)'", head.group("body"))
+    work += [(a["queueSetting"], f"agent-{a['name']}") for a in agent_catalog()]
+    return {f"{setting}{lane[:1].upper()}{lane[1:]}": f"{queue}-{lane}" for lane in fast_lanes()
+            for setting, queue in work}
 
 
 def bicep_literal(expr: str) -> str | None:
@@ -194,7 +231,17 @@ def queue_config() -> dict:
     return json.loads(QUEUE_CONFIG.read_text())
 
 
-def config_queues() -> dict[str, dict]:
+def declared_queues() -> dict[str, dict]:
+    """The queues infra/servicebus-config.json declares."""
     namespaces = queue_config()["UserConfig"]["Namespaces"]
     assert len(namespaces) == 1, "infra/main.bicep deploys the first namespace of servicebus-config.json only"
+    return {q["Name"]: q["Properties"] for q in namespaces[0]["Queues"]}
+
+
+def config_queues() -> dict[str, dict]:
+    """Every queue of the namespace: the declared ones and the priority lanes' copies the local
+    emulator is given (local/queueconfig.py, shared.lanes.with_lane_queues)."""
+    from shared.lanes import with_lane_queues
+
+    namespaces = with_lane_queues(queue_config())["UserConfig"]["Namespaces"]
     return {q["Name"]: q["Properties"] for q in namespaces[0]["Queues"]}

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from shared.agent_catalog import AGENTS, AGENTS_BY_NAME
+from shared.lanes import FAST_LANES, LANED_QUEUES, LANES
 from shared.settings import QUEUE_SETTINGS, REQUIRED_SETTINGS, SETTINGS, TABLE_SETTINGS
 from tests.indexed import indexed_functions
 
@@ -27,10 +28,13 @@ from .conftest import (
     bicep_agent_loops,
     bicep_app_settings,
     bicep_files,
+    bicep_lane_queue_settings,
     bicep_literal,
     bicep_string_array,
     bicep_text,
     config_queues,
+    declared_queues,
+    fast_lanes,
     strip_comments,
 )
 
@@ -48,6 +52,7 @@ HOST_SETTINGS = {
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
     "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY",  # read by the worker and by shared/telemetry.py
     "PYTHON_ENABLE_OPENTELEMETRY",  # read by the worker
+    "PYTHON_THREADPOOL_THREAD_COUNT",  # the worker's invocation threads (README, "Priority lanes")
 }
 
 
@@ -238,7 +243,82 @@ def test_bicep_deploys_exactly_the_declared_queues() -> None:
     sb = strip_comments(bicep_text("modules/servicebus.bicep"))
     # The queues are a loop over that declaration, not a second list.
     assert re.search(r"resource \w+ 'Microsoft\.ServiceBus/namespaces/queues@[^']+' = \[for q in queues:", sb)
-    assert "queues: queues" in main
+    # the declared queues, and the priority lanes' copies derived from them (next tests)
+    assert "queues: concat(queues, laneQueues)" in main
+
+
+# --- Priority lanes (workflows/lanes.json) ---------------------------------------------------------
+
+# main.bicep's loop over (fast lanes x work queues), pinned: the test evaluates this exact text.
+_LANE_QUEUES = """var laneCatalog = loadJsonContent('../workflows/lanes.json')
+var fastLanes = skip(laneCatalog.lanes, 1)
+var agentQueueNames = [for agent in agents: 'agent-${agent.name}']
+var workQueueNames = concat([
+  'scheduler'
+  'replies'
+], agentQueueNames)
+var workQueues = filter(queues, q => contains(workQueueNames, q.Name))
+var workQueueCount = length(workQueues)
+var laneQueues = [for i in range(0, length(fastLanes) * workQueueCount): {
+  Name: '${workQueues[i % workQueueCount].Name}-${fastLanes[i / workQueueCount].name}'
+  Properties: workQueues[i % workQueueCount].Properties
+}]"""
+
+
+def bicep_lane_queues() -> dict[str, dict]:
+    """main.bicep's laneQueues, evaluated over servicebus-config.json and lanes.json."""
+    main = strip_comments(bicep_text("main.bicep"))
+    assert _LANE_QUEUES in main, "main.bicep's lane queues are not the loop the tests read"
+    work_names = ["scheduler", "replies", *(f"agent-{a['name']}" for a in agent_catalog())]
+    work = [(name, props) for name, props in declared_queues().items() if name in work_names]  # filter keeps order
+    return {f"{name}-{lane}": props for lane in fast_lanes() for name, props in work}
+
+
+def test_the_lanes_are_derived_not_declared_twice() -> None:
+    """servicebus-config.json declares no lane copy: the emulator's config and Bicep derive them."""
+    lane_names = {lane.queue(q) for lane in FAST_LANES for _, q in LANED_QUEUES}
+    assert lane_names and not lane_names & set(declared_queues()), sorted(lane_names & set(declared_queues()))
+    assert set(config_queues()) == set(declared_queues()) | lane_names
+
+
+def test_bicep_deploys_the_same_lane_queues_as_the_emulator_gets() -> None:
+    derived = {name: props for name, props in config_queues().items() if name not in declared_queues()}
+    assert bicep_lane_queues() == derived
+    assert derived["scheduler-high"] == declared_queues()["scheduler"]
+    assert derived["agent-payment-high"] == declared_queues()["agent-payment"]
+
+
+def test_bicep_sets_the_same_lane_queue_settings_as_the_app_declares() -> None:
+    defaults = {s.name: s.default for s in QUEUE_SETTINGS}
+    app = {lane.setting(setting): defaults[lane.setting(setting)] for lane in FAST_LANES for setting, _ in LANED_QUEUES}
+    assert app == bicep_lane_queue_settings() != {}
+    assert app["SchedulerQueueHigh"] == "scheduler-high" and app["InventoryQueueHigh"] == "agent-inventory-high"
+    main = strip_comments(bicep_text("main.bicep"))
+    assert re.search(r"^\s+fastLanes: fastLanes$", main, re.M), "main.bicep does not pass the lanes to the app"
+    assert re.search(r"^param fastLanes array$", strip_comments(bicep_text("modules/functionapp.bicep")), re.M)
+
+
+def test_the_lanes_json_bicep_reads_is_the_apps() -> None:
+    assert [lane.name for lane in LANES[1:]] == fast_lanes()
+    assert [lane.setting(s) for lane in LANES for s, _ in LANED_QUEUES] == [
+        s.name for s in QUEUE_SETTINGS if s.name in {lane.setting(b) for lane in LANES for b, _ in LANED_QUEUES}]
+
+
+def test_every_lane_queue_has_a_trigger_on_its_setting() -> None:
+    triggers = {fn["bindings"][0].get("queueName") for fn in indexed_functions().values()}
+    for lane in LANES:
+        for setting, _ in LANED_QUEUES:
+            assert f"%{lane.setting(setting)}%" in triggers, (lane.name, setting)
+
+
+def test_the_local_emulator_serves_the_lane_queues(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """local/queueconfig.py's file (what the local stack gives the emulator), read by the emulator's loader."""
+    from local.queueconfig import QUEUE_CONFIG, write_derived
+    from local.servicebus.config import load_config
+
+    path = write_derived(QUEUE_CONFIG, tmp_path / "servicebus-config.json")
+    served = {q.name for q in load_config(path).queues}
+    assert served == set(config_queues()), sorted(served ^ set(config_queues()))
 
 
 def test_bicep_maps_every_queue_property() -> None:
@@ -345,6 +425,19 @@ def test_parameters_file_matches_main_bicep() -> None:
     py_type = {"string": str, "int": int, "bool": bool, "object": dict, "array": list}
     for name, entry in given.items():
         assert isinstance(entry["value"], py_type[declared[name]]), name
+
+
+def test_one_lanes_service_bus_invocations_never_fill_the_worker_threads() -> None:
+    """maxConcurrentCalls (host.json, per function and instance) x one lane's Service Bus functions
+    < the worker's threads (set in Bicep; the local host's default is the same 32): a saturated
+    normal lane leaves threads free, so a high-priority message waits in no invocation queue."""
+    host = json.loads((INFRA.parent / "host.json").read_text())
+    calls = host["extensions"]["serviceBus"]["maxConcurrentCalls"]
+    threads = int(bicep_literal(bicep_app_settings()["PYTHON_THREADPOOL_THREAD_COUNT"]) or 0)
+    per_lane = sum(1 for fn in indexed_functions().values() if fn["bindings"][0]["type"] == "serviceBusTrigger") \
+        // len(LANES)
+    assert per_lane == len(LANED_QUEUES) and threads == 32
+    assert calls * per_lane < threads, (calls, per_lane, threads)
 
 
 def test_deploy_docs_list_every_setting() -> None:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.effects import Effect, Outcome, execute
+from shared.lanes import PRIORITIES
 from shared.messaging import MemoryBus, OutMessage
 from shared.runtime import Runtime
 from shared.scheduler import handle_reply, handle_schedule
@@ -165,8 +166,9 @@ class AgentSim:
     breaker_open: dict[str, int] = field(default_factory=dict)
 
     def queues(self) -> list[str]:
+        """Every agent request queue, on every priority lane."""
         cfg = self.rt.config
-        return sorted({cfg.agent_queue(s) for wf in cfg.registry.all() for s in wf.steps})
+        return sorted({cfg.agent_queue(s, p) for wf in cfg.registry.all() for s in wf.steps for p in PRIORITIES})
 
     def work(self, now: datetime) -> int:
         n = 0
@@ -228,18 +230,19 @@ class AgentSim:
 
 
 def deliver_schedules(rt: Runtime) -> list[str]:
+    """Handle the due messages of the scheduler queue of every priority lane."""
     now = rt.clock()
     out = []
-    q = rt.config.queues["SchedulerQueue"]
-    msgs = rt.bus.take(q)  # type: ignore[attr-defined]
-    later = []
-    for m in msgs:
-        if m.scheduled_enqueue_time and m.scheduled_enqueue_time > now:
-            later.append(m)
-            continue
-        out.append(handle_schedule(rt, json.dumps(m.body).encode(), message_id=m.message_id))
-    for m in later:
-        rt.bus.sent[q].append(m)  # type: ignore[attr-defined]
+    for q in sorted({rt.config.lane_queue("SchedulerQueue", p) for p in PRIORITIES}):
+        msgs = rt.bus.take(q)  # type: ignore[attr-defined]
+        later = []
+        for m in msgs:
+            if m.scheduled_enqueue_time and m.scheduled_enqueue_time > now:
+                later.append(m)
+                continue
+            out.append(handle_schedule(rt, json.dumps(m.body).encode(), message_id=m.message_id))
+        for m in later:
+            rt.bus.sent[q].append(m)  # type: ignore[attr-defined]
     return out
 
 

@@ -545,16 +545,19 @@ def test_adapter_expired_request_completes_quietly(remote: Scripted) -> None:
     assert remote.requests == [] and sender.replies == []
 
 
-def test_one_function_per_agent_with_queue_from_a_setting() -> None:
+def test_one_function_per_agent_and_lane_with_queue_from_a_setting() -> None:
     from functions import agents
+    from shared.lanes import LANES
     from shared.workflow import AGENTS
 
     app = func.FunctionApp()
     app.register_functions(agents.bp)
     fns = {f.get_function_name(): json.loads(f.get_function_json()) for f in app.get_functions()}
-    assert set(fns) == {f"agent_{a.name}" for a in AGENTS}
+    assert set(fns) == {lane.function(f"agent_{a.name}") for a in AGENTS for lane in LANES}
+    assert {"agent_inventory", "agent_inventory_high"} <= set(fns)
     for a in AGENTS:
-        [binding] = fns[f"agent_{a.name}"]["bindings"]
-        assert binding["type"] == "serviceBusTrigger"
-        assert binding["queueName"] == f"%{a.queue_setting}%"
-        assert binding["connection"] == "ServiceBusConnection"
+        for lane in LANES:
+            [binding] = fns[lane.function(f"agent_{a.name}")]["bindings"]
+            assert binding["type"] == "serviceBusTrigger"
+            assert binding["queueName"] == f"%{lane.setting(a.queue_setting)}%"
+            assert binding["connection"] == "ServiceBusConnection"

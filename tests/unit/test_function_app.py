@@ -43,15 +43,22 @@ def test_http_functions() -> None:
     }
 
 
-def test_service_bus_triggers_scheduler_and_one_per_agent() -> None:
+def test_service_bus_triggers_scheduler_and_one_per_agent_on_every_lane() -> None:
+    from shared.lanes import LANES
+
     queues = sorted(_trigger(f)["queueName"] for f in _functions().values()
                     if _trigger(f)["type"] == "serviceBusTrigger")
-    expected = sorted(["%SchedulerQueue%", "%RepliesQueue%", *(f"%{a.queue_setting}%" for a in AGENTS)])
+    expected = sorted(f"%{lane.setting(s)}%" for lane in LANES
+                      for s in ("SchedulerQueue", "RepliesQueue", *(a.queue_setting for a in AGENTS)))
+    assert "%SchedulerQueueHigh%" in expected
     assert queues == expected
     # workflows/agents.json declares four agents; each is one generated function on its queue.
     agents = {name: _trigger(f)["queueName"] for name, f in _functions().items() if name.startswith("agent_")}
+    # And each has a copy per priority lane of workflows/lanes.json (normal: the queue itself; high).
     assert agents == {"agent_inventory": "%InventoryQueue%", "agent_payment": "%PaymentQueue%",
-                      "agent_shipping": "%ShippingQueue%", "agent_delivery": "%DeliveryQueue%"}
+                      "agent_shipping": "%ShippingQueue%", "agent_delivery": "%DeliveryQueue%",
+                      "agent_inventory_high": "%InventoryQueueHigh%", "agent_payment_high": "%PaymentQueueHigh%",
+                      "agent_shipping_high": "%ShippingQueueHigh%", "agent_delivery_high": "%DeliveryQueueHigh%"}
     for f in _functions().values():
         t = _trigger(f)
         if t["type"] == "serviceBusTrigger":

@@ -63,6 +63,19 @@ def test_host_json_defaults_and_values(tmp_path: Path):
     assert cfg.log_level == logging.WARNING
 
 
+def test_app_settings_override_host_json_as_in_azure(tmp_path: Path):
+    """AzureFunctionsJobHost__path__to__key (an app setting) overrides that host.json value."""
+    (tmp_path / "host.json").write_text(json.dumps({"extensions": {"serviceBus": {"maxConcurrentCalls": 16}}}))
+    env = {"AzureFunctionsJobHost__extensions__ServiceBus__maxConcurrentCalls": "2",
+           "AzureFunctionsJobHost__extensions__serviceBus__prefetchCount": "5", "Unrelated": "x"}
+    cfg = load_host_config(tmp_path, env)
+    assert (cfg.service_bus.max_concurrent_calls, cfg.service_bus.prefetch_count) == (2, 5)
+    assert load_host_config(tmp_path, {}).service_bus.max_concurrent_calls == 16
+    # no host.json at all: the override still applies
+    (tmp_path / "host.json").unlink()
+    assert load_host_config(tmp_path, {"AzureFunctionsJobHost__extensions__http__routePrefix": "x"}).route_prefix == "x"
+
+
 def test_host_json_extension_4_layout(tmp_path: Path):
     (tmp_path / "host.json").write_text(json.dumps({"extensions": {"serviceBus": {
         "messageHandlerOptions": {"maxConcurrentCalls": 7, "autoComplete": False,
