@@ -73,7 +73,9 @@ def _wake(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> list[Effe
         return []
     target = WaitingStep(view.order_id, reply.attempt, step.name, reply.kind)
     not_before = reply.until if reply.until > ctx.now else None
-    return [Send(resume_message(target, ctx.config.queues["SchedulerQueue"], not_before=not_before, tag="wake"),
+    priority = view.order.priority if view.order is not None else None
+    queue = ctx.config.lane_queue("SchedulerQueue", priority)  # the order's lane (shared.lanes)
+    return [Send(resume_message(target, queue, not_before=not_before, tag="wake"),
                  what="resume (wake)")]
 
 
