@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
@@ -76,7 +77,15 @@ def test_overview_counts_match_the_api(seeded: Seeded, driver: Any) -> None:
     while True:
         open_view(driver, seeded, "/")
         WebDriverWait(driver, 30).until(lambda d: by_testid(d, "overview-status").get_attribute("data-as-of"))
-        page, api = page_figures(driver), api_figures(seeded.api("/overview"))
+        try:
+            page = page_figures(driver)
+        except StaleElementReferenceException:
+            # The overview re-renders itself every 10 s (and the lanes doubled its queues, so a
+            # render takes longer): an element read mid-render is gone. Read it again.
+            if time.monotonic() > deadline:
+                raise
+            continue
+        api = api_figures(seeded.api("/overview"))
         if page == api or time.monotonic() > deadline:
             break
         time.sleep(1)
