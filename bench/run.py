@@ -185,6 +185,8 @@ class Bench:
         os.environ[busstats.ENV] = str(self.bus_stats_path)
         overrides = {"StepTimeoutSeconds": str(self.args.step_timeout),
                      "SupervisorSchedule": f"*/{self.args.supervisor_period} * * * * *"}
+        if self.args.breaker_cache_seconds is not None:
+            overrides["BreakerCacheSeconds"] = str(self.args.breaker_cache_seconds)
         log(f"starting the stack ({self.args.instances} host instances; step timeout {self.args.step_timeout}s, "
             f"supervisor every {self.args.supervisor_period}s) in {self.work}")
         t0 = time.monotonic()
@@ -720,6 +722,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--skip-recovery", action="store_true")
     ap.add_argument("--recovery-hang", type=float, default=3.0, help="remote latency while the agent is killed")
+    ap.add_argument("--breaker-cache-seconds", type=float, default=None,
+                    help="BreakerCacheSeconds of the stack (default: the app's; 0: a breaker read per agent call)")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, counters, profiles)")
