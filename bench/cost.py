@@ -22,6 +22,7 @@ TARGET_REQUESTS_PER_ORDER = 5.0
 # point read of a due order, and the listing of each remote's waiting steps (shared.breaker.recovery)
 SWEEP_KINDS = ("deadlines|query", "orders|get", "orders|query:waiting")
 BREAKER_READS = "orders|get:breakers"  # the agents' admissions (and one per remote per Supervisor run)
+WAITING_LISTINGS = "orders|query:waiting"  # the Supervisor's, one per closed breaker per run
 # while idle no agent calls: every breaker read is the Supervisor's pass over the breakers
 IDLE_SWEEP_KINDS = (*SWEEP_KINDS, BREAKER_READS)
 
@@ -45,13 +46,20 @@ def saturation_cost(result: dict[str, Any]) -> dict[str, Any] | None:
         name = k.split("|", 1)[0]
         by_table[name] = by_table.get(name, 0) + v["requests"]
     per_order = round(total / orders, 3)
+    breaker_reads = table.get(BREAKER_READS, {}).get("requests", 0)
+    listings = table.get(WAITING_LISTINGS, {}).get("requests", 0)
     return {
         "orders": orders, "steps_per_order": STEPS,
         "requests_per_order": per_order,
         "requests_per_order_by_table": {t: round(n / orders, 3) for t, n in sorted(by_table.items())},
         "requests_per_order_by_kind": {k: round(v["requests"] / orders, 3) for k, v in sorted(work.items())},
         "entities_per_order_by_kind": {k: round(v["entities"] / orders, 3) for k, v in sorted(work.items())},
-        "breaker_reads_per_order": round(table.get(BREAKER_READS, {}).get("requests", 0) / orders, 3),
+        "breaker_reads_per_order": round(breaker_reads / orders, 3),
+        # while every breaker is closed the Supervisor reads each one and lists its waiting steps once
+        # per run, so its breaker reads are as many as its listings; the rest are the agents' admissions
+        "breaker_reads_per_order_by_reader": {
+            "agents": round(max(breaker_reads - listings, 0) / orders, 3),
+            "supervisor": round(min(listings, breaker_reads) / orders, 3)},
         "sweep_requests_in_window": {k: table[k]["requests"] for k in SWEEP_KINDS if k in table},
         "target": {"target": f"<= {TARGET_REQUESTS_PER_ORDER:g} table requests per order of {STEPS} steps at "
                              "saturation (issue 15: history, search and deadline index included)",

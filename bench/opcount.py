@@ -108,6 +108,20 @@ def _table_of(path: str) -> str:
     return last.split("(", 1)[0]
 
 
+READ_KINDS = ("get", "query")
+
+
+def kind_of(key: str) -> str:
+    """The request kind of a ``table|kind`` key, without its partition mark: ``orders|get:breakers``
+    -> ``get``."""
+    return key.split("|", 1)[-1].split(":", 1)[0]
+
+
+def is_read(key: str) -> bool:
+    """A point read or a query (of any partition)."""
+    return kind_of(key) in READ_KINDS
+
+
 def _marked(kind: str, text: str) -> str:
     """``kind``, suffixed with the breakers' partition it names (``get:breakers``, ``query:waiting``)."""
     m = _PARTITION.search(text)

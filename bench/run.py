@@ -335,7 +335,7 @@ class Bench:
 
         def reads(w: dict[str, Any]) -> dict[str, int]:
             t = w["table"]
-            reading = {k: v for k, v in t.items() if k.endswith("|query") or k.endswith("|get")}
+            reading = {k: v for k, v in t.items() if opcount.is_read(k)}
             return {"entities_read": sum(int(v["entities"]) for v in reading.values()),
                     "index_entities_read": sum(int(v["entities"]) for k, v in reading.items()
                                                if k.startswith(deadline_table + "|")),

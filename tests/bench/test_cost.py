@@ -47,6 +47,8 @@ def test_the_cost_at_saturation_by_table_and_kind_with_the_breaker_reads_apart()
     assert cost["requests_per_order"] == 6.4
     assert cost["requests_per_order_by_table"] == {"deadlines": 1.0, "orderindex": 0.2, "orders": 5.2}
     assert cost["breaker_reads_per_order"] == 1.2
+    # the Supervisor lists the waiting steps of each closed breaker as often as it reads it
+    assert cost["breaker_reads_per_order_by_reader"] == {"agents": 0.9, "supervisor": 0.3}
     assert cost["requests_per_order_by_kind"]["orders|get:breakers"] == 1.2
     assert cost["sweep_requests_in_window"] == {"deadlines|query": 5, "orders|get": 1, "orders|query:waiting": 3}
     assert cost["target"]["met"] is False and "6.4 per order" in cost["target"]["value"]

@@ -129,3 +129,11 @@ def test_the_breakers_partitions_are_told_apart_from_the_orders() -> None:
     assert opcount.classify("POST", base + "/$batch", replaced.encode()) == ("orders", "batch:waiting", 1)
     submission = part.replace("{}", '{"PartitionKey": "0af3", "RowKey": "state"}')
     assert opcount.classify("POST", base + "/$batch", submission.encode()) == ("orders", "batch", 1)
+
+
+def test_a_marked_kind_is_still_a_read_or_a_write() -> None:
+    """Consumers that ask "read or write?" (the search page's and the overview's cost, the sweep's
+    reads) see through the partition mark."""
+    assert opcount.kind_of("orders|get:breakers") == "get" and opcount.is_read("orders|get:breakers")
+    assert opcount.is_read("orders|query:waiting") and opcount.is_read("orderindex|query")
+    assert not opcount.is_read("orders|batch:breakers") and not opcount.is_read("orders|batch")
