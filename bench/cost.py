@@ -1,7 +1,7 @@
 """Issue 15's cost target and the relations the counts must satisfy.
 
 * :func:`saturation_cost`: table requests per order counted over the saturation window alone,
-  by table and by table|kind, the breaker's point reads on their own line (``orders|get:breakers``,
+  by table and by table|kind, the breaker's point reads on their own line (``orders|get|breakers``,
   told apart by ``bench.opcount``), against the target: at most 5 table requests per order of
   3 steps (history, search index and deadline index included). The sweep's own reads are
   reported apart, as in ``bench.report.per_order``.
@@ -20,9 +20,9 @@ STEPS = 3
 TARGET_REQUESTS_PER_ORDER = 5.0
 # Table request kinds only the Supervisor's sweep issues: the deadline index query, the state
 # point read of a due order, and the listing of each remote's waiting steps (shared.breaker.recovery)
-SWEEP_KINDS = ("deadlines|query", "orders|get", "orders|query:waiting")
-BREAKER_READS = "orders|get:breakers"  # the agents' admissions (and one per remote per Supervisor run)
-WAITING_LISTINGS = "orders|query:waiting"  # the Supervisor's, one per closed breaker per run
+SWEEP_KINDS = ("deadlines|query", "orders|get", "orders|query|waiting")
+BREAKER_READS = "orders|get|breakers"  # the agents' admissions (and one per remote per Supervisor run)
+WAITING_LISTINGS = "orders|query|waiting"  # the Supervisor's, one per closed breaker per run
 # while idle no agent calls: every breaker read is the Supervisor's pass over the breakers
 IDLE_SWEEP_KINDS = (*SWEEP_KINDS, BREAKER_READS)
 

@@ -15,10 +15,10 @@ Kinds: ``batch`` (an entity-group transaction; ``entities`` = its operations), `
 GET with a filter, or of a partition; ``entities`` = the entities returned), ``get`` (a point
 read), ``insert``, ``upsert`` (PUT/MERGE), ``delete``, ``table`` (create/list tables). A request
 on the circuit breakers' partitions of the state table carries the partition's name after the
-kind: ``get:breakers`` (a breaker row's point read), ``batch:breakers``, ``query:waiting`` and
-``batch:waiting`` (the steps waiting on an open breaker, partitions ``waiting-{remote}``); the
+kind: ``get|breakers`` (a breaker row's point read), ``batch|breakers``, ``query|waiting`` and
+``batch|waiting`` (the steps waiting on an open breaker, partitions ``waiting-{remote}``); the
 partition is read from the request's URL (key or filter) or body.
-Cost: a dictionary update per request, under a lock.
+Cost: a regular-expression search of the URL and body, and a dictionary update under a lock, per request.
 
 Standard library only (azure-core is imported by :func:`install`): ``sitecustomize`` loads
 this file by its path, before the app's folder is on ``sys.path``.
@@ -112,9 +112,10 @@ READ_KINDS = ("get", "query")
 
 
 def kind_of(key: str) -> str:
-    """The request kind of a ``table|kind`` key, without its partition mark: ``orders|get:breakers``
-    -> ``get``."""
-    return key.split("|", 1)[-1].split(":", 1)[0]
+    """The request kind of a ``table|kind`` key, without its partition mark: ``orders|get|breakers``
+    -> ``get`` (the mark is a third field, so ``key.split("|")[:2]`` still reads table and kind)."""
+    parts = key.split("|")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def is_read(key: str) -> bool:
@@ -123,13 +124,13 @@ def is_read(key: str) -> bool:
 
 
 def _marked(kind: str, text: str) -> str:
-    """``kind``, suffixed with the breakers' partition it names (``get:breakers``, ``query:waiting``)."""
+    """``kind``, suffixed with the breakers' partition it names (``get|breakers``, ``query|waiting``)."""
     m = _PARTITION.search(text)
     partition = m.group(1) if m else ""
     if partition == "breakers":
-        return f"{kind}:breakers"
+        return f"{kind}|breakers"
     if partition.startswith("waiting-"):
-        return f"{kind}:waiting"
+        return f"{kind}|waiting"
     return kind
 
 

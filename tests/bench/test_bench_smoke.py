@@ -94,7 +94,7 @@ def test_table_requests_per_order_at_saturation_against_issue_15s_target(result:
     assert {"orders", "deadlines", "orderindex"} <= set(cost["requests_per_order_by_table"])
     assert abs(sum(cost["requests_per_order_by_table"].values()) - cost["requests_per_order"]) < 0.01
     # every agent call is admitted by its breaker: read at least once per BreakerCacheSeconds
-    assert cost["requests_per_order_by_kind"]["orders|get:breakers"] == cost["breaker_reads_per_order"] > 0
+    assert cost["requests_per_order_by_kind"]["orders|get|breakers"] == cost["breaker_reads_per_order"] > 0
     target = [t for t in r["targets"] if t["target"].startswith("<= 5 table requests per order of 3 steps")]
     assert len(target) == 1 and isinstance(target[0]["met"], bool)
     assert not [t for t in r["targets"] if "storage-bound" in t["target"] or "per step (reads" in t["target"]]

@@ -25,8 +25,8 @@ def window(breaker_reads: int = 12) -> dict[str, Any]:
     """10 orders of 3 steps: 4 state transactions each, the deadline put and delete, the search
     index written behind, the breaker read ``breaker_reads`` times, and the sweep's own reads."""
     table = {"orders|batch": t(40, 130), "deadlines|upsert": t(7, 7), "deadlines|batch": t(3, 10),
-             "orderindex|batch": t(2, 20), "orders|get:breakers": t(breaker_reads, 0),
-             "deadlines|query": t(5, 3), "orders|get": t(1, 1), "orders|query:waiting": t(3, 0)}
+             "orderindex|batch": t(2, 20), "orders|get|breakers": t(breaker_reads, 0),
+             "deadlines|query": t(5, 3), "orders|get": t(1, 1), "orders|query|waiting": t(3, 0)}
     request = {"sent": ORDERS, "delivered": ORDERS, "completed": ORDERS}
     bus = {"scheduler": {"sent": 0, "delivered": 0, "completed": 0},
            "replies": {"sent": 3 * ORDERS, "delivered": 3 * ORDERS + 1, "completed": 3 * ORDERS},
@@ -49,8 +49,8 @@ def test_the_cost_at_saturation_by_table_and_kind_with_the_breaker_reads_apart()
     assert cost["breaker_reads_per_order"] == 1.2
     # the Supervisor lists the waiting steps of each closed breaker as often as it reads it
     assert cost["breaker_reads_per_order_by_reader"] == {"agents": 0.9, "supervisor": 0.3}
-    assert cost["requests_per_order_by_kind"]["orders|get:breakers"] == 1.2
-    assert cost["sweep_requests_in_window"] == {"deadlines|query": 5, "orders|get": 1, "orders|query:waiting": 3}
+    assert cost["requests_per_order_by_kind"]["orders|get|breakers"] == 1.2
+    assert cost["sweep_requests_in_window"] == {"deadlines|query": 5, "orders|get": 1, "orders|query|waiting": 3}
     assert cost["target"]["met"] is False and "6.4 per order" in cost["target"]["value"]
     without_breaker = saturation_cost(result(breaker_reads=0))
     assert without_breaker is not None and without_breaker["target"]["met"] is False  # 5.2 > 5
