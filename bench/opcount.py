@@ -118,6 +118,12 @@ def kind_of(key: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
+def mark_of(key: str) -> str:
+    """The breakers' partition a ``table|kind|mark`` key names (``breakers``, ``waiting``), or ""."""
+    parts = key.split("|")
+    return parts[2] if len(parts) > 2 else ""
+
+
 def is_read(key: str) -> bool:
     """A point read or a query (of any partition)."""
     return kind_of(key) in READ_KINDS

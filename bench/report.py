@@ -133,8 +133,9 @@ def targets(result: dict[str, Any], po: dict[str, Any] | None) -> list[dict[str,
                       "value": f"{w['index_entities_read']} index rows read for {s['due_rows']} due (+ "
                                f"{w.get('state_read_requests', '?')} state reads of {w['state_entities_read']} "
                                f"entities: a point read per due row and, for an ended order, its partition to "
-                               f"rewrite its search index rows); steady sweep {s['sweep_steady']['entities_read']} "
-                               "read",
+                               f"rewrite its search index rows; the breakers' pass, "
+                               f"{w.get('breaker_pass_read_requests', 0)} reads, apart); steady sweep "
+                               f"{s['sweep_steady']['entities_read']} read",
                       "met": bool(s["reads_within_bound"])})
     t += _search_targets(result.get("search"))
     lat = phases.get("latency")

@@ -137,3 +137,5 @@ def test_a_marked_kind_is_still_a_read_or_a_write() -> None:
     assert opcount.kind_of("orders|get|breakers") == "get" and opcount.is_read("orders|get|breakers")
     assert opcount.is_read("orders|query|waiting") and opcount.is_read("orderindex|query")
     assert not opcount.is_read("orders|batch|breakers") and not opcount.is_read("orders|batch")
+    assert opcount.mark_of("orders|get|breakers") == "breakers" and opcount.mark_of("orders|query|waiting") == "waiting"
+    assert opcount.mark_of("orders|get") == ""
