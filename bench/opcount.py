@@ -13,8 +13,12 @@ files of every process (a SIGKILLed process leaves its last totals behind).
 
 Kinds: ``batch`` (an entity-group transaction; ``entities`` = its operations), ``query`` (a
 GET with a filter, or of a partition; ``entities`` = the entities returned), ``get`` (a point
-read), ``insert``, ``upsert`` (PUT/MERGE), ``delete``, ``table`` (create/list tables).
-Cost: a dictionary update per request, under a lock.
+read), ``insert``, ``upsert`` (PUT/MERGE), ``delete``, ``table`` (create/list tables). A request
+on the circuit breakers' partitions of the state table carries the partition's name after the
+kind: ``get|breakers`` (a breaker row's point read), ``batch|breakers``, ``query|waiting`` and
+``batch|waiting`` (the steps waiting on an open breaker, partitions ``waiting-{remote}``); the
+partition is read from the request's URL (key or filter) or body.
+Cost: a regular-expression search of the URL and body, and a dictionary update under a lock, per request.
 
 Standard library only (azure-core is imported by :func:`install`): ``sitecustomize`` loads
 this file by its path, before the app's folder is on ``sys.path``.
@@ -36,6 +40,9 @@ ENV = "BENCH_OPCOUNT_DIR"
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"  # holds the sitecustomize.py
 _APP_HTTP = b"application/http"
 _PART_LINE = re.compile(rb"(?:POST|PUT|MERGE|PATCH|DELETE) (https?://\S+) HTTP/1")
+# the first partition a request names: in a key (PartitionKey='p'), a filter (PartitionKey eq 'p')
+# or an entity's JSON ("PartitionKey": "p")
+_PARTITION = re.compile(r"""PartitionKey(?:='|[\s+]+eq[\s+]+'|"\s*:\s*")([^'"]*)""")
 
 
 def enabled() -> bool:
@@ -101,8 +108,46 @@ def _table_of(path: str) -> str:
     return last.split("(", 1)[0]
 
 
+READ_KINDS = ("get", "query")
+
+
+def kind_of(key: str) -> str:
+    """The request kind of a ``table|kind`` key, without its partition mark: ``orders|get|breakers``
+    -> ``get`` (the mark is a third field, so ``key.split("|")[:2]`` still reads table and kind)."""
+    parts = key.split("|")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def mark_of(key: str) -> str:
+    """The breakers' partition a ``table|kind|mark`` key names (``breakers``, ``waiting``), or ""."""
+    parts = key.split("|")
+    return parts[2] if len(parts) > 2 else ""
+
+
+def is_read(key: str) -> bool:
+    """A point read or a query (of any partition)."""
+    return kind_of(key) in READ_KINDS
+
+
+def _marked(kind: str, text: str) -> str:
+    """``kind``, suffixed with the breakers' partition it names (``get|breakers``, ``query|waiting``)."""
+    m = _PARTITION.search(text)
+    partition = m.group(1) if m else ""
+    if partition == "breakers":
+        return f"{kind}|breakers"
+    if partition.startswith("waiting-"):
+        return f"{kind}|waiting"
+    return kind
+
+
 def classify(method: str, url: str, body: Any) -> tuple[str, str, int]:
     """(table, kind, entities sent) of one request."""
+    table, kind, entities = _classify(method, url, body)
+    raw = body.decode("latin-1") if isinstance(body, (bytes, bytearray)) else (body if isinstance(body, str) else "")
+    return table, _marked(kind, f"{unquote(url)} {raw}") if table != "Tables" else kind, entities
+
+
+def _classify(method: str, url: str, body: Any) -> tuple[str, str, int]:
     split = urlsplit(url)
     table = _table_of(split.path)
     method = method.upper()

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import busstats
+from bench.cost import IDLE_SWEEP_KINDS, SWEEP_KINDS, consistency, saturation_cost, work_queues
+from bench.projection import projection
 
-# Table request kinds only the Supervisor's sweep issues (deadline index query, state point read)
-SWEEP_KINDS = ("deadlines|query", "orders|get")
 LOAD_PHASES = ("saturation", "latency", "sustained")
 SEARCH_TABLE = "orderindex"  # OrderIndexTable as the stack names it (the default)
 
@@ -75,8 +75,7 @@ def per_order(result: dict[str, Any]) -> dict[str, Any] | None:
                                                            / orders, 3)},
     }
     if bus:
-        work_q = {q: r for q, r in bus.items()
-                  if q.split("-")[0] in ("scheduler", "replies") or q.startswith("agent-")}  # every lane's
+        work_q = work_queues(bus)  # every lane's
         wt = busstats.totals(work_q)
         status = bus.get("order-status", {})
         alerts = bus.get("alerts", {})
@@ -101,55 +100,15 @@ def per_order(result: dict[str, Any]) -> dict[str, Any] | None:
     return res
 
 
-def projection(po: dict[str, Any] | None) -> dict[str, Any] | None:
-    if po is None:
-        return None
-    out: dict[str, Any] = {}
-    if "bus" in po and po["bus"]["azure_ops_per_order"]:
-        ops = po["bus"]["azure_ops_per_order"]
-        out["service_bus_standard_namespace"] = {
-            "ops_per_s": 1000, "ops_per_order": ops, "orders_per_s": round(1000 / ops, 1),
-            "counted": "sends (all queues the app sends to) + deliveries + settlements + management ops "
-                       "of the work queues; the bench's own status-queue receives excluded"}
-    ent = po["table"]["entities_per_order"]
-    if ent:
-        out["storage_account"] = {"entities_per_s": 20000, "entities_per_order": ent,
-                                  "orders_per_s": round(20000 / ent, 1)}
-    idx = po["table"]["index_entities_per_order"]
-    if idx:
-        out["deadline_index_partition"] = {
-            "entities_per_s": 2000, "index_entities_per_order": idx, "orders_per_s": round(2000 / idx, 1),
-            "why": "every deadline index row of a minute lands in one partition (the due minute), so all "
-                   "orders in flight share it; the order's own partition sees far less"}
-    search = po["table"].get("search_index_entities_per_order")
-    if search:
-        out["search_index_partition"] = {
-            "entities_per_s": 2000, "search_index_entities_per_order": search,
-            "orders_per_s": round(2000 / search, 1),
-            "why": "the search index is ONE partition (orders): every order's index writes (when it is "
-                   "accepted and when it ends) land there"}
-    limits = [v["orders_per_s"] for v in out.values()]
-    if limits:
-        out["binding_limit_orders_per_s"] = min(limits)
-    return out
-
-
 def targets(result: dict[str, Any], po: dict[str, Any] | None) -> list[dict[str, Any]]:
     t: list[dict[str, Any]] = []
     phases = result.get("phases", {})
-    sat = phases.get("saturation", {})
-    raw = result.get("azurite_raw", {})
-    if po and sat and raw.get("best_tx_per_s"):
-        rate = (sat.get("steady") or {}).get("orders_per_s") or sat.get("orders_per_s") or 0
-        tx = rate * po["table"]["requests_per_order"]
-        ratio = tx / raw["best_tx_per_s"]
-        t.append({"target": "storage-bound: orders/s x table transactions per order >= 70% of Azurite's raw rate",
-                  "value": f"{rate} orders/s x {po['table']['requests_per_order']} = {tx:.0f} tx/s = "
-                           f"{100 * ratio:.0f}% of {raw['best_tx_per_s']} raw tx/s",
-                  "ratio": round(ratio, 3), "met": ratio >= 0.7})
+    # issue 15 retired the storage-bound target (a share of Azurite's raw rate on a CPU-bound
+    # machine) and "<= 3 table transactions per step": the target is table requests per order
+    cost = result.get("cost_at_saturation")
+    if cost:
+        t.append(cost["target"])
     if po:
-        v = po["table"]["requests_per_step"]
-        t.append({"target": "<= 3 table transactions per step (reads included)", "value": v, "met": v <= 3})
         if "bus" in po:
             v = po["bus"]["work_queue_messages_per_step"]
             t.append({"target": "<= 4 bus messages per step (sent + received)",
@@ -157,7 +116,7 @@ def targets(result: dict[str, Any], po: dict[str, Any] | None) -> list[dict[str,
                                f"the status sends)", "met": v <= 4})
     idle = result.get("idle")
     if idle:
-        work_idle = {k: v for k, v in idle["window"]["table"].items() if k not in SWEEP_KINDS}
+        work_idle = {k: v for k, v in idle["window"]["table"].items() if k not in IDLE_SWEEP_KINDS}
         bus_idle = busstats.totals(idle["window"]["bus"])
         polled = sum(v["requests"] for v in work_idle.values()) + sum(
             v for k, v in bus_idle.items() if k in ("sent", "delivered", "management", *busstats.SETTLEMENTS))
@@ -174,8 +133,9 @@ def targets(result: dict[str, Any], po: dict[str, Any] | None) -> list[dict[str,
                       "value": f"{w['index_entities_read']} index rows read for {s['due_rows']} due (+ "
                                f"{w.get('state_read_requests', '?')} state reads of {w['state_entities_read']} "
                                f"entities: a point read per due row and, for an ended order, its partition to "
-                               f"rewrite its search index rows); steady sweep {s['sweep_steady']['entities_read']} "
-                               "read",
+                               f"rewrite its search index rows; the breakers' pass, "
+                               f"{w.get('breaker_pass_read_requests', 0)} reads, apart); steady sweep "
+                               f"{s['sweep_steady']['entities_read']} read",
                       "met": bool(s["reads_within_bound"])})
     t += _search_targets(result.get("search"))
     lat = phases.get("latency")
@@ -266,7 +226,11 @@ def summarize(bench: Any) -> None:
     r = bench.result
     po = per_order(r)
     r["per_order"] = po
-    r["azure_projection"] = projection(po)
+    r["cost_at_saturation"] = saturation_cost(r)
+    sat_po = per_order({"phases": {"saturation": r["phases"]["saturation"]}}) if "saturation" in r.get("phases", {}) \
+        else None
+    r["azure_projection"] = projection(sat_po or po, counted_over="saturation" if sat_po else "load phases")
+    r["consistency"] = consistency(po, r["cost_at_saturation"])
     sw = r.get("sweep", {})
     if "small" in sw and "large" in sw:
         a, b = sw["small"]["sweep_with_due_rows"]["duration_ms"], sw["large"]["sweep_with_due_rows"]["duration_ms"]
@@ -351,10 +315,7 @@ def print_summary(r: dict[str, Any]) -> None:
     rec = r.get("recovery")
     if rec:
         p(f"recovery: {rec.get('recovered_s')} s (bound {rec.get('bound_s')} s) {rec.get('error', '')}")
-    proj = r.get("azure_projection")
-    if proj:
-        p("Azure projection: " + "; ".join(f"{k}: {v['orders_per_s']} orders/s" for k, v in proj.items()
-                                           if isinstance(v, dict)))
+    _print_cost(r)
     p("targets:")
     for t in r.get("targets", []):
         p(f"  [{'met' if t['met'] else 'NOT MET'}] {t['target']}: {t['value']}")
@@ -377,6 +338,24 @@ def print_summary(r: dict[str, Any]) -> None:
     if r.get("error"):
         p(f"ERROR: {r['error']}")
     p("=" * 78)
+
+
+def _print_cost(r: dict[str, Any]) -> None:
+    """Issue 15: table requests per order at saturation, the projection, the counts' relations."""
+    cost = r.get("cost_at_saturation")
+    if cost:
+        print(f"table requests per order at saturation ({cost['orders']} orders of {cost['steps_per_order']} steps): "
+              f"{cost['requests_per_order']}; by table {cost['requests_per_order_by_table']}")
+        print(f"  by kind {cost['requests_per_order_by_kind']}")
+        print(f"  breaker point reads (orders|get|breakers) {cost['breaker_reads_per_order']} per order "
+              f"({cost['breaker_reads_per_order_by_reader']}); sweep requests apart {cost['sweep_requests_in_window']}")
+    proj = r.get("azure_projection")
+    if proj:
+        print(f"Azure projection (counted over {proj.get('counted_over')}): " + "; ".join(
+            f"{k}: {v['orders_per_s']} orders/s" for k, v in proj.items() if isinstance(v, dict)))
+    failed = [c for c in r.get("consistency") or [] if not c["ok"]]
+    print(f"counts consistent: {len(r.get('consistency') or []) - len(failed)} relations hold"
+          + "".join(f"; BROKEN: {c['check']} {c['detail']}" for c in failed))
 
 
 def plots(bench: Any) -> dict[str, str]:

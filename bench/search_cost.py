@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.opcount import Counter, count_request
+from bench.opcount import Counter, count_request, is_read, kind_of
 from bench.search_seed import (
     BIG_CUSTOMER,
     INDEX_BATCH,
@@ -156,12 +156,12 @@ def measure_page(store: CountedStore, params: dict[str, str], repeats: int) -> d
         again, c = store.search(params)
         times.append(1000 * (time.perf_counter() - t0))
         assert c == counts and again.body["orders"] == result.body["orders"], (c, counts)
-    reads = {k: v for k, v in counts.items() if k.endswith(("|get", "|query"))}
+    reads = {k: v for k, v in counts.items() if is_read(k)}
     res: dict[str, Any] = {
         "orders_returned": len(result.body["orders"]), "continuation": result.body["continuationToken"] is not None,
         "entities_read": int(sum(v["entities"] for v in reads.values())),
-        "index_entities_read": int(sum(v["entities"] for k, v in reads.items() if k.endswith("|query"))),
-        "state_point_reads": int(sum(v["requests"] for k, v in reads.items() if k.endswith("|get"))),
+        "index_entities_read": int(sum(v["entities"] for k, v in reads.items() if kind_of(k) == "query")),
+        "state_point_reads": int(sum(v["requests"] for k, v in reads.items() if kind_of(k) == "get")),
         "table_requests": int(sum(v["requests"] for v in counts.values())),
         "writes": int(sum(v["requests"] for k, v in counts.items() if k not in reads)),
         "by_kind": {k: {"requests": int(v["requests"]), "entities": int(v["entities"])} for k, v in counts.items()},
@@ -222,7 +222,7 @@ def measure_overview(store: CountedStore, repeats: int) -> dict[str, Any]:
             "entities_read": stats_entities + live_keys, "stats_entities_read": stats_entities,
             "live_row_keys_read": live_keys, "live": body["live"],
             # reads are queries and point gets (each remote's breaker row, issue 14)
-            "writes": int(sum(v["requests"] for k, v in counts.items() if not k.endswith(("|query", "|get")))),
+            "writes": int(sum(v["requests"] for k, v in counts.items() if not is_read(k))),
             "by_kind": {k: {"requests": int(v["requests"]), "entities": int(v["entities"])} for k, v in counts.items()},
             "queues": "excluded: Service Bus peeks, no table request",
             "latency_ms": {"p50": round(statistics.median(times), 2), "max": round(max(times), 2), "n": len(times)}}

@@ -93,6 +93,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
                 "A probe that has not reported by then is replaced by another instance's"),
     SettingSpec("BreakerMaxWaitSeconds", "300",
                 "Longest a step waits on an open breaker before the usual timeout path applies"),
+    SettingSpec("BreakerCacheSeconds", "1",
+                "How long an instance reuses a breaker row it read closed with no failure counted (0: read "
+                "it on every call); another instance's opening is seen up to this much later"),
     SettingSpec("WorkflowsPath", "workflows",
                 "Directory of the workflow files (<name>.v<version>.yaml); relative to the app's root"),
     SettingSpec("OperatorAuth", "key",

@@ -347,6 +347,10 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'BreakerMaxWaitSeconds'
           value: '300'
         }
+        {
+          name: 'BreakerCacheSeconds'
+          value: '1'
+        }
         // The workflow files, shipped in the package (workflows/*.yaml).
         {
           name: 'WorkflowsPath'

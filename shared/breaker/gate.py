@@ -10,6 +10,10 @@ What counts as the remote failing (:func:`failure_of`): a transport fault (timeo
 or protocol error), 408, any 5xx, a 2xx without a JSON object. Any other answer, 425/429 and the
 business 4xx included, shows the remote is up.
 
+A closed breaker with nothing counted is served for ``policy.cache`` from the gate's copy
+(``shared.breaker.cache``): no read per call. Any failure this instance records, any write it
+makes, any read showing something else, and any store error drop that copy.
+
 When a write that closes the breaker wins, ``on_closed`` runs (the agent's: re-dispatch every
 step waiting on the remote, ``shared.breaker.waiting.resume_waiting``).
 """
@@ -24,6 +28,7 @@ from typing import Any
 from opentelemetry import metrics
 
 from shared import telemetry
+from shared.breaker.cache import ClosedRowCache
 from shared.breaker.state import (
     BreakerDecision,
     BreakerPolicy,
@@ -62,12 +67,16 @@ def failure_of(status: int | str, *, final: bool = True) -> str | None:
     return None
 
 
+CACHED_CALL = BreakerDecision("closed (cached)", admission="call", failures=0)
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
 class BreakerGate:
-    """The breaker of ``remote`` for one instance (thread-safe: it keeps no state of its own)."""
+    """The breaker of ``remote`` for one instance (thread-safe: its only state is the cached
+    closed row, behind a lock)."""
 
     def __init__(self, store: Any, remote: str, policy: BreakerPolicy, instance: str, bus: Bus,
                  alerts_queue: str, now: Callable[[], datetime] = utcnow,
@@ -80,6 +89,7 @@ class BreakerGate:
         self.bus = bus
         self.alerts_queue = alerts_queue
         self._now = now
+        self.cache = ClosedRowCache(policy.cache)
 
     def now(self) -> datetime:
         return self._now()
@@ -87,6 +97,8 @@ class BreakerGate:
     def admit(self) -> BreakerDecision:
         """``call``, ``probe`` (report with its ``probe_id``) or ``wait`` (``until``)."""
         now = self._now()
+        if self.cache.fresh(now):
+            return CACHED_CALL
         decision = self._apply(lambda row: decide_admit(row, now, self.policy, self.instance), now)
         if decision is None:
             return BreakerDecision("breaker unknown: call", admission="call")
@@ -101,6 +113,7 @@ class BreakerGate:
         now = self._now()
         fault = failure_of(status, final=final)
         if fault is not None:
+            self.cache.drop()  # from now on every admission reads the row (and sees the count)
             return self._apply(lambda row: decide_failure(row, now, self.policy, fault, probe_id), now)
         if probe_id:
             return self._apply(lambda row: decide_success(row, now, probe_id), now)
@@ -114,13 +127,25 @@ class BreakerGate:
         return decision is not None and decision.row is not None
 
     def _apply(self, decide: Callable[[BreakerRow], BreakerDecision], now: datetime) -> BreakerDecision | None:
+        """Read-decide-write (``shared.breaker.store.apply``); keep the row read if it may be cached."""
+        ticket = self.cache.ticket()
+        seen: list[BreakerRow] = []
+
+        def observe(row: BreakerRow) -> BreakerDecision:
+            seen.append(row)
+            return decide(row)
+
         try:
-            decision = apply(self.store, self.remote, decide)
+            decision = apply(self.store, self.remote, observe)
         except Exception as exc:  # noqa: BLE001 - the breaker never stops the agent
+            self.cache.drop()
             log_event(logging.WARNING, "breaker.unavailable", remote=self.remote, error=repr(exc))
             return None
         if decision.row is not None:
+            self.cache.drop()  # this gate moved the row: read it again next time
             self._run_effects(decision, decision.row, now)
+        elif seen:
+            self.cache.offer(ticket, seen[-1], now)
         return decision
 
     def _run_effects(self, decision: BreakerDecision, row: BreakerRow, now: datetime) -> None:

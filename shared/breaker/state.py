@@ -37,6 +37,7 @@ class Effect(StrEnum):
 
 
 Admission = Literal["call", "probe", "wait"]
+DEFAULT_CACHE = timedelta(seconds=1)  # BreakerCacheSeconds' default (shared/settings.py)
 
 
 @dataclass(frozen=True)
@@ -48,22 +49,34 @@ class BreakerPolicy:
     cool_down: timedelta = timedelta(seconds=5)  # open -> the first probe
     probe_lease: timedelta = timedelta(seconds=10)  # a probe that has not reported by then is replaced
     max_wait: timedelta = timedelta(seconds=300)  # longest a step waits on an open breaker
+    # how long a gate serves a row it read closed with nothing counted (shared.breaker.cache);
+    # 0: every admission reads the row
+    cache: timedelta = DEFAULT_CACHE
 
     def __post_init__(self) -> None:
         if self.threshold < 1:
             raise ValueError("the breaker's threshold must be at least 1")
+        if self.cache < timedelta(0):
+            raise ValueError("the breaker's cache must not be negative")
         for name in ("window", "cool_down", "probe_lease", "max_wait"):
             if getattr(self, name) <= timedelta(0):
                 raise ValueError(f"the breaker's {name} must be positive")
 
     @classmethod
     def from_settings(cls, settings: Any) -> BreakerPolicy:
-        """From ``shared.settings.Settings`` (anything with ``.int(name)``)."""
+        """From ``shared.settings.Settings`` (anything with ``.int(name)`` and ``[name]``). Settings
+        built by hand without ``BreakerCacheSeconds`` get its default (``Settings.from_env`` fills
+        in the same declared default)."""
+        try:
+            cache = timedelta(seconds=float(settings["BreakerCacheSeconds"]))
+        except KeyError:
+            cache = DEFAULT_CACHE
         return cls(threshold=settings.int("BreakerFailureThreshold"),
                    window=timedelta(seconds=settings.int("BreakerWindowSeconds")),
                    cool_down=timedelta(seconds=settings.int("BreakerCoolDownSeconds")),
                    probe_lease=timedelta(seconds=settings.int("BreakerProbeLeaseSeconds")),
-                   max_wait=timedelta(seconds=settings.int("BreakerMaxWaitSeconds")))
+                   max_wait=timedelta(seconds=settings.int("BreakerMaxWaitSeconds")),
+                   cache=cache)
 
 
 @dataclass(frozen=True)

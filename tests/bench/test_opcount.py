@@ -107,3 +107,35 @@ def test_search_index_requests_are_counted_under_their_own_table() -> None:
     row = base + "/orderindex(PartitionKey='orders',RowKey='fin-20261123-1')"
     assert opcount.classify("DELETE", row, None) == ("orderindex", "delete", 1)
     assert opcount.classify("PUT", row, b"{}") == ("orderindex", "upsert", 1)
+
+
+def test_the_breakers_partitions_are_told_apart_from_the_orders() -> None:
+    """Issue 15: the circuit breaker's point read per agent call (partition ``breakers`` of the
+    state table) gets its own kind, as do the waiting-step index's requests (``waiting-{remote}``);
+    an order's own requests keep theirs."""
+    base = "http://127.0.0.1:1/devstoreaccount1"
+    assert opcount.classify("GET", base + "/orders(PartitionKey=%27breakers%27,RowKey=%27shipping%27)", None) == \
+        ("orders", "get|breakers", 0)
+    assert opcount.classify("GET", base + "/orders(PartitionKey='0af3',RowKey='state')", None) == ("orders", "get", 0)
+    waiting = base + "/orders()?$filter=PartitionKey%20eq%20%27waiting-shipping%27&$select=RowKey"
+    assert opcount.classify("GET", waiting, None) == ("orders", "query|waiting", 0)
+    order = base + "/orders()?$filter=PartitionKey%20eq%20%270af3%27"
+    assert opcount.classify("GET", order, None) == ("orders", "query", 0)
+    part = "--changeset\r\nContent-Type: application/http\r\n\r\nPOST " + base + "/orders HTTP/1.1\r\n\r\n{}\r\n"
+    created = part.replace("{}", '{"PartitionKey": "breakers", "RowKey": "shipping"}')
+    assert opcount.classify("POST", base + "/$batch", created.encode()) == ("orders", "batch|breakers", 1)
+    replaced = ("--changeset\r\nContent-Type: application/http\r\n\r\nPUT " + base +
+                "/orders(PartitionKey='waiting-shipping',RowKey='k') HTTP/1.1\r\n\r\n{}\r\n")
+    assert opcount.classify("POST", base + "/$batch", replaced.encode()) == ("orders", "batch|waiting", 1)
+    submission = part.replace("{}", '{"PartitionKey": "0af3", "RowKey": "state"}')
+    assert opcount.classify("POST", base + "/$batch", submission.encode()) == ("orders", "batch", 1)
+
+
+def test_a_marked_kind_is_still_a_read_or_a_write() -> None:
+    """Consumers that ask "read or write?" (the search page's and the overview's cost, the sweep's
+    reads) see through the partition mark."""
+    assert opcount.kind_of("orders|get|breakers") == "get" and opcount.is_read("orders|get|breakers")
+    assert opcount.is_read("orders|query|waiting") and opcount.is_read("orderindex|query")
+    assert not opcount.is_read("orders|batch|breakers") and not opcount.is_read("orders|batch")
+    assert opcount.mark_of("orders|get|breakers") == "breakers" and opcount.mark_of("orders|query|waiting") == "waiting"
+    assert opcount.mark_of("orders|get") == ""

@@ -1,0 +1,119 @@
+"""Issue 15's cost target and the relations the counts must satisfy.
+
+* :func:`saturation_cost`: table requests per order counted over the saturation window alone,
+  by table and by table|kind, the breaker's point reads on their own line (``orders|get|breakers``,
+  told apart by ``bench.opcount``), against the target: at most 5 table requests per order of
+  3 steps (history, search index and deadline index included). The sweep's own reads are
+  reported apart, as in ``bench.report.per_order``.
+* :func:`consistency`: relations that must hold whatever the machine's speed (the smoke run in
+  ``make test`` asserts them): the per-table requests add up to the total, on the work queues
+  every message sent was completed, a step is one request and one reply (2 sends, 2 completions,
+  4 messages) when nothing was re-sent, an order makes at least steps + 1 state transactions
+  and writes at least as many entities. Never a threshold on speed or on the target itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STEPS = 3
+TARGET_REQUESTS_PER_ORDER = 5.0
+# Table request kinds only the Supervisor's sweep issues: the deadline index query, the state
+# point read of a due order, and the listing of each remote's waiting steps (shared.breaker.recovery)
+SWEEP_KINDS = ("deadlines|query", "orders|get", "orders|query|waiting")
+BREAKER_READS = "orders|get|breakers"  # the agents' admissions (and one per remote per Supervisor run)
+WAITING_LISTINGS = "orders|query|waiting"  # the Supervisor's, one per closed breaker per run
+# while idle no agent calls: every breaker read is the Supervisor's pass over the breakers
+IDLE_SWEEP_KINDS = (*SWEEP_KINDS, BREAKER_READS)
+
+
+def work_queues(bus: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """The work queues of every lane (``scheduler``, ``scheduler-high``, ``replies``, ``agent-*``)."""
+    return {q: r for q, r in bus.items() if q.split("-")[0] in ("scheduler", "replies") or q.startswith("agent-")}
+
+
+def saturation_cost(result: dict[str, Any]) -> dict[str, Any] | None:
+    """Table requests (and entities) per order over the saturation window, against issue 15's target."""
+    sat = (result.get("phases") or {}).get("saturation") or {}
+    orders = sat.get("processed") or 0
+    table = (sat.get("window") or {}).get("table") or {}
+    if not orders or not table:
+        return None
+    work = {k: v for k, v in table.items() if k not in SWEEP_KINDS}
+    total = sum(v["requests"] for v in work.values())
+    by_table: dict[str, float] = {}
+    for k, v in work.items():
+        name = k.split("|", 1)[0]
+        by_table[name] = by_table.get(name, 0) + v["requests"]
+    per_order = round(total / orders, 3)
+    breaker_reads = table.get(BREAKER_READS, {}).get("requests", 0)
+    listings = table.get(WAITING_LISTINGS, {}).get("requests", 0)
+    return {
+        "orders": orders, "steps_per_order": STEPS,
+        "requests_per_order": per_order,
+        "requests_per_order_by_table": {t: round(n / orders, 3) for t, n in sorted(by_table.items())},
+        "requests_per_order_by_kind": {k: round(v["requests"] / orders, 3) for k, v in sorted(work.items())},
+        "entities_per_order_by_kind": {k: round(v["entities"] / orders, 3) for k, v in sorted(work.items())},
+        "breaker_reads_per_order": round(breaker_reads / orders, 3),
+        # while every breaker is closed the Supervisor reads each one and lists its waiting steps once
+        # per run, so its breaker reads are as many as its listings; the rest are the agents' admissions
+        "breaker_reads_per_order_by_reader": {
+            "agents": round(max(breaker_reads - listings, 0) / orders, 3),
+            "supervisor": round(min(listings, breaker_reads) / orders, 3)},
+        "sweep_requests_in_window": {k: table[k]["requests"] for k in SWEEP_KINDS if k in table},
+        "target": {"target": f"<= {TARGET_REQUESTS_PER_ORDER:g} table requests per order of {STEPS} steps at "
+                             "saturation (issue 15: history, search and deadline index included)",
+                   "value": f"{per_order} per order ({round(per_order / STEPS, 3)} per step) over {orders} orders",
+                   "met": per_order <= TARGET_REQUESTS_PER_ORDER},
+    }
+
+
+def _check(name: str, ok: bool, detail: Any) -> dict[str, Any]:
+    return {"check": name, "ok": bool(ok), "detail": detail}
+
+
+def consistency(po: dict[str, Any] | None, sat: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The relations the counted window must satisfy (``po``: ``bench.report.per_order``;
+    ``sat``: :func:`saturation_cost`). Each: check, ok, detail."""
+    if not po:
+        return [_check("counted window", False, "no load phase was counted")]
+    t = po["table"]
+    out = [_check("per-table requests add up to the total",
+                  abs(sum(t["requests_per_step_by_table"].values()) - t["requests_per_step"]) < 0.01,
+                  {"byTable": t["requests_per_step_by_table"], "total": t["requests_per_step"]})]
+    tx = t["requests_per_order_by_kind"].get("orders|batch", 0)
+    out.append(_check(f"state transactions per order >= steps + 1 ({STEPS + 1}: the submission and a reply per step)",
+                      tx >= STEPS + 1, tx))
+    written = t["entities_per_order_by_kind"].get("orders|batch", 0)
+    out.append(_check("state entities written per order >= state transactions per order", written >= tx,
+                      {"entities": written, "transactions": tx}))
+    if sat:
+        out.append(_check("saturation: per-table requests add up to the total",
+                          abs(sum(sat["requests_per_order_by_table"].values()) - sat["requests_per_order"]) < 0.01,
+                          {"byTable": sat["requests_per_order_by_table"], "total": sat["requests_per_order"]}))
+    if "bus" in po:
+        out += _bus_checks(po)
+    return out
+
+
+def _bus_checks(po: dict[str, Any]) -> list[dict[str, Any]]:
+    bus = po["bus"]
+    orders = po["orders"]
+    queues = bus["consistency"]
+    out = []
+    for q, c in sorted(queues.items()):
+        out.append(_check(f"{q}: every message sent was completed, and delivered at least once",
+                          c["completed"] == c["sent"] and c["delivered"] >= c["sent"], c))
+    sent = sum(c["sent"] for c in queues.values())
+    completed = sum(c["completed"] for c in queues.values())
+    resent = sum(c["sent"] for q, c in queues.items() if q.split("-")[0] == "scheduler")
+    detail = {"sentPerStep": round(sent / orders / STEPS, 3), "completedPerStep": round(completed / orders / STEPS, 3),
+              "schedulerQueueSends": resent,
+              "redeliveries": sum(c["delivered"] - c["sent"] for c in queues.values())}
+    if resent == 0:  # no redrive, resume or schedule: nothing was re-sent, each step is a request and a reply
+        out.append(_check("work-queue messages per step == 4 (a request and a reply, each sent once and completed "
+                          "once; redeliveries apart)", sent == completed == 2 * STEPS * orders, detail))
+    else:
+        out.append(_check("work-queue messages per step >= 4 (the scheduler queue carried re-sends)",
+                          sent == completed >= 2 * STEPS * orders, detail))
+    return out

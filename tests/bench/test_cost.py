@@ -1,0 +1,117 @@
+"""Issue 15's cost report (``bench.cost``, ``bench.projection``, ``bench.report``) on counted
+windows built by hand: the target per order at saturation by table and kind with the breaker's
+reads on their own line, the relations the counts must satisfy (each shown to fail when broken),
+and the Azure projection from the counts."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from bench.cost import consistency, saturation_cost
+from bench.projection import projection
+from bench.report import per_order, targets
+
+ORDERS = 10
+
+
+def t(requests: int, entities: int) -> dict[str, float]:
+    return {"requests": requests, "entities": entities, "failed": 0, "seconds": 0.1 * requests}
+
+
+def window(breaker_reads: int = 12) -> dict[str, Any]:
+    """10 orders of 3 steps: 4 state transactions each, the deadline put and delete, the search
+    index written behind, the breaker read ``breaker_reads`` times, and the sweep's own reads."""
+    table = {"orders|batch": t(40, 130), "deadlines|upsert": t(7, 7), "deadlines|batch": t(3, 10),
+             "orderindex|batch": t(2, 20), "orders|get|breakers": t(breaker_reads, 0),
+             "deadlines|query": t(5, 3), "orders|get": t(1, 1), "orders|query|waiting": t(3, 0)}
+    request = {"sent": ORDERS, "delivered": ORDERS, "completed": ORDERS}
+    bus = {"scheduler": {"sent": 0, "delivered": 0, "completed": 0},
+           "replies": {"sent": 3 * ORDERS, "delivered": 3 * ORDERS + 1, "completed": 3 * ORDERS},
+           **{f"agent-{a}": dict(request) for a in ("inventory", "payment", "shipping")},
+           "order-status": {"sent": 5 * ORDERS, "delivered": 5 * ORDERS}}
+    return {"table": table, "bus": bus, "seconds": 5.0}
+
+
+def result(breaker_reads: int = 12) -> dict[str, Any]:
+    return {"phases": {"saturation": {"processed": ORDERS, "orders_posted": ORDERS, "orders_per_s": 2.0,
+                                      "window": window(breaker_reads)}}}
+
+
+def test_the_cost_at_saturation_by_table_and_kind_with_the_breaker_reads_apart() -> None:
+    cost = saturation_cost(result())
+    assert cost is not None
+    # 40 + 7 + 3 + 2 + 12 work requests over 10 orders; the sweep's 9 reads apart
+    assert cost["requests_per_order"] == 6.4
+    assert cost["requests_per_order_by_table"] == {"deadlines": 1.0, "orderindex": 0.2, "orders": 5.2}
+    assert cost["breaker_reads_per_order"] == 1.2
+    # the Supervisor lists the waiting steps of each closed breaker as often as it reads it
+    assert cost["breaker_reads_per_order_by_reader"] == {"agents": 0.9, "supervisor": 0.3}
+    assert cost["requests_per_order_by_kind"]["orders|get|breakers"] == 1.2
+    assert cost["sweep_requests_in_window"] == {"deadlines|query": 5, "orders|get": 1, "orders|query|waiting": 3}
+    assert cost["target"]["met"] is False and "6.4 per order" in cost["target"]["value"]
+    without_breaker = saturation_cost(result(breaker_reads=0))
+    assert without_breaker is not None and without_breaker["target"]["met"] is False  # 5.2 > 5
+    cheap = result(breaker_reads=0)
+    cheap["phases"]["saturation"]["window"]["table"]["deadlines|upsert"] = t(0, 0)
+    met = saturation_cost(cheap)
+    assert met is not None and met["requests_per_order"] == 4.5 and met["target"]["met"]
+
+
+def test_the_report_shows_the_new_target_and_retires_the_storage_bound_ones() -> None:
+    r = result()
+    r["azurite_raw"] = {"best_tx_per_s": 800}
+    r["cost_at_saturation"] = saturation_cost(r)
+    names = [x["target"] for x in targets(r, per_order(r))]
+    assert any(n.startswith("<= 5 table requests per order of 3 steps at saturation") for n in names)
+    assert not any("storage-bound" in n or "<= 3 table transactions per step" in n for n in names)
+
+
+def test_consistent_counts_satisfy_every_relation() -> None:
+    r = result()
+    checks = consistency(per_order(r), saturation_cost(r))
+    assert checks and all(c["ok"] for c in checks), [c for c in checks if not c["ok"]]
+    four = next(c for c in checks if c["check"].startswith("work-queue messages per step == 4"))
+    assert four["detail"]["redeliveries"] == 1  # at-least-once delivery: counted, not a break
+
+
+@pytest.mark.parametrize(("path", "value", "broken"), [
+    (("bus", "replies", "completed"), 29, "replies: every message sent was completed"),
+    (("bus", "agent-payment", "sent"), 11, "work-queue messages per step == 4"),
+    (("table", "orders|batch"), t(30, 130), "state transactions per order >= steps + 1"),
+    (("table", "orders|batch"), t(40, 35), "state entities written per order >= state transactions"),
+])
+def test_each_relation_fails_when_the_counts_break_it(path: tuple[str, ...], value: Any, broken: str) -> None:
+    r = copy.deepcopy(result())
+    node = r["phases"]["saturation"]["window"]
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    failed = [c["check"] for c in consistency(per_order(r), saturation_cost(r)) if not c["ok"]]
+    assert any(f.startswith(broken) for f in failed), failed
+
+
+def test_re_sends_on_the_scheduler_queue_allow_more_than_four_messages_per_step() -> None:
+    r = copy.deepcopy(result())
+    bus = r["phases"]["saturation"]["window"]["bus"]
+    bus["scheduler"] = {"sent": 1, "delivered": 1, "completed": 1}  # a redrive
+    bus["agent-payment"] = {"sent": ORDERS + 1, "delivered": ORDERS + 1, "completed": ORDERS + 1}
+    checks = consistency(per_order(r), saturation_cost(r))
+    assert all(c["ok"] for c in checks), [c for c in checks if not c["ok"]]
+    assert any(c["check"].startswith("work-queue messages per step >= 4") for c in checks)
+
+
+def test_the_azure_projection_comes_from_the_counted_operations() -> None:
+    po = per_order(result())
+    proj = projection(po, counted_over="saturation")
+    assert proj is not None and proj["counted_over"] == "saturation"
+    sb = proj["service_bus_standard_namespace"]
+    # per order: 6 messages sent, 6.1 delivered and 6 completed on the work queues, 5 status sends
+    assert sb["ops_per_order"] == pytest.approx(23.1) and sb["orders_per_s"] == round(1000 / 23.1, 1)
+    account = proj["storage_account"]
+    assert account["requests_per_order"] == 6.4 and account["entities_per_order"] == 16.7
+    assert account["orders_per_s"] == round(20000 / 16.7, 1)
+    assert account["orders_per_s_if_a_batch_counts_once"] == round(20000 / 6.4, 1)
+    assert proj["binding_limit_orders_per_s"] == min(v["orders_per_s"] for v in proj.values() if isinstance(v, dict))
