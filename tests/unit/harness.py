@@ -164,6 +164,9 @@ class AgentSim:
     # step name (or 'step:compensate') -> how many more requests find its remote's breaker open:
     # the agent makes no call and replies ``waiting`` (wake-up at now + 5 s).
     breaker_open: dict[str, int] = field(default_factory=dict)
+    # Echo each request's fencing token in its reply, like the real agent (shared.agent.replies);
+    # False plays an agent from before tokens: every reply is decided on a read.
+    echo_fence: bool = True
 
     def queues(self) -> list[str]:
         """Every agent request queue, on every priority lane."""
@@ -217,6 +220,8 @@ class AgentSim:
         body = req.body
         reply = {"kind": body["kind"], "orderId": body["orderId"], "step": body["step"], "attempt": body["attempt"],
                  **fields}
+        if self.echo_fence and "fence" in body:
+            reply["fence"] = body["fence"]
         self.pending_replies.append(OutMessage(queue=req.reply_to or "replies", body=reply,
                                                message_id=f"reply:{req.message_id}",
                                                correlation_id=req.message_id))
