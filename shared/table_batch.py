@@ -33,7 +33,7 @@ from shared.store import Conflict, TooLarge
 _PART_STATUS = re.compile(rb"\r\nHTTP/1\.1 (\d{3}) ")
 _BOUNDARY_LINE = re.compile(rb"\r\n--[^\r\n]*")
 _CONTENT_ID = re.compile(rb"^content-id:\s*(\d+)\s*$", re.IGNORECASE | re.MULTILINE)
-_ETAG_HEADER = re.compile(rb"^etag:[ \t]*([^\r\n]+?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+_ETAG_HEADER = re.compile(rb"^etag:[ \t]*([^\r\n]+?)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 _COMMON = "DataServiceVersion: 3.0\r\nAccept: application/json;odata=minimalmetadata\r\n"
 
 
