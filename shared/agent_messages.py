@@ -33,6 +33,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from shared.effects import iso
+from shared.fence import MAX_FENCE_LENGTH
 from shared.messaging import PoisonMessage
 from shared.models import loads
 from shared.telemetry import valid_traceparent
@@ -152,6 +153,9 @@ class AgentRequest(BaseModel):
     # sent before orders named one): order v1.
     workflow: NonBlank = "order"
     workflow_version: Annotated[int, BeforeValidator(_attempt)] = 1
+    # The scheduler's fencing token (``shared.fence``), opaque to the agent: echoed unchanged in
+    # the reply. Absent (a request sent before tokens, or when none could be issued): none back.
+    fence: Annotated[str, Field(min_length=1, max_length=MAX_FENCE_LENGTH)] | None = None
 
     @field_validator("compensates", mode="wrap")
     @classmethod
@@ -185,9 +189,10 @@ class AgentRequest(BaseModel):
         return iso(value.astimezone(UTC))
 
     def to_body(self) -> dict[str, Any]:
-        """The message body: camelCase keys, ``completeBy`` ISO-8601 UTC, ``compensates`` only
-        when there is one. Amounts stay Decimal (``shared.models.dumps`` writes them as strings)."""
-        return self.model_dump(by_alias=True, exclude={"compensates"} if self.compensates is None else None)
+        """The message body: camelCase keys, ``completeBy`` ISO-8601 UTC, ``compensates`` and
+        ``fence`` only when there is one. Amounts stay Decimal (``shared.models.dumps`` writes them as strings)."""
+        absent = {name for name in ("compensates", "fence") if getattr(self, name) is None}
+        return self.model_dump(by_alias=True, exclude=absent or None)
 
 
 def _reraisable(error: ValidationError) -> list[InitErrorDetails]:
@@ -224,6 +229,9 @@ class RequestRoute(BaseModel):
     operation: OperationName
     workflow: NonBlank = "order"
     workflow_version: Annotated[int, BeforeValidator(_attempt)] = 1
+    # The scheduler's fencing token (``shared.fence``), opaque to the agent: echoed unchanged in
+    # the reply. Absent (a request sent before tokens, or when none could be issued): none back.
+    fence: Annotated[str, Field(min_length=1, max_length=MAX_FENCE_LENGTH)] | None = None
 
 
 RouteCheck = Callable[[RequestRoute], list[str]]  # a route's problems, each "field: why"

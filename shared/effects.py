@@ -19,6 +19,9 @@ Failure handling per effect:
   the outcome says so.
 * ``Reindex`` (the search index, after the state write): failures are logged, and the
   ``DeleteIndex`` effects after it are skipped (the Supervisor re-indexes from the kept row).
+* A ``Send`` with a ``fence`` (an agent request): the executor fills in the ETags the last
+  ``Transact`` of this run returned and puts the fencing token (``shared.fence``) in the body;
+  when it cannot vouch for a row's ETag the request goes without one (the reply path reads).
 * Non-critical ``Send`` (status, best-effort schedule notices that an index row backs up),
   ``Alert`` and ``DeleteIndex``: failures are logged and the flow continues.
 """
@@ -26,15 +29,15 @@ Failure handling per effect:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from shared import console_stats, metrics, telemetry
+from shared import console_stats, fence, metrics, telemetry
 from shared.logs import log_event
 from shared.messaging import Bus, OutMessage
-from shared.store import Conflict, Op, Store
+from shared.store import ETAG, STATE_ROW, Conflict, Op, Store
 
 
 def bucket_of(due: datetime) -> str:
@@ -102,6 +105,10 @@ class Send:
     message: OutMessage
     critical: bool = True
     what: str = ""
+    # An agent request's fencing token rows (RowKey -> entity, its ETag under ``ETAG``): the
+    # order's live rows as they are after this decision's transaction. The executor replaces the
+    # rows that transaction wrote with what it wrote and their new ETags (``shared.fence``).
+    fence: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -136,9 +143,48 @@ class Outcome:
     index_failed: bool = False  # a Reindex failed: the deadline row is kept for the Supervisor
 
 
+@dataclass
+class _Written:
+    """What the committed ``Transact`` effects of a run wrote on one order: RowKey -> entity with
+    its new ETag (None: deleted, or no ETag came back). A write on another order starts over."""
+
+    order_id: str | None = None
+    rows: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+    def record(self, eff: Transact, etags: Mapping[str, str] | None) -> None:
+        if eff.order_id != self.order_id:
+            self.order_id, self.rows = eff.order_id, {}
+        for op in eff.ops:
+            etag = (etags or {}).get(op.row_key)
+            if fence.live_row(op.row_key):
+                self.rows[op.row_key] = None if op.kind == "delete" or not etag else {**op.row, ETAG: etag}
+
+
+def fenced(message: OutMessage, rows: Mapping[str, Mapping[str, Any]], written: _Written) -> OutMessage:
+    """``message`` with the fencing token of ``rows`` overlaid with what this run wrote; unchanged
+    (no token) unless this run committed the order's state row with an ETag for every row it wrote."""
+    order_id = message.body.get("orderId")
+    if written.order_id != order_id or written.rows.get(STATE_ROW) is None:
+        return message
+    merged: dict[str, Mapping[str, Any]] = {}
+    for key in {*rows, *written.rows}:
+        if key in written.rows:
+            row = written.rows[key]
+            if row is None:  # written without an ETag back (or deleted): no token
+                return message
+            merged[key] = row
+        else:
+            merged[key] = rows[key]
+    token = fence.encode(str(order_id), merged)
+    if token is None:
+        return message
+    return replace(message, body={**message.body, "fence": token})
+
+
 def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | None = None) -> Outcome:
     """Run ``effects`` in order (only the first ``limit`` of them: a simulated crash)."""
     out = Outcome()
+    written = _Written()
     for n, eff in enumerate(effects):
         if limit is not None and n >= limit:
             break
@@ -154,12 +200,13 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
                 log_event(logging.WARNING, "index.delete_failed", row=eff.row_key, error=repr(exc))
         elif isinstance(eff, Transact):
             try:
-                store.transact(eff.order_id, eff.ops)
+                etags = store.transact(eff.order_id, eff.ops)
             except Conflict as exc:
                 out.lost_race = True
                 log_event(logging.INFO, "state.lost_race", order_id=eff.order_id, note=eff.note, detail=str(exc))
                 out.applied = n
                 return out
+            written.record(eff, etags)
             console_stats.record_committed(store, metrics.record_committed(eff.ops))
         elif isinstance(eff, Reindex):
             try:
@@ -168,8 +215,9 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
                 out.index_failed = True
                 log_event(logging.WARNING, "index.write_failed", order_id=eff.order_id, error=repr(exc))
         elif isinstance(eff, Send):
+            message = eff.message if eff.fence is None else fenced(eff.message, eff.fence, written)
             try:
-                telemetry.send(bus, eff.message)
+                telemetry.send(bus, message)
             except Exception as exc:
                 if eff.critical:
                     raise

@@ -20,7 +20,7 @@ from typing import Any
 from shared.store import MAX_BATCH_OPS
 from shared.table_batch import Write
 
-Send = Callable[[str, Sequence[Write]], None]  # (partition key, writes): one transaction
+Send = Callable[[str, Sequence[Write]], object]  # (partition key, writes): one transaction (its ETags unused)
 
 
 class GroupCommit:

@@ -16,7 +16,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
 import iso4217
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, ValidationError, field_validator
+
+from shared.fence import MAX_FENCE_LENGTH
 
 # ---------------------------------------------------------------------------------------------
 # Limits of the public contract
@@ -331,6 +333,12 @@ class ScheduleMessage(BaseModel):
     seq: Annotated[StrictInt, Field(ge=0)]
 
 
+def _usable_fence(value: object) -> str | None:
+    """A reply's token as it came, or None when it cannot be one (wrong type, too long): the
+    reply is still processed, with a read, as one without a token."""
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_FENCE_LENGTH else None
+
+
 class ReplyMessage(BaseModel):
     """An agent's reply (docs/contracts.md)."""
 
@@ -348,6 +356,9 @@ class ReplyMessage(BaseModel):
     breaker: Annotated[str, Field(min_length=1, max_length=100)] | None = None
     until: datetime | None = None
     wake: bool = False
+    # The request's fencing token, echoed (``shared.fence``): the rows the scheduler decides on
+    # instead of reading them. Checked there; a token it cannot use is ignored, never poison.
+    fence: Annotated[str | None, BeforeValidator(_usable_fence)] = None
 
 
 class ResumeMessage(BaseModel):

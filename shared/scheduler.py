@@ -2,8 +2,11 @@
 breaker goes on) and agent replies.
 
 Each handler reads the order's partition (one query), asks the pure core what to do, and
-runs the effects. Handlers are idempotent: at-least-once delivery, crashes between writes
-and duplicates all resume from the store (see ``shared.statemachine``).
+runs the effects. A reply whose request carried a fencing token (``shared.fence``) is decided
+on the token's rows instead, without a read; the partition is read only when that decision
+loses its ETag race, does not write, or the token cannot be used. Handlers are idempotent:
+at-least-once delivery, crashes between writes and duplicates all resume from the store (see
+``shared.statemachine``).
 
 Poison messages (not UTF-8/JSON, wrong schema, unknown order or step, a result that cannot
 be stored): the handler logs an error-level JSON line with the reason, the message id and an
@@ -23,12 +26,14 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from shared import telemetry
+from shared import fence, telemetry
+from shared.effects import Effect, Outcome, Transact
 from shared.logs import log_event
 from shared.messaging import PoisonMessage
 from shared.models import ReplyMessage, ResumeMessage, ScheduleMessage, loads
 from shared.runtime import Runtime
 from shared.statemachine import View, decide_for_order, decide_reply, decide_resume, decide_schedule
+from shared.statemachine.lease import Lease
 from shared.store import TooLarge
 
 REPLY_RACE_RETRIES = 3
@@ -96,6 +101,16 @@ def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, tracepare
         reply = ReplyMessage.model_validate(_parse(body))
     except (ValueError, ValidationError) as exc:
         poison("replies", f"invalid reply: {exc}".splitlines()[0], body, message_id, traceparent)
+    # The reply's fencing token first (shared.fence): the rows its request's write left, no read.
+    # Its decision is used only if it commits (its write is conditioned on the token's ETags);
+    # one that loses, or does not write, is dropped unrun and the reply is decided on a read.
+    fenced = _fenced_view(reply, message_id)
+    if fenced is not None:
+        decision = decide_for_order(fenced, rt.ctx(), partial(decide_reply, fenced, reply))
+        if any(isinstance(eff, Transact) for eff in decision.effects):
+            outcome = _run_reply(rt, decision.effects, body, message_id, traceparent)
+            if not outcome.lost_race:
+                return decision.verdict
     for _ in range(REPLY_RACE_RETRIES):
         view = View.from_entities(rt.store.read_partition(reply.orderId))
         if view.state is None:
@@ -104,14 +119,38 @@ def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, tracepare
         if decision.verdict == "poison":
             rt.run(decision.effects)
             poison("replies", f"unknown step {reply.step}", body, message_id, traceparent)
-        try:
-            outcome = rt.run(decision.effects)
-        except TooLarge as exc:
-            # e.g. a result too large for a Table property: retrying cannot help. The step
-            # stays in flight; the Supervisor times it out (and alerts at the threshold).
-            poison("replies", f"reply cannot be stored: {exc}", body, message_id, traceparent)
-        if not outcome.lost_race:
+        if not _run_reply(rt, decision.effects, body, message_id, traceparent).lost_race:
             return decision.verdict
         # Lost the ETag race (a supervisor or a duplicate of this reply wrote first): decide
         # again on fresh rows; the reply is now stale or a duplicate, or still applies.
     return "lost-race"
+
+
+def _run_reply(rt: Runtime, effects: list[Effect], body: bytes, message_id: str | None,
+               traceparent: str | None) -> Outcome:
+    try:
+        return rt.run(effects)
+    except TooLarge as exc:
+        # e.g. a result too large for a Table property: retrying cannot help. The step
+        # stays in flight; the Supervisor times it out (and alerts at the threshold).
+        poison("replies", f"reply cannot be stored: {exc}", body, message_id, traceparent)
+
+
+def _fenced_view(reply: ReplyMessage, message_id: str | None) -> View | None:
+    """The rows the reply's token carries, if it is one this app issued for this order and the
+    attempt that replies held the lease when it was written; else None (the handler reads)."""
+    if reply.fence is None:
+        return None
+    try:
+        view = View.from_entities(fence.decode(reply.orderId, reply.fence))
+    except (fence.InvalidFence, ValueError, TypeError, KeyError) as exc:
+        log_event(logging.INFO, "reply.fence_refused", order_id=reply.orderId, step=reply.step,
+                  attempt=reply.attempt, messageId=message_id, reason=str(exc))
+        return None
+    lease = (Lease.for_step(reply.step, reply.attempt) if reply.kind == "step"
+             else Lease.for_compensation(reply.step, reply.attempt))
+    if view.state is None or view.order is None or view.state.order_id != reply.orderId or view.state.lease != lease:
+        log_event(logging.INFO, "reply.fence_refused", order_id=reply.orderId, step=reply.step,
+                  attempt=reply.attempt, messageId=message_id, reason="not this attempt's lease")
+        return None
+    return view

@@ -160,10 +160,11 @@ class TableStore:
         except ResourceNotFoundError:
             return None
 
-    def transact(self, order_id: str, ops: Sequence[Op]) -> None:
-        """All of ``ops`` on the order's partition, or none: a lost race is ``Conflict``."""
+    def transact(self, order_id: str, ops: Sequence[Op]) -> dict[str, str]:
+        """All of ``ops`` on the order's partition, or none: a lost race is ``Conflict``. Returns
+        the new ETag of each created/replaced row (a row the service gave none for is left out)."""
         if not ops:
-            return
+            return {}
         if len(ops) > MAX_BATCH_OPS:
             raise TooLarge(f"{len(ops)} operations in one transaction")
         for op in ops:
@@ -171,7 +172,7 @@ class TableStore:
                 raise ValueError("replace/delete need the ETag they were decided on")
             if op.kind != "delete":
                 check_entity(op.row)
-        self._send(order_id, [Write(op.kind, op.row_key, {} if op.kind == "delete" else clean(op.row), op.etag)
+        return self._send(order_id, [Write(op.kind, op.row_key, {} if op.kind == "delete" else clean(op.row), op.etag)
                               for op in ops])
 
     def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None:

@@ -22,8 +22,9 @@ def reply_message_id(request_message_id: str) -> str:
 
 def build_reply(request: ReceivedRequest, outcome: Outcome, result: dict[str, Any] | None,
                 reason: str | None) -> dict[str, Any]:
-    """The reply body: the request's coordinates, the outcome, and its result or reason."""
-    return {
+    """The reply body: the request's coordinates, the outcome, and its result or reason; the
+    request's fencing token, unchanged, when it had one (``shared.fence``)."""
+    reply: dict[str, Any] = {
         "kind": request.kind,
         "orderId": request.order_id,
         "step": request.step,
@@ -32,6 +33,9 @@ def build_reply(request: ReceivedRequest, outcome: Outcome, result: dict[str, An
         "result": result,
         "reason": reason,
     }
+    if request.fence is not None:
+        reply["fence"] = request.fence
+    return reply
 
 
 def reply_message(request: ReceivedRequest, reply: dict[str, Any]) -> OutMessage:

@@ -17,19 +17,29 @@ from shared.statemachine.config import Ctx
 from shared.statemachine.rows import StepRow
 from shared.statemachine.states import StepState
 from shared.statemachine.view import View
+from shared.store import ETAG
 
 
 def step_request(view: View, step: StepRow, ctx: Ctx) -> Send:
     """The request for the step's current attempt (its CompleteBy is the request's deadline)."""
     assert step.complete_by is not None
-    return Send(_request(view, step, "step", step.attempt, step.complete_by, ctx), what="request")
+    return Send(_request(view, step, "step", step.attempt, step.complete_by, ctx), what="request",
+                fence=fence_rows(view.with_steps(step)))
 
 
 def compensation_request(view: View, step: StepRow, ctx: Ctx) -> Send:
     """The request for the current attempt of the step's compensation."""
     assert step.compensation_complete_by is not None
     return Send(_request(view, step, "compensation", step.compensation_attempt, step.compensation_complete_by, ctx),
-                what="compensation")
+                what="compensation", fence=fence_rows(view.with_steps(step)))
+
+
+def fence_rows(view: View) -> dict[str, dict[str, Any]]:
+    """The rows a request's fencing token carries (``shared.fence``): the order's live rows as
+    this decision leaves them, each with the ETag it was read with. The executor replaces the
+    rows the decision's transaction wrote with what it wrote and their new ETags."""
+    rows = [r for r in (view.order, view.state, *view.steps) if r is not None]
+    return {r.row_key: {**r.to_entity(), ETAG: r.etag} for r in rows}
 
 
 def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: datetime, ctx: Ctx) -> OutMessage:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from shared import fence
 from shared.effects import Effect, Outcome, execute
 from shared.lanes import PRIORITIES
 from shared.messaging import MemoryBus, OutMessage
@@ -21,7 +22,7 @@ from shared.runtime import Runtime
 from shared.scheduler import handle_reply, handle_schedule
 from shared.settings import REQUIRED_SETTINGS, Settings
 from shared.statemachine import Config
-from shared.store import STATE_ROW, MemoryStore, Store
+from shared.store import ETAG, STATE_ROW, MemoryStore, Store
 from shared.submission import submit
 from shared.supervisor import sweep
 from shared.workflow import WORKFLOW, Step
@@ -164,6 +165,9 @@ class AgentSim:
     # step name (or 'step:compensate') -> how many more requests find its remote's breaker open:
     # the agent makes no call and replies ``waiting`` (wake-up at now + 5 s).
     breaker_open: dict[str, int] = field(default_factory=dict)
+    # Echo each request's fencing token in its reply, like the real agent (shared.agent.replies);
+    # False plays an agent from before tokens: every reply is decided on a read.
+    echo_fence: bool = True
 
     def queues(self) -> list[str]:
         """Every agent request queue, on every priority lane."""
@@ -180,6 +184,7 @@ class AgentSim:
 
     def _handle(self, req: OutMessage, now: datetime) -> None:
         body = req.body
+        check_token(self.rt, body)
         complete_by = datetime.fromisoformat(body["completeBy"])
         if now > complete_by:
             return  # expired (TTL) or past completeBy: the agent sends nothing
@@ -217,6 +222,8 @@ class AgentSim:
         body = req.body
         reply = {"kind": body["kind"], "orderId": body["orderId"], "step": body["step"], "attempt": body["attempt"],
                  **fields}
+        if self.echo_fence and "fence" in body:
+            reply["fence"] = body["fence"]
         self.pending_replies.append(OutMessage(queue=req.reply_to or "replies", body=reply,
                                                message_id=f"reply:{req.message_id}",
                                                correlation_id=req.message_id))
@@ -227,6 +234,18 @@ class AgentSim:
             msg = self.pending_replies.pop(0)
             out.append(handle_reply(self.rt, json.dumps(msg.body).encode(), message_id=msg.message_id))
         return out
+
+
+def check_token(rt: Runtime, body: dict[str, Any]) -> None:
+    """A request's fencing token holds the rows its write left: while the order's state row still
+    has the token's ETag (nothing wrote since), they are exactly what a read would return. Checked
+    on every request an ``AgentSim`` takes, in every test that uses one (in-memory store)."""
+    if "fence" not in body or not isinstance(rt.store, MemoryStore):
+        return
+    rows = fence.decode(body["orderId"], body["fence"])
+    now = rt.store.peek_partition(body["orderId"])
+    if STATE_ROW in now and rows[STATE_ROW][ETAG] == now[STATE_ROW][ETAG]:
+        assert rows == now, "a fencing token whose state ETag is current must hold the current rows"
 
 
 def deliver_schedules(rt: Runtime) -> list[str]:

@@ -188,7 +188,29 @@ def check_search_index(store: Store) -> None:
     assert store.query_index(f"t-{tag}-", f"u-{tag}.", 100) == []
 
 
-ALL = [check_create_conflict_is_atomic, check_etag_replace, check_replace_removes_absent_and_none,
+def check_transact_returns_the_etags_a_read_returns(store: Store) -> None:
+    """Every created or replaced row's new ETag (the fencing token is built on them, ``shared.fence``)."""
+    pk = _pk()
+    rows = [{"RowKey": k, "n": i} for i, k in enumerate(("order", "state", "step-00-a", "step-01-b", "z"))]
+    etags = store.transact(pk, [Op("create", r) for r in rows])
+    read = store.read_partition(pk)
+    assert etags == {k: read[k][ETAG] for k in ("order", "state", "step-00-a", "step-01-b")} | {
+        "z": store.read_row(pk, "z")[ETAG]}  # type: ignore[index]
+    mixed = [Op("replace", {"RowKey": "state", "n": 9}, etag=read["state"][ETAG]),
+             Op("create", {"RowKey": history_row_key(1), "e": "x"}),
+             Op("delete", {"RowKey": "step-01-b"}, etag=read["step-01-b"][ETAG]),
+             Op("replace", {"RowKey": "step-00-a", "n": 8}, etag=read["step-00-a"][ETAG])]
+    etags = store.transact(pk, mixed)
+    after = store.read_partition(pk)
+    history = store.read_history(pk, 0, 10)
+    assert etags == {"state": after["state"][ETAG], "step-00-a": after["step-00-a"][ETAG],
+                     history_row_key(1): history[0][ETAG]}  # the deleted row has none
+    assert etags["state"] != read["state"][ETAG]
+    assert after["order"][ETAG] == read["order"][ETAG]  # not written: unchanged
+
+
+ALL = [check_transact_returns_the_etags_a_read_returns, check_create_conflict_is_atomic, check_etag_replace,
+       check_replace_removes_absent_and_none,
        check_replace_missing_row_conflicts, check_index, check_injection_safe_keys,
        check_mixed_transaction_and_values, check_delete_needs_current_etag, check_index_many_rows_of_one_bucket,
        check_history_is_apart_from_live_rows, check_search_index]

@@ -32,7 +32,9 @@ from shared.agent import (
     loads,
     parse_request,
 )
+from shared.fence import MAX_FENCE_LENGTH
 from shared.messaging import MemoryBus, OutMessage
+from shared.models import ReplyMessage
 from shared.telemetry import trace_id
 from shared.workflow import AGENTS_BY_NAME
 
@@ -561,3 +563,34 @@ def test_one_function_per_agent_and_lane_with_queue_from_a_setting() -> None:
             assert binding["type"] == "serviceBusTrigger"
             assert binding["queueName"] == f"%{lane.setting(a.queue_setting)}%"
             assert binding["connection"] == "ServiceBusConnection"
+
+
+# --------------------------------------------------------------------------- the fencing token
+
+@pytest.mark.parametrize(("status", "payload", "outcome"), [(200, {"reservationId": "r-1"}, "success"),
+                                                             (422, {"error": "out of stock"}, "error")])
+def test_the_reply_echoes_the_requests_fencing_token_unchanged(remote: Scripted, status: int,
+                                                               payload: dict[str, Any], outcome: str) -> None:
+    remote.script = [(status, payload)]
+    sender = RecordingSender()
+    token = "opaque_TOKEN-" + "x" * 500
+    result = runtime(remote, sender).handle(make_request(request_body(fence=token, order_id=uuid.uuid4().hex)))
+    assert result.outcome == outcome
+    [sent] = sender.replies
+    assert json.loads(sent.encoded())["fence"] == token
+    assert ReplyMessage.model_validate(json.loads(sent.encoded())).fence == token
+    assert "fence" not in json.loads(remote.requests[0]["raw"])  # never sent to the remote
+
+
+def test_a_request_without_a_token_gets_a_reply_without_one(remote: Scripted) -> None:
+    remote.script = [(200, {"reservationId": "r-1"})]
+    sender = RecordingSender()
+    runtime(remote, sender).handle(make_request(request_body()))
+    [sent] = sender.replies
+    assert "fence" not in json.loads(sent.encoded())
+
+
+@pytest.mark.parametrize("bad", ["", "x" * (MAX_FENCE_LENGTH + 1), 42])
+def test_a_request_with_an_unusable_token_is_poison(bad: Any) -> None:
+    with pytest.raises(PoisonMessage, match="fence"):
+        make_request(request_body(fence=bad))

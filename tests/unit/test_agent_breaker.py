@@ -69,6 +69,7 @@ def test_an_outage_is_called_threshold_times_then_every_request_waits(remote: Sc
     assert [r.outcome for r in results] == ["waiting"] * 5 and all(r.calls == 0 for r in results)
     sent = replies(bus)
     assert len(sent) == 6
+    assert all("fence" not in r for r in sent)  # none asked: none echoed
     for reply in sent:
         parsed = ReplyMessage.model_validate(reply)  # the scheduler's contract
         assert parsed.outcome == "waiting" and parsed.breaker == "inventory" and parsed.until is not None
@@ -146,3 +147,15 @@ def test_a_breaker_it_cannot_read_never_stops_the_agent(remote: Scripted) -> Non
     store, bus, clock = Broken(), Replies(), Clock()
     [a] = agents(remote, store, bus, clock, n=1)
     assert a.handle(make_request(request_body())).outcome == "success"
+
+
+def test_a_waiting_reply_echoes_the_requests_fencing_token(remote: Scripted) -> None:
+    remote.script = [(503, {"error": "down"})]
+    store, bus, clock = MemoryStore(), Replies(), Clock()
+    [a] = agents(remote, store, bus, clock, n=1)
+    a.handle(make_request(request_body(seconds=1.5)))  # opens the breaker
+    bus.take("replies")
+    result = a.handle(make_request(request_body(seconds=1.5, fence="tok_en-1")))
+    assert result.outcome == "waiting"
+    [reply] = replies(bus)
+    assert reply["fence"] == "tok_en-1" and ReplyMessage.model_validate(reply).fence == "tok_en-1"

@@ -216,13 +216,17 @@ def _check(rt: CrashRuntime, oid: str, agents: AgentSim, sc: Scenario, expect: d
     assert st["FailureCount"] <= 3
 
 
+@pytest.mark.parametrize("echo_fence", [True, False], ids=["token", "no-token"])
 @pytest.mark.parametrize("redeliver", [True, False], ids=["redelivered", "lost"])
 @pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_crash_after_every_effect_converges(sc: Scenario, redeliver: bool) -> None:
+def test_crash_after_every_effect_converges(sc: Scenario, redeliver: bool, echo_fence: bool) -> None:
+    """``echo_fence``: the agents echo each request's fencing token (replies decided on its rows,
+    the redelivered reply's token then stale), or drop it (every reply decided on a read)."""
     k = 0
     while True:
         rt = make_runtime(workflow=sc.workflow)
-        agents = AgentSim(rt, reject=dict(sc.reject or {}), hang=set(sc.hang or ()), lost=set(sc.lost or ()))
+        agents = AgentSim(rt, reject=dict(sc.reject or {}), hang=set(sc.hang or ()), lost=set(sc.lost or ()),
+                          echo_fence=echo_fence)
         oid, trigger = sc.setup(rt, agents)
         before_failures = state(rt, oid)["FailureCount"]
         rt.crash_at = k

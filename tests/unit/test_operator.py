@@ -13,7 +13,7 @@ shared with ``test_history`` and ``test_operator_crash_points``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +24,7 @@ from shared.runtime import Runtime
 from shared.scheduler import handle_reply
 from shared.search import search_orders
 from shared.statemachine import Category, StateRow, View, category_of, index_rows
-from shared.store import MemoryStore
+from shared.store import MemoryStore, Op
 from shared.submission import HttpResult, cancel_order, get_history, get_order, retry_order, terminate_order
 from shared.supervisor import sweep
 from shared.workflow import WORKFLOW, Step
@@ -92,6 +92,12 @@ class HookStore(MemoryStore):
         row = super().read_row(order_id, row_key)
         self._fire("read_row", order_id)
         return row
+
+    def transact(self, order_id: str, ops: Sequence[Op]) -> dict[str, str]:
+        """``transact`` hooks run right BEFORE the write (e.g. a reply decided on its fencing
+        token has no read: the rival lands between the token's issue and the reply's write)."""
+        self._fire("transact", order_id)
+        return super().transact(order_id, ops)
 
 
 def net_effects(agents: AgentSim, oid: str) -> dict[str, int]:

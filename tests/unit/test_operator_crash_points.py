@@ -321,15 +321,18 @@ def test_terminate_loses_its_race_to_a_reply_and_decides_again_on_fresh_rows() -
     assert_index_settled(rt, oid)
 
 
-def test_a_reply_loses_its_race_to_terminate_and_changes_nothing() -> None:
-    """Terminate commits between the reply handler's read and its write: the reply's
-    transaction loses (ETag), it reads again and finds its attempt fenced."""
+@pytest.mark.parametrize("echo_fence", [False, True], ids=["read", "token"])
+def test_a_reply_loses_its_race_to_terminate_and_changes_nothing(echo_fence: bool) -> None:
+    """Terminate commits between the reply handler's read (or, with a fencing token, the token's
+    issue) and its write: the reply's transaction loses (ETag), it reads again and finds its
+    attempt fenced."""
     store = HookStore()
     rt = make_runtime(store=store)
-    agents = AgentSim(rt)
+    agents = AgentSim(rt, echo_fence=echo_fence)
     oid = post(rt).body["orderId"]
     reply = _reply_of(agents, rt, "reserve-inventory")
-    store.after("read_partition", oid, lambda: terminate_order(rt, oid))
+    assert ("fence" in reply.body) is echo_fence
+    store.after("transact" if echo_fence else "read_partition", oid, lambda: terminate_order(rt, oid))
     verdict = _deliver(rt, reply)
     [r] = store.fired
     assert r.status == 202 and r.body["result"] == "terminating"

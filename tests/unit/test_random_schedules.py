@@ -11,6 +11,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -80,12 +81,15 @@ def check_rows(rt: Any, oid: str) -> None:
         assert deadline is not None and any(d is not None and d <= deadline for d in dues), (state, dues)
 
 
+@pytest.mark.parametrize("echo_fence", [True, False], ids=["token", "no-token"])
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(actions=ACTIONS, reject=REJECT, lost=LOST, shape=SHAPES)
 def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str, str], lost: set[str],
-                                shape: dict[str, Any]) -> None:
+                                shape: dict[str, Any], echo_fence: bool) -> None:
+    """``echo_fence``: agents echo the requests' fencing tokens (replies decided without a read
+    while nothing else wrote), or drop them (every reply decided on a read)."""
     rt = runtime(shape)
-    agents = AgentSim(rt, reject=dict(reject), lost=set(lost))
+    agents = AgentSim(rt, reject=dict(reject), lost=set(lost), echo_fence=echo_fence)
     orders = [post(rt).body["orderId"], post(rt, {**BODY, "workflow": "digital"}).body["orderId"]]
     queues = QUEUES
 
@@ -95,7 +99,7 @@ def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str
             return
         msg = msgs[0] if keep else msgs.pop(0)
         if queue != "scheduler":
-            agents._handle(msg, rt.clock())
+            agents._handle(msg, rt.clock())  # checks the request's token (harness.check_token)
             return
         rt.crash_at = crash_at
         try:

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from shared import fence
 from shared.effects import PutIndex, Transact
 from shared.messaging import PoisonMessage
 from shared.models import ReplyMessage
@@ -60,6 +61,9 @@ def test_submission_claims_and_dispatches_first_step() -> None:
     assert req.message_id == f"{oid}:reserve-inventory:1" == req.correlation_id
     assert req.reply_to == "replies"
     assert 0 < req.time_to_live.total_seconds() <= 30
+    # the fencing token: exactly the live rows the submission's transaction left (tests/unit/test_fence.py)
+    token = req.body.pop("fence")
+    assert fence.decode(oid, token) == rt.store.read_partition(oid)
     assert req.body == {"kind": "step", "orderId": oid, "step": "reserve-inventory", "operation": "reserve",
                         "attempt": 1, "idempotencyKey": f"{oid}:reserve-inventory",
                         "completeBy": "2026-11-22T08:00:30.000000+00:00",

@@ -100,3 +100,50 @@ def test_fast_response_outcomes(response: Response, error: type[Exception]) -> N
     send, _sent = fast_sender(response)
     with pytest.raises(error):
         send("pk", [Write("create", "a")])
+
+
+def etag_part(status: str, etag: str | None, content_id: int | None = None) -> bytes:
+    cid = f"Content-ID: {content_id}\r\n" if content_id is not None else ""
+    tag = f"ETag: {etag}\r\n" if etag else ""
+    return (f"--changesetresponse_x\r\nContent-Type: application/http\r\n{cid}\r\n"
+            f"HTTP/1.1 {status}\r\nCache-Control: no-cache\r\n{tag}DataServiceVersion: 3.0;\r\n\r\n\r\n").encode()
+
+
+WRITES = [Write("create", "order", {"A": 1}), Write("replace", "state", {"B": "x"}, 'W/"1"'), Write("delete", "d")]
+
+
+def test_fast_path_returns_each_written_rows_etag_in_request_order() -> None:
+    body = (etag_part("204 No Content", 'W/"datetime\'2026-01-01T00%3A00%3A00.1Z\'"')
+            + etag_part("204 No Content", 'W/"datetime\'2026-01-01T00%3A00%3A00.2Z\'"')
+            + etag_part("204 No Content", None) + b"--changesetresponse_x--\r\n")
+    send, _sent = fast_sender(Response(202, body))
+    assert send("pk", WRITES) == {"order": 'W/"datetime\'2026-01-01T00%3A00%3A00.1Z\'"',
+                                  "state": 'W/"datetime\'2026-01-01T00%3A00%3A00.2Z\'"'}
+
+
+def test_fast_path_places_parts_by_their_content_id() -> None:
+    body = (etag_part("204 No Content", 'W/"s"', 1) + etag_part("204 No Content", 'W/"o"', 0)
+            + etag_part("204 No Content", None, 2))
+    send, _sent = fast_sender(Response(202, body))
+    assert send("pk", WRITES) == {"order": 'W/"o"', "state": 'W/"s"'}
+
+
+@pytest.mark.parametrize("case", ["missing", "count"])
+def test_fast_path_leaves_out_what_it_cannot_match(case: str) -> None:
+    if case == "missing":  # a part without an ETag header: no ETag for that row, the others kept
+        body = etag_part("204 No Content", None) + etag_part("204 No Content", 'W/"s"') + etag_part("204", None)
+        expected = {"state": 'W/"s"'}
+    else:  # fewer parts than writes: nothing can be matched, no ETag at all
+        body = etag_part("204 No Content", 'W/"o"') + etag_part("204 No Content", 'W/"s"')
+        expected = {}
+    send, _sent = fast_sender(Response(202, body))
+    assert send("pk", WRITES) == expected
+
+
+def test_public_path_returns_the_etags_submit_transaction_gave() -> None:
+    class Table:
+        def submit_transaction(self, operations: list[Any]) -> list[dict[str, str]]:
+            assert len(operations) == 3
+            return [{"etag": 'W/"o"'}, {"etag": 'W/"s"'}, {}]
+
+    assert PublicSender(Table())("pk", WRITES) == {"order": 'W/"o"', "state": 'W/"s"'}

@@ -1,0 +1,258 @@
+"""The reply path with fencing tokens (``shared.scheduler``, ``shared.fence``): a reply whose
+token is current is decided and written without a read; a token that anything has overtaken
+(a duplicate, a Supervisor redrive, a terminate, a retry's new generation) loses its write
+(412) and the reply is decided on a read, exactly as without a token."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from shared import fence
+from shared.messaging import OutMessage, PoisonMessage
+from shared.scheduler import handle_reply
+from shared.store import ETAG, Conflict, MemoryStore, Op
+from shared.submission import retry_order, terminate_order
+from shared.supervisor import sweep
+from tests.unit.harness import AgentSim, CrashRuntime, deliver_schedules, drive, make_runtime, post, state, steps
+
+
+class CountingStore(MemoryStore):
+    """Counts partition reads and state transactions (committed and lost) of one order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.partition_reads = 0
+        self.committed = 0
+        self.lost = 0
+
+    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+        self.partition_reads += 1
+        return super().read_partition(order_id)
+
+    def transact(self, order_id: str, ops: Sequence[Op]) -> dict[str, str]:
+        try:
+            etags = super().transact(order_id, ops)
+        except Conflict:
+            self.lost += 1
+            raise
+        self.committed += 1
+        return etags
+
+
+@dataclass
+class Counts:
+    reads: int
+    committed: int
+    lost: int
+
+
+def counted(store: CountingStore, fn: Any) -> tuple[Any, Counts]:
+    before = (store.partition_reads, store.committed, store.lost)
+    out = fn()
+    return out, Counts(store.partition_reads - before[0], store.committed - before[1], store.lost - before[2])
+
+
+def setup(echo: bool = True, **sim: Any) -> tuple[CrashRuntime, CountingStore, AgentSim, str]:
+    store = CountingStore()
+    rt = make_runtime(store=store)
+    agents = AgentSim(rt, echo_fence=echo, **sim)
+    return rt, store, agents, str(post(rt).body["orderId"])
+
+
+def next_reply(rt: CrashRuntime, agents: AgentSim) -> OutMessage:
+    deliver_schedules(rt)
+    agents.work(rt.clock())
+    [reply] = agents.pending_replies
+    agents.pending_replies.clear()
+    return reply
+
+
+def deliver(rt: CrashRuntime, reply: OutMessage) -> str:
+    return handle_reply(rt, json.dumps(reply.body).encode(), message_id=reply.message_id)
+
+
+def live(rt: CrashRuntime, oid: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {k: v for k, v in rt.store.snapshot().items() if k[0] == "state" and k[1] == oid}  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- the forward path
+@pytest.mark.parametrize("echo", [True, False], ids=["token", "no-token"])
+def test_forward_path_one_write_per_step_and_reads_only_without_a_token(echo: bool) -> None:
+    store = CountingStore()
+    rt = make_runtime(store=store)
+    agents = AgentSim(rt, echo_fence=echo)
+    oid, at_submission = counted(store, lambda: str(post(rt).body["orderId"]))
+    assert at_submission == Counts(reads=0, committed=1, lost=0)
+    verdicts = []
+    for _ in range(3):
+        reply = next_reply(rt, agents)
+        assert ("fence" in reply.body) is echo
+        verdict, cost = counted(store, lambda r=reply: deliver(rt, r))
+        verdicts.append(verdict)
+        assert cost == Counts(reads=0 if echo else 1, committed=1, lost=0)
+    assert verdicts == ["step-done", "step-done", "processed"]
+    assert state(rt, oid)["ProcessState"] == "Processed"
+
+
+def test_a_duplicate_reply_loses_its_write_then_reads_and_is_a_duplicate() -> None:
+    rt, store, agents, oid = setup()
+    reply = next_reply(rt, agents)
+    assert deliver(rt, reply) == "step-done"
+    rows = live(rt, oid)
+    verdict, cost = counted(store, lambda: deliver(rt, reply))
+    assert (verdict, cost) == ("duplicate", Counts(reads=1, committed=0, lost=1))
+    assert live(rt, oid) == rows
+
+
+@pytest.mark.parametrize("echo", [True, False], ids=["token", "no-token"])
+def test_a_reply_after_the_supervisor_redrove_its_attempt_is_stale(echo: bool) -> None:
+    rt, store, agents, oid = setup(echo)
+    reply = next_reply(rt, agents)
+    rt.clock.advance(31)  # type: ignore[attr-defined]
+    assert sweep(rt).acted == {"redriven": 1}
+    rows = live(rt, oid)
+    verdict, cost = counted(store, lambda: deliver(rt, reply))
+    assert verdict == "stale" and live(rt, oid) == rows
+    assert cost == (Counts(reads=1, committed=0, lost=1) if echo else Counts(reads=1, committed=0, lost=0))
+
+
+def test_a_reply_racing_the_supervisor_loses_to_its_write_and_reads() -> None:
+    """The Supervisor expires the lease between the token's write and the reply's own write:
+    the reply's token write fails (412), the read shows the expired lease, the reply is stale."""
+    rt, store, agents, oid = setup()
+    reply = next_reply(rt, agents)
+    rt.clock.advance(31)  # type: ignore[attr-defined]
+    real = store.transact
+    raced: list[str] = []
+
+    def supervisor_first(order_id: str, ops: Sequence[Op]) -> dict[str, str]:
+        if not raced:
+            raced.append(order_id)
+            sweep(rt)  # its write lands first
+        return real(order_id, ops)
+
+    store.transact = supervisor_first  # type: ignore[method-assign]
+    verdict, cost = counted(store, lambda: deliver(rt, reply))
+    # the sweep's read and write, then the reply's lost token write and its one read
+    assert verdict == "stale" and cost == Counts(reads=2, committed=1, lost=1)
+    assert state(rt, oid)["LeaseKey"] in ("unclaimed", "reserve-inventory:2")
+
+
+def test_a_late_reply_after_terminate_changes_nothing() -> None:
+    rt, store, agents, oid = setup()
+    deliver(rt, next_reply(rt, agents))  # reserve-inventory done; charge-payment in flight
+    reply = next_reply(rt, agents)
+    assert terminate_order(rt, oid).body["result"] == "terminating"
+    rows = live(rt, oid)
+    verdict, cost = counted(store, lambda: deliver(rt, reply))
+    assert verdict in ("stale", "duplicate") and live(rt, oid) == rows
+    assert (cost.reads, cost.committed, cost.lost) == (1, 0, 1)
+
+
+def test_a_waiting_reply_and_the_resumed_attempt_are_decided_without_a_read() -> None:
+    rt, store, agents, oid = setup(breaker_open={"reserve-inventory": 1})
+    waiting = next_reply(rt, agents)
+    assert waiting.body["outcome"] == "waiting" and "fence" in waiting.body
+    verdict, cost = counted(store, lambda: deliver(rt, waiting))
+    assert cost == Counts(reads=0, committed=1, lost=0), verdict
+    assert steps(rt, oid)["reserve-inventory"].get("WaitingOn")
+    rt.clock.advance(6)  # type: ignore[attr-defined]
+    reply = next_reply(rt, agents)  # the resume (a schedule message: read there) re-dispatched it
+    assert reply.body["outcome"] == "success" and "fence" in reply.body
+    verdict, cost = counted(store, lambda: deliver(rt, reply))
+    assert (verdict, cost) == ("step-done", Counts(reads=0, committed=1, lost=0))
+
+
+def test_compensation_replies_are_decided_without_a_read() -> None:
+    rt, store, agents, oid = setup(reject={"create-shipment": "no"})
+    for _ in range(2):
+        deliver(rt, next_reply(rt, agents))
+    rejected = next_reply(rt, agents)
+    assert deliver(rt, rejected) == "failed" or state(rt, oid)["Mode"] == "compensate"
+    for _ in range(2):
+        reply = next_reply(rt, agents)
+        assert reply.body["kind"] == "compensation" and "fence" in reply.body
+        verdict, cost = counted(store, lambda r=reply: deliver(rt, r))
+        assert cost == Counts(reads=0, committed=1, lost=0), verdict
+    st = state(rt, oid)
+    assert (st["Mode"], st["CompensationState"]) == ("finished", "completed")
+
+
+def test_a_token_of_the_previous_generation_loses_after_a_retry() -> None:
+    rt, store, agents, oid = setup(reject={"create-shipment": "no"})
+    first = next_reply(rt, agents)  # reserve-inventory, generation 0
+    deliver(rt, first)
+    drive(rt, oid, agents)
+    assert state(rt, oid)["Outcome"] == "failed"
+    agents.reject.clear()
+    assert retry_order(rt, oid).body["result"] == "restarted"
+    deliver_schedules(rt)  # generation 1 claims reserve-inventory again
+    assert state(rt, oid)["Generation"] == 1
+    rows = live(rt, oid)
+    verdict, cost = counted(store, lambda: deliver(rt, first))
+    assert verdict == "stale" and live(rt, oid) == rows
+    assert (cost.reads, cost.lost) == (1, 1)
+    assert drive(rt, oid, agents)["ProcessState"] == "Processed"
+
+
+# --------------------------------------------------------------------------- tokens refused
+def _with_token(reply: OutMessage, token: str | None) -> OutMessage:
+    return OutMessage(queue=reply.queue, body={**reply.body, "fence": token}, message_id=reply.message_id)
+
+
+@pytest.mark.parametrize("token", ["damaged", "other-order", "other-attempt", "not-a-string", "too-long"])
+def test_a_token_that_cannot_be_used_is_ignored_and_the_reply_read(token: str) -> None:
+    rt, store, agents, oid = setup()
+    reply = next_reply(rt, agents)
+    good = reply.body["fence"]
+    rows = {k: {kk: vv for kk, vv in v.items() if kk != "PartitionKey"} for k, v in fence.decode(oid, good).items()}
+    other = post(rt, headers={"Idempotency-Key": "another"}).body["orderId"]
+    elsewhere = {**rows, "state": {**rows["state"], "LeaseKey": "reserve-inventory:7"}}
+    bad: Any = {"damaged": good[:-3] + ("AAA" if not good.endswith("AAA") else "BBB"),
+                "other-order": fence.encode(other, rows), "other-attempt": fence.encode(oid, elsewhere),
+                "not-a-string": 42, "too-long": "A" * (fence.MAX_FENCE_LENGTH + 1)}[token]
+    verdict, cost = counted(store, lambda: deliver(rt, _with_token(reply, bad)))
+    assert (verdict, cost) == ("step-done", Counts(reads=1, committed=1, lost=0))
+
+
+def test_a_token_decision_that_does_not_write_is_dropped_unrun() -> None:
+    """A valid token whose rows say the step is already Done (a duplicate on those rows): its
+    decision writes nothing, so it is not trusted; the read shows the step Running: step-done."""
+    rt, store, agents, oid = setup()
+    reply = next_reply(rt, agents)
+    rows = {k: {kk: vv for kk, vv in v.items() if kk != "PartitionKey"}
+            for k, v in fence.decode(oid, reply.body["fence"]).items()}
+    step = next(k for k, v in rows.items() if v.get("Name") == "reserve-inventory")
+    rows[step] = {**rows[step], "State": "Done"}
+    sent_before = rt.bus.sent_count  # type: ignore[attr-defined]
+    verdict, cost = counted(store, lambda: deliver(rt, _with_token(reply, fence.encode(oid, rows))))
+    assert (verdict, cost) == ("step-done", Counts(reads=1, committed=1, lost=0))
+    # only the read decision's messages: the next request (and no re-sent request or alert of the dropped one)
+    assert rt.bus.sent_count - sent_before == 1  # type: ignore[attr-defined]
+
+
+def test_a_token_reply_too_large_to_store_is_poison() -> None:
+    rt, store, agents, oid = setup()
+    reply = next_reply(rt, agents)
+    body = {**reply.body, "result": {"blob": "x" * 40_000}}
+    assert "fence" in body
+    with pytest.raises(PoisonMessage):
+        handle_reply(rt, json.dumps(body).encode(), message_id=reply.message_id)
+    assert state(rt, oid)["LeaseKey"] == "reserve-inventory:1"
+
+
+def test_an_unknown_order_is_poison_only_after_a_read() -> None:
+    rt, store, agents, oid = setup()
+    reply = next_reply(rt, agents)
+    for key in list(live(rt, oid)):  # the order is gone (e.g. retention) after its token was issued
+        row = rt.store.read_row(oid, key[2])
+        assert row is not None
+        rt.store.transact(oid, [Op("delete", {"RowKey": key[2]}, etag=row[ETAG])])
+    with pytest.raises(PoisonMessage, match="unknown order"):
+        counted(store, lambda: deliver(rt, reply))
+    assert store.partition_reads >= 1 and store.lost >= 1
