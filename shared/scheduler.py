@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from shared import fence, telemetry
-from shared.effects import Effect, Outcome, Transact
+from shared.effects import Effect, Log, Outcome, Transact
 from shared.logs import log_event
 from shared.messaging import PoisonMessage
 from shared.models import ReplyMessage, ResumeMessage, ScheduleMessage, loads
@@ -102,12 +102,13 @@ def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, tracepare
     except (ValueError, ValidationError) as exc:
         poison("replies", f"invalid reply: {exc}".splitlines()[0], body, message_id, traceparent)
     # The reply's fencing token first (shared.fence): the rows its request's write left, no read.
-    # Its decision is used only if it commits (its write is conditioned on the token's ETags);
-    # one that loses, or does not write, is dropped unrun and the reply is decided on a read.
+    # Its decision is used only if it commits (its write is conditioned on the token's ETags) and
+    # does nothing before that write; one that loses, or does not write first, is dropped unrun
+    # and the reply is decided on a read.
     fenced = _fenced_view(reply, message_id)
     if fenced is not None:
         decision = decide_for_order(fenced, rt.ctx(), partial(decide_reply, fenced, reply))
-        if any(isinstance(eff, Transact) for eff in decision.effects):
+        if _writes_first(decision.effects):
             outcome = _run_reply(rt, decision.effects, body, message_id, traceparent)
             if not outcome.lost_race:
                 return decision.verdict
@@ -124,6 +125,18 @@ def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, tracepare
         # Lost the ETag race (a supervisor or a duplicate of this reply wrote first): decide
         # again on fresh rows; the reply is now stale or a duplicate, or still applies.
     return "lost-race"
+
+
+def _writes_first(effects: list[Effect]) -> bool:
+    """Whether a decision made on a token's rows may be run: it writes, and nothing but log lines
+    comes before its write. An effect before the write (a failure's alert, a deadline row) would
+    act on rows the token may no longer match; such a decision is dropped and made on a read."""
+    for eff in effects:
+        if isinstance(eff, Transact):
+            return True
+        if not isinstance(eff, Log):
+            return False
+    return False
 
 
 def _run_reply(rt: Runtime, effects: list[Effect], body: bytes, message_id: str | None,

@@ -256,3 +256,30 @@ def test_an_unknown_order_is_poison_only_after_a_read() -> None:
     with pytest.raises(PoisonMessage, match="unknown order"):
         counted(store, lambda: deliver(rt, reply))
     assert store.partition_reads >= 1 and store.lost >= 1
+
+
+def test_an_error_reply_on_an_overtaken_token_sends_no_alert() -> None:
+    """A failure's alert comes before its write (a crash after it re-sends the same alert id). A
+    decision on a token must not act before its write: the remote's rejection of attempt 1,
+    delivered after the Supervisor redrove the step to attempt 2, alerts nobody and is stale."""
+    rt, store, agents, oid = setup(reject={"reserve-inventory": "out of stock"})
+    reply = next_reply(rt, agents)
+    assert reply.body["outcome"] == "error" and "fence" in reply.body
+    rt.clock.advance(31)  # type: ignore[attr-defined]
+    assert sweep(rt).acted == {"redriven": 1}
+    alerts = rt.config.queues["AlertsQueue"]
+    before = len(rt.bus.peek(alerts))  # type: ignore[attr-defined]
+    verdict, cost = counted(store, lambda: deliver(rt, reply))
+    assert verdict == "stale" and cost == Counts(reads=1, committed=0, lost=0)
+    assert len(rt.bus.peek(alerts)) == before  # type: ignore[attr-defined]
+
+
+def test_a_live_error_reply_is_decided_on_a_read_and_alerts_once() -> None:
+    """A live rejection alerts before it writes, so its token is not used: it is decided on a read."""
+    rt, store, agents, oid = setup(reject={"reserve-inventory": "out of stock"})
+    reply = next_reply(rt, agents)
+    alerts = rt.config.queues["AlertsQueue"]
+    verdict, cost = counted(store, lambda: deliver(rt, reply))
+    assert verdict != "stale" and cost == Counts(reads=1, committed=1, lost=0)
+    assert [m.body["step"] for m in rt.bus.peek(alerts)] == ["reserve-inventory"]  # type: ignore[attr-defined]
+    assert state(rt, oid)["ProcessState"] == "Error"
