@@ -130,15 +130,33 @@ def per_order(host_split: dict[str, Any], process_cpu: dict[str, float], orders:
             "orders": orders}
 
 
+class PhaseMeters:
+    """CPU seconds per process and the host instances' split over one phase, per order at the end."""
+
+    def __init__(self, pids: dict[str, list[int]], directory: Path) -> None:
+        from bench.profiling import CpuMeter
+
+        self.cpu = CpuMeter(pids)
+        self.split = SplitMeter(directory, [p for k, v in pids.items() if k.startswith("host instance") for p in v])
+
+    def start(self) -> None:
+        self.cpu.start()
+        self.split.start()
+
+    def stop(self, orders: int) -> dict[str, Any]:
+        cpu, host = self.cpu.stop(), self.split.stop()
+        return {"cpu_seconds": cpu, "cpu_split": host, "cpu_ms_per_order_split": per_order(host, cpu, orders)}
+
+
 def host_env(directory: Path) -> dict[str, str]:
     """The environment variable that asks the host instances for their roles files."""
     return {ENV: str(directory)}
 
 
-def report_line(sat: dict[str, Any]) -> str | None:
-    po = sat.get("cpu_ms_per_order_split")
+def report_line(phase: dict[str, Any], label: str = "") -> str | None:
+    po = phase.get("cpu_ms_per_order_split")
     if not po:
         return None
-    return (f"CPU ms per order at saturation, split: app code {po['app_code']}, host receive/settle loop "
+    return (f"CPU ms per order{label}, split: app code {po['app_code']}, host receive/settle loop "
             f"{po['host_loop']} (other host threads {po['host_other_threads']}), other processes "
             f"{po['other_processes_total']} {po['other_processes']}")

@@ -365,7 +365,7 @@ def print_summary(r: dict[str, Any]) -> None:
     if wt.get("cpu_ms_per_order"):
         busy = 100 * (wt.get("machine_cpu_used_share") or 0)
         p(f"CPU ms per order at saturation: {wt['cpu_ms_per_order']} (machine {busy:.0f}% busy)")
-    split_line = cpu_split.report_line(r.get("phases", {}).get("saturation", {}))
+    split_line = cpu_split.report_line(r.get("phases", {}).get("saturation", {}), " at saturation")
     if split_line:
         p(split_line)
     if wt.get("azurite_cpu_ms_per_app_request"):

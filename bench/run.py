@@ -491,7 +491,7 @@ class Bench:
         st = res.get("steady", {})
         log(f"  saturation: {st.get('orders_per_s')} orders/s, {st.get('work_items_per_s')} work items/s (steady); "
             f"p50 {res['latency_ms']['p50']} ms, p99 {res['latency_ms']['p99']} ms; CPU s: {cpu}")
-        log(f"  {cpu_split.report_line(res)}")
+        log(f"  {cpu_split.report_line(res, ' at saturation')}")
 
     def phase_lanes(self) -> None:
         """Priority lanes at saturation: 10% high, 10% low orders beside normal ones (bench/lanes.py)."""
@@ -563,14 +563,18 @@ class Bench:
         r = self.new_run(name)
         before = self.snapshot()
         t0 = time.time()
+        meters = cpu_split.PhaseMeters(self._pids(), self.roles_dir)
+        meters.start()
         r.open_loop(rate, seconds, threads=8, progress=lambda s: print(s, flush=True))
         res = self._measured(name, r, before, t0, drain_timeout=120)
+        res.update(meters.stop(res["processed"]))
         res["arrival_rate"] = round(rate, 2)
         res["fraction_of_saturation"] = fraction
         self.result.setdefault("phases", {})[name] = res
         log(f"  {name}: {res['processed']}/{res['orders_posted']} processed, {res['orders_per_s']} orders/s; "
             f"latency p50 {res['latency_ms']['p50']} ms, p95 {res['latency_ms']['p95']} ms, "
             f"p99 {res['latency_ms']['p99']} ms")
+        log(f"  {cpu_split.report_line(res, f' ({name})')}")
 
     def phase_idle(self) -> None:
         secs = self.args.idle_seconds
