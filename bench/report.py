@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench import busstats
+from bench import busstats, cpu_split
 from bench.cost import IDLE_SWEEP_KINDS, SWEEP_KINDS, consistency, saturation_cost, work_queues
 from bench.projection import projection
 
@@ -326,6 +326,9 @@ def print_summary(r: dict[str, Any]) -> None:
     if wt.get("cpu_ms_per_order"):
         busy = 100 * (wt.get("machine_cpu_used_share") or 0)
         p(f"CPU ms per order at saturation: {wt['cpu_ms_per_order']} (machine {busy:.0f}% busy)")
+    split_line = cpu_split.report_line(r.get("phases", {}).get("saturation", {}), " at saturation")
+    if split_line:
+        p(split_line)
     if wt.get("azurite_cpu_ms_per_app_request"):
         share = 100 * (wt.get("azurite_one_core_share_of_raw") or 0)
         p(f"Azurite: {wt['azurite_cpu_ms_per_app_request']} CPU-ms per app request, so one full core serves "

@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import busstats, opcount, versus
+from bench import busstats, cpu_split, opcount, versus
 from bench.azraw import TableHttp, raw_rate
 from bench.hostlog import HostLog
 from bench.load import LoadRun, Poster, StatusWatcher, percentile
@@ -94,6 +94,7 @@ class Bench:
         self.work = Path(tempfile.mkdtemp(prefix="bench-"))
         self.count_dir = self.work / "opcount"
         self.bus_stats_path = self.work / "servicebus-stats.json"
+        self.roles_dir = self.work / "threadroles"
         self.result: dict[str, Any] = {"started_at": datetime.now(UTC).isoformat(), "machine": machine(),
                                        "config": {k: v for k, v in vars(args).items()}}
         self.stack: Any = None
@@ -191,7 +192,8 @@ class Bench:
             f"supervisor every {self.args.supervisor_period}s) in {self.work}")
         t0 = time.monotonic()
         self.stack = Stack(state_dir=self.work / "stack", persistent=False, instances=self.args.instances,
-                           settings_overrides=overrides, host_env=opcount.host_env(self.count_dir))
+                           settings_overrides=overrides,
+                           host_env=opcount.host_env(self.count_dir) | cpu_split.host_env(self.roles_dir))
         self.stack.start()
         self.result["stack_start_s"] = round(time.monotonic() - t0, 1)
         self.hostlog = HostLog(self.stack.log_dir / "host.log")
@@ -443,7 +445,10 @@ class Bench:
         t0 = time.time()
         pids = self._pids()
         meter = CpuMeter(pids)
+        split = cpu_split.SplitMeter(self.roles_dir, [p for k, v in pids.items() if k.startswith("host instance")
+                                                      for p in v])
         meter.start()
+        split.start()
         prof_procs = []
         if not a.no_profile:
             secs = max(3, int(a.saturation_seconds * 0.6))
@@ -469,11 +474,14 @@ class Bench:
         probe = self._start_probe(a.saturation_seconds + 30)
         r.closed_loop(a.window, a.saturation_seconds, threads=min(32, a.window),
                       progress=lambda s: print(s, flush=True))
-        cpu = meter.stop()
-        wall = time.time() - t0
         probed = self._stop_probe(probe)
         res = self._measured("saturation", r, before, t0, drain_timeout=120,
                              steady_from=t0 + min(5.0, a.saturation_seconds / 4))
+        # after the drain: every processed order's work, the last ones' too, is in the window
+        cpu = meter.stop()
+        res["cpu_split"] = split.stop()
+        wall = time.time() - t0
+        res["cpu_ms_per_order_split"] = cpu_split.per_order(res["cpu_split"], cpu, res["processed"])
         res["cpu_seconds"] = cpu
         res["cpu_wall_seconds"] = round(wall, 2)
         res["cpu_share_of_machine"] = {k: round(v / (wall * (os.cpu_count() or 1)), 3) for k, v in cpu.items()}
@@ -489,6 +497,7 @@ class Bench:
         st = res.get("steady", {})
         log(f"  saturation: {st.get('orders_per_s')} orders/s, {st.get('work_items_per_s')} work items/s (steady); "
             f"p50 {res['latency_ms']['p50']} ms, p99 {res['latency_ms']['p99']} ms; CPU s: {cpu}")
+        log(f"  {cpu_split.report_line(res, ' at saturation')}")
 
     def phase_lanes(self) -> None:
         """Priority lanes at saturation: 10% high, 10% low orders beside normal ones (bench/lanes.py)."""
@@ -560,14 +569,18 @@ class Bench:
         r = self.new_run(name)
         before = self.snapshot()
         t0 = time.time()
+        meters = cpu_split.PhaseMeters(self._pids(), self.roles_dir)
+        meters.start()
         r.open_loop(rate, seconds, threads=8, progress=lambda s: print(s, flush=True))
         res = self._measured(name, r, before, t0, drain_timeout=120)
+        res.update(meters.stop(res["processed"]))
         res["arrival_rate"] = round(rate, 2)
         res["fraction_of_saturation"] = fraction
         self.result.setdefault("phases", {})[name] = res
         log(f"  {name}: {res['processed']}/{res['orders_posted']} processed, {res['orders_per_s']} orders/s; "
             f"latency p50 {res['latency_ms']['p50']} ms, p95 {res['latency_ms']['p95']} ms, "
             f"p99 {res['latency_ms']['p99']} ms")
+        log(f"  {cpu_split.report_line(res, f' ({name})')}")
 
     def phase_idle(self) -> None:
         secs = self.args.idle_seconds

@@ -227,10 +227,11 @@ OutputHandler = Callable[[dict[str, Any], Any], "asyncio.Future[Any] | Any"]
 class Invoker:
     """Runs invocations: async functions on the worker's event loop, sync ones in a thread pool."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, app_dir: Path, threads: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, app_dir: Path, threads: int,
+                 thread_init: Callable[[], None] | None = None) -> None:
         self.loop = loop
         self.app_dir = str(app_dir)
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="invoke")
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="invoke", initializer=thread_init)
         self.output_handlers: dict[str, Callable[[dict[str, Any], Any], Any]] = {}
         self.in_flight = 0
 

@@ -11,6 +11,7 @@ what the host never sends. Sent: an output binding's value becomes an SDK messag
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -128,10 +129,34 @@ def host_trigger_metadata(msg: Any) -> dict[str, meta.Datum]:
     return {name: datum for name, datum in data.items() if datum is not None}
 
 
+# The dates this host writes (_host_datetime): Json.NET's, with or without the "+00:00" offset
+_HOST_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,7}))?(\+00:00)?")
+
+
+class InConverter(ServiceBusMessageInConverter, binding=None):  # binding=None: not registered
+    """The library's converter, with a fast path for the dates this host writes: the library tries
+    up to 16 ``strptime`` formats one after the other (each miss a raised ValueError), four dates a
+    message, which was a fifth of the instance's event loop CPU. Same result as the library's
+    ``_parse_datetime`` (a tested property): UTC-aware with the offset, naive without, a seventh
+    fraction digit dropped; anything else goes to the library."""
+
+    @classmethod
+    def _parse_datetime(cls, datetime_str: str | None) -> datetime | None:
+        m = _HOST_DATE.fullmatch(datetime_str) if datetime_str else None
+        if m is None:
+            return super()._parse_datetime(datetime_str)
+        y, mo, d, h, mi, sec, fraction, offset = m.groups()
+        try:
+            return datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec),
+                            int((fraction or "")[:6].ljust(6, "0")), tzinfo=UTC if offset else None)
+        except ValueError:  # out of range: the library's error
+            return super()._parse_datetime(datetime_str)
+
+
 def to_function_message(msg: Any) -> FunctionServiceBusMessage:
     """The SDK's received message as the worker hands it to the function: the host's trigger
     metadata, decoded by the azure-functions library's own converter, as the worker does."""
-    decoded = ServiceBusMessageInConverter.decode(meta.Datum(message_body(msg), "bytes"),
+    decoded = InConverter.decode(meta.Datum(message_body(msg), "bytes"),
                                                   trigger_metadata=host_trigger_metadata(msg))
     assert isinstance(decoded, FunctionServiceBusMessage)
     return decoded

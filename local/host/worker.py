@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1  # the supervisor died before we got here
 
     from .settings import load_host_config
+    from .threadroles import ThreadRoles
 
     app_dir = Path(args.app_dir).resolve()
     host_cfg = load_host_config(app_dir)
@@ -107,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.remove("")
     sys.path.insert(0, str(app_dir))
 
+    roles = ThreadRoles.from_env()
+    roles.register("main")
     loop = asyncio.new_event_loop()
+    loop.call_soon(roles.register, "loop")
     loop_thread = threading.Thread(target=loop.run_forever, name="worker-loop", daemon=True)
     loop_thread.start()
     try:
@@ -141,11 +145,12 @@ def main(argv: list[str] | None = None) -> int:
                  instance_id)
 
         threads = int(os.environ.get("PYTHON_THREADPOOL_THREAD_COUNT") or 32)
-        invoker = Invoker(loop, app_dir, threads)
+        invoker = Invoker(loop, app_dir, threads, thread_init=lambda: roles.register("invoke"))
         sb_host = ServiceBusHost(loop, invoker, host_cfg.service_bus, settings)
         routes = build_routes(specs, host_cfg.route_prefix)
         front = HttpFrontEnd(args.host, args.port, routes, invoker, instance_id)
-        http_thread = threading.Thread(target=front.serve_forever, name="http", daemon=True)
+        http_thread = threading.Thread(target=_registered(roles, "http", front.serve_forever), name="http",
+                                       daemon=True)
         http_thread.start()
         timers = []
         for s in specs:
@@ -188,6 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     log.info("Host instance %s stopped", instance_id)
     logging.shutdown()
     return 0
+
+
+def _registered(roles: Any, role: str, target: Any) -> Any:
+    """``target``, run on a thread that first records its role (``local.host.threadroles``)."""
+    def run() -> None:
+        roles.register(role)
+        target()
+    return run
 
 
 async def _start_sb(sb_host: Any, specs: list[Any]) -> None:

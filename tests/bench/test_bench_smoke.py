@@ -74,6 +74,18 @@ def test_counts_are_consistent(result: tuple[dict, Path]) -> None:
     assert wt["cpu_ms_per_order"]["host instances (the app)"] > 0 and wt["azurite_cpu_ms_per_app_request"] > 0
 
 
+def test_cpu_per_order_is_split_between_the_app_and_the_hosts_loop(result: tuple[dict, Path]) -> None:
+    """Issue 15: the host instances' CPU per thread role (bench.cpu_split), every instance seen."""
+    r, _ = result
+    for phase in ("saturation", "latency"):
+        ph = r["phases"][phase]
+        assert ph["cpu_split"]["instances"] == r["config"]["instances"], phase
+        po = ph["cpu_ms_per_order_split"]
+        assert po["app_code"] > 0 and po["host_loop"] > 0 and po["other_processes"]["azurite"] > 0, (phase, po)
+        hosts = sum(v for k, v in ph["cpu_seconds"].items() if k.startswith("host instance"))
+        assert sum(ph["cpu_split"]["cpu_seconds"].values()) <= hosts + 0.1, phase  # the split is of those processes
+
+
 def test_table_requests_are_reported_by_table(result: tuple[dict, Path]) -> None:
     r, _ = result
     t = r["per_order"]["table"]

@@ -208,3 +208,33 @@ def test_setup_picks_one_exporter() -> None:
     assert telemetry.setup({"PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY": "true"}) in ("worker", "already")
     assert telemetry.valid_traceparent("00-" + "0" * 32 + "-" + "1" * 16 + "-01") is None
     assert telemetry.valid_traceparent(f" {REQUEST_TRACEPARENT} ".encode()) == REQUEST_TRACEPARENT
+
+
+SETUP_CHILD = r'''
+import sys, requests
+from shared import telemetry
+if sys.argv[1] == "provider":
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    trace.set_tracer_provider(TracerProvider())
+env = {"ORDERS_SPANS_DIR": sys.argv[2]} if sys.argv[1] == "file" else {}
+mode = telemetry.setup(env)
+print(mode, bool(getattr(requests.Session.send, "opentelemetry_instrumentation_requests_applied", False)))
+'''
+
+
+@pytest.mark.parametrize(("case", "expected"), [("none", "api False"), ("provider", "api True"),
+                                                ("file", "file True")])
+def test_requests_instrumented_unless_no_span_could_be_recorded(case: str, expected: str, tmp_path: Any) -> None:
+    """No SDK and no exporter: the requests instrumentation would only make discarded no-op spans, so
+    it stays off; with a provider installed (a test's) or an exporter it is on. In a fresh process:
+    setup() runs once per process and this suite's conftest installs providers."""
+    import subprocess
+    import sys
+
+    from local.procs import REPO_ROOT
+
+    out = subprocess.run([sys.executable, "-c", SETUP_CHILD, case, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == expected

@@ -11,6 +11,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import azure.functions as func
+import pytest
 from azure.functions import meta
 from azure.functions.servicebus import ServiceBusMessageInConverter
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusReceiveMode
@@ -158,3 +159,33 @@ def test_only_the_hosts_keys_are_sent() -> None:
     for never in ("LockedUntil", "State", "TimeToLive", "DeadLetterReason", "DeadLetterErrorDescription",
                   "ScheduledEnqueueTimeUtc", "EnqueuedSequenceNumber"):
         assert never not in sent
+
+
+def test_fast_date_parse_gives_the_librarys_result() -> None:
+    """InConverter's fast path for the host's own date forms returns what the library's
+    ``_parse_datetime`` does, type and zone included; other forms and bad dates go to the library."""
+    from local.host.messages import DOTNET_MAX_DATETIME, InConverter
+
+    values = [DOTNET_MAX_DATETIME, DOTNET_MAX_DATETIME + "+00:00", "2026-01-02T03:04:05", "2026-01-02T03:04:05+00:00",
+              "2018-08-07T23:17:57.461050Z", "08/07/2018 23:17:57Z", "2026-01-02T03:04:05-00:00"]
+    base = datetime(2024, 2, 29, 23, 59, 58, tzinfo=UTC)
+    for i in range(300):
+        dt = base + timedelta(microseconds=i * 7_654_321)
+        for digits in range(1, 8):
+            text = dt.strftime("%Y-%m-%dT%H:%M:%S") + "." + f"{dt.microsecond:06d}1"[:digits]
+            values += [text, text + "+00:00"]
+    for v in values:
+        got, want = InConverter._parse_datetime(v), ServiceBusMessageInConverter._parse_datetime(v)
+        assert (got, type(got), got.tzinfo) == (want, type(want), want.tzinfo), v
+    for bad in ("2026-13-01T00:00:00", "2026-02-30T00:00:00+00:00", "2026-01-01T24:00:00"):
+        with pytest.raises(ValueError):
+            ServiceBusMessageInConverter._parse_datetime(bad)
+        with pytest.raises(ValueError):
+            InConverter._parse_datetime(bad)
+
+
+def test_the_converter_is_not_registered_for_the_binding() -> None:
+    from local.host.messages import InConverter
+
+    assert meta._ConverterMeta.get("serviceBusTrigger") is ServiceBusMessageInConverter
+    assert InConverter is not ServiceBusMessageInConverter

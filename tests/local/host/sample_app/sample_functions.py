@@ -47,6 +47,16 @@ def boom(req: func.HttpRequest) -> func.HttpResponse:
     raise RuntimeError("boom on purpose")
 
 
+@bp.route(route="thread/sync", methods=["GET"])
+def thread_sync(req: func.HttpRequest) -> func.HttpResponse:
+    return func.HttpResponse(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id()}))
+
+
+@bp.route(route="thread/async", methods=["GET"])
+async def thread_async(req: func.HttpRequest) -> func.HttpResponse:
+    return func.HttpResponse(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id()}))
+
+
 @bp.route(route="orders/{order_id:guid}/lines/{line}", methods=["GET"])
 def order_line(req: func.HttpRequest, context: func.Context) -> str:
     return f"{req.route_params['order_id']}|{req.route_params['line']}|{context.function_name}"
