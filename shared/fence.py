@@ -12,8 +12,11 @@ trusted beyond that: it only saves the read when the read would have returned th
 A token is base64url of a 16-byte MAC and the zlib-compressed JSON ``{"o": orderId, "r":
 {RowKey: entity}}`` (each entity with its ETag under ``shared.store.ETAG``). The MAC (a fixed
 key, like ``shared.tokens``) refuses a corrupted, cut or foreign token; it does not keep the
-rows secret (the request already carries the order). A token longer than
-``MAX_FENCE_LENGTH`` is not issued (the reply path reads instead).
+rows secret (the request already carries the order), and since its key is in the code it does
+not authenticate the sender: whoever may send to the replies queue may also send requests to the
+agents, so the trust boundary stays the Service Bus namespace (managed identity only). Every ETag
+must be one a store issued (``W/"..."``), never ``*``: a token's write is always conditional. A
+token longer than ``MAX_FENCE_LENGTH`` is not issued (the reply path reads instead).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ _MAC_BYTES = 16
 MAX_FENCE_LENGTH = 32 * 1024  # characters of the encoded token (the request and reply carry it)
 _MAX_JSON_BYTES = 1024 * 1024  # decompressed: a bound against a crafted token
 _ALPHABET = re.compile(r"[A-Za-z0-9_-]+")
+# An ETag as Table Storage (and MemoryStore) issue them: weak, quoted. '*' would make the write
+# unconditional, so a token holding one is refused.
+_STORE_ETAG = re.compile(r'W/"[^"*]+"')
 
 Entities = dict[str, dict[str, Any]]
 
@@ -102,7 +108,7 @@ def _checked(order_id: str, data: Any) -> Entities:
     for key, entity in rows.items():
         if not live_row(key) or not isinstance(entity, dict) or entity.get("RowKey") != key:
             raise InvalidFence(f"row {key!r} is not a live row")
-        if not isinstance(entity.get(ETAG), str) or not entity[ETAG]:
-            raise InvalidFence(f"row {key!r} has no ETag")
+        if not isinstance(entity.get(ETAG), str) or not _STORE_ETAG.fullmatch(entity[ETAG]):
+            raise InvalidFence(f"row {key!r} has no ETag a store issued")  # never '*' (unconditional)
         out[key] = {**entity, "PartitionKey": order_id}
     return out

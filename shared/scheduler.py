@@ -107,11 +107,9 @@ def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, tracepare
     # and the reply is decided on a read.
     fenced = _fenced_view(reply, message_id)
     if fenced is not None:
-        decision = decide_for_order(fenced, rt.ctx(), partial(decide_reply, fenced, reply))
-        if _writes_first(decision.effects):
-            outcome = _run_reply(rt, decision.effects, body, message_id, traceparent)
-            if not outcome.lost_race:
-                return decision.verdict
+        verdict = _decide_on_token(rt, fenced, reply, message_id)
+        if verdict is not None:
+            return verdict
     for _ in range(REPLY_RACE_RETRIES):
         view = View.from_entities(rt.store.read_partition(reply.orderId))
         if view.state is None:
@@ -125,6 +123,25 @@ def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, tracepare
         # Lost the ETag race (a supervisor or a duplicate of this reply wrote first): decide
         # again on fresh rows; the reply is now stale or a duplicate, or still applies.
     return "lost-race"
+
+
+def _decide_on_token(rt: Runtime, view: View, reply: ReplyMessage, message_id: str | None) -> str | None:
+    """The reply decided and written on its token's rows, or None when a read must decide it: the
+    rows make no decision, the decision does not write first, its write lost, or the result cannot
+    be stored (decided on a read, a stale reply is stale there, not poison)."""
+    try:
+        decision = decide_for_order(view, rt.ctx(), partial(decide_reply, view, reply))
+    except Exception as exc:  # noqa: BLE001 - rows no write of ours left: the read decides
+        log_event(logging.INFO, "reply.fence_refused", order_id=reply.orderId, step=reply.step,
+                  attempt=reply.attempt, messageId=message_id, reason=f"no decision on its rows: {exc!r}")
+        return None
+    if not _writes_first(decision.effects):
+        return None
+    try:
+        outcome = rt.run(decision.effects)
+    except TooLarge:
+        return None  # raised before the write: nothing ran
+    return None if outcome.lost_race else decision.verdict
 
 
 def _writes_first(effects: list[Effect]) -> bool:
@@ -156,7 +173,7 @@ def _fenced_view(reply: ReplyMessage, message_id: str | None) -> View | None:
         return None
     try:
         view = View.from_entities(fence.decode(reply.orderId, reply.fence))
-    except (fence.InvalidFence, ValueError, TypeError, KeyError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any token that does not make a view is ignored, never poison
         log_event(logging.INFO, "reply.fence_refused", order_id=reply.orderId, step=reply.step,
                   attempt=reply.attempt, messageId=message_id, reason=str(exc))
         return None

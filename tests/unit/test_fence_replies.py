@@ -283,3 +283,51 @@ def test_a_live_error_reply_is_decided_on_a_read_and_alerts_once() -> None:
     assert verdict != "stale" and cost == Counts(reads=1, committed=1, lost=0)
     assert [m.body["step"] for m in rt.bus.peek(alerts)] == ["reserve-inventory"]  # type: ignore[attr-defined]
     assert state(rt, oid)["ProcessState"] == "Error"
+
+
+def _forged(oid: str, rows: dict[str, dict[str, Any]]) -> str:
+    token = fence.encode(oid, rows)
+    assert token is not None
+    return token
+
+
+def test_a_token_with_unconditional_etags_is_refused_and_the_late_reply_is_stale() -> None:
+    """'*' would make the token's write unconditional: a late reply after a terminate, its token
+    forged with '*' ETags (and an EventSeq past the history's), must not run the order forward."""
+    rt, store, agents, oid = setup()
+    deliver(rt, next_reply(rt, agents))
+    reply = next_reply(rt, agents)
+    assert terminate_order(rt, oid).body["result"] == "terminating"
+    rows = fence.decode(oid, reply.body["fence"])
+    for entity in rows.values():
+        entity[ETAG] = "*"
+    rows["state"]["EventSeq"] = 500
+    forged = OutMessage(**{**reply.__dict__, "body": {**reply.body, "fence": _forged(oid, rows)}})
+    before = live(rt, oid)
+    verdict, cost = counted(store, lambda: deliver(rt, forged))
+    assert verdict in ("stale", "duplicate") and cost == Counts(reads=1, committed=0, lost=0)
+    assert live(rt, oid) == before
+
+
+def test_a_token_whose_rows_make_no_view_is_ignored_not_poison() -> None:
+    """A token that passes the MAC but whose rows break the row codecs (a lease that is not text)
+    is ignored: the reply is decided on a read, never raised for redelivery and dead-lettering."""
+    rt, store, agents, oid = setup()
+    reply = next_reply(rt, agents)
+    rows = fence.decode(oid, reply.body["fence"])
+    rows["state"]["LeaseKey"] = 5
+    broken = OutMessage(**{**reply.__dict__, "body": {**reply.body, "fence": _forged(oid, rows)}})
+    verdict, cost = counted(store, lambda: deliver(rt, broken))
+    assert verdict == "step-done" and cost == Counts(reads=1, committed=1, lost=0)
+
+
+def test_a_stale_reply_too_large_to_store_is_stale_not_poison() -> None:
+    """The token still shows the step running, so a late reply looks live on it; its result too
+    large to store must not make it poison: the read decides, and there it is stale."""
+    rt, store, agents, oid = setup()
+    deliver(rt, next_reply(rt, agents))
+    reply = next_reply(rt, agents)
+    terminate_order(rt, oid)
+    large = OutMessage(**{**reply.__dict__, "body": {**reply.body, "result": {"blob": "x" * 40000}}})
+    assert "fence" in large.body
+    assert deliver(rt, large) in ("stale", "duplicate")
