@@ -449,28 +449,7 @@ class Bench:
                                                       for p in v])
         meter.start()
         split.start()
-        prof_procs = []
-        if not a.no_profile:
-            secs = max(3, int(a.saturation_seconds * 0.6))
-            start_at = a.saturation_seconds * 0.25
-
-            # One host instance (they run the same code on the same load) and the emulator: every
-            # py-spy takes CPU from the 2 the stack shares, so profiling all of them would change
-            # what it measures.
-            profiled = ("host instance 1", "servicebus emulator")
-
-            def later() -> None:
-                time.sleep(start_at)
-                for name, plist in pids.items():
-                    if name in profiled:
-                        for pid in plist:
-                            p = start_record(pid, secs, self.work / "profiles" / f"{name.replace(' ', '_')}-{pid}.txt")
-                            if p is not None:
-                                prof_procs.append((name, pid, p))
-
-            import threading
-
-            threading.Thread(target=later, daemon=True).start()
+        prof_procs = [] if a.no_profile else self._start_profiles(pids)
         probe = self._start_probe(a.saturation_seconds + 30)
         r.closed_loop(a.window, a.saturation_seconds, threads=min(32, a.window),
                       progress=lambda s: print(s, flush=True))
@@ -486,6 +465,38 @@ class Bench:
         res["cpu_wall_seconds"] = round(wall, 2)
         res["cpu_share_of_machine"] = {k: round(v / (wall * (os.cpu_count() or 1)), 3) for k, v in cpu.items()}
         res["azurite_probe"] = probed
+        self._collect_profiles(prof_procs)
+        self.result.setdefault("phases", {})["saturation"] = res
+        st = res.get("steady", {})
+        log(f"  saturation: {st.get('orders_per_s')} orders/s, {st.get('work_items_per_s')} work items/s (steady); "
+            f"p50 {res['latency_ms']['p50']} ms, p99 {res['latency_ms']['p99']} ms; CPU s: {cpu}")
+        log(f"  {cpu_split.report_line(res, ' at saturation')}")
+
+    def _start_profiles(self, pids: dict[str, list[int]]) -> list[tuple[str, int, Any]]:
+        """py-spy on one host instance (they run the same code on the same load) and the emulator,
+        over the middle of saturation: every py-spy takes CPU from the 2 the stack shares, so
+        profiling all of them would change what it measures. Filled in by a thread."""
+        a = self.args
+        secs = max(3, int(a.saturation_seconds * 0.6))
+        start_at = a.saturation_seconds * 0.25
+        profiled = ("host instance 1", "servicebus emulator")
+        prof_procs: list[tuple[str, int, Any]] = []
+
+        def later() -> None:
+            time.sleep(start_at)
+            for name, plist in pids.items():
+                if name in profiled:
+                    for pid in plist:
+                        p = start_record(pid, secs, self.work / "profiles" / f"{name.replace(' ', '_')}-{pid}.txt")
+                        if p is not None:
+                            prof_procs.append((name, pid, p))
+
+        import threading
+
+        threading.Thread(target=later, daemon=True).start()
+        return prof_procs
+
+    def _collect_profiles(self, prof_procs: list[tuple[str, int, Any]]) -> None:
         for name, pid, p in prof_procs:
             try:
                 p.wait(timeout=60)
@@ -493,11 +504,6 @@ class Bench:
                 p.kill()
             path = self.work / "profiles" / f"{name.replace(' ', '_')}-{pid}.txt"
             self.profiles[f"{name} (pid {pid})"] = summarize_raw(path)
-        self.result.setdefault("phases", {})["saturation"] = res
-        st = res.get("steady", {})
-        log(f"  saturation: {st.get('orders_per_s')} orders/s, {st.get('work_items_per_s')} work items/s (steady); "
-            f"p50 {res['latency_ms']['p50']} ms, p99 {res['latency_ms']['p99']} ms; CPU s: {cpu}")
-        log(f"  {cpu_split.report_line(res, ' at saturation')}")
 
     def phase_lanes(self) -> None:
         """Priority lanes at saturation: 10% high, 10% low orders beside normal ones (bench/lanes.py)."""
