@@ -42,20 +42,17 @@ def projection(po: dict[str, Any] | None, counted_over: str = "load phases") -> 
             "orders_per_s_if_a_batch_counts_once": round(ACCOUNT_TRANSACTIONS / req, 1) if req else None,
             "counted": "every entity a request writes or returns counted as one transaction (the lower "
                        "figure); the other counts each request (an entity-group transaction) once"}
-    idx = t["index_entities_per_order"]
-    if idx:
-        out["deadline_index_partition"] = {
-            "entities_per_s": PARTITION_ENTITIES, "index_entities_per_order": idx,
-            "orders_per_s": round(PARTITION_ENTITIES / idx, 1),
-            "why": "every deadline index row of a minute lands in one partition (the due minute), so all "
-                   "orders in flight share it; the order's own partition sees far less"}
-    search = t.get("search_index_entities_per_order")
-    if search:
-        out["search_index_partition"] = {
-            "entities_per_s": PARTITION_ENTITIES, "search_index_entities_per_order": search,
-            "orders_per_s": round(PARTITION_ENTITIES / search, 1),
-            "why": "the search index is ONE partition (orders): every order's index writes (when it is "
-                   "accepted and when it ends) land there"}
+    for name, key, why in (
+            ("deadline_index_partition", "index_entities_per_order",
+             "every deadline index row of a minute lands in one partition (the due minute), so all "
+             "orders in flight share it; the order's own partition sees far less"),
+            ("search_index_partition", "search_index_entities_per_order",
+             "the search index is ONE partition (orders): every order's index writes (when it is "
+             "accepted and when it ends) land there")):
+        per_order = t.get(key)
+        if per_order:
+            out[name] = {"entities_per_s": PARTITION_ENTITIES, key: per_order,
+                         "orders_per_s": round(PARTITION_ENTITIES / per_order, 1), "why": why}
     limits = [v["orders_per_s"] for v in out.values()]
     if limits:
         out["binding_limit_orders_per_s"] = min(limits)

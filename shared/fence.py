@@ -21,22 +21,18 @@ token longer than ``MAX_FENCE_LENGTH`` is not issued (the reply path reads inste
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import re
 import zlib
 from collections.abc import Mapping
 from typing import Any
 
+from shared import sealed
 from shared.store import ETAG, ORDER_ROW, STATE_ROW
 
 _KEY = b"orders-fencing-token-v1"
-_MAC_BYTES = 16
 MAX_FENCE_LENGTH = 32 * 1024  # characters of the encoded token (the request and reply carry it)
 _MAX_JSON_BYTES = 1024 * 1024  # decompressed: a bound against a crafted token
-_ALPHABET = re.compile(r"[A-Za-z0-9_-]+")
 # An ETag as Table Storage (and MemoryStore) issue them: weak, quoted. '*' would make the write
 # unconditional, so a token holding one is refused.
 _STORE_ETAG = re.compile(r'W/"[^"*]+"')
@@ -54,7 +50,7 @@ def live_row(row_key: str) -> bool:
 
 
 def _mac(payload: bytes) -> bytes:
-    return hmac.new(_KEY, payload, hashlib.sha256).digest()[:_MAC_BYTES]
+    return sealed.mac(_KEY, payload)
 
 
 def encode(order_id: str, rows: Mapping[str, Mapping[str, Any]]) -> str | None:
@@ -69,21 +65,16 @@ def encode(order_id: str, rows: Mapping[str, Mapping[str, Any]]) -> str | None:
     except (TypeError, ValueError):
         return None
     packed = zlib.compress(text.encode("utf-8"), 1)
-    token = base64.urlsafe_b64encode(_mac(packed) + packed).rstrip(b"=").decode("ascii")
+    token = sealed.seal(_mac, packed)
     return token if len(token) <= MAX_FENCE_LENGTH else None
 
 
 def decode(order_id: str, token: str) -> Entities:
     """The rows a token issued for ``order_id`` carries; ``InvalidFence`` for anything else."""
-    if not token or len(token) > MAX_FENCE_LENGTH or not _ALPHABET.fullmatch(token):
-        raise InvalidFence("malformed")
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-    except ValueError as exc:
-        raise InvalidFence("not base64url") from exc
-    mac, packed = raw[:_MAC_BYTES], raw[_MAC_BYTES:]
-    if len(mac) != _MAC_BYTES or not hmac.compare_digest(mac, _mac(packed)):
-        raise InvalidFence("MAC does not match")
+        packed = sealed.unseal(_mac, token, MAX_FENCE_LENGTH, foreign="MAC does not match")
+    except sealed.Unsealed as exc:
+        raise InvalidFence(str(exc)) from exc
     inflate = zlib.decompressobj()
     try:
         text = inflate.decompress(packed, _MAX_JSON_BYTES)

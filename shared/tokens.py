@@ -10,17 +10,13 @@ from a token is checked again and used only as a parameter of a filter.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
-import re
 from typing import Any
 
+from shared import sealed
+
 _KEY = b"orders-continuation-token-v1"
-_MAC_BYTES = 16
 MAX_TOKEN_LENGTH = 1024
-_ALPHABET = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class InvalidToken(ValueError):
@@ -28,32 +24,21 @@ class InvalidToken(ValueError):
 
 
 def _mac(scope: str, payload: bytes) -> bytes:
-    return hmac.new(_KEY, scope.encode("utf-8") + b"\x00" + payload, hashlib.sha256).digest()[:_MAC_BYTES]
+    return sealed.mac(_KEY, scope.encode("utf-8") + b"\x00" + payload)
 
 
 def issue(scope: str, position: dict[str, Any]) -> str:
     """A token for ``position`` within the query named by ``scope``."""
     payload = json.dumps(position, separators=(",", ":"), sort_keys=True).encode("utf-8")
-    return _encode(_mac(scope, payload) + payload)
-
-
-def _encode(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    return sealed.seal(lambda p: _mac(scope, p), payload)
 
 
 def redeem(scope: str, token: str) -> dict[str, Any]:
     """The position a token holds, if it was issued for ``scope``; else ``InvalidToken``."""
-    if not token or len(token) > MAX_TOKEN_LENGTH or not _ALPHABET.fullmatch(token):
-        raise InvalidToken("malformed")
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-    except ValueError as exc:
-        raise InvalidToken("not base64url") from exc
-    if _encode(raw) != token:  # another spelling of the same bytes (spare bits) is not ours
-        raise InvalidToken("not base64url in the form this app writes")
-    mac, payload = raw[:_MAC_BYTES], raw[_MAC_BYTES:]
-    if len(mac) != _MAC_BYTES or not hmac.compare_digest(mac, _mac(scope, payload)):
-        raise InvalidToken("not issued for this query")
+        payload = sealed.unseal(lambda p: _mac(scope, p), token, MAX_TOKEN_LENGTH, foreign="not issued for this query")
+    except sealed.Unsealed as exc:
+        raise InvalidToken(str(exc)) from exc
     try:
         position = json.loads(payload)
     except ValueError as exc:  # pragma: no cover - a MAC we issued covers JSON we wrote
