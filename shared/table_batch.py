@@ -6,7 +6,7 @@ that knows two ways to send them.
   write, ``If-Match`` = the ETag the decision was made on) built here and sent through the
   table client's own pipeline (authentication, retries, transport); the outcome is read
   from the parts' status lines, and each written row's new ETag from its part's ``ETag`` header
-(``etags_of``). Measured on Azurite ("Table transactions:
+  (``etags_of``). Measured on Azurite ("Table transactions:
   public path vs raw path"), the public path costs about 4x the app CPU per transaction and
   2.5x the core and store's CPU per order: it builds and parses the multipart bodies with the
   ``email`` package and starts new threads per batch for its per-part policies.

@@ -172,8 +172,8 @@ class TableStore:
                 raise ValueError("replace/delete need the ETag they were decided on")
             if op.kind != "delete":
                 check_entity(op.row)
-        return self._send(order_id, [Write(op.kind, op.row_key, {} if op.kind == "delete" else clean(op.row), op.etag)
-                              for op in ops])
+        return self._send(order_id, [Write(op.kind, op.row_key, {} if op.kind == "delete" else clean(op.row),
+                                           op.etag) for op in ops])
 
     def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None:
         from azure.data.tables import UpdateMode

@@ -156,8 +156,7 @@ class InConverter(ServiceBusMessageInConverter, binding=None):  # binding=None: 
 def to_function_message(msg: Any) -> FunctionServiceBusMessage:
     """The SDK's received message as the worker hands it to the function: the host's trigger
     metadata, decoded by the azure-functions library's own converter, as the worker does."""
-    decoded = InConverter.decode(meta.Datum(message_body(msg), "bytes"),
-                                                  trigger_metadata=host_trigger_metadata(msg))
+    decoded = InConverter.decode(meta.Datum(message_body(msg), "bytes"), trigger_metadata=host_trigger_metadata(msg))
     assert isinstance(decoded, FunctionServiceBusMessage)
     return decoded
 
