@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import busstats, cpu_split, opcount, versus
+from bench import busstats, cpu_split, opcount, segments, versus
 from bench.azraw import TableHttp, raw_rate
 from bench.hostlog import HostLog
 from bench.load import LoadRun, Poster, StatusWatcher, percentile
@@ -420,6 +420,7 @@ class Bench:
             "latency_ms": {f"p{p}": _ms(percentile(lat, p)) for p in (50, 95, 99)}
             | {"max": _ms(max(lat, default=None))},
             "post_latency_ms": {f"p{p}": _ms(percentile(post, p)) for p in (50, 99)},
+            "latency_legs": segments.summarize(orders),
             "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
             "window": w,
         }
@@ -586,6 +587,7 @@ class Bench:
         log(f"  {name}: {res['processed']}/{res['orders_posted']} processed, {res['orders_per_s']} orders/s; "
             f"latency p50 {res['latency_ms']['p50']} ms, p95 {res['latency_ms']['p95']} ms, "
             f"p99 {res['latency_ms']['p99']} ms")
+        log(f"  {segments.report_line(res['latency_legs'])}")
         log(f"  {cpu_split.report_line(res, f' ({name})')}")
 
     def phase_idle(self) -> None:
