@@ -92,7 +92,9 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
     return report
 
 
-_passed: weakref.WeakSet[Any] = weakref.WeakSet()  # stores this process has run the full breaker pass on
+# stores this process has run the full breaker pass on, by id (a TableStore is an unhashable dataclass;
+# a store that is gone drops out, so a new one that gets its id is not taken for it)
+_passed: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 _passed_lock = threading.Lock()
 
 
@@ -104,14 +106,14 @@ def _first_breaker_pass(rt: Runtime) -> None:
     from shared.breaker.recovery import full_pass
 
     with _passed_lock:
-        if rt.store in _passed:
+        if _passed.get(id(rt.store)) is rt.store:
             return
         try:
             full_pass(rt.store, rt.bus, rt.config.queues["SchedulerQueue"], [a.name for a in AGENTS], rt.ctx().now)
         except Exception as exc:  # noqa: BLE001 - the next run tries again; the sweep goes on
             log_event(logging.ERROR, "supervisor.breaker_recovery_failed", error=repr(exc))
             return
-        _passed.add(rt.store)
+        _passed[id(rt.store)] = rt.store
 
 
 def _handle_watch(rt: Runtime, watch: Watch, now: datetime, report: SweepReport) -> None:

@@ -4,7 +4,7 @@ whatever dies, repeats or races."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -237,3 +237,39 @@ def test_a_breaker_opened_without_a_watch_gets_one_at_the_first_sweep() -> None:
     rt.clock.advance(10)
     assert sweep(rt).breakers == {"wake": 1}
     assert [m.body["orderId"] for m in rt.bus.take("scheduler")] == [STEP.order_id]
+
+
+@dataclass(eq=True)
+class Unhashable(MemoryStore):
+    """Like the TableStore (a dataclass with ``eq``): no ``__hash__``."""
+
+    def __post_init__(self) -> None:
+        MemoryStore.__init__(self)
+
+
+def test_the_first_sweep_pass_works_on_an_unhashable_store_and_runs_once() -> None:
+    rt = make_runtime(store=Unhashable())
+    assert type(rt.store).__hash__ is None
+    reads, _ = requests(rt.store, lambda: sweep(rt))
+    assert reads.count(("state", "breakers")) == 4
+    reads, _ = requests(rt.store, lambda: sweep(rt))
+    assert reads == [("deadline", "202611220800")]
+
+
+class FailingBreakerRead(MemoryStore):
+    fail = True
+
+    def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None:
+        if order_id == "breakers" and self.fail:
+            raise OSError("store down")
+        return super().read_row(order_id, row_key)
+
+
+def test_a_first_pass_that_fails_is_tried_again_at_the_next_sweep() -> None:
+    rt = make_runtime(store=FailingBreakerRead())
+    write_breaker(rt.store, replace(OPEN, opens=1, retry_at=rt.clock()))
+    sweep(rt)  # logged; the sweep itself goes on
+    assert watches(rt.store) == []
+    rt.store.fail = False  # type: ignore[attr-defined]
+    sweep(rt)
+    assert [w.opening for w in watches(rt.store)] == [1]
