@@ -273,3 +273,56 @@ def test_a_first_pass_that_fails_is_tried_again_at_the_next_sweep() -> None:
     rt.store.fail = False  # type: ignore[attr-defined]
     sweep(rt)
     assert [w.opening for w in watches(rt.store)] == [1]
+
+
+# ---- random runs of the whole protocol -----------------------------------------------------------
+@pytest.mark.parametrize("seed", range(30))
+def test_random_outages_leave_no_waiting_step_behind_and_no_watch(seed: int) -> None:
+    """Gates fail, probe and close (their closers dying at random), steps wait, the Supervisor
+    sweeps: once the remote is back and time passes, every step that waited got its resume, and
+    nothing is left (no waiting row, no watch), so the sweep is idle again."""
+    import random
+
+    from shared.breaker.waiting import resume_waiting
+
+    rng = random.Random(seed)
+    rt = make_runtime()
+    sweep(rt)
+
+    def closer(g: BreakerGate) -> None:
+        if rng.random() < 0.5:
+            raise RuntimeError("the closer died")
+        resume_waiting(rt.store, rt.bus, "scheduler", g.remote)
+
+    gates = [BreakerGate(rt.store, "shipping", POLICY, f"i{n}", rt.bus, "alerts", now=rt.clock, on_closed=closer)
+             for n in range(3)]
+    waited: set[str] = set()
+    down = True
+    for i in range(120):
+        g = rng.choice(gates)
+        roll = rng.random()
+        if roll < 0.4:
+            step = WaitingStep(f"{i:032x}", 1, "create-shipment")
+            decision = hold(g, rt.store, step)
+            if decision.admission == "wait":
+                waited.add(step.row_key)
+            else:
+                g.record("timeout" if down and rng.random() < 0.8 else 200, probe_id=decision.probe_id)
+        elif roll < 0.5:
+            down = not down
+        elif roll < 0.7:
+            sweep(rt)
+        rt.clock.advance(rng.choice([0.5, 1, 2, 4]))
+    for _ in range(40):  # the remote is back: probes succeed, the Supervisor sweeps every 15 s
+        g = rng.choice(gates)
+        decision = g.admit()
+        if decision.admission != "wait":
+            g.record(200, probe_id=decision.probe_id)
+        rt.clock.advance(15)
+        sweep(rt)
+    resumed = {m.message_id.removeprefix("resume:") for m in rt.bus.take("scheduler")}
+    assert read_breaker(rt.store, "shipping").state is BreakerState.CLOSED
+    assert waited <= {key.split(":probe-")[0] for key in resumed}, "a step waited and was never resumed"
+    assert waiting_steps(rt.store, "shipping") == [] and watches(rt.store) == []
+    reads, writes = requests(rt.store, lambda: sweep(rt))
+    assert len(reads) == 1 and writes == 0
