@@ -13,6 +13,11 @@ supervisors never count one failure twice. Before it deletes the row of an order
 deletes the row only after its own index write, so a row still here may mean that write was
 lost in a crash.
 
+Breakers: a row of the index may be a circuit breaker's *watch* (``shared.breaker.watch``), put
+by the instance that opened it; a due watch is the only time a sweep reads a breaker
+(``shared.breaker.recovery.handle_watch``), apart from one pass over every breaker at the
+process's first sweep. So a sweep with nothing due is the one index query.
+
 Latency: due rows are handled by a small thread pool (each is a few round trips, all I/O),
 and a sweep stops taking new rows after a time budget, so a burst of expiries (an outage, a
 killed instance) never holds every other recovery behind one sweep of minutes; rows left
@@ -69,6 +74,10 @@ class SweepReport:
     breakers: dict[str, int] = field(default_factory=dict)  # due breaker watches, by verdict
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
+    def count_breaker(self, verdict: str) -> None:
+        with self._lock:
+            self.breakers[verdict] = self.breakers.get(verdict, 0) + 1
+
     def count(self, name: str, verdict: str | None = None) -> None:
         with self._lock:
             if verdict is not None:
@@ -119,8 +128,7 @@ def _first_breaker_pass(rt: Runtime) -> None:
 def _handle_watch(rt: Runtime, watch: Watch, now: datetime, report: SweepReport) -> None:
     """A due breaker watch (``shared.breaker.recovery.handle_watch``)."""
     verdict, _sent = handle_watch(rt.store, rt.bus, rt.config.queues["SchedulerQueue"], watch, now)
-    with report._lock:
-        report.breakers[verdict.value] = report.breakers.get(verdict.value, 0) + 1
+    report.count_breaker(verdict.value)
 
 
 def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> SweepReport:

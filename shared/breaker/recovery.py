@@ -47,6 +47,8 @@ def put_watch(store: Store, watch: Watch) -> None:
 def handle_watch(store: Store, bus: Bus, scheduler_queue: str, watch: Watch, now: datetime,
                  grace: timedelta = WAKE_GRACE, limit: int = MAX_LISTED) -> tuple[WatchVerdict, int]:
     """Act on a due watch: (verdict, resumes sent). The watch row is deleted only once nothing is owed."""
+    if watch.due > now:  # the current minute's rows that are not due yet: no read
+        return WatchVerdict.KEEP, 0
     row = read_breaker(store, watch.remote)
     decision = decide_watch(row, watch, now, grace)
     sent = 0

@@ -326,3 +326,11 @@ def test_random_outages_leave_no_waiting_step_behind_and_no_watch(seed: int) -> 
     assert waiting_steps(rt.store, "shipping") == [] and watches(rt.store) == []
     reads, writes = requests(rt.store, lambda: sweep(rt))
     assert len(reads) == 1 and writes == 0
+
+
+def test_a_watch_not_due_yet_in_the_current_minute_costs_no_read() -> None:
+    rt = make_runtime()
+    sweep(rt)
+    put_watch(rt.store, Watch("shipping", 1, rt.clock() + timedelta(seconds=30)))  # same minute, later
+    reads, writes = requests(rt.store, lambda: sweep(rt))
+    assert reads == [("deadline", "202611220800")] and writes == 0
