@@ -19,11 +19,14 @@ from typing import Any
 STEPS = 3
 TARGET_REQUESTS_PER_ORDER = 5.0
 # Table request kinds only the Supervisor's sweep issues: the deadline index query, the state
-# point read of a due order, and the listing of each remote's waiting steps (shared.breaker.recovery)
+# point read of a due order, and the listing of a remote's waiting steps when its breaker's watch
+# falls due (shared.breaker.recovery)
 SWEEP_KINDS = ("deadlines|query", "orders|get", "orders|query|waiting")
-BREAKER_READS = "orders|get|breakers"  # the agents' admissions (and one per remote per Supervisor run)
-WAITING_LISTINGS = "orders|query|waiting"  # the Supervisor's, one per closed breaker per run
-# while idle no agent calls: every breaker read is the Supervisor's pass over the breakers
+# the agents' admissions, and the Supervisor's: one per due breaker watch (none while no breaker
+# opened since the process's first sweep, which reads each remote once)
+BREAKER_READS = "orders|get|breakers"
+WAITING_LISTINGS = "orders|query|waiting"  # the Supervisor's, when a watch of a closed (or overdue) breaker is due
+# while idle no agent calls: every breaker read is the Supervisor's
 IDLE_SWEEP_KINDS = (*SWEEP_KINDS, BREAKER_READS)
 
 
@@ -55,8 +58,9 @@ def saturation_cost(result: dict[str, Any]) -> dict[str, Any] | None:
         "requests_per_order_by_kind": {k: round(v["requests"] / orders, 3) for k, v in sorted(work.items())},
         "entities_per_order_by_kind": {k: round(v["entities"] / orders, 3) for k, v in sorted(work.items())},
         "breaker_reads_per_order": round(breaker_reads / orders, 3),
-        # while every breaker is closed the Supervisor reads each one and lists its waiting steps once
-        # per run, so its breaker reads are as many as its listings; the rest are the agents' admissions
+        # the Supervisor reads a breaker only for a due watch, and lists its waiting steps for most of
+        # them: its listings stand for its breaker reads (none while no breaker opened); the rest are
+        # the agents' admissions
         "breaker_reads_per_order_by_reader": {
             "agents": round(max(breaker_reads - listings, 0) / orders, 3),
             "supervisor": round(min(listings, breaker_reads) / orders, 3)},

@@ -14,9 +14,12 @@ committed, so a lost race or a replayed message never counts) and its Supervisor
 They are rows of partition ``stats`` of ``OrderIndexTable``: RowKey ``m-{yyyymmddHHMM}-{proc}``
 and ``h-{yyyymmddHH}-{proc}``. A process owns its rows: it replaces them with its running
 totals, the rows that changed in ONE transaction every ``interval`` (5 s) while anything
-changed, from a daemon thread (and at exit). A flush that fails keeps everything for the next
-one; a killed process loses at most its last 5 s (telemetry, not the ledger). Figures are put
-in the minute and hour of the process's clock when recorded. Retention deletes rows after 48 h
+changed, from a daemon thread (and at exit). A sweep with no due row changes only the sweep
+figures: those go with the next rows sent, or at the latest :data:`IDLE_SWEEP_HEARTBEAT` (60 s)
+after the last send, so an idle app writes one stats transaction a minute, not one per sweep.
+A flush that fails keeps everything for the next one; a killed process loses at most its last
+5 s (and its idle sweeps of the last minute): telemetry, not the ledger. Figures are put in the
+minute and hour of the process's clock when recorded. Retention deletes rows after 48 h
 (``shared.retention``).
 
 Only a store with a ``stats`` attribute holding a :class:`ConsoleStats` records (the Table
@@ -25,6 +28,7 @@ store); the in-memory store of the unit tests does not unless a test gives it on
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import logging
 import math
@@ -43,6 +47,10 @@ from shared.settings import instance_id
 from shared.store import MAX_BATCH_OPS
 
 FLUSH_SECONDS = 5.0
+# An idle sweep (no due row) changes only the sweep count and time: its figures are sent with the
+# next rows that change anyway, or at the latest this long after the last send (the console warns
+# after 180 s without a sweep), not 5 s after each sweep.
+IDLE_SWEEP_HEARTBEAT = timedelta(seconds=60)
 # Latency buckets: 10 per decade from 10 ms to 100,000 s (a bucket is 26 % wide: a percentile
 # is its bucket's geometric middle, within 13 % of the truth). Index 0 is below 10 ms, the last
 # one at or above 100,000 s. Never change them: stored rows are counts per index.
@@ -214,6 +222,9 @@ class ConsoleStats:
         self._flushing = threading.Lock()
         self._figures: dict[str, Figures] = {}  # row key -> running totals
         self._dirty: set[str] = set()
+        self._idle: set[str] = set()  # rows changed by idle sweeps only: sent with the next, or by the heartbeat
+        self._sent_at: datetime | None = None  # the clock at the last send
+        self._final = False  # the exit's last flush is registered
         self._periodic = Periodic(self.flush, interval, name="console-stats", event="stats.flush_failed")
 
     def record(self, committed: Committed) -> None:
@@ -236,30 +247,48 @@ class ConsoleStats:
         self._started()
 
     def record_sweep(self, due_rows: int) -> None:
-        """Count one Supervisor sweep that read ``due_rows`` due rows."""
+        """Count one Supervisor sweep that read ``due_rows`` due rows. An idle one (none) is sent
+        with the next change, or by the heartbeat (:data:`IDLE_SWEEP_HEARTBEAT`)."""
         with self._lock:
             now = self.clock()
-            for figures in self._current(now):
+            for figures in self._current(now, idle=due_rows == 0):
                 figures.sweeps += 1
                 figures.last_sweep_at, figures.last_due_rows = now, due_rows
         self._started()
 
-    def _current(self, now: datetime | None = None) -> list[Figures]:
-        """The figures of this minute and this hour (marked changed); under ``_lock``."""
+    def _current(self, now: datetime | None = None, *, idle: bool = False) -> list[Figures]:
+        """The figures of this minute and this hour (marked changed, or changed by an idle sweep);
+        under ``_lock``."""
         now = now or self.clock()
         keys = (row_key("m", minute_stamp(now), self.proc), row_key("h", hour_stamp(now), self.proc))
-        self._dirty.update(keys)
+        (self._idle if idle else self._dirty).update(keys)
         return [self._figures.setdefault(k, Figures()) for k in keys]
 
     def _started(self) -> None:
         if self.background:
             self._periodic.start()
+            if not self._final:
+                self._final = True
+                atexit.register(self._flush_at_exit)
 
-    def flush(self) -> int:
+    def _flush_at_exit(self) -> None:
+        try:
+            self.flush(force=True)
+        except Exception as exc:  # noqa: BLE001 - the store may be gone by then
+            log_event(logging.WARNING, "stats.flush_failed", error=repr(exc), atExit=True)
+
+    def flush(self, *, force: bool = False) -> int:
         """Replace the rows that changed since the last flush (at most 100, oldest first; the
-        rest next time), in one transaction; the rows sent. If it raises, they stay changed."""
+        rest next time), in one transaction; the rows sent. Rows changed only by idle sweeps go
+        too if anything else does, if the heartbeat is due, or if ``force``. If it raises, they
+        stay changed."""
         with self._flushing:
             with self._lock:
+                now = self.clock()
+                heartbeat = self._sent_at is None or not self._sent_at <= now < self._sent_at + IDLE_SWEEP_HEARTBEAT
+                if self._dirty or heartbeat or force:
+                    self._dirty.update(self._idle)
+                    self._idle.clear()
                 keys = sorted(self._dirty, key=stamp_of)[:MAX_BATCH_OPS]
                 rows = [self._figures[k].to_row(k) for k in keys]
                 self._dirty.difference_update(keys)
@@ -271,6 +300,8 @@ class ConsoleStats:
                 with self._lock:
                     self._dirty.update(keys)
                 raise
+            with self._lock:
+                self._sent_at = now
             self._forget_old()
             return len(rows)
 
@@ -283,9 +314,11 @@ class ConsoleStats:
         with self._lock:
             for key in list(self._figures):
                 kind, stamp = key[0], stamp_of(key)
-                if stamp < unsent_from[kind] or (stamp < keep_from[kind] and key not in self._dirty):
+                unsent = key in self._dirty or key in self._idle
+                if stamp < unsent_from[kind] or (stamp < keep_from[kind] and not unsent):
                     del self._figures[key]
                     self._dirty.discard(key)
+                    self._idle.discard(key)
 
     def figures(self) -> dict[str, Figures]:
         """A copy of the running figures by row key (tests)."""

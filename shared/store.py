@@ -31,6 +31,8 @@ later than its order's CompleteBy; the submission writes it BEFORE its transacti
 path never touches it, the last transition deletes it (best effort) and the sweep moves it
 later when the order is slower than that. A sweep reads only buckets that are due:
 ``PartitionKey le @bucket``.
+It also holds a breaker's *watch* while the Supervisor may owe that breaker anything: RowKey
+``breaker:{remote}:{opening}:{due}``, property Due, no OrderId (``shared.breaker.watch``).
 
 OrderIndexTable (setting ``OrderIndexTable``): the search index, one partition ``orders``,
 key ranges by purpose (``shared.statemachine.search_index``): ``all-``, ``cust-``, ``cat-``

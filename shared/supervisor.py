@@ -13,6 +13,11 @@ supervisors never count one failure twice. Before it deletes the row of an order
 deletes the row only after its own index write, so a row still here may mean that write was
 lost in a crash.
 
+Breakers: a row of the index may be a circuit breaker's *watch* (``shared.breaker.watch``), put
+by the instance that opened it; a due watch is the only time a sweep reads a breaker
+(``shared.breaker.recovery.handle_watch``), apart from one pass over every breaker at the
+process's first sweep. So a sweep with nothing due is the one index query.
+
 Latency: due rows are handled by a small thread pool (each is a few round trips, all I/O),
 and a sweep stops taking new rows after a time budget, so a burst of expiries (an outage, a
 killed instance) never holds every other recovery behind one sweep of minutes; rows left
@@ -26,6 +31,7 @@ import contextvars
 import logging
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +39,8 @@ from functools import partial
 from typing import Any
 
 from shared import console_stats, metrics, telemetry
+from shared.breaker.recovery import handle_watch
+from shared.breaker.watch import Watch
 from shared.effects import PutIndex
 from shared.logs import log_event
 from shared.reindex import reindex_from_state
@@ -63,7 +71,12 @@ class SweepReport:
     lost_races: int = 0
     errors: int = 0
     deferred: int = 0  # due rows left for the next tick (time budget spent)
+    breakers: dict[str, int] = field(default_factory=dict)  # due breaker watches, by verdict
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count_breaker(self, verdict: str) -> None:
+        with self._lock:
+            self.breakers[verdict] = self.breakers.get(verdict, 0) + 1
 
     def count(self, name: str, verdict: str | None = None) -> None:
         with self._lock:
@@ -79,24 +92,43 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
     its duration and the due rows it read are recorded (``shared.metrics``)."""
     started = time.monotonic()
     with telemetry.tracer().start_as_current_span("supervisor.sweep") as span:
+        _first_breaker_pass(rt)
         report = _sweep(rt, limit, workers, budget_seconds)
         span.set_attribute("orders.supervisor.due_rows", report.seen)
-        _recover_breakers(rt)
     metrics.sweep_duration.record(time.monotonic() - started)
     metrics.due_rows.record(report.seen)
     console_stats.record_sweep(rt.store, report.seen)
     return report
 
 
-def _recover_breakers(rt: Runtime) -> None:
-    """Resume the steps a crash left waiting on a breaker (``shared.breaker.recovery``)."""
-    from shared.agent_catalog import AGENTS
-    from shared.breaker.recovery import recover
+# stores this process has run the full breaker pass on, by id (a TableStore is an unhashable dataclass;
+# a store that is gone drops out, so a new one that gets its id is not taken for it)
+_passed: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_passed_lock = threading.Lock()
 
-    try:
-        recover(rt.store, rt.bus, rt.config.queues["SchedulerQueue"], [a.name for a in AGENTS], rt.ctx().now)
-    except Exception as exc:  # noqa: BLE001 - the next run tries again; the sweep itself is done
-        log_event(logging.ERROR, "supervisor.breaker_recovery_failed", error=repr(exc))
+
+def _first_breaker_pass(rt: Runtime) -> None:
+    """Once per store and process, before its first sweep: read every breaker, watch the ones
+    not closed and resume what waits on closed ones (``shared.breaker.recovery.full_pass``).
+    After that, breakers are looked at only when their watch rows fall due."""
+    from shared.agent_catalog import AGENTS
+    from shared.breaker.recovery import full_pass
+
+    with _passed_lock:
+        if _passed.get(id(rt.store)) is rt.store:
+            return
+        try:
+            full_pass(rt.store, rt.bus, rt.config.queues["SchedulerQueue"], [a.name for a in AGENTS], rt.ctx().now)
+        except Exception as exc:  # noqa: BLE001 - the next run tries again; the sweep goes on
+            log_event(logging.ERROR, "supervisor.breaker_recovery_failed", error=repr(exc))
+            return
+        _passed[id(rt.store)] = rt.store
+
+
+def _handle_watch(rt: Runtime, watch: Watch, now: datetime, report: SweepReport) -> None:
+    """A due breaker watch (``shared.breaker.recovery.handle_watch``)."""
+    verdict, _sent = handle_watch(rt.store, rt.bus, rt.config.queues["SchedulerQueue"], watch, now)
+    report.count_breaker(verdict.value)
 
 
 def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> SweepReport:
@@ -123,14 +155,18 @@ def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> Swee
             futures.append(pool.submit(contextvars.copy_context().run, handle, row))  # in the sweep's span
     for f in futures:
         f.result()  # handle() keeps ordinary errors; anything else (an abort) propagates as before
-    if report.acted or report.errors or report.lost_races or report.deferred:
+    if report.acted or report.errors or report.lost_races or report.deferred or report.breakers:
         log_event(logging.INFO, "supervisor.sweep", seen=report.seen, acted=report.acted, deleted=report.deleted,
-                  moved=report.moved,
+                  moved=report.moved, breakers=report.breakers,
                   lostRaces=report.lost_races, errors=report.errors, deferred=report.deferred)
     return report
 
 
 def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepReport) -> None:
+    watch = Watch.from_row(row.row_key, row.due)
+    if watch is not None:
+        _handle_watch(rt, watch, now, report)
+        return
     if not row.order_id or row.due is None:
         rt.store.delete_index(row.bucket, row.row_key)
         report.count("deleted")

@@ -14,6 +14,9 @@ A closed breaker with nothing counted is served for ``policy.cache`` from the ga
 (``shared.breaker.cache``): no read per call. Any failure this instance records, any write it
 makes, any read showing something else, and any store error drop that copy.
 
+A write that opens the breaker is preceded by the opening's watch row in the deadline index
+(``shared.breaker.watch``): the Supervisor looks at the breaker only while it is due.
+
 When a write that closes the breaker wins, ``on_closed`` runs (the agent's: re-dispatch every
 step waiting on the remote, ``shared.breaker.waiting.resume_waiting``).
 """
@@ -41,6 +44,7 @@ from shared.breaker.state import (
     decide_wake,
 )
 from shared.breaker.store import apply
+from shared.breaker.watch import opening_watch
 from shared.effects import iso
 from shared.logs import log_event
 from shared.messaging import Bus, OutMessage
@@ -136,7 +140,7 @@ class BreakerGate:
             return decide(row)
 
         try:
-            decision = apply(self.store, self.remote, observe)
+            decision = apply(self.store, self.remote, observe, before_write=self._watch_opening)
         except Exception as exc:  # noqa: BLE001 - the breaker never stops the agent
             self.cache.drop()
             log_event(logging.WARNING, "breaker.unavailable", remote=self.remote, error=repr(exc))
@@ -147,6 +151,13 @@ class BreakerGate:
         elif seen:
             self.cache.offer(ticket, seen[-1], now)
         return decision
+
+    def _watch_opening(self, decision: BreakerDecision) -> None:
+        """Before a write that opens the breaker: the watch of that opening (``shared.breaker.watch``),
+        so that no breaker is ever open unwatched. If this put fails, the breaker is not opened."""
+        if Effect.OPENED in decision.effects and decision.row is not None:
+            watch = opening_watch(decision.row)
+            self.store.put_index(watch.bucket, watch.row_key, watch.props())
 
     def _run_effects(self, decision: BreakerDecision, row: BreakerRow, now: datetime) -> None:
         """After the write won: the metric of the state entered, and the alerts."""

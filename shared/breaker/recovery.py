@@ -1,16 +1,26 @@
-"""The Supervisor's pass over the breakers: no waiting step is left behind by a crash.
+"""The Supervisor's work on the breakers: no waiting step is left behind by a crash.
 
-Each run, for each remote (one point read, and one key-only listing of its waiting steps):
+The sweep looks at a breaker only when its watch row in the deadline index is due
+(``shared.breaker.watch``): one point read of the breaker, and per verdict:
 
-* **closed with waiting steps**: the instance that closed it died before sending their resumes
-  (or a step registered just as it closed): send them again, then forget them. Resumes are
+* **closed** (``resume-all``): list its waiting steps; the instance that closed it may have died
+  before sending their resumes: send them again, forget them, then delete the watch. Resumes are
   fenced by the order's lease and their ids are deterministic, so a step already resumed is not
-  dispatched twice.
-* **open or half-open, with waiting steps, and nobody due to probe**: the cool-down (or the probe's
-  lease) is over and the wake-up set for it is overdue by ``grace`` (its resume was lost, or the
-  step it woke finished otherwise): resume the oldest waiting step, which takes the probe.
+  dispatched twice;
+* **probe overdue** (``wake``): the cool-down (or the probe's lease) is over and the wake-up set
+  for it is overdue by ``grace`` (its resume was lost, or the step it woke finished otherwise):
+  resume the oldest waiting step, which takes the probe; the watch stays due (next sweep);
+* **open or half-open, nothing overdue** (``move``): put the watch at the time it would be, then
+  delete this one; **a newer opening** (``delete``): its own watch covers the breaker.
 
-Cost: 2 table requests per remote per Supervisor run, whatever the load.
+Crash at any point: the watch row stays (or both the old and the moved one), and the next sweep
+does it again; every step of it is idempotent. Two Supervisors: the same resumes (dropped as
+duplicates, or stale), the same moved key (an upsert), deletes of a row already gone.
+
+:func:`full_pass` is the old pass, run once per store by each process (at its first sweep): it
+puts a watch for every breaker that is not closed (breakers opened by an older version, or a
+watch lost some other way) and resends the resumes of closed ones. Cost: 2 table requests per
+remote, once.
 """
 
 from __future__ import annotations
@@ -19,49 +29,73 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from shared.breaker.state import BreakerRow, BreakerState
+from shared.breaker.state import BreakerState
 from shared.breaker.store import read_breaker
-from shared.breaker.waiting import forget_waiting, resume_message, waiting_steps
+from shared.breaker.waiting import MAX_LISTED, forget_waiting, resume_message, waiting_steps
+from shared.breaker.watch import WAKE_GRACE, Watch, WatchVerdict, decide_watch, probe_overdue
 from shared.logs import log_event
 from shared.messaging import Bus
 from shared.store import Store
 
-WAKE_GRACE = timedelta(seconds=5)
+__all__ = ["WAKE_GRACE", "full_pass", "handle_watch", "probe_overdue", "put_watch"]
 
 
-def probe_overdue(row: BreakerRow, now: datetime, grace: timedelta = WAKE_GRACE) -> bool:
-    """An open breaker past its cool-down, or a half-open one past its probe lease, that nobody
-    has woken for ``grace``."""
-    if row.state is BreakerState.OPEN:
-        due = row.retry_at
-    elif row.state is BreakerState.HALF_OPEN:
-        due = row.probe_until
-    else:
-        return False
-    if due is None or now < due + grace:
-        return False
-    return row.wake_at is None or row.wake_at < now - grace
+def put_watch(store: Store, watch: Watch) -> None:
+    store.put_index(watch.bucket, watch.row_key, watch.props())
 
 
-def recover(store: Store, bus: Bus, scheduler_queue: str, remotes: Iterable[str], now: datetime) -> dict[str, int]:
-    """Resumes sent per remote (only remotes that needed any)."""
+def handle_watch(store: Store, bus: Bus, scheduler_queue: str, watch: Watch, now: datetime,
+                 grace: timedelta = WAKE_GRACE, limit: int = MAX_LISTED) -> tuple[WatchVerdict, int]:
+    """Act on a due watch: (verdict, resumes sent). The watch row is deleted only once nothing is owed."""
+    if watch.due > now:  # the current minute's rows that are not due yet: no read
+        return WatchVerdict.KEEP, 0
+    row = read_breaker(store, watch.remote)
+    decision = decide_watch(row, watch, now, grace)
+    sent = 0
+    if decision.verdict is WatchVerdict.KEEP:
+        return decision.verdict, 0
+    if decision.verdict is WatchVerdict.RESUME_ALL:
+        steps = waiting_steps(store, watch.remote, limit)
+        for step in steps:
+            bus.send(resume_message(step, scheduler_queue))
+        forget_waiting(store, watch.remote, steps)
+        sent = len(steps)
+        if sent >= limit:
+            return decision.verdict, sent  # more to list: the watch stays due
+    elif decision.verdict is WatchVerdict.WAKE:
+        steps = waiting_steps(store, watch.remote, limit)
+        if steps:
+            oldest = min(steps, key=lambda s: s.attempt)
+            bus.send(resume_message(oldest, scheduler_queue, tag=f"probe-{now:%Y%m%d%H%M%S}"))
+            sent = 1
+        return decision.verdict, sent  # due again at the next sweep, until the breaker moves on
+    elif decision.verdict is WatchVerdict.MOVE:
+        assert decision.at is not None
+        put_watch(store, Watch(watch.remote, max(row.opens, watch.opening), decision.at))
+    store.delete_index(watch.bucket, watch.row_key)
+    if sent:
+        log_event(logging.WARNING, "supervisor.breaker_resumes", remote=watch.remote, sent=sent,
+                  verdict=decision.verdict.value)
+    return decision.verdict, sent
+
+
+def full_pass(store: Store, bus: Bus, scheduler_queue: str, remotes: Iterable[str], now: datetime) -> dict[str, int]:
+    """Read every breaker: watch each one that is not closed (due now), resume the steps still
+    waiting on a closed one. Resumes sent per remote (only remotes that needed any)."""
     sent: dict[str, int] = {}
     for remote in remotes:
         row = read_breaker(store, remote)
-        if row.state is not BreakerState.CLOSED and not probe_overdue(row, now):
+        if row.state is not BreakerState.CLOSED:
+            put_watch(store, Watch(remote, row.opens, now))
             continue
+        if row.etag is None:
+            continue  # never written: no step can have read it open, so none waits on it
         steps = waiting_steps(store, remote)
-        if not steps:
-            continue
-        if row.state is BreakerState.CLOSED:
-            for step in steps:
-                bus.send(resume_message(step, scheduler_queue))
-            forget_waiting(store, remote, steps)
+        for step in steps:
+            bus.send(resume_message(step, scheduler_queue))
+        forget_waiting(store, remote, steps)
+        if steps:
             sent[remote] = len(steps)
-        else:
-            oldest = min(steps, key=lambda s: s.attempt)
-            bus.send(resume_message(oldest, scheduler_queue, tag=f"probe-{now:%Y%m%d%H%M%S}"))
-            sent[remote] = 1
     if sent:
         log_event(logging.WARNING, "supervisor.breaker_resumes", sent=sent)
     return sent

@@ -37,14 +37,18 @@ def write_breaker(store: Store, row: BreakerRow) -> None:
 
 
 def apply(store: Store, remote: str, decide: Callable[[BreakerRow], BreakerDecision],
-          rounds: int = MAX_ROUNDS) -> BreakerDecision:
+          rounds: int = MAX_ROUNDS,
+          before_write: Callable[[BreakerDecision], None] | None = None) -> BreakerDecision:
     """Read the row, ``decide`` on it and write what it decided, again on a lost race. The decision
-    returned is the one whose write won (or that wrote nothing): only its effects may run."""
+    returned is the one whose write won (or that wrote nothing): only its effects may run.
+    ``before_write`` runs before each write (an error in it: nothing is written, it propagates)."""
     for _ in range(rounds):
         row = read_breaker(store, remote)
         decision = decide(row)
         if decision.row is None:
             return decision
+        if before_write is not None:
+            before_write(decision)
         try:
             write_breaker(store, decision.row)
         except Conflict:

@@ -54,6 +54,16 @@ def down_calls(stack: Stack) -> int:
     return int(stack.remotes.stats()["injected"].get("shipping", {}).get("down", 0))
 
 
+def watch_rows(stack: Stack) -> list[str]:
+    """The breakers' watch rows in the deadline index (``shared.breaker.watch``)."""
+    tables = Tables(stack)
+    try:
+        return [str(e["RowKey"]) for e in tables.deadlines.list_entities(select=["RowKey"])
+                if str(e["RowKey"]).startswith("breaker:")]
+    finally:
+        tables.close()
+
+
 def wait_for(what: str, ok: Any, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not ok():
@@ -76,6 +86,7 @@ def test_an_outage_under_load_makes_steps_wait_not_fail(stack: Stack) -> None:
         finally:
             tables.close()
         assert breaker["State"] in ("open", "half-open") and breaker["Opens"] == 1, breaker
+        assert watch_rows(stack), "the opening put its watch row in the deadline index"
         # Every order waits now: the dead service gets only probes, about one per cool-down.
         before, started = down_calls(stack), time.monotonic()
         time.sleep(4 * COOL_DOWN)
@@ -100,4 +111,6 @@ def test_an_outage_under_load_makes_steps_wait_not_fail(stack: Stack) -> None:
     # first shipping call, at most) plus its threshold and the probes counted above.
     assert during <= ORDERS + THRESHOLD + probes, during
     assert remotes.duplicate_effects() == []
+    # closed, nothing owed: the Supervisor drops the watch, and its sweeps read no breaker again
+    wait_for("the breaker's watch row is gone", lambda: not watch_rows(stack), timeout=60)
     print(f"\nshipping down: {during} calls ({probes} in {elapsed:.1f} s once every order waited)")

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from shared.breaker.recovery import recover
+from shared.breaker.recovery import handle_watch, put_watch
 from shared.breaker.state import BreakerRow, BreakerState
 from shared.breaker.store import read_breaker, write_breaker
 from shared.breaker.waiting import WaitingStep, register_waiting, resume_message, waiting_steps
+from shared.breaker.watch import Watch, WatchVerdict, opening_watch
 from shared.scheduler import handle_reply, handle_schedule
 from shared.supervisor import sweep
 from tests.unit.harness import AgentSim, Crash, deliver_schedules, drive, make_runtime, post, state, steps
@@ -37,6 +38,14 @@ def shipping_in_flight() -> tuple[Any, AgentSim, str]:
     drive(rt, oid, agents, until=lambda st: st.get("LeaseKey") == f"{S}:1")
     agents.hang.clear()
     return rt, agents, oid
+
+
+def open_shipping(rt: Any, row: BreakerRow) -> Watch:
+    """Open the shipping breaker as a gate does: the opening's watch first, then the open write."""
+    watch = opening_watch(row)
+    put_watch(rt.store, watch)
+    write_breaker(rt.store, replace(row, etag=read_breaker(rt.store, "shipping").etag))
+    return watch
 
 
 def resume(rt: Any, oid: str, attempt: int, target: str = "step", step: str = S) -> str:
@@ -152,9 +161,8 @@ def test_a_crash_around_the_wait_loses_no_step(crash_after: int) -> None:
     """Crash before the wait is written (0: the reply is redelivered) or after it, before the
     wake-up is sent (1): either way the step is resumed and the order completes, FailureCount 0."""
     rt, agents, oid = shipping_in_flight()
+    open_shipping(rt, BreakerRow("shipping", BreakerState.OPEN, retry_at=rt.clock() + timedelta(seconds=5), opens=1))
     register_waiting(rt.store, "shipping", WaitingStep(oid, 1, S), rt.clock())  # as the agent did
-    write_breaker(rt.store, BreakerRow("shipping", BreakerState.OPEN, retry_at=rt.clock() + timedelta(seconds=5),
-                                       opens=1))
     rt.crash_at = crash_after
     with pytest.raises(Crash):
         handle_reply(rt, waiting_reply(oid, 1, wake=True, until=(rt.clock() + timedelta(seconds=5)).isoformat()))
@@ -173,11 +181,16 @@ def test_a_crash_around_the_wait_loses_no_step(crash_after: int) -> None:
 
 def test_a_closer_that_dies_before_its_resumes_leaves_them_to_the_supervisor() -> None:
     rt, agents, oid = shipping_in_flight()
+    opened = BreakerRow("shipping", BreakerState.OPEN, retry_at=rt.clock() + timedelta(seconds=5), opens=1)
+    watch = open_shipping(rt, opened)
     handle_reply(rt, waiting_reply(oid, 1))
     register_waiting(rt.store, "shipping", WaitingStep(oid, 1, S), rt.clock())
-    write_breaker(rt.store, BreakerRow("shipping", BreakerState.CLOSED, opens=1))  # closed, resumes never sent
-    assert recover(rt.store, rt.bus, "scheduler", ["shipping"], rt.clock()) == {"shipping": 1}
+    closed = BreakerRow("shipping", BreakerState.CLOSED, opens=1)  # closed, resumes never sent
+    write_breaker(rt.store, replace(closed, etag=read_breaker(rt.store, "shipping").etag))
+    rt.clock.advance(10)  # the watch falls due: the next sweep resends the resumes and drops the watch
+    assert sweep(rt).breakers == {"resume-all": 1}
     assert waiting_steps(rt.store, "shipping") == []
+    assert watch.row_key not in {r["RowKey"] for r in rt.store.due_index("299912312359", 100)}
     # sent twice (a second Supervisor run, or the closer's own resume after all): the queue drops
     # the copy; one delivered after the duplicate-detection window is stale
     membus(rt).send(resume_message(WaitingStep(oid, 1, S), "scheduler"))
@@ -188,16 +201,19 @@ def test_a_closer_that_dies_before_its_resumes_leaves_them_to_the_supervisor() -
     assert kinds(rt, oid).count("resumed") == 1
 
 
-def test_recovery_leaves_a_cooling_breaker_and_an_awake_one_alone() -> None:
+def test_a_watch_leaves_a_cooling_breaker_and_an_awake_one_alone() -> None:
     rt, _agents, oid = shipping_in_flight()
-    register_waiting(rt.store, "shipping", WaitingStep(oid, 1, S), rt.clock())
     now = rt.clock()
-    cooling = BreakerRow("shipping", BreakerState.OPEN, retry_at=now + timedelta(seconds=3), opens=1)
-    write_breaker(rt.store, cooling)
-    assert recover(rt.store, rt.bus, "scheduler", ["shipping"], now) == {}
+    watch = open_shipping(rt, BreakerRow("shipping", BreakerState.OPEN, retry_at=now + timedelta(seconds=3), opens=1))
+    register_waiting(rt.store, "shipping", WaitingStep(oid, 1, S), rt.clock())
+    assert handle_watch(rt.store, rt.bus, "scheduler", watch, now) == (WatchVerdict.KEEP, 0)  # not due
     awake = BreakerRow("shipping", BreakerState.HALF_OPEN, probe_id="p", probe_until=now + timedelta(seconds=10),
                        opens=1)
     write_breaker(rt.store, replace(awake, etag=read_breaker(rt.store, "shipping").etag))
-    assert recover(rt.store, rt.bus, "scheduler", ["shipping"], now + timedelta(seconds=12)) == {}
-    assert recover(rt.store, rt.bus, "scheduler", ["shipping"], now + timedelta(seconds=16)) == {"shipping": 1}
+    # due, but a probe is out: the watch moves to the end of its lease + grace
+    assert handle_watch(rt.store, rt.bus, "scheduler", watch, now + timedelta(seconds=12)) == (WatchVerdict.MOVE, 0)
+    [moved] = [Watch.from_row(r["RowKey"], datetime.fromisoformat(r["Due"]))
+               for r in rt.store.due_index("299912312359", 100) if r["RowKey"].startswith("breaker:")]
+    assert moved is not None and moved.due > now + timedelta(seconds=15) and moved.opening == 1
+    assert handle_watch(rt.store, rt.bus, "scheduler", moved, now + timedelta(seconds=16)) == (WatchVerdict.WAKE, 1)
     assert events(rt, oid)[-1]["event"] == "dispatched"  # nothing happened to the order itself

@@ -1,0 +1,111 @@
+"""The Supervisor's idle cost and a breaker's watch on Table Storage (Azurite), counted at the
+HTTP transport as the benchmark counts (``bench.opcount``): an idle sweep is one deadline index
+query; an outage's watch makes the sweep resume the steps a dead closer left, then idle again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from bench import opcount
+from shared.breaker import BreakerPolicy, BreakerState, read_breaker
+from shared.breaker.gate import BreakerGate
+from shared.breaker.waiting import WaitingStep, hold, waiting_steps
+from shared.console_stats import ConsoleStats
+from shared.supervisor import sweep
+
+pytestmark = pytest.mark.integration
+
+POLICY = BreakerPolicy(threshold=2, window=timedelta(seconds=10), cool_down=timedelta(seconds=5),
+                       probe_lease=timedelta(seconds=10), cache=timedelta(0))
+STEP = WaitingStep("0" * 32, 1, "create-shipment")
+
+
+@pytest.fixture
+def counted() -> Iterator[opcount.Counter]:
+    """Every table request this process sends, by ``table|kind`` (``bench.opcount``'s classification)."""
+    from azure.core.pipeline.transport import RequestsTransport
+
+    counter = opcount.Counter(None)
+    original = RequestsTransport.send
+
+    def send(self: Any, request: Any, **kwargs: Any) -> Any:
+        response = original(self, request, **kwargs)
+        opcount.count_request(counter, request, response, 0.0)
+        return response
+
+    RequestsTransport.send = send  # type: ignore[method-assign]
+    try:
+        yield counter
+    finally:
+        RequestsTransport.send = original  # type: ignore[method-assign]
+
+
+def requests_of(counter: opcount.Counter, run: Callable[[], Any]) -> dict[str, int]:
+    """The requests ``run`` sends, by table (without the random suffix of the test's tables) and kind."""
+    before = counter.snapshot()
+    run()
+    after = counter.snapshot()
+    out: dict[str, int] = {}
+    for key, t in after.items():
+        n = int(t["requests"] - before.get(key, {}).get("requests", 0))
+        if n:
+            table, _, kind = key.partition("|")
+            name = table.rstrip("0123456789abcdef")
+            out[f"{name}|{kind}"] = out.get(f"{name}|{kind}", 0) + n
+    return out
+
+
+def quiet_runtime(table_runtime: Callable[..., Any]) -> Any:
+    rt = table_runtime()
+    rt.store.stats = ConsoleStats(rt.store.put_stats, proc="p", clock=rt.clock, background=False)
+    return rt
+
+
+def sweep_and_flush(rt: Any) -> None:
+    sweep(rt, workers=1)
+    rt.store.stats.flush()
+
+
+def test_an_idle_sweep_is_one_deadline_query(table_runtime: Callable[..., Any], counted: opcount.Counter) -> None:
+    rt = quiet_runtime(table_runtime)
+    first = requests_of(counted, lambda: sweep_and_flush(rt))  # every breaker once (never written: 404)
+    assert first == {"deadlines|query": 1, "orders|get|breakers": 4, "orderindex|batch": 1}
+    for _ in range(3):
+        rt.clock.advance(15)
+        assert requests_of(counted, lambda: sweep_and_flush(rt)) == {"deadlines|query": 1}
+    rt.clock.advance(15)  # 60 s after the last stats write: the heartbeat
+    assert requests_of(counted, lambda: sweep_and_flush(rt)) == {"deadlines|query": 1, "orderindex|batch": 1}
+
+
+def test_a_dead_closer_is_covered_by_its_watch_then_the_sweep_is_idle_again(
+        table_runtime: Callable[..., Any], counted: opcount.Counter) -> None:
+    rt = quiet_runtime(table_runtime)
+    sweep_and_flush(rt)
+
+    def died(gate: BreakerGate) -> None:
+        raise RuntimeError("the closer died before its resumes")
+
+    gate = BreakerGate(rt.store, "shipping", POLICY, "a", rt.bus, "alerts", now=rt.clock, on_closed=died)
+    gate.record("timeout")
+    gate.record("timeout")
+    assert read_breaker(rt.store, "shipping").state is BreakerState.OPEN
+    assert hold(gate, rt.store, STEP).admission == "wait"
+    rt.clock.advance(5)
+    probe = gate.admit()
+    gate.record(200, probe_id=probe.probe_id)
+    assert read_breaker(rt.store, "shipping").state is BreakerState.CLOSED
+    rt.clock.advance(15)
+    report: list[Any] = []
+    cost = requests_of(counted, lambda: (report.append(sweep(rt, workers=1)), rt.store.flush_index()))
+    assert report[0].breakers == {"resume-all": 1}
+    # the deadline query, the breaker, its waiting steps, the resumes' delete, the watch's delete
+    assert cost == {"deadlines|query": 1, "orders|get|breakers": 1, "orders|query|waiting": 1,
+                    "orders|batch|waiting": 1, "deadlines|delete": 1}
+    assert [m.body["orderId"] for m in rt.bus.take("scheduler")] == [STEP.order_id]
+    assert waiting_steps(rt.store, "shipping") == []
+    rt.clock.advance(15)
+    assert requests_of(counted, lambda: sweep(rt, workers=1)) == {"deadlines|query": 1}
