@@ -27,7 +27,10 @@ SWEEP_KINDS = ("deadlines|query", "orders|get", "orders|query|waiting")
 BREAKER_READS = "orders|get|breakers"
 WAITING_LISTINGS = "orders|query|waiting"  # the Supervisor's, when a watch of a closed (or overdue) breaker is due
 # while idle no agent calls: every breaker read is the Supervisor's
-IDLE_SWEEP_KINDS = (*SWEEP_KINDS, BREAKER_READS)
+# the console's stats rows: after a sweep with due rows, and while idle once a minute (a heartbeat,
+# so that the console can tell a Supervisor that runs from one that stopped): the sweep's own writes
+STATS_WRITES = "orderindex|batch|stats"
+IDLE_SWEEP_KINDS = (*SWEEP_KINDS, BREAKER_READS, STATS_WRITES)
 
 
 def work_queues(bus: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:

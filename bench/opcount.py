@@ -16,8 +16,9 @@ GET with a filter, or of a partition; ``entities`` = the entities returned), ``g
 read), ``insert``, ``upsert`` (PUT/MERGE), ``delete``, ``table`` (create/list tables). A request
 on the circuit breakers' partitions of the state table carries the partition's name after the
 kind: ``get|breakers`` (a breaker row's point read), ``batch|breakers``, ``query|waiting`` and
-``batch|waiting`` (the steps waiting on an open breaker, partitions ``waiting-{remote}``); the
-partition is read from the request's URL (key or filter) or body.
+``batch|waiting`` (the steps waiting on an open breaker, partitions ``waiting-{remote}``), and
+so does a write of the console's stats rows (``batch|stats``, partition ``stats`` of the search
+index's table); the partition is read from the request's URL (key or filter) or body.
 Cost: a regular-expression search of the URL and body, and a dictionary update under a lock, per request.
 
 Standard library only (azure-core is imported by :func:`install`): ``sitecustomize`` loads
@@ -119,7 +120,7 @@ def kind_of(key: str) -> str:
 
 
 def mark_of(key: str) -> str:
-    """The breakers' partition a ``table|kind|mark`` key names (``breakers``, ``waiting``), or ""."""
+    """The partition a ``table|kind|mark`` key names (``breakers``, ``waiting``, ``stats``), or ""."""
     parts = key.split("|")
     return parts[2] if len(parts) > 2 else ""
 
@@ -130,13 +131,15 @@ def is_read(key: str) -> bool:
 
 
 def _marked(kind: str, text: str) -> str:
-    """``kind``, suffixed with the breakers' partition it names (``get|breakers``, ``query|waiting``)."""
+    """``kind``, suffixed with the partition it names (``get|breakers``, ``query|waiting``, ``batch|stats``)."""
     m = _PARTITION.search(text)
     partition = m.group(1) if m else ""
     if partition == "breakers":
         return f"{kind}|breakers"
     if partition.startswith("waiting-"):
         return f"{kind}|waiting"
+    if partition == "stats":
+        return f"{kind}|stats"
     return kind
 
 

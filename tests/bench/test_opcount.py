@@ -129,6 +129,11 @@ def test_the_breakers_partitions_are_told_apart_from_the_orders() -> None:
     assert opcount.classify("POST", base + "/$batch", replaced.encode()) == ("orders", "batch|waiting", 1)
     submission = part.replace("{}", '{"PartitionKey": "0af3", "RowKey": "state"}')
     assert opcount.classify("POST", base + "/$batch", submission.encode()) == ("orders", "batch", 1)
+    stats = ("--changeset\r\nContent-Type: application/http\r\n\r\nPATCH " + base +
+             "/orderindex(PartitionKey='stats',RowKey='m-202611261000-p1') HTTP/1.1\r\n\r\n{}\r\n")
+    assert opcount.classify("POST", base + "/$batch", stats.encode()) == ("orderindex", "batch|stats", 1)
+    index = stats.replace("'stats'", "'orders'")
+    assert opcount.classify("POST", base + "/$batch", index.encode()) == ("orderindex", "batch", 1)
 
 
 def test_a_marked_kind_is_still_a_read_or_a_write() -> None:
