@@ -1,14 +1,15 @@
 """Client-side CPU per Azure SDK operation on the local stack, sync against aio
-(``.venv/bin/python -m bench.sdk_cpu [--ops 2000] [--threads 8,32] [--rounds 1] [--quick]``).
+(``.venv/bin/python -m bench.sdk_cpu [--ops 2000] [--threads 8,32] [--procs 4] [--rounds 1] [--quick]``).
 
 Starts Azurite (in memory, tables only) and the Service Bus emulator (``local.servicebus``) on
 free loopback ports, runs every case of ``bench.sdk_cpu_bus`` and ``bench.sdk_cpu_tables`` in
-this process and reports this process's CPU per operation (``getrusage``, user + system: every
-thread of this process, not the emulator's or Azurite's; the system share apart) and operations/s of wall time. With
-``--rounds`` > 1 each case's median round (by CPU per op) is kept. Then it estimates the client
-CPU of one order (``--sends`` sends, ``--batches`` $batch transactions and ``--reads`` point
-reads) for each way of sending. Printed, and written to ``bench/results/sdk_cpu.json``.
-It is a measurement, not a test: nothing asserts on the numbers.
+this process, and the oversubscribed ones (``bench.sdk_cpu_procs``: ``--procs`` processes x the
+largest thread count) in children; reports CPU per operation (``getrusage``, user + system, every
+thread; the emulator's and Azurite's CPU is not in it; the system share apart) and operations/s
+of wall time. With ``--rounds`` > 1 each case's median round (by CPU per op) is kept. Then it
+estimates the client CPU of one order (``--sends`` sends, ``--batches`` $batch transactions and
+``--reads`` point reads) for each way of sending. Printed, and written to
+``bench/results/sdk_cpu.json``. It is a measurement, not a test: nothing asserts on the numbers.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from bench import sdk_cpu_bus as bus
 from bench import sdk_cpu_tables as tables
 from bench.sdk_cpu_measure import Result, machine
+from bench.sdk_cpu_procs import oversubscribed
 from local.azurite import start_azurite
 from local.connections import servicebus_connection_string
 from local.procs import REPO_ROOT, Proc, free_port
@@ -50,12 +52,17 @@ def start_servicebus(work: Path) -> tuple[Proc, str]:
     return proc, servicebus_connection_string("127.0.0.1", port)
 
 
-def one_round(sb_conn: str, az: Any, ops: int, threads: list[int]) -> list[Result]:
+def one_round(sb_conn: str, az: Any, ops: int, threads: list[int], procs: int) -> list[Result]:
     results: list[Result] = []
     for _key, run in bus.cases(sb_conn, threads):
         results.append(run(ops))
         print_row(results[-1])
+    if procs > 1:
+        results.append(oversubscribed("sb", sb_conn, ops // procs, max(threads), procs))
+        print_row(results[-1])
     for r in [*tables.sync_cases(az.connection_string, ops, threads),
+              *([oversubscribed("tables", az.connection_string, ops // procs, max(threads), procs)] if procs > 1
+                else []),
               *tables.aio_cases(az.connection_string, ops, threads),
               *tables.raw_cases(az.host, az.table_port, ops)]:
         results.append(r)
@@ -82,7 +89,7 @@ def by_name(results: list[Result], prefix: str) -> Result | None:
     return next((r for r in results if r.name.startswith(prefix)), None)
 
 
-def estimate(results: list[Result], sends: int, batches: int, reads: int, k: int) -> dict[str, Any]:
+def estimate(results: list[Result], sends: int, batches: int, reads: int, k: int, procs: int) -> dict[str, Any]:
     """Client CPU (ms) per order for each way of sending, from the measured per-op figures."""
     def us(prefix: str) -> float:
         r = by_name(results, prefix)
@@ -93,6 +100,9 @@ def estimate(results: list[Result], sends: int, batches: int, reads: int, k: int
         "sync, sequential": (us("sb sync send, sequential"), sync_batch, sync_get),
         f"sync, {k} threads": (us(f"sb sync send, {k} threads"), us(f"tables sync get/$batch alternating, {k} "),
                                us(f"tables sync get/$batch alternating, {k} ")),
+        f"sync, {procs} procs x {k} threads": (us(f"sb sync send, {procs} procs"),
+                                               us(f"tables sync get/$batch alternating, {procs} procs"),
+                                               us(f"tables sync get/$batch alternating, {procs} procs")),
         "aio, sequential (tables: aio get for reads, sync $batch)": (us("sb aio send, sequential"), sync_batch,
                                                                       us("tables aio get_entity")),
         f"aio, {k} tasks on one loop (tables as above)": (us(f"sb aio send, {k} tasks"), sync_batch,
@@ -112,6 +122,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", type=int, default=2000, help="operations per case")
     ap.add_argument("--threads", default="8,32", help="thread / task counts of the concurrent cases")
+    ap.add_argument("--procs", type=int, default=4,
+                    help="processes of the oversubscribed cases (each with the largest thread count); 1: none")
     ap.add_argument("--rounds", type=int, default=1, help="repeat every case; the median round is kept")
     ap.add_argument("--quick", action="store_true", help="smoke run: 60 ops, 1 round, 8 threads")
     ap.add_argument("--sends", type=int, default=11, help="bus sends per order (estimate)")
@@ -120,7 +132,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
     if args.quick:
-        args.ops, args.rounds, args.threads = 60, 1, "8"
+        args.ops, args.rounds, args.threads, args.procs = 60, 1, "8", 2
     args.threads = [int(t) for t in str(args.threads).split(",") if t]
     return args
 
@@ -137,14 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         rounds = []
         for r in range(args.rounds):
             print(f"round {r + 1}/{args.rounds}", flush=True)
-            rounds.append(one_round(sb_conn, az, args.ops, args.threads))
+            rounds.append(one_round(sb_conn, az, args.ops, args.threads, args.procs))
     finally:
         if az is not None:
             az.stop()
         sb_proc.stop()
     results = median_rounds(rounds)
     k = max(args.threads)
-    per_order = estimate(results, args.sends, args.batches, args.reads, k)
+    per_order = estimate(results, args.sends, args.batches, args.reads, k, args.procs)
     print(f"\nclient CPU per order ({args.sends} sends, {args.batches} $batch, {args.reads} reads), "
           f"median round of {args.rounds}:")
     for name, e in per_order.items():

@@ -77,6 +77,26 @@ def sync_cases(conn_str: str, ops: int, threads: list[int]) -> list[Result]:
     return out
 
 
+def threaded_mixed(conn_str: str, ops: int, threads: int) -> Result:
+    """The threaded case alone, on a table of its own (``bench.sdk_cpu_procs``' children)."""
+    from shared.table_batch import sender_for
+
+    table = _sync_table(conn_str, f"sdkcpu{uuid.uuid4().hex[:8]}")
+    batch = sender_for(table)
+    for i in range(WARMUP):
+        table.upsert_entity(entity("p", f"u{i}"))
+        batch(f"w{i}", _writes(i))
+
+    def mixed(i: int) -> None:
+        if i % 2:
+            batch(f"t{i}", _writes(i))
+        else:
+            table.get_entity("p", f"u{i % WARMUP}")
+
+    return timed(f"tables sync get/$batch alternating, {threads} threads", ops, in_threads(threads, ops, mixed),
+                 concurrency=threads)
+
+
 def _aio_transport() -> tuple[Any, str]:
     try:
         import aiohttp  # noqa: F401
