@@ -38,6 +38,7 @@ _MAX_JSON_BYTES = 1024 * 1024  # decompressed: a bound against a crafted token
 _STORE_ETAG = re.compile(r'W/"[^"*]+"')
 
 Entities = dict[str, dict[str, Any]]
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # one, not one per token
 
 
 class InvalidFence(ValueError):
@@ -61,7 +62,7 @@ def encode(order_id: str, rows: Mapping[str, Mapping[str, Any]]) -> str | None:
     if any(not live_row(k) or not isinstance(e.get(ETAG), str) or not e[ETAG] for k, e in rows.items()):
         return None
     try:
-        text = json.dumps({"o": order_id, "r": rows}, separators=(",", ":"), allow_nan=False)
+        text = _ENCODER.encode({"o": order_id, "r": rows})
     except (TypeError, ValueError):
         return None
     packed = zlib.compress(text.encode("utf-8"), 1)

@@ -33,8 +33,12 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+# one encoder: json.dumps with any non-default argument builds a new JSONEncoder per call
+_ENCODER = json.JSONEncoder(default=_default, separators=(",", ":"), sort_keys=False)
+
+
 def to_json(fields: Mapping[str, Any]) -> str:
-    return json.dumps(fields, default=_default, separators=(",", ":"), sort_keys=False)
+    return _ENCODER.encode(fields)
 
 
 def log_event(level: int, event: str, *, order_id: str | None = None, traceparent: str | None = None,
@@ -50,5 +54,6 @@ def log_event(level: int, event: str, *, order_id: str | None = None, traceparen
     elif order_trace is not None:
         record["traceId"] = order_trace  # a span of another trace (a sweep): the order's trace id
     record.update({k: v for k, v in fields.items() if v is not None})
-    log.log(level, to_json(record))
+    if log.isEnabledFor(level):  # the record is returned either way; its JSON only when written
+        log.log(level, to_json(record))
     return record

@@ -172,8 +172,12 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# one encoder for every body: json.dumps with any non-default argument builds one per call
+_ENCODER = json.JSONEncoder(default=_default, separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, default=_default, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 # ---------------------------------------------------------------------------------------------

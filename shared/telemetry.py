@@ -22,6 +22,7 @@ Metrics: ``shared.metrics``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -141,7 +142,10 @@ def context_of(traceparent: str | None, tracestate: str | None = None) -> otel_c
     return _propagator.extract(carrier, context=otel_context.Context())
 
 
+@functools.lru_cache(maxsize=4096)
 def span_context_of(traceparent: str | None) -> SpanContext | None:
+    """The span context a W3C ``traceparent`` names, None if invalid. Cached: an order's
+    traceparent is parsed for each of its log lines and sends, and a SpanContext is immutable."""
     span_context = trace.get_current_span(context_of(traceparent)).get_span_context()
     return span_context if span_context.is_valid else None
 

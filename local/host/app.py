@@ -16,10 +16,10 @@ import inspect
 import json
 import logging
 import os
+import random
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -197,8 +197,21 @@ class InvocationContext(func.Context):
         return _RetryContext()
 
 
+# Ids need to be unique, not unpredictable: drawn from ``random`` as OpenTelemetry's own id
+# generator does (uuid4 makes an os.urandom call and a UUID object for each).
+_V4_CLEAR = (0xF000 << 64) | (0xC000 << 48)  # the version nibble and the variant bits
+_V4_SET = (0x4000 << 64) | (0x8000 << 48)  # version 4, RFC 4122 variant
+
+
+def new_invocation_id() -> str:
+    """A random version-4 GUID, as the host's invocation ids are."""
+    h = f"{random.getrandbits(128) & ~_V4_CLEAR | _V4_SET:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 def new_traceparent() -> str:
-    return f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
+    """A new sampled W3C traceparent (never the invalid all-zero ids)."""
+    return f"00-{random.getrandbits(128) or 1:032x}-{random.getrandbits(64) or 1:016x}-01"
 
 
 class Out(func.Out):  # type: ignore[type-arg]
@@ -237,7 +250,7 @@ class Invoker:
 
     async def invoke(self, spec: FunctionSpec, trigger_value: Any, reason: str,
                      trace_parent: str | None = None) -> InvocationResult:
-        invocation_id = str(uuid.uuid4())
+        invocation_id = new_invocation_id()
         kwargs: dict[str, Any] = {spec.trigger_param: trigger_value}
         outs: dict[str, Out] = {}
         for b in spec.outputs:

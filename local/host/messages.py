@@ -62,18 +62,19 @@ def _datum(value: Any, kind: str) -> meta.Datum | None:
     return None if value is None else meta.Datum(value, kind)
 
 
-def _host_datetime(value: datetime | str | None, with_offset: bool = False) -> meta.Datum | None:
-    """A .NET date as the host sends it: JSON; ``...Utc`` keys carry ``DateTimeOffset.DateTime``
-    (UTC clock time, no offset: the worker makes it a naive datetime), the others the offset."""
+def _host_datetimes(value: datetime | str | None) -> tuple[meta.Datum | None, meta.Datum | None]:
+    """A .NET date as the host sends it, JSON, in its two keys: ``...Utc`` carries
+    ``DateTimeOffset.DateTime`` (UTC clock time, no offset: the worker makes it a naive datetime),
+    the other the offset. The text is formatted once for both."""
     if value is None:
-        return None
+        return None, None
     if isinstance(value, str):
         text = value
     else:  # as Json.NET writes it: seven fraction digits, trailing zeros dropped
         utc = value.astimezone(UTC)
         fraction = f"{utc.microsecond:06d}0".rstrip("0")
         text = utc.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "")
-    return meta.Datum(json.dumps(text + ("+00:00" if with_offset else "")), "json")
+    return meta.Datum(f'"{text}"', "json"), meta.Datum(f'"{text}+00:00"', "json")
 
 
 def host_expires_at(msg: Any) -> datetime | str | None:
@@ -100,24 +101,27 @@ def host_trigger_metadata(msg: Any) -> dict[str, meta.Datum]:
     values left out as the host leaves them out. It never sends LockedUntil, State, TimeToLive,
     DeadLetterReason, DeadLetterErrorDescription, ScheduledEnqueueTimeUtc nor EnqueuedSequenceNumber."""
     props = json.dumps({_text(k): _text(v) for k, v in (msg.application_properties or {}).items()}, default=str)
-    lock_token = str(msg.lock_token) if getattr(msg, "lock_token", None) else None
+    lock_token = getattr(msg, "lock_token", None)
     annotations = msg.raw_amqp_message.annotations or {}
-    enqueued, expires = msg.enqueued_time_utc, host_expires_at(msg)
+    # each SDK property read once (every read re-checks the AMQP sections), each date formatted once
+    expires_utc, expires_at = _host_datetimes(host_expires_at(msg))
+    enqueued_utc, enqueued_at = _host_datetimes(msg.enqueued_time_utc)
+    subject = _datum(msg.subject, "string")
     data = {
         "DeliveryCount": _datum(function_delivery_count(msg), "int"),
         "DeadLetterSource": _datum(msg.dead_letter_source, "string"),
-        "LockToken": _datum(lock_token, "string"),
-        "ExpiresAtUtc": _host_datetime(expires),
-        "ExpiresAt": _host_datetime(expires, with_offset=True),
-        "EnqueuedTimeUtc": _host_datetime(enqueued),
-        "EnqueuedTime": _host_datetime(enqueued, with_offset=True),
+        "LockToken": _datum(str(lock_token) if lock_token else None, "string"),
+        "ExpiresAtUtc": expires_utc,
+        "ExpiresAt": expires_at,
+        "EnqueuedTimeUtc": enqueued_utc,
+        "EnqueuedTime": enqueued_at,
         "MessageId": _datum(msg.message_id, "string"),
         "ContentType": _datum(msg.content_type, "string"),
         "ReplyTo": _datum(msg.reply_to, "string"),
         "SequenceNumber": _datum(msg.sequence_number, "int"),
         "To": _datum(msg.to, "string"),
-        "Subject": _datum(msg.subject, "string"),
-        "Label": _datum(msg.subject, "string"),
+        "Subject": subject,
+        "Label": subject,
         "CorrelationId": _datum(msg.correlation_id, "string"),
         "ApplicationProperties": meta.Datum(props, "json"),
         "UserProperties": meta.Datum(props, "json"),
@@ -129,7 +133,7 @@ def host_trigger_metadata(msg: Any) -> dict[str, meta.Datum]:
     return {name: datum for name, datum in data.items() if datum is not None}
 
 
-# The dates this host writes (_host_datetime): Json.NET's, with or without the "+00:00" offset
+# The dates this host writes (_host_datetimes): Json.NET's, with or without the "+00:00" offset
 _HOST_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,7}))?(\+00:00)?")
 
 

@@ -335,10 +335,12 @@ class ServiceBusHost:
     async def _settle(self, what: str, op: Any, msg: Any, spec: FunctionSpec, turns: Turns | None) -> None:
         try:
             if turns is None:
-                await asyncio.wait_for(op(msg), SETTLE_TIMEOUT)
+                async with asyncio.timeout(SETTLE_TIMEOUT):  # no task of its own, as wait_for makes
+                    await op(msg)
             else:
                 async with turns.lock:  # after the receive call in progress, if any
-                    await asyncio.wait_for(op(msg), SETTLE_TIMEOUT)
+                    async with asyncio.timeout(SETTLE_TIMEOUT):
+                        await op(msg)
         except Exception as e:  # noqa: BLE001 - lock lost or link gone: the broker redelivers
             log.warning("could not %s message %s of 'Functions.%s': %s: %s", what, msg.message_id, spec.name,
                         type(e).__name__, e)
