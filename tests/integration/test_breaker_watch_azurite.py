@@ -73,12 +73,12 @@ def sweep_and_flush(rt: Any) -> None:
 def test_an_idle_sweep_is_one_deadline_query(table_runtime: Callable[..., Any], counted: opcount.Counter) -> None:
     rt = quiet_runtime(table_runtime)
     first = requests_of(counted, lambda: sweep_and_flush(rt))  # every breaker once (never written: 404)
-    assert first == {"deadlines|query": 1, "orders|get|breakers": 4, "orderindex|batch": 1}
+    assert first == {"deadlines|query": 1, "orders|get|breakers": 4, "orderindex|batch|stats": 1}
     for _ in range(3):
         rt.clock.advance(15)
         assert requests_of(counted, lambda: sweep_and_flush(rt)) == {"deadlines|query": 1}
     rt.clock.advance(15)  # 60 s after the last stats write: the heartbeat
-    assert requests_of(counted, lambda: sweep_and_flush(rt)) == {"deadlines|query": 1, "orderindex|batch": 1}
+    assert requests_of(counted, lambda: sweep_and_flush(rt)) == {"deadlines|query": 1, "orderindex|batch|stats": 1}
 
 
 def test_a_dead_closer_is_covered_by_its_watch_then_the_sweep_is_idle_again(
