@@ -63,3 +63,25 @@ def test_an_open_write_that_lands_after_the_supervisor_dropped_its_watch_still_l
     assert [m.body["orderId"] for m in rt.bus.take("scheduler")] == [STEP.order_id]
 
 
+
+
+def test_an_open_breaker_nobody_uses_any_more_does_not_cost_every_sweep_a_read_and_a_listing() -> None:
+    """The outage's orders ended (timed out, compensated) and no traffic comes: the breaker stays
+    open past its cool-down with nothing waiting and nobody to probe. The watch's WAKE finds no
+    step to wake; looking again at every sweep (a breaker read and a listing each, forever) breaks
+    "an idle sweep is one deadline query". It may look again now and then, not every sweep."""
+    rt = make_runtime()
+    sweep(rt)
+    g = BreakerGate(rt.store, "shipping", POLICY, "a", rt.bus, "alerts", now=rt.clock)
+    g.record("timeout")
+    g.record("timeout")
+    assert read_breaker(rt.store, "shipping").state is BreakerState.OPEN
+    costly = 0
+    for _ in range(40):  # 10 minutes of sweeps every 15 s
+        rt.clock.advance(15)
+        rt.store.reads.clear()
+        sweep(rt)
+        costly += len(rt.store.reads) > 1
+    assert costly <= 12, f"{costly} of 40 idle sweeps read the breaker"
+    assert {w.opening for w in watches(rt.store)} == {1}, "the open breaker stays watched"
+    assert rt.bus.take("scheduler") == []
