@@ -38,6 +38,9 @@ from shared.effects import bucket_of, iso
 
 WATCH_PREFIX = "breaker:"
 WAKE_GRACE = timedelta(seconds=5)  # a wake-up overdue by this much is taken as lost
+# A probe overdue with no step waiting (nobody uses the remote any more): look again this much later,
+# not at every sweep. A step that waits later read a probe's lease; its own wake-up covers it first.
+IDLE_RECHECK = timedelta(seconds=60)
 _STAMP = "%Y%m%dT%H%M%S%f"
 
 
