@@ -23,6 +23,7 @@ from typing import Any
 
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import ServiceBusClient
+from azure.servicebus.exceptions import OperationTimeoutError
 
 from .app import FunctionSpec, Invoker
 from .messages import to_sdk_message, traceparent_of, trigger_argument
@@ -55,14 +56,33 @@ class Turns:
     receive call waits at most ``BUSY_RECEIVE_WAIT``. When none runs no settlement can come,
     and a call waits ``RECEIVE_WAIT``. Prefetching instead would hold messages in the buffer
     with their locks running, which the real host's processor does not do with prefetchCount 0.
+
+    The SDK spends a receive call's wait on opening the receiver's link too, when it is not open
+    (a new receiver, a link the broker detached): a short call that timed out doing so is no
+    failure, and the next call gets ``RECEIVE_WAIT`` (``link_wanted``).
     """
 
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.running = 0  # invocations of this receiver not yet settled
+        self.link_wanted = False  # a short call timed out: the link may need the full wait to open
 
     def receive_wait(self) -> float:
-        return BUSY_RECEIVE_WAIT if self.running else RECEIVE_WAIT
+        return BUSY_RECEIVE_WAIT if self.running and not self.link_wanted else RECEIVE_WAIT
+
+    async def receive(self, receiver: Any, n: int) -> list[Any]:
+        """One receive call of ``n`` messages, in its turn."""
+        async with self.lock:
+            wait = self.receive_wait()
+            try:
+                msgs: list[Any] = await receiver.receive_messages(max_message_count=n, max_wait_time=wait)
+            except OperationTimeoutError:
+                if wait >= RECEIVE_WAIT:
+                    raise
+                self.link_wanted = True
+                return []
+        self.link_wanted = False
+        return msgs
 
 
 class LockRenewer:
@@ -214,9 +234,7 @@ class ServiceBusHost:
                             # With prefetchCount > 0 the next calls are served from the buffer.
                             n = 1
                             try:
-                                async with turns.lock:
-                                    msgs = await receiver.receive_messages(max_message_count=n,
-                                                                           max_wait_time=turns.receive_wait())
+                                msgs = await turns.receive(receiver, n)
                             except BaseException:
                                 for _ in range(n):
                                     slots.release()

@@ -15,7 +15,9 @@ A closed breaker with nothing counted is served for ``policy.cache`` from the ga
 makes, any read showing something else, and any store error drop that copy.
 
 A write that opens the breaker is preceded by the opening's watch row in the deadline index
-(``shared.breaker.watch``): the Supervisor looks at the breaker only while it is due.
+(``shared.breaker.watch``), and followed once it won by a second one (a late write may land after
+the Supervisor dropped the first as a stray): the Supervisor looks at the breaker only while one
+is due.
 
 When a write that closes the breaker wins, ``on_closed`` runs (the agent's: re-dispatch every
 step waiting on the remote, ``shared.breaker.waiting.resume_waiting``).
@@ -44,7 +46,7 @@ from shared.breaker.state import (
     decide_wake,
 )
 from shared.breaker.store import apply
-from shared.breaker.watch import opening_watch
+from shared.breaker.watch import Watch, confirming_watch, opening_watch
 from shared.effects import iso
 from shared.logs import log_event
 from shared.messaging import Bus, OutMessage
@@ -147,6 +149,8 @@ class BreakerGate:
             return None
         if decision.row is not None:
             self.cache.drop()  # this gate moved the row: read it again next time
+            if Effect.OPENED in decision.effects:
+                self._put_watch(confirming_watch(decision.row))
             self._run_effects(decision, decision.row, now)
         elif seen:
             self.cache.offer(ticket, seen[-1], now)
@@ -158,6 +162,14 @@ class BreakerGate:
         if Effect.OPENED in decision.effects and decision.row is not None:
             watch = opening_watch(decision.row)
             self.store.put_index(watch.bucket, watch.row_key, watch.props())
+
+    def _put_watch(self, watch: Watch) -> None:
+        """After an open write won: its second watch, in case the Supervisor dropped the first as a
+        stray while the write was late. Best effort: the first one covers every other case."""
+        try:
+            self.store.put_index(watch.bucket, watch.row_key, watch.props())
+        except Exception as exc:  # noqa: BLE001 - the breaker never stops the agent
+            log_event(logging.WARNING, "breaker.watch_failed", remote=self.remote, error=repr(exc))
 
     def _run_effects(self, decision: BreakerDecision, row: BreakerRow, now: datetime) -> None:
         """After the write won: the metric of the state entered, and the alerts."""

@@ -9,7 +9,9 @@ The sweep looks at a breaker only when its watch row in the deadline index is du
   dispatched twice;
 * **probe overdue** (``wake``): the cool-down (or the probe's lease) is over and the wake-up set
   for it is overdue by ``grace`` (its resume was lost, or the step it woke finished otherwise):
-  resume the oldest waiting step, which takes the probe; the watch stays due (next sweep);
+  resume the oldest waiting step, which takes the probe; the watch stays due (next sweep). With
+  no step waiting, the watch moves ``IDLE_RECHECK`` (60 s) on: an open breaker nobody uses any
+  more would otherwise cost every sweep a read and a listing;
 * **open or half-open, nothing overdue** (``move``): put the watch at the time it would be, then
   delete this one; **a newer opening** (``delete``): its own watch covers the breaker.
 
@@ -32,7 +34,7 @@ from datetime import datetime, timedelta
 from shared.breaker.state import BreakerState
 from shared.breaker.store import read_breaker
 from shared.breaker.waiting import MAX_LISTED, forget_waiting, resume_message, waiting_steps
-from shared.breaker.watch import WAKE_GRACE, Watch, WatchVerdict, decide_watch, probe_overdue
+from shared.breaker.watch import IDLE_RECHECK, WAKE_GRACE, Watch, WatchVerdict, decide_watch, probe_overdue
 from shared.logs import log_event
 from shared.messaging import Bus
 from shared.store import Store
@@ -64,11 +66,13 @@ def handle_watch(store: Store, bus: Bus, scheduler_queue: str, watch: Watch, now
             return decision.verdict, sent  # more to list: the watch stays due
     elif decision.verdict is WatchVerdict.WAKE:
         steps = waiting_steps(store, watch.remote, limit)
-        if steps:
-            oldest = min(steps, key=lambda s: s.attempt)
-            bus.send(resume_message(oldest, scheduler_queue, tag=f"probe-{now:%Y%m%d%H%M%S}"))
-            sent = 1
-        return decision.verdict, sent  # due again at the next sweep, until the breaker moves on
+        if not steps:  # nobody to wake: look again later, not at every sweep (put first, then delete)
+            put_watch(store, Watch(watch.remote, watch.opening, now + IDLE_RECHECK))
+            store.delete_index(watch.bucket, watch.row_key)
+            return decision.verdict, 0
+        oldest = min(steps, key=lambda s: s.attempt)
+        bus.send(resume_message(oldest, scheduler_queue, tag=f"probe-{now:%Y%m%d%H%M%S}"))
+        return decision.verdict, 1  # due again at the next sweep, until the breaker moves on
     elif decision.verdict is WatchVerdict.MOVE:
         assert decision.at is not None
         put_watch(store, Watch(watch.remote, max(row.opens, watch.opening), decision.at))

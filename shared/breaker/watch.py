@@ -12,7 +12,9 @@ The rules that make it enough:
 * the instance that opens a breaker puts the watch of that opening (``Opens`` N) BEFORE its open
   write (``shared.breaker.store.apply``'s ``before_write``): no breaker is open without one. A
   watch put by an open write that then lost or died is a stray; the Supervisor finds the breaker
-  closed, lists (nothing) and deletes it;
+  closed, lists (nothing) and deletes it. An open write that was only late (SDK retries, a paused
+  process) may land after that delete, so once it won the opener puts the opening's second watch
+  (:func:`confirming_watch`, another key: a delete of the first can never remove it);
 * a step registers as waiting only after reading its breaker open or half-open
   (``shared.breaker.waiting.hold``), so a step can wait only on an opening that has a watch;
 * the Supervisor deletes the watch of opening N only after reading the breaker CLOSED and then
@@ -36,6 +38,9 @@ from shared.effects import bucket_of, iso
 
 WATCH_PREFIX = "breaker:"
 WAKE_GRACE = timedelta(seconds=5)  # a wake-up overdue by this much is taken as lost
+# A probe overdue with no step waiting (nobody uses the remote any more): look again this much later,
+# not at every sweep. A step that waits later read a probe's lease; its own wake-up covers it first.
+IDLE_RECHECK = timedelta(seconds=60)
 _STAMP = "%Y%m%dT%H%M%S%f"
 
 
@@ -74,6 +79,13 @@ def opening_watch(opened: BreakerRow, grace: timedelta = WAKE_GRACE) -> Watch:
     """The watch an open write puts first: due when its cool-down's probe would be overdue."""
     assert opened.retry_at is not None
     return Watch(opened.remote, opened.opens, opened.retry_at + grace)
+
+
+def confirming_watch(opened: BreakerRow, grace: timedelta = WAKE_GRACE) -> Watch:
+    """The watch an open write puts once it won: the opening's, due 1 µs after :func:`opening_watch`
+    (its own row; the first MOVE puts both at one key)."""
+    first = opening_watch(opened, grace)
+    return Watch(first.remote, first.opening, first.due + timedelta(microseconds=1))
 
 
 def probe_overdue(row: BreakerRow, now: datetime, grace: timedelta = WAKE_GRACE) -> bool:

@@ -14,7 +14,7 @@ from shared.breaker import BreakerPolicy, BreakerRow, BreakerState, read_breaker
 from shared.breaker.gate import BreakerGate
 from shared.breaker.recovery import handle_watch, put_watch
 from shared.breaker.waiting import WaitingStep, hold, register_waiting, waiting_partition, waiting_steps
-from shared.breaker.watch import WAKE_GRACE, Watch, WatchVerdict, decide_watch, opening_watch
+from shared.breaker.watch import WAKE_GRACE, Watch, WatchVerdict, confirming_watch, decide_watch, opening_watch
 from shared.store import MemoryStore
 from shared.supervisor import sweep
 from tests.unit.harness import T0, make_runtime
@@ -90,12 +90,12 @@ def test_the_row_key_names_remote_opening_and_due_and_order_rows_are_not_watches
 
 
 # ---- the opener ----------------------------------------------------------------------------------
-def test_the_opening_puts_its_watch_before_the_open_write() -> None:
+def test_the_opening_puts_its_watch_before_the_open_write_and_a_second_one_after() -> None:
     rt = make_runtime()
     g = gate(rt)
     open_by_failures(g)
     row = read_breaker(rt.store, "shipping")
-    assert watches(rt.store) == [opening_watch(row)]
+    assert watches(rt.store) == [opening_watch(row), confirming_watch(row)]
     assert opening_watch(row).due == row.retry_at + WAKE_GRACE  # type: ignore[operator]
 
 
@@ -145,11 +145,11 @@ def test_an_outage_costs_the_sweep_a_few_requests_then_it_is_idle_again() -> Non
     assert probe.admission == "probe"
     g.record(200, probe_id=probe.probe_id)  # closed
     assert resumed == ["shipping"]
-    rt.clock.advance(10)  # the watch falls due after the close: one read, one listing, the delete
+    rt.clock.advance(10)  # the watches fall due after the close: per watch one read, one listing, the delete
     reads, writes = requests(rt.store, lambda: sweep(rt))
-    assert sorted(reads) == sorted([("deadline", rt.clock().strftime("%Y%m%d%H%M")), ("state", "breakers"),
-                                    ("state", waiting_partition("shipping"))])
-    assert writes == 1 and watches(rt.store) == []
+    assert sorted(reads) == sorted([("deadline", rt.clock().strftime("%Y%m%d%H%M"))]
+                                   + [("state", "breakers"), ("state", waiting_partition("shipping"))] * 2)
+    assert writes == 2 and watches(rt.store) == []
     rt.clock.advance(15)
     reads, writes = requests(rt.store, lambda: sweep(rt))
     assert len(reads) == 1 and writes == 0
@@ -167,7 +167,7 @@ def test_a_closer_that_dies_before_its_resumes_is_covered_by_the_watch() -> None
     g.record(200, probe_id=probe.probe_id)  # closed; the resumes are never sent
     assert waiting_steps(rt.store, "shipping") == [STEP]
     rt.clock.advance(15)
-    assert sweep(rt).breakers == {"resume-all": 1}
+    assert sweep(rt).breakers == {"resume-all": 2}  # the opening's two watches; the second lists nothing
     assert [m.body["orderId"] for m in rt.bus.take("scheduler")] == [STEP.order_id]
     assert waiting_steps(rt.store, "shipping") == [] and watches(rt.store) == []
 
@@ -215,15 +215,15 @@ def test_a_step_that_waits_on_the_next_opening_is_watched_by_that_opening() -> N
     sweep(rt)
     g = gate(rt)
     open_by_failures(g)
-    [first] = watches(rt.store)
+    first, _confirming = watches(rt.store)
     rt.clock.advance(5)
     probe = g.admit()
     g.record(200, probe_id=probe.probe_id)  # closed (opening 1)
     open_by_failures(g)  # opening 2
     assert hold(g, rt.store, STEP).admission == "wait"
     assert handle_watch(rt.store, rt.bus, "scheduler", first, first.due) == (WatchVerdict.DELETE, 0)
-    [second] = watches(rt.store)
-    assert second.opening == 2 and waiting_steps(rt.store, "shipping") == [STEP]
+    assert {w.opening for w in watches(rt.store)} == {1, 2}  # opening 1's second watch is not due yet
+    assert waiting_steps(rt.store, "shipping") == [STEP]
 
 
 def test_a_breaker_opened_without_a_watch_gets_one_at_the_first_sweep() -> None:
