@@ -61,8 +61,6 @@ async def _receive(conn_str: str, count: int, turns: Turns | None, slots_n: int,
                     async with lock:
                         await receiver.complete_message(m)
                 finally:
-                    if turns is not None:
-                        turns.running -= 1
                     slots.release()
 
             send.start()
@@ -70,14 +68,11 @@ async def _receive(conn_str: str, count: int, turns: Turns | None, slots_n: int,
             while received < count:
                 await slots.acquire()
                 async with lock:
-                    wait = turns.receive_wait() if turns is not None else RECEIVE_WAIT
-                    msgs = await receiver.receive_messages(max_message_count=1, max_wait_time=wait)
+                    msgs = await receiver.receive_messages(max_message_count=1, max_wait_time=RECEIVE_WAIT)
                 if not msgs:
                     slots.release()
                 for m in msgs:
                     received += 1
-                    if turns is not None:
-                        turns.running += 1
                     task = asyncio.get_running_loop().create_task(handle(m))
                     tasks.add(task)
             await asyncio.gather(*tasks)

@@ -400,7 +400,9 @@ class Bench:
     def _measured(self, name: str, r: LoadRun, before: dict[str, Any], t0: float, drain_timeout: float,
                   steady_from: float | None = None) -> dict[str, Any]:
         ok = r.wait_all(drain_timeout, progress=lambda s: print(s, flush=True))
-        time.sleep(0.5)  # let the last settlements and status sends land
+        # let the last settlements and status sends land: a settlement waits for its receiver's
+        # receive call in progress, up to RECEIVE_WAIT (2 s) in a lull (local/host/servicebus.py Turns)
+        time.sleep(2.5)
         after = self.snapshot()
         t1 = time.time()
         self.phase_windows.append((name, t0, t1))
@@ -593,7 +595,7 @@ class Bench:
     def phase_idle(self) -> None:
         secs = self.args.idle_seconds
         log(f"phase: idle ({secs:g}s with no orders in flight)")
-        time.sleep(1.0)
+        time.sleep(2.5)  # the last settlements (see _measured)
         before = self.snapshot()
         t0 = time.time()
         end = time.monotonic() + secs

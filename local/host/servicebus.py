@@ -23,7 +23,6 @@ from typing import Any
 
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import ServiceBusClient
-from azure.servicebus.exceptions import OperationTimeoutError
 
 from .app import FunctionSpec, Invoker
 from .messages import to_sdk_message, traceparent_of, trigger_argument
@@ -32,7 +31,6 @@ from .settings import ConnectionInfo, ServiceBusOptions, make_async_credential, 
 log = logging.getLogger("local.host.servicebus")
 
 RECEIVE_WAIT = 2.0  # seconds one receive call waits for messages
-BUSY_RECEIVE_WAIT = 0.05  # ... while invocations of the receiver run (their settlements wait for it)
 FURTHER_PULL_WAIT = 0.01  # seconds a receive call waits for more messages after the first
 SETTLE_TIMEOUT = 30.0  # a broker that never answers a settlement must not hold a slot forever
 BACKOFF_MAX = 15.0
@@ -49,39 +47,27 @@ def make_client(conn: ConnectionInfo) -> ServiceBusClient:
 class Turns:
     """Receive calls and settlements on one receiver take turns.
 
-    A settlement made while a receive call of the same receiver is in progress makes that call
-    stall: with the SDK's one credit per receive call (prefetch 0), 5-10% of the hops then took
-    0.1-0.4 s instead of ~2 ms (``python -m bench.hop`` measures both). So a settlement waits for
-    the current receive call to end, and while invocations run (a settlement may come) each
-    receive call waits at most ``BUSY_RECEIVE_WAIT``. When none runs no settlement can come,
-    and a call waits ``RECEIVE_WAIT``. Prefetching instead would hold messages in the buffer
-    with their locks running, which the real host's processor does not do with prefetchCount 0.
-
-    The SDK spends a receive call's wait on opening the receiver's link too, when it is not open
-    (a new receiver, a link the broker detached): a short call that timed out doing so is no
-    failure, and the next call gets ``RECEIVE_WAIT`` (``link_wanted``).
+    With prefetch 0 the SDK grants one credit per receive call, and a message that arrives while
+    no receive call is active is released at once (``enhanced_message_received_async``). A
+    settlement made while a receive call of the same receiver waits on its socket read takes the
+    message that arrives meanwhile into the SDK's buffer, and the receive call sees it only when
+    its read times out: 5-10% of the hops took 0.1-0.4 s instead of ~2 ms (``python -m
+    bench.hop`` measures both patterns). So a settlement waits for the receive call in progress
+    to end: when the next message arrives, or after ``RECEIVE_WAIT`` in a lull, well within the
+    lock's duration. (Shorter receive calls while invocations run, tried first, end empty so
+    often that messages arriving just after them are released and delivered again: 71 extra
+    deliveries for 1,116 orders at saturation.) Prefetching instead would hold messages in the
+    buffer with their locks running, which the real host's processor does not do with
+    prefetchCount 0.
     """
 
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
-        self.running = 0  # invocations of this receiver not yet settled
-        self.link_wanted = False  # a short call timed out: the link may need the full wait to open
-
-    def receive_wait(self) -> float:
-        return BUSY_RECEIVE_WAIT if self.running and not self.link_wanted else RECEIVE_WAIT
 
     async def receive(self, receiver: Any, n: int) -> list[Any]:
         """One receive call of ``n`` messages, in its turn."""
         async with self.lock:
-            wait = self.receive_wait()
-            try:
-                msgs: list[Any] = await receiver.receive_messages(max_message_count=n, max_wait_time=wait)
-            except OperationTimeoutError:
-                if wait >= RECEIVE_WAIT:
-                    raise
-                self.link_wanted = True
-                return []
-        self.link_wanted = False
+            msgs: list[Any] = await receiver.receive_messages(max_message_count=n, max_wait_time=RECEIVE_WAIT)
         return msgs
 
 
@@ -243,7 +229,6 @@ class ServiceBusHost:
                             for _ in range(n - len(msgs)):
                                 slots.release()
                             for m in msgs:
-                                turns.running += 1
                                 self._spawn(self._handle(spec, receiver, renewer, m, slots, turns))
                         await self._drain()
             except asyncio.CancelledError:
@@ -336,27 +321,28 @@ class ServiceBusHost:
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - logged by the invoker
-                renewer.unregister(msg)
                 if self.options.auto_complete_messages:
-                    await self._settle("abandon", receiver.abandon_message, msg, spec, turns)
+                    await self._settle("abandon", receiver.abandon_message, msg, spec, turns, renewer)
             else:
-                renewer.unregister(msg)
                 if self.options.auto_complete_messages:
-                    await self._settle("complete", receiver.complete_message, msg, spec, turns)
+                    await self._settle("complete", receiver.complete_message, msg, spec, turns, renewer)
         finally:
             renewer.unregister(msg)
-            if turns is not None:
-                turns.running -= 1
             if slots is not None:
                 slots.release()
 
-    async def _settle(self, what: str, op: Any, msg: Any, spec: FunctionSpec, turns: Turns | None) -> None:
+    async def _settle(self, what: str, op: Any, msg: Any, spec: FunctionSpec, turns: Turns | None,
+                      renewer: LockRenewer) -> None:
+        """Settle ``msg``; its lock is renewed until its turn comes (a lull can make it wait up
+        to ``RECEIVE_WAIT``, longer than a short LockDuration leaves)."""
         try:
             if turns is None:
+                renewer.unregister(msg)
                 async with asyncio.timeout(SETTLE_TIMEOUT):  # no task of its own, as wait_for makes
                     await op(msg)
             else:
                 async with turns.lock:  # after the receive call in progress, if any
+                    renewer.unregister(msg)
                     async with asyncio.timeout(SETTLE_TIMEOUT):
                         await op(msg)
         except Exception as e:  # noqa: BLE001 - lock lost or link gone: the broker redelivers

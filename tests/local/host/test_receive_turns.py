@@ -104,5 +104,5 @@ def test_settlements_wait_for_the_receive_call_in_progress(monkeypatch: pytest.M
     assert sorted(receiver.completed) == sorted(m.message_id for m in messages)
     assert len(invoker.invoked) == len(messages)
     assert receiver.overlaps == []
-    # while invocations ran, receive calls waited briefly (their settlements were waiting for them)
-    assert sbhost.BUSY_RECEIVE_WAIT in receiver.waits and sbhost.RECEIVE_WAIT in receiver.waits
+    # no short calls: they would end empty, and a message arriving just after one is released
+    assert set(receiver.waits) == {sbhost.RECEIVE_WAIT}

@@ -1,10 +1,10 @@
 """The host's receive loop while invocations run: a receive call that must (re)open its link.
 
-With invocations running, a receive call waits ``BUSY_RECEIVE_WAIT`` (50 ms) so that their
-settlements wait no longer. The SDK spends that same budget on opening the receiver's link when it
-is not open (a link the broker detached, or the receiver of a reconnect), and raises
-``OperationTimeoutError`` when the open takes longer. That must not take the receiver down (its
-invocations' settlements then fail and their messages come again) nor keep it from receiving."""
+The SDK spends a receive call's wait on opening the receiver's link too, when it is not open (a
+link the broker detached, or the receiver of a reconnect), and raises ``OperationTimeoutError``
+when the open takes longer. A receive call made while invocations run (their settlements wait for
+it) must leave the link time to open: a call too short for it would take the receiver down (its
+invocations' settlements then fail and their messages come again) and keep it from receiving."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from local.host.app import FunctionSpec
 from local.host.settings import ConnectionInfo, ServiceBusOptions
 from tests.local.host.test_receive_turns import FakeMessage
 
-LINK_OPEN = 0.1  # seconds the broker takes to attach a receiver's link (longer than BUSY_RECEIVE_WAIT)
+LINK_OPEN = 0.1  # seconds the broker takes to attach a receiver's link
 
 
 class Broker:
