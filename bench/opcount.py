@@ -213,7 +213,7 @@ def count_request(counter: Counter, request: Any, response: Any, seconds: float)
     """Add one sent request (and its response) to ``counter``; never raises."""
     try:
         table, kind, entities = classify(request.method, request.url, _body(request))
-        if kind in ("get", "query"):
+        if kind.split("|")[0] in READ_KINDS:  # marked reads too (query|stats, get|breakers)
             entities = _entities_returned(response)
         counter.add(table, kind, entities, int(getattr(response, "status_code", 0) or 0), seconds)
     except Exception:  # noqa: BLE001 - counting must never break a request

@@ -322,6 +322,10 @@ def run(sizes: list[int], *, threads: int = 6, repeats: int = 5, api_max: int = 
             result["stats_seeding"] = seed_stats(store, now)
             seeded = 0
             for size in sorted(sizes):
+                # a bulk load stops Azurite: the searches' queued repairs go out first, or the
+                # write-behind retries them against the stopped Azurite for minutes (and the flush
+                # before the next stop waits behind it: a full run hung here)
+                _flush_before_stop(store)
                 result["seeding"].append(_seed(az, seeded, size, now, threads, api_max, progress))
                 seeded = size
                 result["sizes"][str(size)] = measure_size(store, size, now, repeats)

@@ -144,3 +144,35 @@ def test_a_marked_kind_is_still_a_read_or_a_write() -> None:
     assert not opcount.is_read("orders|batch|breakers") and not opcount.is_read("orders|batch")
     assert opcount.mark_of("orders|get|breakers") == "breakers" and opcount.mark_of("orders|query|waiting") == "waiting"
     assert opcount.mark_of("orders|get") == ""
+
+
+class _Request:
+    def __init__(self, url: str) -> None:
+        self.method, self.url, self.body = "GET", url, None
+
+
+class _Response:
+    status_code = 200
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def body(self) -> bytes:
+        return self._body
+
+
+def test_the_entities_a_marked_read_returns_are_counted() -> None:
+    """A read of a marked partition (the stats rows, a breaker, the waiting steps) counts the
+    entities it returns as an unmarked one does (they were counted as 0 once marked)."""
+    base = "http://127.0.0.1:1/devstoreaccount1"
+    two = b'{"value":[{"PartitionKey":"stats","RowKey":"m-1"},{"PartitionKey":"stats","RowKey":"m-2"}]}'
+    c = opcount.Counter(None)
+    opcount.count_request(c, _Request(base + "/orderindex()?$filter=PartitionKey%20eq%20%27stats%27"), _Response(two),
+                          0.01)
+    opcount.count_request(c, _Request(base + "/orders()?$filter=PartitionKey%20eq%20%27waiting-shipping%27"),
+                          _Response(two.replace(b"stats", b"waiting-shipping")), 0.01)
+    opcount.count_request(c, _Request(base + "/orders()?$filter=PartitionKey%20eq%20%270af3%27"), _Response(two), 0.01)
+    totals = c.snapshot()
+    assert totals["orderindex|query|stats"]["entities"] == 2
+    assert totals["orders|query|waiting"]["entities"] == 2
+    assert totals["orders|query"]["entities"] == 2
