@@ -51,6 +51,11 @@ from bench.profiling import CpuMeter, group_pids, start_record, summarize_raw
 from bench.seed import seed_finished
 from local.procs import REPO_ROOT
 
+# A phase's last settlements land this long after its last order ended: a settlement waits for its
+# receiver's receive call in progress, up to RECEIVE_WAIT (2 s) in a lull (local/host/servicebus.py,
+# Turns). Each phase waits it out before its window closes, so that no phase counts another's.
+SETTLE_LAG = 2.5
+
 RESULTS = REPO_ROOT / "bench" / "results"
 STATUS_QUEUE = "order-status"
 WORK_QUEUES = ("scheduler", "replies", "agent-inventory", "agent-payment", "agent-shipping")
@@ -396,13 +401,12 @@ class Bench:
         r.open_loop(rate=max(2.0, self.args.warmup / 3), seconds=min(3.0, self.args.warmup / 2.0), threads=4)
         if not r.wait_all(60):
             log(f"  warning: {len(r.orders) - r.finished()} warm-up orders unfinished")
+        time.sleep(SETTLE_LAG)  # its settlements land before the next phase counts
 
     def _measured(self, name: str, r: LoadRun, before: dict[str, Any], t0: float, drain_timeout: float,
                   steady_from: float | None = None) -> dict[str, Any]:
         ok = r.wait_all(drain_timeout, progress=lambda s: print(s, flush=True))
-        # let the last settlements and status sends land: a settlement waits for its receiver's
-        # receive call in progress, up to RECEIVE_WAIT (2 s) in a lull (local/host/servicebus.py Turns)
-        time.sleep(2.5)
+        time.sleep(SETTLE_LAG)  # the last settlements and status sends
         after = self.snapshot()
         t1 = time.time()
         self.phase_windows.append((name, t0, t1))
@@ -518,6 +522,7 @@ class Bench:
         before = self.snapshot()
         t0 = time.time()
         res = lanes.run_lanes(self.poster, self.watcher, window=a.lanes_window, seconds=a.lanes_seconds)
+        time.sleep(SETTLE_LAG)  # its last settlements land in its window, not in the next phase's
         self.phase_windows.append(("lanes", t0, time.time()))
         res["window_counts"] = self.window(before, self.snapshot())
         self.result.setdefault("phases", {})["lanes"] = res
@@ -595,7 +600,7 @@ class Bench:
     def phase_idle(self) -> None:
         secs = self.args.idle_seconds
         log(f"phase: idle ({secs:g}s with no orders in flight)")
-        time.sleep(2.5)  # the last settlements (see _measured)
+        time.sleep(SETTLE_LAG)  # the last settlements
         before = self.snapshot()
         t0 = time.time()
         end = time.monotonic() + secs
