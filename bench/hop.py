@@ -26,7 +26,7 @@ from typing import Any
 from bench.emulator import QUEUE, _config
 from bench.load import percentile
 from local.connections import servicebus_connection_string
-from local.host.servicebus import RECEIVE_WAIT, Turns
+from local.host.receiving import RECEIVE_WAIT, Turns
 from local.host.settings import ServiceBusOptions
 from local.procs import REPO_ROOT, Proc, free_port
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceiveMode
@@ -26,11 +24,11 @@ from azure.servicebus.aio import ServiceBusClient
 
 from .app import FunctionSpec, Invoker
 from .messages import to_sdk_message, traceparent_of, trigger_argument
+from .receiving import LockRenewer, Turns
 from .settings import ConnectionInfo, ServiceBusOptions, make_async_credential, resolve_connection
 
 log = logging.getLogger("local.host.servicebus")
 
-RECEIVE_WAIT = 2.0  # seconds one receive call waits for messages
 FURTHER_PULL_WAIT = 0.01  # seconds a receive call waits for more messages after the first
 SETTLE_TIMEOUT = 30.0  # a broker that never answers a settlement must not hold a slot forever
 BACKOFF_MAX = 15.0
@@ -42,100 +40,6 @@ def make_client(conn: ConnectionInfo) -> ServiceBusClient:
     assert conn.fully_qualified_namespace
     return ServiceBusClient(conn.fully_qualified_namespace, make_async_credential(conn),
                             retry_total=2, retry_backoff_max=5)
-
-
-class Turns:
-    """Receive calls and settlements on one receiver take turns.
-
-    With prefetch 0 the SDK grants one credit per receive call, and a message that arrives while
-    no receive call is active is released at once (``enhanced_message_received_async``). A
-    settlement made while a receive call of the same receiver waits on its socket read takes the
-    message that arrives meanwhile into the SDK's buffer, and the receive call sees it only when
-    its read times out: 5-10% of the hops took 0.1-0.4 s instead of ~2 ms (``python -m
-    bench.hop`` measures both patterns). So a settlement waits for the receive call in progress
-    to end: when the next message arrives, or after ``RECEIVE_WAIT`` in a lull, well within the
-    lock's duration. (Shorter receive calls while invocations run, tried first, end empty so
-    often that messages arriving just after them are released and delivered again: 71 extra
-    deliveries for 1,116 orders at saturation.) Prefetching instead would hold messages in the
-    buffer with their locks running, which the real host's processor does not do with
-    prefetchCount 0.
-    """
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-
-    async def receive(self, receiver: Any, n: int) -> list[Any]:
-        """One receive call of ``n`` messages, in its turn."""
-        async with self.lock:
-            msgs: list[Any] = await receiver.receive_messages(max_message_count=n, max_wait_time=RECEIVE_WAIT)
-        return msgs
-
-
-class LockRenewer:
-    """Renews the locks of the messages (or the session) a receiver's invocations hold.
-
-    One task per receiver renews them one after the other: the SDK's AutoLockRenewer renews
-    each message from its own task, and concurrent first management calls on a receiver race
-    while its management link opens (the SDK fails them with "Management Operation error").
-    A lock is renewed when less than half its duration (at most 10 s) is left, for up to
-    ``maxAutoLockRenewalDuration``.
-    """
-
-    TICK = 0.5
-
-    def __init__(self, receiver: Any, max_duration: float, what: str) -> None:
-        self.receiver = receiver
-        self.max_duration = max_duration
-        self.what = what
-        self.entries: dict[int, tuple[Any, float, bool, float]] = {}
-        self.task: asyncio.Task[None] | None = None
-
-    def register(self, obj: Any, is_session: bool = False) -> None:
-        locked_until = obj.locked_until_utc
-        period = (locked_until - datetime.now(UTC)).total_seconds() if locked_until else 60.0
-        self.entries[id(obj)] = (obj, time.monotonic(), is_session, max(period, 1.0))
-        if self.task is None:
-            self.task = asyncio.get_running_loop().create_task(self._run())
-
-    def unregister(self, obj: Any) -> None:
-        self.entries.pop(id(obj), None)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.TICK)
-            for key, (obj, started, is_session, period) in list(self.entries.items()):
-                if key not in self.entries:
-                    continue
-                if time.monotonic() - started > self.max_duration:
-                    self.entries.pop(key, None)
-                    continue
-                locked_until = obj.locked_until_utc
-                if locked_until is None:
-                    continue
-                remaining = (locked_until - datetime.now(UTC)).total_seconds()
-                if remaining > min(10.0, period / 2):
-                    continue
-                try:
-                    if is_session:
-                        await obj.renew_lock()
-                    else:
-                        await self.receiver.renew_message_lock(obj)
-                except Exception as e:  # noqa: BLE001 - lock lost: the broker will redeliver
-                    if key in self.entries:
-                        self.entries.pop(key, None)
-                        log.warning("could not renew the lock of %s on %s: %s: %s",
-                                    "the session" if is_session else f"message {obj.message_id}", self.what,
-                                    type(e).__name__, e)
-
-    async def close(self) -> None:
-        self.entries.clear()
-        if self.task is not None:
-            self.task.cancel()
-            try:
-                await self.task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001,S110
-                pass
-            self.task = None
 
 
 class ServiceBusHost:

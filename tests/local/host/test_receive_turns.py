@@ -14,6 +14,7 @@ import pytest
 
 from local.host import servicebus as sbhost
 from local.host.app import FunctionSpec
+from local.host.receiving import RECEIVE_WAIT
 from local.host.settings import ConnectionInfo, ServiceBusOptions
 
 
@@ -105,4 +106,4 @@ def test_settlements_wait_for_the_receive_call_in_progress(monkeypatch: pytest.M
     assert len(invoker.invoked) == len(messages)
     assert receiver.overlaps == []
     # no short calls: they would end empty, and a message arriving just after one is released
-    assert set(receiver.waits) == {sbhost.RECEIVE_WAIT}
+    assert set(receiver.waits) == {RECEIVE_WAIT}
