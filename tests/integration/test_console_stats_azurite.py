@@ -30,9 +30,14 @@ def counted(azurite: Any, table_service: Any) -> Iterator[CountedStore]:
 
 
 def requests_of(store: CountedStore, before: dict[str, dict[str, float]]) -> dict[str, tuple[int, int]]:
-    """(requests, entities) by ``table|kind`` since ``before``, tables without their suffix."""
-    return {key.split("|")[1]: (int(v["requests"]), int(v["entities"]))
-            for key, v in _diff(store.counter.snapshot(), before).items()}
+    """(requests, entities) by kind since ``before``, summed over tables and partition marks (the
+    stats rows' requests are ``orderindex|query|stats``, the live counts' ``orderindex|query``)."""
+    out: dict[str, tuple[int, int]] = {}
+    for key, v in _diff(store.counter.snapshot(), before).items():
+        kind = key.split("|")[1]
+        requests, entities = out.get(kind, (0, 0))
+        out[kind] = (requests + int(v["requests"]), entities + int(v["entities"]))
+    return out
 
 
 def test_stats_rows(counted: CountedStore) -> None:
