@@ -325,7 +325,7 @@ def run(sizes: list[int], *, threads: int = 6, repeats: int = 5, api_max: int = 
                 # a bulk load stops Azurite: the searches' queued repairs go out first, or the
                 # write-behind retries them against the stopped Azurite for minutes (and the flush
                 # before the next stop waits behind it: a full run hung here)
-                _flush_before_stop(store)
+                _flush_index_writes(store)
                 result["seeding"].append(_seed(az, seeded, size, now, threads, api_max, progress))
                 seeded = size
                 result["sizes"][str(size)] = measure_size(store, size, now, repeats)
@@ -333,16 +333,17 @@ def run(sizes: list[int], *, threads: int = 6, repeats: int = 5, api_max: int = 
                 if "attention_full_page" not in result:  # at the smallest size: Azurite's writes are cheap there
                     result["attention_full_page"] = attention_full_page(az, store, size, now, repeats)
         finally:
-            _flush_before_stop(store)
+            _flush_index_writes(store)
             az.stop()
     result["seconds"] = round(time.time() - t0, 1)
     return result
 
 
-def _flush_before_stop(store: CountedStore | None) -> None:
-    """Send the index writes the last searches queued (their repairs) while this Azurite still
-    runs: left queued, the write-behind thread and its at-exit flush retry them against a stopped
-    Azurite, and the bench process then took minutes to exit (7 in a smoke run)."""
+def _flush_index_writes(store: CountedStore | None) -> None:
+    """Send the index writes the searches queued (their repairs) while this Azurite runs, before
+    it stops (a bulk load, the end): left queued, the write-behind thread and its at-exit flush
+    retry them against a stopped Azurite, and the bench process then took minutes to exit (7 in a
+    smoke run)."""
     if store is None:
         return
     try:

@@ -15,6 +15,7 @@ Session-enabled triggers (``isSessionsEnabled``) take the next available session
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -240,15 +241,11 @@ class ServiceBusHost:
         """Settle ``msg``; its lock is renewed until its turn comes (a lull can make it wait up
         to ``RECEIVE_WAIT``, longer than a short LockDuration leaves)."""
         try:
-            if turns is None:
+            # after the receive call in progress, if any (a session receiver's handling is inline: no turns)
+            async with turns.lock if turns is not None else contextlib.nullcontext():
                 renewer.unregister(msg)
                 async with asyncio.timeout(SETTLE_TIMEOUT):  # no task of its own, as wait_for makes
                     await op(msg)
-            else:
-                async with turns.lock:  # after the receive call in progress, if any
-                    renewer.unregister(msg)
-                    async with asyncio.timeout(SETTLE_TIMEOUT):
-                        await op(msg)
         except Exception as e:  # noqa: BLE001 - lock lost or link gone: the broker redelivers
             log.warning("could not %s message %s of 'Functions.%s': %s: %s", what, msg.message_id, spec.name,
                         type(e).__name__, e)
