@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import busstats, cpu_split
+from bench.calibrate import calibrate
 from bench.cost import IDLE_SWEEP_KINDS, SWEEP_KINDS, consistency, saturation_cost, work_queues
 from bench.projection import projection
 
@@ -256,8 +257,12 @@ def print_summary(r: dict[str, Any]) -> None:
     p("\n" + "=" * 78)
     m = r["machine"]
     m["loadavg_at_end"] = list(os.getloadavg())
+    m["calibration_at_end"] = calibrate()
     p(f"benchmark on {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}; "
       f"load average at start {', '.join(f'{x:.1f}' for x in m['loadavg_at_start'])}")
+    if "calibration_at_start" in m:
+        p(f"machine speed (bench.calibrate, CPU ms of a fixed workload; lower is faster): "
+          f"{m['calibration_at_start']['ms']} at start, {m['calibration_at_end']['ms']} at end")
     emu = r.get("emulator_alone", {})
     if "send" in emu:
         p(f"emulator alone: send {emu['send']['msgs_per_s']} msgs/s, receive+complete "

@@ -45,6 +45,7 @@ from typing import Any
 
 from bench import busstats, cpu_split, opcount, segments, versus
 from bench.azraw import TableHttp, raw_rate
+from bench.calibrate import calibrate
 from bench.hostlog import HostLog
 from bench.load import LoadRun, Poster, StatusWatcher, percentile
 from bench.profiling import CpuMeter, group_pids, start_record, summarize_raw
@@ -88,7 +89,8 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "python": platform.python_version(),
-            "platform": platform.platform(), "loadavg_at_start": list(os.getloadavg())}
+            "platform": platform.platform(), "loadavg_at_start": list(os.getloadavg()),
+            "calibration_at_start": calibrate()}
 
 
 # ---------------------------------------------------------------------------------------------
