@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import LoadRun, OrderTimes, Poster, PriorityMix, StatusWatcher, percentile
+from bench.logline import log
 from local.procs import REPO_ROOT
 
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -41,10 +42,6 @@ MIX = {"high": 0.10, "low": 0.10}  # the rest normal
 PRIORITIES = ("high", "normal", "low")
 TARGET_RATIO = 0.25  # high p99 <= normal p99 / 4
 MCC_SETTING = "AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls"
-
-
-def log(msg: str) -> None:
-    print(f"[{datetime.now().strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def _ms(v: float | None) -> float | None:

@@ -30,12 +30,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from bench.load import LoadRun, OrderTimes, Poster, StatusEvents, percentile
+from bench.logline import log
 from bench.peer_dbos.postgres import Postgres
 from bench.peer_dbos.venv import ensure_peer_venv
 from bench.profiling import cpu_seconds, start_record, summarize_raw
@@ -44,10 +44,6 @@ from local.remotes.client import RemotesClient
 
 RESULTS = REPO_ROOT / "bench" / "results"
 FORWARD = ("inventory/reserve", "payment/charge", "shipping/ship")
-
-
-def log(msg: str) -> None:
-    print(f"[{datetime.now().strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def _ms(v: float | None) -> float | None:

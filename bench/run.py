@@ -43,13 +43,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import busstats, cpu_split, opcount, segments, versus
-from bench.azraw import TableHttp, raw_rate
+from bench import busstats, cpu_split, opcount, phase_recovery, phase_sweep, segments, versus
+from bench.args import parse_args
+from bench.azraw import raw_rate
 from bench.calibrate import calibrate
 from bench.hostlog import HostLog
 from bench.load import LoadRun, Poster, StatusWatcher, percentile
+from bench.logline import log
 from bench.profiling import CpuMeter, group_pids, start_record, summarize_raw
-from bench.seed import seed_finished
 from local.procs import REPO_ROOT
 
 # A phase's last settlements land this long after its last order ended: a settlement waits for its
@@ -57,17 +58,12 @@ from local.procs import REPO_ROOT
 # Turns). Each phase waits it out before its window closes, so that no phase counts another's.
 SETTLE_LAG = 2.5
 
-RESULTS = REPO_ROOT / "bench" / "results"
 STATUS_QUEUE = "order-status"
 WORK_QUEUES = ("scheduler", "replies", "agent-inventory", "agent-payment", "agent-shipping")
 STEPS = 3
 SB_STANDARD_OPS = 1000.0
 STORAGE_ACCOUNT_ENTITIES = 20000.0
 STORAGE_PARTITION_ENTITIES = 2000.0
-
-
-def log(msg: str) -> None:
-    print(f"[{datetime.now().strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def machine() -> dict[str, Any]:
@@ -290,106 +286,13 @@ class Bench:
         self.phase_windows.append(("azurite raw", t0, time.time()))
 
     def _state_tables(self) -> tuple[str, str]:
-        s = self.stack.settings
-        return s.get("StateTable") or "orders", s.get("DeadlineTable") or "deadlines"
+        return phase_sweep.state_tables(self.stack.settings)
 
     def phase_sweep(self, label: str, target: int) -> None:
-        assert self.hostlog is not None
-        state_table, deadline_table = self._state_tables()
-        az = self.stack.azurite
-        seeded_before = sum(v.get("orders", 0) for v in self.result.get("seeding", {}).values())
-        app_orders = sum(len(r.orders) for r in self.runs)
-        n = max(0, target - seeded_before)
-        log(f"phase: sweep with {target:,} finished orders: seeding {n:,} finished orders "
-            f"(one transaction each, {self.args.seed_threads} threads)")
-        t0 = time.time()
-
-        def progress(done: int, total: int, secs: float) -> None:
-            rate = done / secs if secs else 0
-            eta = (total - done) / rate if rate else 0
-            print(f"  seeded {done:,}/{total:,} ({rate:,.0f} orders/s, ~{eta:,.0f}s left)", flush=True)
-
-        seeding = seed_finished(az.host, az.table_port, state_table=state_table, deadline_table=deadline_table,
-                                count=n, leftover=0, threads=self.args.seed_threads, progress=progress)
-        self.result.setdefault("seeding", {})[label] = seeding
-        log(f"  seeded {n:,} orders in {seeding['seconds']}s ({seeding['tx_per_s']} tx/s)")
-        # The lazily-left index rows (their best-effort delete lost) go in right after a sweep,
-        # so that the next sweep is the one that finds them due.
-        period = self.args.supervisor_period
-        first = self._next_sweep(time.time(), timeout=period * 3 + 30)
-        from bench.seed import leftover_index_row
-
-        c = TableHttp(az.host, az.table_port)
-        try:
-            ids = [r["PartitionKey"] for r in c.query(state_table, "RowKey eq 'state' and ProcessState eq 'Processed'",
-                                                      select="PartitionKey", limit=self.args.leftover)]
-            due = datetime.now(UTC).replace(second=0, microsecond=0)
-            from datetime import timedelta
-
-            due -= timedelta(minutes=3)
-            rows = [leftover_index_row(oid, due) for oid in ids]
-            for i in range(0, len(rows), 100):
-                c.batch(deadline_table, rows[i:i + 100])
-            index_now = c.query(deadline_table)
-        finally:
-            c.close()
-        now = datetime.now(UTC)
-        due_rows = sum(1 for r in index_now if datetime.fromisoformat(r["Due"]) <= now)
-        before = self.snapshot()
-        sweep_b = self._next_sweep(first.at + 0.01, timeout=period * 3 + 30)
-        mid = self.snapshot()
-        sweep_c = self._next_sweep(sweep_b.at + 0.01, timeout=period * 3 + 30)
-        after = self.snapshot()
-        w1, w2 = self.window(before, mid), self.window(mid, after)
-
-        def reads(w: dict[str, Any]) -> dict[str, int]:
-            t = w["table"]
-            # the Supervisor's pass over the breakers (a point read and a waiting listing per remote,
-            # every run) is a fixed cost per run, not work on due rows: reported apart
-            breakers = {k: v for k, v in t.items() if opcount.is_read(k) and opcount.mark_of(k)}
-            reading = {k: v for k, v in t.items() if opcount.is_read(k) and k not in breakers}
-            return {"entities_read": sum(int(v["entities"]) for v in reading.values()),
-                    "index_entities_read": sum(int(v["entities"]) for k, v in reading.items()
-                                               if k.startswith(deadline_table + "|")),
-                    "state_entities_read": sum(int(v["entities"]) for k, v in reading.items()
-                                               if k.startswith(state_table + "|")),
-                    "state_read_requests": sum(int(v["requests"]) for k, v in reading.items()
-                                               if k.startswith(state_table + "|")),
-                    "read_requests": sum(int(v["requests"]) for v in reading.values()),
-                    "breaker_pass_read_requests": sum(int(v["requests"]) for v in breakers.values()),
-                    "table_requests": sum(int(v["requests"]) for v in t.values())}
-
-        total_finished = seeded_before + n + app_orders
-        res = {"finished_orders_in_store": total_finished, "seeded": seeded_before + n, "app_orders": app_orders,
-               "index_rows_in_table": len(index_now), "due_rows": due_rows,
-               "sweep_with_due_rows": {"duration_ms": sweep_b.duration_ms, **reads(w1), "table": w1["table"],
-                                       "bus": w1["bus"]},
-               "sweep_steady": {"duration_ms": sweep_c.duration_ms, **reads(w2), "table": w2["table"]},
-               }
-        # The bound is on the index: at most due + 10 index rows read. Each due row then costs a
-        # point read of its order's state row and, for an order that ended (all of them here), a
-        # read of its partition to rewrite its search index rows (issue 11): at most 2 state
-        # reads per due row (reported apart: work on a due row, not on history).
-        b, c = res["sweep_with_due_rows"], res["sweep_steady"]
-        res["reads_within_bound"] = (b["index_entities_read"] <= due_rows + 10
-                                     and b["state_read_requests"] <= 2 * due_rows and c["entities_read"] <= 10)
-        self.result.setdefault("sweep", {})[label] = res
-        log(f"  sweep with {total_finished:,} finished orders and {due_rows} due rows: "
-            f"{sweep_b.duration_ms} ms, {b['index_entities_read']} index + {b['state_entities_read']} state entities "
-            f"read ({b['read_requests']} read requests, {b['state_read_requests']} of the state table); steady sweep "
-            f"{sweep_c.duration_ms} ms, {res['sweep_steady']['entities_read']} entities read")
-        self.phase_windows.append((f"sweep {label}", t0, time.time()))
+        phase_sweep.run(self, label, target)
 
     def _next_sweep(self, after: float, timeout: float) -> Any:
-        assert self.hostlog is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.hostlog.poll()
-            got = [i for i in self.hostlog.of("supervisor") if i.at > after]
-            if got:
-                return got[0]
-            time.sleep(0.1)
-        raise RuntimeError(f"no supervisor sweep within {timeout}s")
+        return phase_sweep.next_sweep(self, after, timeout)
 
     def new_run(self, phase: str) -> LoadRun:
         assert self.poster is not None and self.watcher is not None
@@ -631,71 +534,7 @@ class Bench:
             f"({sweeps} sweeps)")
 
     def phase_recovery(self) -> None:
-        assert self.hostlog is not None and self.watcher is not None
-        log("phase: recovery (SIGKILL the host instance running charge-payment, mid-call)")
-        remotes = self.stack.remotes
-        remotes.set_faults("payment", latencyMs=int(self.args.recovery_hang * 1000))
-        t0 = time.time()
-        r = self.new_run("recovery")
-        res: dict[str, Any] = {}
-        try:
-            oid = r._post_one()
-            if oid is None:
-                raise RuntimeError("recovery order was not accepted")
-            deadline = time.monotonic() + 30
-            ex: list[tuple[int, float, str]] = []
-            while time.monotonic() < deadline and not ex:
-                self.hostlog.poll()
-                ex = self.hostlog.executing_of("agent_payment", since=t0 - 1)
-                time.sleep(0.05)
-            if not ex:
-                raise RuntimeError("agent_payment never started")
-            instance = ex[0][0]
-            time.sleep(min(1.0, self.args.recovery_hang / 3))  # in the middle of the remote call
-            order = self.stack.get_order(oid)
-            step = next(s for s in order["steps"] if s["name"] == "charge-payment")
-            complete_by = datetime.fromisoformat(step["completeBy"]).timestamp()
-            k, pid = instance, self.host_instances()[instance]
-            os.kill(pid, signal.SIGKILL)
-            t_kill = time.time()
-            remotes.reset_faults()
-            log(f"  killed host instance {k} (pid {pid}) running charge-payment attempt {step['attempt']}; "
-                f"CompleteBy in {complete_by - t_kill:.1f}s")
-            bound = complete_by + self.args.supervisor_period + 1.0
-            wait_until = time.monotonic() + (bound - t_kill) + 60
-            done_at = None
-            while time.monotonic() < wait_until:
-                ev = self.watcher.events.get(oid, {})
-                if "step-done:charge-payment" in ev:
-                    done_at = ev["step-done:charge-payment"]
-                    break
-                time.sleep(0.05)
-            r.wait_all(60)
-            final = self.stack.get_order(oid)
-            st = next(s for s in final["steps"] if s["name"] == "charge-payment")
-            res = {"order_id": oid, "killed_instance": k, "killed_pid": pid,
-                   "complete_by_after_kill_s": round(complete_by - t_kill, 2),
-                   "supervisor_period_s": self.args.supervisor_period,
-                   "bound_s": round(bound - t_kill, 2),
-                   "recovered_s": round(done_at - t_kill, 2) if done_at else None,
-                   "within_bound": bool(done_at and done_at <= bound),
-                   "attempts": st["attempt"], "final_state": final["processState"],
-                   "failure_count": final["failureCount"]}
-            try:
-                self.stack.wait_host_instance_replaced(k, pid, timeout=30)
-            except Exception as e:  # noqa: BLE001
-                res["instance_restart"] = repr(e)
-        except Exception as e:  # noqa: BLE001
-            res["error"] = repr(e)
-        finally:
-            try:
-                remotes.reset_faults()
-            except Exception:  # noqa: BLE001,S110
-                pass
-        self.result["recovery"] = res
-        self.phase_windows.append(("recovery", t0, time.time()))
-        log(f"  recovery: step succeeded {res.get('recovered_s')}s after the kill (bound {res.get('bound_s')}s; "
-            f"attempts {res.get('attempts')}) {res.get('error', '')}")
+        phase_recovery.run(self)
 
     def phase_peer(self) -> None:
         """The DBOS peer, once every process of our stack has stopped (bench.versus)."""
@@ -725,69 +564,8 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else round(1000 * v, 1)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--smoke", action="store_true", help="a short CI-sized run (small counts, no profiling)")
-    ap.add_argument("--out-dir", default=str(RESULTS))
-    ap.add_argument("--instances", type=int, default=4,
-                    help="host instances (one Python worker process each: the GIL makes one process's threads "
-                         "wait on each other, so the app scales out by processes, as Functions does by instances)")
-    ap.add_argument("--step-timeout", type=int, default=15, help="StepTimeoutSeconds for the run")
-    ap.add_argument("--supervisor-period", type=int, default=5, help="seconds between supervisor sweeps")
-    ap.add_argument("--emulator-messages", type=int, default=5000)
-    ap.add_argument("--skip-emulator", action="store_true")
-    ap.add_argument("--raw-seconds", type=float, default=5.0)
-    ap.add_argument("--raw-threads", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
-    ap.add_argument("--sweep-small", type=int, default=1000)
-    ap.add_argument("--sweep-large", type=int, default=100000)
-    ap.add_argument("--leftover", type=int, default=20, help="lazily-left index rows (due) before the measured sweep")
-    ap.add_argument("--seed-threads", type=int, default=6)
-    ap.add_argument("--search-sizes", type=lambda s: [int(x) for x in s.split(",") if x], default=[1000, 100000],
-                    help="finished orders in the search index for the search page cost ('' to skip)")
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--window", type=int, default=48, help="orders in flight at saturation")
-    ap.add_argument("--saturation-seconds", type=float, default=40.0)
-    ap.add_argument("--lanes-window", type=int, default=160,
-                    help="orders in flight in the priority lanes phase (10%% high, 10%% low)")
-    ap.add_argument("--lanes-seconds", type=float, default=60.0, help="0 skips the priority lanes phase")
-    ap.add_argument("--latency-seconds", type=float, default=40.0)
-    ap.add_argument("--sustained-seconds", type=float, default=25.0)
-    ap.add_argument("--idle-seconds", type=float, default=60.0)
-    ap.add_argument("--skip-recovery", action="store_true")
-    ap.add_argument("--recovery-hang", type=float, default=3.0, help="remote latency while the agent is killed")
-    ap.add_argument("--breaker-cache-seconds", type=float, default=None,
-                    help="BreakerCacheSeconds of the stack (default: the app's; 0: a breaker read per agent call)")
-    ap.add_argument("--no-profile", action="store_true")
-    ap.add_argument("--no-plots", action="store_true")
-    ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, counters, profiles)")
-    versus.add_args(ap)
-    args = ap.parse_args(argv)
-    if args.smoke:
-        args.emulator_messages = min(args.emulator_messages, 500)
-        args.raw_seconds = min(args.raw_seconds, 1.5)
-        args.raw_threads = [2]
-        args.sweep_small, args.sweep_large = min(args.sweep_small, 50), min(args.sweep_large, 100)
-        args.leftover = min(args.leftover, 5)
-        args.search_sizes = [n for n in args.search_sizes if n <= 1000] or [1000]
-        args.warmup = min(args.warmup, 3)
-        args.window = min(args.window, 6)
-        args.saturation_seconds = min(args.saturation_seconds, 5.0)
-        args.lanes_window, args.lanes_seconds = min(args.lanes_window, 12), min(args.lanes_seconds, 5.0)
-        args.latency_seconds = min(args.latency_seconds, 4.0)
-        args.sustained_seconds = 0.0
-        args.idle_seconds = min(args.idle_seconds, 6.0)
-        args.supervisor_period = min(args.supervisor_period, 2)
-        args.step_timeout = min(args.step_timeout, 6)
-        args.recovery_hang = min(args.recovery_hang, 1.5)
-        args.no_profile = True
-        args.instances = min(args.instances, 2)
-        versus.smoke_args(args)
-    return args
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv, __doc__)
     bench = Bench(args)
 
     def on_term(signum: int, _frame: Any) -> None:

@@ -1,0 +1,72 @@
+"""The benchmark's command line (``python -m bench --help``), and the ``--smoke`` sizes for CI."""
+
+from __future__ import annotations
+
+import argparse
+
+from bench import versus
+from local.procs import REPO_ROOT
+
+RESULTS = REPO_ROOT / "bench" / "results"
+
+
+def parse_args(argv: list[str] | None, description: str | None = None) -> argparse.Namespace:
+    """The run's options (``description``: the help text's head, bench.run's docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m bench", description=description,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="a short CI-sized run (small counts, no profiling)")
+    ap.add_argument("--out-dir", default=str(RESULTS))
+    ap.add_argument("--instances", type=int, default=4,
+                    help="host instances (one Python worker process each: the GIL makes one process's threads "
+                         "wait on each other, so the app scales out by processes, as Functions does by instances)")
+    ap.add_argument("--step-timeout", type=int, default=15, help="StepTimeoutSeconds for the run")
+    ap.add_argument("--supervisor-period", type=int, default=5, help="seconds between supervisor sweeps")
+    ap.add_argument("--emulator-messages", type=int, default=5000)
+    ap.add_argument("--skip-emulator", action="store_true")
+    ap.add_argument("--raw-seconds", type=float, default=5.0)
+    ap.add_argument("--raw-threads", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
+    ap.add_argument("--sweep-small", type=int, default=1000)
+    ap.add_argument("--sweep-large", type=int, default=100000)
+    ap.add_argument("--leftover", type=int, default=20, help="lazily-left index rows (due) before the measured sweep")
+    ap.add_argument("--seed-threads", type=int, default=6)
+    ap.add_argument("--search-sizes", type=lambda s: [int(x) for x in s.split(",") if x], default=[1000, 100000],
+                    help="finished orders in the search index for the search page cost ('' to skip)")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--window", type=int, default=48, help="orders in flight at saturation")
+    ap.add_argument("--saturation-seconds", type=float, default=40.0)
+    ap.add_argument("--lanes-window", type=int, default=160,
+                    help="orders in flight in the priority lanes phase (10%% high, 10%% low)")
+    ap.add_argument("--lanes-seconds", type=float, default=60.0, help="0 skips the priority lanes phase")
+    ap.add_argument("--latency-seconds", type=float, default=40.0)
+    ap.add_argument("--sustained-seconds", type=float, default=25.0)
+    ap.add_argument("--idle-seconds", type=float, default=60.0)
+    ap.add_argument("--skip-recovery", action="store_true")
+    ap.add_argument("--recovery-hang", type=float, default=3.0, help="remote latency while the agent is killed")
+    ap.add_argument("--breaker-cache-seconds", type=float, default=None,
+                    help="BreakerCacheSeconds of the stack (default: the app's; 0: a breaker read per agent call)")
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, counters, profiles)")
+    versus.add_args(ap)
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.emulator_messages = min(args.emulator_messages, 500)
+        args.raw_seconds = min(args.raw_seconds, 1.5)
+        args.raw_threads = [2]
+        args.sweep_small, args.sweep_large = min(args.sweep_small, 50), min(args.sweep_large, 100)
+        args.leftover = min(args.leftover, 5)
+        args.search_sizes = [n for n in args.search_sizes if n <= 1000] or [1000]
+        args.warmup = min(args.warmup, 3)
+        args.window = min(args.window, 6)
+        args.saturation_seconds = min(args.saturation_seconds, 5.0)
+        args.lanes_window, args.lanes_seconds = min(args.lanes_window, 12), min(args.lanes_seconds, 5.0)
+        args.latency_seconds = min(args.latency_seconds, 4.0)
+        args.sustained_seconds = 0.0
+        args.idle_seconds = min(args.idle_seconds, 6.0)
+        args.supervisor_period = min(args.supervisor_period, 2)
+        args.step_timeout = min(args.step_timeout, 6)
+        args.recovery_hang = min(args.recovery_hang, 1.5)
+        args.no_profile = True
+        args.instances = min(args.instances, 2)
+        versus.smoke_args(args)
+    return args
