@@ -37,7 +37,7 @@ class BreakerReads(MemoryStore):
         super().__init__()
         self.queries = 0
         self.point_reads = 0
-        self.during_next_query: Callable[[], None] | None = None
+        self.during_next_query: Callable[[], object] | None = None
         self.queries_down = False
 
     def read_rows(self, partition: str, limit: int) -> dict[str, dict[str, Any]]:
