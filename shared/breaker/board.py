@@ -50,7 +50,7 @@ class BreakerBoard:
         self._flight: threading.Event | None = None  # set when the query in flight has been offered
         self._unclean: dict[str, datetime] = {}  # remote -> when a query began that left its copy stale
         self._failed_at: datetime | None = None  # when the last failed query began
-        self.queries = 0  # queries sent (tests, and a log line's figure)
+        self.queries = 0  # queries sent (tests)
 
     def join(self, remote: str, cache: ClosedRowCache) -> None:
         """Hold ``remote``'s gate's copy (one gate per remote and instance)."""
