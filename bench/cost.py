@@ -1,7 +1,8 @@
 """Issue 15's cost target and the relations the counts must satisfy.
 
 * :func:`saturation_cost`: table requests per order counted over the saturation window alone,
-  by table and by table|kind, the breaker's point reads on their own line (``orders|get|breakers``,
+  by table and by table|kind, the breaker reads on their own line (``orders|query|breakers``, an
+  agent instance's one query of every breaker, and ``orders|get|breakers``, a breaker's point read;
   told apart by ``bench.opcount``), against the target: at most 5 table requests per order of
   3 steps (history, search index and deadline index included). The sweep's own reads are
   reported apart, as in ``bench.report.per_order``.
@@ -22,9 +23,12 @@ TARGET_REQUESTS_PER_ORDER = 5.0
 # point read of a due order, and the listing of a remote's waiting steps when its breaker's watch
 # falls due (shared.breaker.recovery)
 SWEEP_KINDS = ("deadlines|query", "orders|get", "orders|query|waiting")
-# the agents' admissions, and the Supervisor's: one per due breaker watch (none while no breaker
-# opened since the process's first sweep, which reads each remote once)
+# point reads: the agents' admissions of a breaker that is not closed and clean (or when their
+# query failed), and the Supervisor's: one per due breaker watch (none while no breaker opened
+# since the process's first sweep, which reads each remote once)
 BREAKER_READS = "orders|get|breakers"
+# an agent instance's query of every breaker at once (shared.breaker.board): its healthy admissions
+BREAKER_QUERIES = "orders|query|breakers"
 WAITING_LISTINGS = "orders|query|waiting"  # the Supervisor's, when a watch of a closed (or overdue) breaker is due
 # while idle no agent calls: every breaker read is the Supervisor's
 # the console's stats rows: after a sweep with due rows, and while idle once a minute (a heartbeat,
@@ -52,7 +56,7 @@ def saturation_cost(result: dict[str, Any]) -> dict[str, Any] | None:
         name = k.split("|", 1)[0]
         by_table[name] = by_table.get(name, 0) + v["requests"]
     per_order = round(total / orders, 3)
-    breaker_reads = table.get(BREAKER_READS, {}).get("requests", 0)
+    breaker_reads = sum(table.get(k, {}).get("requests", 0) for k in (BREAKER_READS, BREAKER_QUERIES))
     listings = table.get(WAITING_LISTINGS, {}).get("requests", 0)
     return {
         "orders": orders, "steps_per_order": STEPS,
@@ -61,9 +65,9 @@ def saturation_cost(result: dict[str, Any]) -> dict[str, Any] | None:
         "requests_per_order_by_kind": {k: round(v["requests"] / orders, 3) for k, v in sorted(work.items())},
         "entities_per_order_by_kind": {k: round(v["entities"] / orders, 3) for k, v in sorted(work.items())},
         "breaker_reads_per_order": round(breaker_reads / orders, 3),
-        # the Supervisor reads a breaker only for a due watch, and lists its waiting steps for most of
-        # them: its listings stand for its breaker reads (none while no breaker opened); the rest are
-        # the agents' admissions
+        # both kinds; the Supervisor reads a breaker only for a due watch (a point read), and lists its
+        # waiting steps for most of them: its listings stand for its breaker reads (none while no
+        # breaker opened); the rest are the agents' admissions (their queries and point reads)
         "breaker_reads_per_order_by_reader": {
             "agents": round(max(breaker_reads - listings, 0) / orders, 3),
             "supervisor": round(min(listings, breaker_reads) / orders, 3)},

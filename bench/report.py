@@ -355,7 +355,7 @@ def _print_cost(r: dict[str, Any]) -> None:
         print(f"table requests per order at saturation ({cost['orders']} orders of {cost['steps_per_order']} steps): "
               f"{cost['requests_per_order']}; by table {cost['requests_per_order_by_table']}")
         print(f"  by kind {cost['requests_per_order_by_kind']}")
-        print(f"  breaker point reads (orders|get|breakers) {cost['breaker_reads_per_order']} per order "
+        print(f"  breaker reads (orders|query|breakers + |get|breakers) {cost['breaker_reads_per_order']} per order "
               f"({cost['breaker_reads_per_order_by_reader']}); sweep requests apart {cost['sweep_requests_in_window']}")
     proj = r.get("azure_projection")
     if proj:

@@ -34,6 +34,7 @@ import azure.functions as func
 from shared.agent import AgentResult, AgentRuntime, TransientFailure, parse_request
 from shared.agent.breaker import breaker_for
 from shared.agent_catalog import AGENTS, Agent
+from shared.breaker.board import BreakerBoard
 from shared.clients import get_clients
 from shared.lanes import LANES, Lane
 from shared.logs import log_event
@@ -46,10 +47,12 @@ bp = func.Blueprint()
 
 _lock = threading.Lock()
 _runtimes: dict[str, AgentRuntime] = {}
+_board: BreakerBoard | None = None  # the worker's gates' breakers, refreshed by one query (with the first gate)
 
 
 def runtime_for(agent: Agent) -> AgentRuntime:
     """The worker's runtime for ``agent``: created on first use, then reused by every thread."""
+    global _board
     rt = _runtimes.get(agent.name)
     if rt is not None:
         return rt
@@ -58,8 +61,12 @@ def runtime_for(agent: Agent) -> AgentRuntime:
         if rt is None:
             clients = get_clients()  # the worker's one ServiceBusClient and per-queue senders
             bus = ServiceBusBus(clients.sender)
-            # the remote's circuit breaker: its row in the state table, shared by every instance
-            gate = breaker_for(agent.name, get_runtime().store, bus, clients.settings, instance_id())
+            # the remote's circuit breaker: its row in the state table, shared by every instance;
+            # this worker's gates are refreshed together (one query of every breaker per BreakerCacheSeconds)
+            store = get_runtime().store
+            if _board is None:
+                _board = BreakerBoard(store)
+            gate = breaker_for(agent.name, store, bus, clients.settings, instance_id(), board=_board)
             rt = AgentRuntime(agent.name, clients.settings[agent.service_url_setting], bus, breaker=gate)
             _runtimes[agent.name] = rt
         return rt

@@ -119,6 +119,9 @@ class Store(Protocol):
     def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
         """The order's live rows (``order``, ``state``, ``step-*``): never its history."""
     def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None: ...
+    def read_rows(self, partition: str, limit: int) -> dict[str, dict[str, Any]]:
+        """Up to ``limit`` rows of ``partition`` (every RowKey, each with its ETag), by RowKey: ONE
+        query (``shared.breaker.store.read_breakers``: every breaker an agent instance holds)."""
     def read_history(self, order_id: str, after: int, limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` history rows after event ``after``, oldest first."""
     def partition_keys(self, order_id: str, limit: int) -> list[tuple[str, str]]:
@@ -219,6 +222,11 @@ class MemoryStore:
                 return None
             props, etag = hit
             return {**props, "PartitionKey": order_id, "RowKey": row_key, ETAG: etag}
+
+    def read_rows(self, partition: str, limit: int) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            self.reads.append(("state", partition))
+            return dict(itertools.islice(self._partition(partition, "", "\uffff").items(), limit))
 
     def transact(self, order_id: str, ops: Sequence[Op]) -> dict[str, str]:
         if not ops:

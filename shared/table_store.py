@@ -160,6 +160,12 @@ class TableStore:
         except ResourceNotFoundError:
             return None
 
+    def read_rows(self, partition: str, limit: int) -> dict[str, dict[str, Any]]:
+        """One query of the whole partition (one page: ``limit`` at most 1000)."""
+        entities = self.state.query_entities("PartitionKey eq @pk", parameters={"pk": partition},
+                                             results_per_page=min(limit, 1000))
+        return {str(e["RowKey"]): e for e in _first(entities, limit, self._row)}
+
     def transact(self, order_id: str, ops: Sequence[Op]) -> dict[str, str]:
         """All of ``ops`` on the order's partition, or none: a lost race is ``Conflict``. Returns
         the new ETag of each created/replaced row (a row the service gave none for is left out)."""

@@ -9,7 +9,8 @@ outside a probe costs nothing). A call cut short by completeBy is not the remote
 not counted.
 
 :func:`breaker_for` builds the gate an agent instance shares between its threads; when a close
-write wins, that gate sends a resume for every waiting step (``resume_waiting``).
+write wins, that gate sends a resume for every waiting step (``resume_waiting``). The gates of
+one instance share its ``BreakerBoard`` (``shared.breaker.board``): one query refreshes them all.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from shared.breaker.board import BreakerBoard
 from shared.breaker.gate import BreakerGate
 from shared.breaker.state import BreakerPolicy
 from shared.breaker.waiting import WaitingStep, hold, resume_waiting
@@ -62,13 +64,15 @@ class CallGuard:
         self.gate.record(status, final=final, probe_id=probe_id, counted=self.counted)
 
 
-def breaker_for(remote: str, store: Store, bus: Bus, settings: Any, instance: str) -> BreakerGate:
+def breaker_for(remote: str, store: Store, bus: Bus, settings: Any, instance: str,
+                board: BreakerBoard | None = None) -> BreakerGate:
     """The gate of ``remote`` for this instance: alerts on the AlertsQueue, and on a close, a
-    resume on the SchedulerQueue for every step that waited."""
+    resume on the SchedulerQueue for every step that waited. ``board``: the instance's, shared by
+    all of its gates (None: this gate reads its own row when its copy is stale)."""
     scheduler_queue = settings["SchedulerQueue"]
 
     def resume(gate: BreakerGate) -> None:
         resume_waiting(store, bus, scheduler_queue, gate.remote)
 
     return BreakerGate(store, remote, BreakerPolicy.from_settings(settings), instance, bus,
-                       settings["AlertsQueue"], on_closed=resume)
+                       settings["AlertsQueue"], on_closed=resume, board=board)

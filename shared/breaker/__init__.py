@@ -3,7 +3,8 @@
 ``state``: the pure state machine (row, event, now, policy) -> decision; ``store``: its row in
 the state table (partition ``breakers``) and the read-decide-write loop that settles races;
 ``gate``: admit/record for one agent instance, with the alerts on open and close and the metrics;
-``cache``: the gate's short-lived copy of a closed row with nothing counted (issue 15: no read per call).
+``cache``: the gate's short-lived copy of a closed row with nothing counted (issue 15: no read per call);
+``board``: an instance's gates, whose copies one query of the partition refreshes (not one read per remote).
 The agent admits every call through it (``shared.agent.breaker``); the design is in docs/issue14-breaker-design.md.
 """
 

@@ -2,7 +2,8 @@
 
 Why: every agent call admits itself through its remote's breaker, and while the remote is healthy
 that read says the same thing every time (closed, no failures). Served from this copy for
-``ttl``, a closed breaker costs one point read per ``ttl`` per instance instead of one per call.
+``ttl``, a closed breaker costs one read per ``ttl`` per instance instead of one per call (and the
+instance's gates share that read: ``shared.breaker.board`` refreshes all their copies with one query).
 
 What it may never do: serve a probe, an open or half-open breaker, or a closed one with failures
 counted (those are never stored here), nor serve a row older than something this instance has

@@ -12,7 +12,9 @@ business 4xx included, shows the remote is up.
 
 A closed breaker with nothing counted is served for ``policy.cache`` from the gate's copy
 (``shared.breaker.cache``): no read per call. Any failure this instance records, any write it
-makes, any read showing something else, and any store error drop that copy.
+makes, any read showing something else, and any store error drop that copy. A gate given the
+instance's ``board`` (``shared.breaker.board``) refreshes a stale copy with the other gates',
+by one query of every breaker; only if its copy is still not fresh does it read its own row.
 
 A write that opens the breaker is preceded by the opening's watch row in the deadline index
 (``shared.breaker.watch``), and followed once it won by a second one (a late write may land after
@@ -33,6 +35,7 @@ from typing import Any
 from opentelemetry import metrics
 
 from shared import telemetry
+from shared.breaker.board import BreakerBoard
 from shared.breaker.cache import ClosedRowCache
 from shared.breaker.state import (
     BreakerDecision,
@@ -86,7 +89,7 @@ class BreakerGate:
 
     def __init__(self, store: Any, remote: str, policy: BreakerPolicy, instance: str, bus: Bus,
                  alerts_queue: str, now: Callable[[], datetime] = utcnow,
-                 on_closed: Callable[[BreakerGate], None] | None = None) -> None:
+                 on_closed: Callable[[BreakerGate], None] | None = None, board: BreakerBoard | None = None) -> None:
         self.on_closed = on_closed
         self.store = store
         self.remote = remote
@@ -96,6 +99,9 @@ class BreakerGate:
         self.alerts_queue = alerts_queue
         self._now = now
         self.cache = ClosedRowCache(policy.cache)
+        self.board = board  # the instance's gates, refreshed together (None: this gate reads its own row)
+        if board is not None:
+            board.join(remote, self.cache)
 
     def now(self) -> datetime:
         return self._now()
@@ -105,6 +111,10 @@ class BreakerGate:
         now = self._now()
         if self.cache.fresh(now):
             return CACHED_CALL
+        if self.board is not None:
+            self.board.refresh(self.remote, now)  # one query for every gate of the instance
+            if self.cache.fresh(self._now()):
+                return CACHED_CALL
         decision = self._apply(lambda row: decide_admit(row, now, self.policy, self.instance), now)
         if decision is None:
             return BreakerDecision("breaker unknown: call", admission="call")

@@ -4,17 +4,19 @@ Order partitions are 32 hex characters and every query of the state table names 
 so this partition meets no order. Reads and writes go through the ``Store`` protocol's
 ``read_row`` / ``transact`` (ETag-conditioned; ``create`` of a row another instance created
 first is a ``Conflict`` too): :func:`apply` reads, decides, writes, and on a lost race reads and
-decides again, so that racing instances open a breaker once and take one probe lease.
+decides again, so that racing instances open a breaker once and take one probe lease. :func:`read_breakers`
+reads every breaker at once (``read_rows``: one query of the partition).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from shared.breaker.state import BreakerDecision, BreakerRow
 from shared.store import Conflict, Op, Store
 
 BREAKER_PARTITION = "breakers"
+MAX_BREAKERS = 1000  # rows one query of the partition returns (one page; there is one per agent)
 MAX_ROUNDS = 5  # read-decide-write rounds before giving up (each lost round means another instance moved it)
 
 
@@ -25,6 +27,16 @@ class BreakerBusy(RuntimeError):
 def read_breaker(store: Store, remote: str) -> BreakerRow:
     """The remote's breaker as stored (closed if it was never written)."""
     return BreakerRow.from_props(remote, store.read_row(BREAKER_PARTITION, remote))
+
+
+def read_breakers(store: Store, remotes: Iterable[str]) -> dict[str, BreakerRow]:
+    """Each of ``remotes``' breakers as stored (closed if never written), with its ETag: ONE query
+    of the partition (``shared.breaker.board``). Were the partition ever cut at ``MAX_BREAKERS``
+    rows, a remote it did not return would be left out (unknown), never taken for closed."""
+    stored = store.read_rows(BREAKER_PARTITION, MAX_BREAKERS)
+    complete = len(stored) < MAX_BREAKERS
+    return {remote: BreakerRow.from_props(remote, stored.get(remote)) for remote in remotes
+            if complete or remote in stored}
 
 
 def write_breaker(store: Store, row: BreakerRow) -> None:

@@ -21,12 +21,15 @@ def t(requests: int, entities: int) -> dict[str, float]:
     return {"requests": requests, "entities": entities, "failed": 0, "seconds": 0.1 * requests}
 
 
-def window(breaker_reads: int = 12) -> dict[str, Any]:
+def window(breaker_reads: int = 12, breaker_queries: int = 0) -> dict[str, Any]:
     """10 orders of 3 steps: 4 state transactions each, the deadline put and delete, the search
-    index written behind, the breaker read ``breaker_reads`` times, and the sweep's own reads."""
+    index written behind, the breaker read ``breaker_reads`` times (point reads) and queried
+    ``breaker_queries`` times (an instance's every breaker at once), and the sweep's own reads."""
     table = {"orders|batch": t(40, 130), "deadlines|upsert": t(7, 7), "deadlines|batch": t(3, 10),
              "orderindex|batch": t(2, 20), "orders|get|breakers": t(breaker_reads, 0),
              "deadlines|query": t(5, 3), "orders|get": t(1, 1), "orders|query|waiting": t(3, 0)}
+    if breaker_queries:
+        table["orders|query|breakers"] = t(breaker_queries, 3 * breaker_queries)
     request = {"sent": ORDERS, "delivered": ORDERS, "completed": ORDERS}
     bus = {"scheduler": {"sent": 0, "delivered": 0, "completed": 0},
            "replies": {"sent": 3 * ORDERS, "delivered": 3 * ORDERS + 1, "completed": 3 * ORDERS},
@@ -35,9 +38,9 @@ def window(breaker_reads: int = 12) -> dict[str, Any]:
     return {"table": table, "bus": bus, "seconds": 5.0}
 
 
-def result(breaker_reads: int = 12) -> dict[str, Any]:
+def result(breaker_reads: int = 12, breaker_queries: int = 0) -> dict[str, Any]:
     return {"phases": {"saturation": {"processed": ORDERS, "orders_posted": ORDERS, "orders_per_s": 2.0,
-                                      "window": window(breaker_reads)}}}
+                                      "window": window(breaker_reads, breaker_queries)}}}
 
 
 def test_the_cost_at_saturation_by_table_and_kind_with_the_breaker_reads_apart() -> None:
@@ -58,6 +61,20 @@ def test_the_cost_at_saturation_by_table_and_kind_with_the_breaker_reads_apart()
     cheap["phases"]["saturation"]["window"]["table"]["deadlines|upsert"] = t(0, 0)
     met = saturation_cost(cheap)
     assert met is not None and met["requests_per_order"] == 4.5 and met["target"]["met"]
+
+
+def test_an_instances_query_of_every_breaker_counts_as_breaker_reads_and_in_the_cost() -> None:
+    """``orders|query|breakers`` (shared.breaker.board) is a breaker read: in the breaker line, the
+    agents' share, the total and its table, and the relations still hold."""
+    cost = saturation_cost(result(breaker_reads=3, breaker_queries=4))
+    assert cost is not None
+    assert cost["breaker_reads_per_order"] == 0.7  # 4 queries + 3 point reads over 10 orders
+    assert cost["breaker_reads_per_order_by_reader"] == {"agents": 0.4, "supervisor": 0.3}
+    assert cost["requests_per_order_by_kind"]["orders|query|breakers"] == 0.4
+    assert cost["requests_per_order"] == 5.9 and cost["requests_per_order_by_table"]["orders"] == 4.7
+    r = result(breaker_reads=3, breaker_queries=4)
+    checks = consistency(per_order(r), saturation_cost(r))
+    assert checks and all(c["ok"] for c in checks), [c for c in checks if not c["ok"]]
 
 
 def test_the_report_shows_the_new_target_and_retires_the_storage_bound_ones() -> None:

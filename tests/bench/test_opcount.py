@@ -117,6 +117,10 @@ def test_the_breakers_partitions_are_told_apart_from_the_orders() -> None:
     assert opcount.classify("GET", base + "/orders(PartitionKey=%27breakers%27,RowKey=%27shipping%27)", None) == \
         ("orders", "get|breakers", 0)
     assert opcount.classify("GET", base + "/orders(PartitionKey='0af3',RowKey='state')", None) == ("orders", "get", 0)
+    # an agent instance's one query of every breaker (shared.breaker.board)
+    every = base + "/orders()?$filter=PartitionKey%20eq%20%27breakers%27&$top=1000"
+    assert opcount.classify("GET", every, None) == ("orders", "query|breakers", 0)
+    assert opcount.is_read("orders|query|breakers") and opcount.mark_of("orders|query|breakers") == "breakers"
     waiting = base + "/orders()?$filter=PartitionKey%20eq%20%27waiting-shipping%27&$select=RowKey"
     assert opcount.classify("GET", waiting, None) == ("orders", "query|waiting", 0)
     order = base + "/orders()?$filter=PartitionKey%20eq%20%270af3%27"

@@ -7,6 +7,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,7 +24,11 @@ from shared.breaker import (
     read_breaker,
     write_breaker,
 )
+from shared.breaker.board import BreakerBoard
+from shared.breaker.gate import CACHED_CALL, BreakerGate
+from shared.breaker.store import read_breakers
 from shared.breaker.waiting import WaitingStep, forget_waiting, register_waiting, waiting_steps
+from shared.messaging import MemoryBus
 from shared.store import Conflict
 from shared.table_store import TableStore
 
@@ -126,3 +131,29 @@ def test_the_waiting_index_registers_lists_and_forgets_on_table_storage(table_st
     # more than one transaction holds, one row never registered: chunks, then one by one
     forget_waiting(table_store, "shipping", steps[:110] + [WaitingStep("f" * 32, 9, "gone")])
     assert waiting_steps(table_store, "shipping") == steps[110:]
+
+
+def test_one_query_reads_every_breaker_with_the_etag_its_writes_are_conditioned_on(table_store: TableStore) -> None:
+    """``read_breakers`` on Table Storage: one query of the partition, each row as a point read
+    shows it (a row never written: closed, no ETag), and an instance's gates refreshed by it
+    (``shared.breaker.board``): the clean ones served from their copies, the open one decided on
+    its own read."""
+
+    for i in range(3):
+        apply(table_store, "shipping", lambda row, i=i: decide_failure(row, T0 + timedelta(seconds=i), POLICY, "503"))
+    apply(table_store, "payment", lambda row: decide_failure(row, T0, POLICY, "503"))
+    rows = read_breakers(table_store, ["inventory", "payment", "shipping"])
+    assert rows["inventory"].etag is None and rows["inventory"].state is BreakerState.CLOSED
+    for remote in ("payment", "shipping"):
+        assert rows[remote] == read_breaker(table_store, remote) and rows[remote].etag
+    assert rows["shipping"].state is BreakerState.OPEN and rows["payment"].failures == 1
+    write_breaker(table_store, replace(rows["payment"], failures=0))  # conditioned on the query's ETag: it wins
+    with pytest.raises(Conflict):
+        write_breaker(table_store, replace(rows["payment"], failures=0))
+
+    board = BreakerBoard(table_store)
+    gates = {r: BreakerGate(table_store, r, replace(POLICY, cache=timedelta(seconds=60)), "a", MemoryBus(), "alerts",
+                            now=lambda: T0 + timedelta(seconds=3), board=board) for r in rows}
+    decisions = {r: g.admit() for r, g in gates.items()}
+    assert decisions["inventory"] == decisions["payment"] == CACHED_CALL
+    assert decisions["shipping"].admission == "wait" and board.queries == 1

@@ -1,10 +1,12 @@
 """The Supervisor's idle cost and a breaker's watch on Table Storage (Azurite), counted at the
 HTTP transport as the benchmark counts (``bench.opcount``): an idle sweep is one deadline index
-query; an outage's watch makes the sweep resume the steps a dead closer left, then idle again."""
+query; an outage's watch makes the sweep resume the steps a dead closer left, then idle again; an
+agent instance's healthy admissions are one query of every breaker per cache lifetime."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -12,7 +14,8 @@ import pytest
 
 from bench import opcount
 from shared.breaker import BreakerPolicy, BreakerState, read_breaker
-from shared.breaker.gate import BreakerGate
+from shared.breaker.board import BreakerBoard
+from shared.breaker.gate import CACHED_CALL, BreakerGate
 from shared.breaker.waiting import WaitingStep, hold, waiting_steps
 from shared.console_stats import ConsoleStats
 from shared.supervisor import sweep
@@ -110,3 +113,20 @@ def test_a_dead_closer_is_covered_by_its_watch_then_the_sweep_is_idle_again(
     assert waiting_steps(rt.store, "shipping") == []
     rt.clock.advance(15)
     assert requests_of(counted, lambda: sweep(rt, workers=1)) == {"deadlines|query": 1}
+
+
+def test_an_instances_healthy_admissions_are_one_query_of_every_breaker_per_cache_lifetime(
+        table_runtime: Callable[..., Any], counted: opcount.Counter) -> None:
+    """``shared.breaker.board`` on Table Storage, counted as the benchmark counts: the query is
+    ``orders|query|breakers`` (a breaker read, bench.cost), one for the three remotes."""
+    rt = quiet_runtime(table_runtime)
+    board = BreakerBoard(rt.store)
+    policy = replace(POLICY, cache=timedelta(seconds=1))
+    gates = [BreakerGate(rt.store, r, policy, "a", rt.bus, "alerts", now=rt.clock, board=board)
+             for r in ("inventory", "payment", "shipping")]
+    decisions: list[Any] = []
+    assert requests_of(counted, lambda: decisions.extend(g.admit() for g in gates)) == {"orders|query|breakers": 1}
+    assert decisions == [CACHED_CALL] * 3
+    assert requests_of(counted, lambda: [g.admit() for g in gates]) == {}  # within the lifetime: nothing
+    rt.clock.advance(1)
+    assert requests_of(counted, lambda: [g.admit() for g in gates]) == {"orders|query|breakers": 1}

@@ -209,8 +209,23 @@ def check_transact_returns_the_etags_a_read_returns(store: Store) -> None:
     assert after["order"][ETAG] == read["order"][ETAG]  # not written: unchanged
 
 
+def check_read_rows_is_the_whole_partition_with_etags(store: Store) -> None:
+    """One query returns every row of the partition (RowKeys before ``order`` and history rows too),
+    each with the ETag a point read returns, and no row of another partition."""
+    pk, other = _pk(), _pk()
+    keys = ["delivery", history_row_key(1), "shipping"]
+    store.transact(pk, [Op("create", {"RowKey": rk, "n": i}) for i, rk in enumerate(keys)])
+    store.transact(other, [Op("create", {"RowKey": "inventory", "n": 9})])
+    rows = store.read_rows(pk, 1000)
+    assert sorted(rows) == sorted(keys)
+    for i, rk in enumerate(keys):
+        point = store.read_row(pk, rk)
+        assert point is not None and rows[rk][ETAG] == point[ETAG] and rows[rk]["n"] == i
+    assert len(store.read_rows(pk, 2)) == 2 and store.read_rows(_pk(), 10) == {}
+
+
 ALL = [check_transact_returns_the_etags_a_read_returns, check_create_conflict_is_atomic, check_etag_replace,
        check_replace_removes_absent_and_none,
        check_replace_missing_row_conflicts, check_index, check_injection_safe_keys,
        check_mixed_transaction_and_values, check_delete_needs_current_etag, check_index_many_rows_of_one_bucket,
-       check_history_is_apart_from_live_rows, check_search_index]
+       check_history_is_apart_from_live_rows, check_search_index, check_read_rows_is_the_whole_partition_with_etags]
