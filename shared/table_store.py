@@ -199,7 +199,7 @@ class TableStore:
 
     def delete_index(self, bucket: str, row_key: str) -> None:
         if self._index is not None:
-            self._index.delete(bucket, row_key)  # best effort, batched within a second
+            self._index.delete(bucket, row_key)  # best effort, batched every DELETE_INTERVAL seconds
             return
         # delete_entity is idempotent in azure-data-tables (404 is swallowed)
         self.deadlines.delete_entity(partition_key=bucket, row_key=row_key)
