@@ -3,11 +3,13 @@
 The app knows nothing of it. When the benchmark starts the local stack, it gives the host
 processes (and only them) two environment variables (:func:`host_env`): ``PYTHONPATH`` with
 ``bench/startup`` first, whose ``sitecustomize.py`` Python runs at start-up, and
-``BENCH_OPCOUNT_DIR``. The ``sitecustomize`` then calls :func:`install`, which wraps
-``azure.core.pipeline.transport.RequestsTransport.send``: every HTTP request that leaves for
-the table service is counted at the transport boundary (so SDK retries count too), by table
-and kind, with the number of entities each one carries or returns. In a host process the
-table clients are the only users of that transport (Service Bus speaks AMQP). A thread writes
+``BENCH_OPCOUNT_DIR``. The ``sitecustomize`` then calls :func:`install`, which wraps the
+``send`` of the app's table transport (``shared.urllib3_transport.Urllib3Transport``, as that
+module is imported) and of azure-core's ``RequestsTransport`` (the app's fallback): every HTTP
+request that leaves for the table service is counted at the transport boundary (so SDK retries
+count too), by table and kind, with the number of entities each one carries or returns. In a
+host process the table clients are the only users of these transports (Service Bus speaks
+AMQP; the agents' remote calls use a plain ``requests.Session``). A thread writes
 the totals to ``DIR/table-<pid>.json`` twice a second and at exit; the benchmark sums the
 files of every process (a SIGKILLed process leaves its last totals behind).
 
@@ -28,9 +30,12 @@ this file by its path, before the app's folder is on ``sys.path``.
 from __future__ import annotations
 
 import atexit
+import importlib.abc
+import importlib.machinery
 import json
 import os
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -220,18 +225,16 @@ def count_request(counter: Counter, request: Any, response: Any, seconds: float)
         pass
 
 
-def install() -> bool:
-    """Count every request azure-core's ``RequestsTransport`` sends in this process (once).
+# The app's table transport (``shared.clients.http_transport``), and azure-core's requests
+# transport, which the app falls back to on an azure-core it cannot build on.
+APP_TRANSPORT = ("shared.urllib3_transport", "Urllib3Transport")
 
-    Returns False (and changes nothing) if counting is not switched on (``BENCH_OPCOUNT_DIR``)."""
-    if not enabled():
-        return False
-    from azure.core.pipeline.transport import RequestsTransport
 
-    original = RequestsTransport.send
+def _count_sends(cls: Any, totals: Counter) -> None:
+    """Wrap ``cls.send`` (once) so that every request it sends is added to ``totals``."""
+    original = cls.__dict__.get("send", cls.send)
     if getattr(original, "counted_by_bench", False):
-        return True
-    totals = counter()
+        return
 
     def send(self: Any, request: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -241,7 +244,49 @@ def install() -> bool:
 
     send.counted_by_bench = True  # type: ignore[attr-defined]
     send.__wrapped__ = original  # type: ignore[attr-defined]
-    RequestsTransport.send = send  # type: ignore[method-assign]
+    cls.send = send
+
+
+class _CountOnImport(importlib.abc.MetaPathFinder):
+    """Wraps the app transport's ``send`` as its module is imported: ``sitecustomize`` runs before
+    the app's folder is on ``sys.path``, so the module cannot be imported here."""
+
+    def __init__(self, totals: Counter) -> None:
+        self.totals = totals
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != APP_TRANSPORT[0]:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, totals = spec.loader, self.totals
+        load = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            load(module)
+            _count_sends(getattr(module, APP_TRANSPORT[1]), totals)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> bool:
+    """Count every request the app's table transport (and azure-core's ``RequestsTransport``)
+    sends in this process (once).
+
+    Returns False (and changes nothing) if counting is not switched on (``BENCH_OPCOUNT_DIR``)."""
+    if not enabled():
+        return False
+    from azure.core.pipeline.transport import RequestsTransport
+
+    totals = counter()
+    _count_sends(RequestsTransport, totals)
+    module = sys.modules.get(APP_TRANSPORT[0])
+    if module is not None:
+        _count_sends(getattr(module, APP_TRANSPORT[1]), totals)
+    elif not any(isinstance(f, _CountOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _CountOnImport(totals))
     return True
 
 

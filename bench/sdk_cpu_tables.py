@@ -1,14 +1,15 @@
 """``bench.sdk_cpu``'s Table Storage cases: client CPU per request, SDK (sync, aio) and raw HTTP.
 
 * sync: a ``TableClient`` on the app's transport (``shared.clients.table_service_client``:
-  requests, one pooled session); ``upsert_entity``, ``get_entity`` and the app's own ``$batch``
+  ``shared.urllib3_transport``, one pool; ``bench.sdk_cpu_transport`` compares it with azure-core's
+  requests transport); ``upsert_entity``, ``get_entity`` and the app's own ``$batch``
   fast path (``shared.table_batch.sender_for``, 3 upserts per transaction);
 * aio: ``azure.data.tables.aio`` needs an async transport. aiohttp (azure-core's default) is
   not installed; azure-core's ``AsyncioRequestsTransport`` (requests in the loop's thread pool)
   is used instead when aiohttp is missing, which measures the aio pipeline, not a lighter socket;
 * raw: ``bench.azraw.TableHttp`` (http.client keep-alive, SharedKeyLite signing, JSON decoded):
   a bound on what a lighter transport could give; and the same point read through a
-  ``requests.Session`` (as the app's transport, without azure-core): the SDK's get less this is
+  ``requests.Session`` (as the app's transport was, without azure-core): the SDK's get less this is
   what azure-core's pipeline and the tables SDK add on top of the transport.
 """
 

@@ -1,5 +1,6 @@
 """Table-request counting is the benchmark's, attached to the host processes from outside the app:
-``bench/startup/sitecustomize.py`` + ``BENCH_OPCOUNT_DIR`` wrap azure-core's RequestsTransport."""
+``bench/startup/sitecustomize.py`` + ``BENCH_OPCOUNT_DIR`` wrap the app's table transport
+(``shared.urllib3_transport``) and azure-core's RequestsTransport, the app's fallback."""
 
 from __future__ import annotations
 
@@ -9,15 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench import opcount
 from local.procs import REPO_ROOT
 
 # A process started as the bench starts the host: a tiny table service answers every request,
-# azure-core's RequestsTransport (as shared.clients builds it) sends one request of each kind.
+# the app's transport (as shared.clients builds it: BUILDER) sends one request of each kind. The
+# app's folder comes on sys.path after start-up, as in the host.
 CHILD = r'''
 import json, sys, threading
+sys.path.insert(0, REPO_ROOT)
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from azure.core.pipeline.transport import HttpRequest, RequestsTransport
+from azure.core.pipeline.transport import HttpRequest
+from shared.clients import BUILDER
 
 class Table(BaseHTTPRequestHandler):
     def _answer(self):
@@ -36,7 +42,7 @@ threading.Thread(target=server.serve_forever, daemon=True).start()
 base = f"http://127.0.0.1:{server.server_port}/devstoreaccount1"
 batch = (b"--changeset\r\nContent-Type: application/http\r\n\r\nPOST " + base.encode() + b"/orders HTTP/1.1\r\n\r\n"
          b"--changeset\r\nContent-Type: application/http\r\n\r\nMERGE " + base.encode() + b"/orders HTTP/1.1\r\n\r\n")
-with RequestsTransport() as transport:
+with BUILDER() as transport:
     for method, url, data in [
         ("GET", base + "/orders()?$filter=PartitionKey%20eq%20'a'", None),
         ("GET", base + "/orders(PartitionKey='a',RowKey='state')", None),
@@ -45,20 +51,26 @@ with RequestsTransport() as transport:
         ("DELETE", base + "/missing(PartitionKey='d',RowKey='o')", None),
     ]:
         transport.send(HttpRequest(method, url, data=data))
-print("counted" if getattr(RequestsTransport.send, "counted_by_bench", False) else "not counted")
+counted = getattr(type(transport).send, "counted_by_bench", False)
+print(type(transport).__name__, "counted" if counted else "not counted")
 '''
 
 
-def run_child(env: dict[str, str]) -> str:
-    proc = subprocess.run([sys.executable, "-c", CHILD], cwd="/", env=env, capture_output=True, text=True,
+def run_child(env: dict[str, str], builder: str = "http_transport") -> str:
+    code = CHILD.replace("REPO_ROOT", repr(str(REPO_ROOT))).replace("BUILDER", builder)
+    proc = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
 
-def test_a_process_started_with_host_env_counts_its_table_requests(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("builder", "transport"), [("http_transport", "Urllib3Transport"),
+                                                    ("requests_transport", "RequestsTransport")])
+def test_a_process_started_with_host_env_counts_its_table_requests(tmp_path: Path, builder: str,
+                                                                   transport: str) -> None:
+    """The app's transport, and its fallback, count the same requests the same way."""
     env = {**os.environ, **opcount.host_env(tmp_path / "counts")}
-    assert run_child(env) == "counted"
+    assert run_child(env, builder) == f"{transport} counted"
     totals = opcount.read_totals(tmp_path / "counts")
     got = {k: (v["requests"], v["entities"], v["failed"]) for k, v in totals.items()}
     assert got == {
@@ -73,7 +85,7 @@ def test_a_process_started_with_host_env_counts_its_table_requests(tmp_path: Pat
 def test_without_the_variable_nothing_is_counted(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != opcount.ENV}
     env["PYTHONPATH"] = str(opcount.STARTUP_DIR)
-    assert run_child(env) == "not counted"
+    assert run_child(env) == "Urllib3Transport not counted"
     assert opcount.read_totals(tmp_path) == {}
 
 

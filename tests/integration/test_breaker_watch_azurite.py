@@ -17,6 +17,7 @@ from shared.breaker import BreakerPolicy, BreakerState, read_breaker
 from shared.breaker.board import BreakerBoard
 from shared.breaker.gate import CACHED_CALL, BreakerGate
 from shared.breaker.waiting import WaitingStep, hold, waiting_steps
+from shared.clients import http_transport
 from shared.console_stats import ConsoleStats
 from shared.supervisor import sweep
 
@@ -29,23 +30,23 @@ STEP = WaitingStep("0" * 32, 1, "create-shipment")
 
 @pytest.fixture
 def counted() -> Iterator[opcount.Counter]:
-    """Every table request this process sends, by ``table|kind`` (``bench.opcount``'s classification)."""
-    from azure.core.pipeline.transport import RequestsTransport
-
+    """Every table request this process sends, by ``table|kind`` (``bench.opcount``'s classification),
+    counted at the send of the app's table transport (``shared.clients.http_transport``, which the
+    fixtures' table clients use)."""
+    transport = type(http_transport())
     counter = opcount.Counter(None)
-    original = RequestsTransport.send
+    original = transport.__dict__["send"]
 
     def send(self: Any, request: Any, **kwargs: Any) -> Any:
         response = original(self, request, **kwargs)
         opcount.count_request(counter, request, response, 0.0)
         return response
 
-    RequestsTransport.send = send  # type: ignore[method-assign]
+    transport.send = send
     try:
         yield counter
     finally:
-        RequestsTransport.send = original  # type: ignore[method-assign]
-
+        transport.send = original
 
 def requests_of(counter: opcount.Counter, run: Callable[[], Any]) -> dict[str, int]:
     """The requests ``run`` sends, by table (without the random suffix of the test's tables) and kind."""

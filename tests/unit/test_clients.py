@@ -82,8 +82,26 @@ def test_table_clients_and_store_leave_azure_core_unmodified() -> None:
     assert impl._parts_helper is shared_helpers._parts_helper
 
 
-def test_transport_does_not_read_proxy_env() -> None:
+def test_table_transport_is_urllib3_pooled_for_the_threads_and_verifies_tls() -> None:
+    from shared.urllib3_transport import Urllib3Transport
+
     t = C.http_transport()
+    assert isinstance(t, Urllib3Transport)
+    assert t.pool_maxsize == C.POOL_SIZE >= 32
+    assert t.connection_config.verify is True and t._tls["cert_reqs"] == "CERT_REQUIRED" and t._tls["ca_certs"]
+
+
+def test_without_what_it_builds_on_the_table_transport_falls_back_to_requests() -> None:
+    """An azure-core without the rest response base (a failed import): RequestsTransport, as before."""
+    from azure.core.pipeline.transport import RequestsTransport
+
+    with mock.patch.dict("sys.modules", {"shared.urllib3_transport": None}):
+        t = C.http_transport()
+    assert isinstance(t, RequestsTransport)
+
+
+def test_fallback_transport_does_not_read_proxy_env() -> None:
+    t = C.requests_transport()
     assert t.session.trust_env is False
     assert t._session_owner is False
 
