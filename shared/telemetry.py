@@ -11,7 +11,8 @@ pure core (``shared.statemachine``):
   the current span when that belongs to the order's trace (a submission, a reply's handling), else
   the order's stored context, with a link to the current span (a supervisor sweep);
 * ``consumer_span``: an agent invocation, a schedule notice's or a reply's handling (CONSUMER);
-* the remote HTTP call: a CLIENT span from ``opentelemetry-instrumentation-requests``;
+* the remote HTTP call: a CLIENT span from ``opentelemetry-instrumentation-urllib3`` (the same
+  instrumentation Azure Monitor's distro turns on, so the CLIENT spans are the same in every mode);
 * ``order_span``: supervisor redrives and operator actions, in the order's trace, linked to the
   span that ran them (the sweep, the operator's request).
 
@@ -68,10 +69,12 @@ def setup(environ: Mapping[str, str] | None = None) -> str:
     exporter authenticates with the managed identity of APPLICATIONINSIGHTS_AUTHENTICATION_STRING.
     ``worker``: the Python worker configures it. ``file``: ORDERS_SPANS_DIR is set (the local
     stack's end-to-end trace test): an SDK provider writes this process's spans there. ``api``: no
-    SDK (a no-op unless a test installed providers). The requests instrumentation is on in every case
+    SDK (a no-op unless a test installed providers). The urllib3 instrumentation is on in every case
     but one: ``api`` with no SDK tracer provider installed, where each of its CLIENT spans would be a
     discarded no-op costing a quarter of a table request's CPU (the remote calls carry their
-    ``traceparent`` header themselves: ``shared.agent.remote``).
+    ``traceparent`` header themselves: ``shared.agent.remote``). urllib3, not requests: the remote
+    calls use urllib3 directly, and requests' own calls go through urllib3 too. Inside an Azure SDK
+    span (azure-core's tracing on) azure-core suppresses it: one span per table request, not two.
     """
     global _setup_done
     env = os.environ if environ is None else environ
@@ -90,7 +93,7 @@ def setup(environ: Mapping[str, str] | None = None) -> str:
             _export_to_file(env[SPANS_DIR])
             mode = "file"
         if mode != "api" or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-            _instrument_requests()
+            _instrument_urllib3()
         _setup_done = True
         return mode
 
@@ -123,10 +126,10 @@ def _span_record(span: Any) -> dict[str, Any]:
             "attributes": dict(span.attributes or {}), "pid": os.getpid()}
 
 
-def _instrument_requests() -> None:
-    from opentelemetry.instrumentation.requests import RequestsInstrumentor
+def _instrument_urllib3() -> None:
+    from opentelemetry.instrumentation.urllib3 import URLLib3Instrumentor
 
-    instrumentor = RequestsInstrumentor()
+    instrumentor = URLLib3Instrumentor()
     if not instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.instrument()
 

@@ -1,7 +1,7 @@
 """OpenTelemetry: one trace per order with the right parents, and the metrics, in one process.
 
 An order runs through the real submission, scheduler handlers, agent runtime (against a local
-HTTP remote, with the requests instrumentation on) and Supervisor, over the in-memory store and
+HTTP remote, with the urllib3 instrumentation on) and Supervisor, over the in-memory store and
 bus; spans go to the in-memory exporter (tests/telemetry_support.py).
 """
 
@@ -97,7 +97,7 @@ def parent_of(span: ReadableSpan, spans: dict[int, ReadableSpan]) -> ReadableSpa
 
 
 def test_one_order_is_one_trace_with_the_right_parents(remote: str) -> None:
-    telemetry.setup({})  # the requests instrumentation: a CLIENT span per remote call
+    telemetry.setup({})  # the urllib3 instrumentation: a CLIENT span per remote call
     rt = make_runtime()
     agents = agents_for(rt, remote)
     with telemetry_support.capture() as exporter:
@@ -211,7 +211,7 @@ def test_setup_picks_one_exporter() -> None:
 
 
 SETUP_CHILD = r'''
-import sys, requests
+import sys, urllib3
 from shared import telemetry
 if sys.argv[1] == "provider":
     from opentelemetry import trace
@@ -219,14 +219,16 @@ if sys.argv[1] == "provider":
     trace.set_tracer_provider(TracerProvider())
 env = {"ORDERS_SPANS_DIR": sys.argv[2]} if sys.argv[1] == "file" else {}
 mode = telemetry.setup(env)
-print(mode, bool(getattr(requests.Session.send, "opentelemetry_instrumentation_requests_applied", False)))
+from opentelemetry.instrumentation.urllib3 import URLLib3Instrumentor
+wrapped = hasattr(urllib3.connectionpool.HTTPConnectionPool.urlopen, "__wrapped__")
+print(mode, URLLib3Instrumentor().is_instrumented_by_opentelemetry and wrapped)
 '''
 
 
 @pytest.mark.parametrize(("case", "expected"), [("none", "api False"), ("provider", "api True"),
                                                 ("file", "file True")])
-def test_requests_instrumented_unless_no_span_could_be_recorded(case: str, expected: str, tmp_path: Any) -> None:
-    """No SDK and no exporter: the requests instrumentation would only make discarded no-op spans, so
+def test_urllib3_instrumented_unless_no_span_could_be_recorded(case: str, expected: str, tmp_path: Any) -> None:
+    """No SDK and no exporter: the urllib3 instrumentation would only make discarded no-op spans, so
     it stays off; with a provider installed (a test's) or an exporter it is on. In a fresh process:
     setup() runs once per process and this suite's conftest installs providers."""
     import subprocess
