@@ -125,10 +125,10 @@ def pool_for(base_url: str, pool_size: int = 32) -> urllib3.HTTPConnectionPool:
 
 # --------------------------------------------------------------------------- the call
 
-@functools.lru_cache(maxsize=64)
-def _path_of(base_url: str) -> str:
-    """The path part of a remote's base URL, without a trailing slash (parsed once per base URL)."""
-    return (urllib3.util.parse_url(base_url).path or "").rstrip("/")
+@functools.lru_cache(maxsize=256)
+def _path_of(url: str) -> str:
+    """The path of a remote operation's URL, as the pool is asked for it (parsed once per URL)."""
+    return urllib3.util.parse_url(url).request_uri
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class RemotePost:
     """One request's POST, repeated on transient faults until an answer or completeBy."""
 
     pool: urllib3.HTTPConnectionPool
-    url: str  # the path on the pool's host: ``/{agent}/{operation}``
+    url: str  # ``{base_url}/{operation}``, on the pool's host
     body: bytes
     headers: dict[str, str]
     policy: RetryPolicy
@@ -159,7 +159,7 @@ class RemotePost:
                     policy: RetryPolicy, time_left: Callable[[], float], now: Callable[[], datetime],
                     guard: CallGuard | None = None) -> RemotePost:
         """The call ``request`` asks for, in the current (the agent's) span: its ``traceparent``
-        here; the urllib3 instrumentation, when on, makes each call a CLIENT span and sends that."""
+        here; when spans are recorded each call is a CLIENT span of its own and sends that instead."""
         headers = telemetry.inject({
             "Idempotency-Key": request.idempotency_key,
             "Content-Type": "application/json",
@@ -168,7 +168,7 @@ class RemotePost:
         body: dict[str, Any] = {"orderId": request.order_id, "order": request.order, "context": request.context}
         if request.compensates is not None:
             body["compensates"] = request.compensates.model_dump(by_alias=True)
-        return cls(pool, f"{_path_of(base_url)}/{request.operation}", dumps(body), headers, policy, time_left, now,
+        return cls(pool, f"{base_url}/{request.operation}", dumps(body), headers, policy, time_left, now,
                    guard=guard)
 
     def run(self, sleep: Callable[[float], None],
@@ -220,21 +220,23 @@ class RemotePost:
         return answer
 
     def _exchange(self, timeout: urllib3.Timeout) -> _Reply:
-        """One POST and its whole answer. Raises urllib3's ``HTTPError``s: before the answer's
-        headers as they come (see :func:`_fault_of`); while reading its body, a timeout as itself and
-        anything else (a connection closed mid-response, a body shorter than its Content-Length) as
+        """One POST, in its CLIENT span, and its whole answer. Raises urllib3's ``HTTPError``s: before the
+        answer's headers as they come (see :func:`_fault_of`); while reading its body, a timeout as itself
+        and anything else (a connection closed mid-response, a body shorter than its Content-Length) as
         :class:`_BrokenBody`. The body is read here rather than preloaded so the two can be told apart."""
-        response = self.pool.urlopen("POST", self.url, body=self.body, headers=self.headers, retries=False,
-                                     redirect=False, assert_same_host=False, timeout=timeout,
-                                     preload_content=False)
-        try:
-            data = response.read()
-        except Urllib3Timeout:
-            raise
-        except HTTPError as e:
-            raise _BrokenBody(e) from e
-        finally:
-            response.release_conn()
+        with telemetry.client_span("POST", self.url, self.headers) as call:
+            response = self.pool.urlopen("POST", _path_of(self.url), body=self.body, headers=call.headers,
+                                         retries=False, redirect=False, assert_same_host=False, timeout=timeout,
+                                         preload_content=False)
+            call.answered(response.status)
+            try:
+                data = response.read()
+            except Urllib3Timeout:
+                raise
+            except HTTPError as e:
+                raise _BrokenBody(e) from e
+            finally:
+                response.release_conn()
         return _Reply(response.status, response.headers, data)
 
     def _record(self, status: int | str, *, final: bool = True, cut_by_deadline: bool = False) -> None:
