@@ -11,7 +11,10 @@ pure core (``shared.statemachine``):
   the current span when that belongs to the order's trace (a submission, a reply's handling), else
   the order's stored context, with a link to the current span (a supervisor sweep);
 * ``consumer_span``: an agent invocation, a schedule notice's or a reply's handling (CONSUMER);
-* the remote HTTP call: a CLIENT span from ``opentelemetry-instrumentation-requests``;
+* ``client_span``: the agents' remote HTTP call (CLIENT), made here rather than by an HTTP
+  instrumentation: the same span and attributes for a tenth of the CPU (bench/README.md). Other
+  HTTP calls get theirs from ``opentelemetry-instrumentation-urllib3``, which Azure Monitor's distro
+  also turns on; it is suppressed inside ``client_span`` (one span per call, not two);
 * ``order_span``: supervisor redrives and operator actions, in the order's trace, linked to the
   span that ran them (the sweep, the operator's request).
 
@@ -47,13 +50,17 @@ WORKER_TELEMETRY = "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"  # the worker c
 _propagator = TraceContextTextMapPropagator()
 _setup_lock = threading.Lock()
 _setup_done = False
+_client_spans = False  # setup() decided: client_span makes spans (off when none could be recorded)
 
 
 class _Sender(Protocol):
     def send(self, message: OutMessage) -> None: ...
 
 
+@functools.cache
 def tracer() -> trace.Tracer:
+    """The app's tracer, got once: the SDK makes a new Tracer per ``get_tracer`` call (~12 µs, every
+    span). Got before a provider is set, it is the API's proxy, which follows the provider set later."""
     return trace.get_tracer(TRACER_NAME)
 
 
@@ -68,12 +75,14 @@ def setup(environ: Mapping[str, str] | None = None) -> str:
     exporter authenticates with the managed identity of APPLICATIONINSIGHTS_AUTHENTICATION_STRING.
     ``worker``: the Python worker configures it. ``file``: ORDERS_SPANS_DIR is set (the local
     stack's end-to-end trace test): an SDK provider writes this process's spans there. ``api``: no
-    SDK (a no-op unless a test installed providers). The requests instrumentation is on in every case
-    but one: ``api`` with no SDK tracer provider installed, where each of its CLIENT spans would be a
-    discarded no-op costing a quarter of a table request's CPU (the remote calls carry their
-    ``traceparent`` header themselves: ``shared.agent.remote``).
+SDK (a no-op unless a test installed providers). The CLIENT spans (``client_span`` and the urllib3
+    instrumentation) are on in every case but one: ``api`` with no SDK tracer provider installed,
+    where each would be a discarded no-op costing a quarter of a table request's CPU (the remote calls
+    carry their ``traceparent`` header themselves: ``shared.agent.remote``). urllib3, not requests:
+    requests' own calls go through urllib3 too. Inside an Azure SDK span (azure-core's tracing on)
+    azure-core suppresses the instrumentation: one span per table request, not two.
     """
-    global _setup_done
+    global _setup_done, _client_spans
     env = os.environ if environ is None else environ
     with _setup_lock:
         if _setup_done:
@@ -90,7 +99,8 @@ def setup(environ: Mapping[str, str] | None = None) -> str:
             _export_to_file(env[SPANS_DIR])
             mode = "file"
         if mode != "api" or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-            _instrument_requests()
+            _instrument_urllib3()
+            _client_spans = True
         _setup_done = True
         return mode
 
@@ -123,10 +133,10 @@ def _span_record(span: Any) -> dict[str, Any]:
             "attributes": dict(span.attributes or {}), "pid": os.getpid()}
 
 
-def _instrument_requests() -> None:
-    from opentelemetry.instrumentation.requests import RequestsInstrumentor
+def _instrument_urllib3() -> None:
+    from opentelemetry.instrumentation.urllib3 import URLLib3Instrumentor
 
-    instrumentor = RequestsInstrumentor()
+    instrumentor = URLLib3Instrumentor()
     if not instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.instrument()
 
@@ -232,6 +242,41 @@ def consumer_span(name: str, traceparent: str | None, tracestate: str | None = N
     with tracer().start_as_current_span(name, context=parent, kind=SpanKind.CONSUMER,
                                         links=_links_to_current(parent), attributes=_clean(attributes)) as span:
         yield span
+
+
+class ClientCall:
+    """One outgoing HTTP call in its CLIENT span: the headers to send (with the span's ``traceparent``)."""
+
+    __slots__ = ("headers", "span")
+
+    def __init__(self, headers: Mapping[str, str], span: Span | None) -> None:
+        self.headers = headers
+        self.span = span
+
+    def answered(self, status: int) -> None:
+        """The response's status: an attribute, and an error status from 400 on (as the instrumentations do)."""
+        if self.span is not None:
+            self.span.set_attribute("http.status_code", status)
+            if status >= 400:
+                self.span.set_status(trace.StatusCode.ERROR)
+
+
+@contextmanager
+def client_span(method: str, url: str, headers: Mapping[str, str]) -> Iterator[ClientCall]:
+    """A CLIENT span ``method`` with the HTTP instrumentations' attributes (``http.method``, ``http.url``,
+    then ``http.status_code``), a child of the current span; an exception in it is recorded. Its
+    ``traceparent`` goes in a copy of ``headers``; any HTTP instrumentation is suppressed inside. Off (the
+    headers as given, no span) when ``setup`` found that no span could be recorded."""
+    if not _client_spans:
+        yield ClientCall(headers, None)
+        return
+    from opentelemetry.instrumentation.utils import suppress_http_instrumentation
+
+    with tracer().start_as_current_span(method, kind=SpanKind.CLIENT,
+                                        attributes={"http.method": method, "http.url": url}) as span:
+        call = ClientCall(inject(dict(headers)), span)
+        with suppress_http_instrumentation():
+            yield call
 
 
 @contextmanager

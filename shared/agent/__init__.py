@@ -16,7 +16,7 @@ as JSON strings, the contract's money form (``"total": "19.98"``).
 """
 
 from shared.agent.parsing import parse_request, route_problems
-from shared.agent.remote import TRANSIENT_STATUSES, RemoteAnswer, RetryPolicy, dumps, loads, session_for
+from shared.agent.remote import TRANSIENT_STATUSES, RemoteAnswer, RetryPolicy, dumps, loads, pool_for
 from shared.agent.replies import build_reply, reply_message_id
 from shared.agent.runtime import AgentResult, AgentRuntime, Status, TransientFailure, utcnow
 from shared.agent_messages import KINDS, AgentRequest, CompensationTarget, Envelope, Kind, ReceivedRequest
@@ -25,6 +25,6 @@ from shared.messaging import Bus, OutMessage, PoisonMessage
 __all__ = [
     "KINDS", "TRANSIENT_STATUSES", "AgentRequest", "AgentResult", "AgentRuntime", "Bus", "CompensationTarget",
     "Envelope", "Kind", "OutMessage", "PoisonMessage", "ReceivedRequest", "RemoteAnswer", "RetryPolicy", "Status",
-    "TransientFailure", "build_reply", "dumps", "loads", "parse_request", "reply_message_id", "route_problems",
-    "session_for", "utcnow",
+    "TransientFailure", "build_reply", "dumps", "loads", "parse_request", "pool_for", "reply_message_id",
+    "route_problems", "utcnow",
 ]

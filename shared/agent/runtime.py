@@ -11,7 +11,7 @@
   call applied nothing.)
 
 Each request is handled in a CONSUMER span, a child of the context the request carries (a new
-trace if it had none); the remote calls (CLIENT spans of the requests instrumentation) and the
+trace if it had none); the remote calls (CLIENT spans of the urllib3 instrumentation) and the
 reply's PRODUCER span are its children. Logs are the app's structured JSON lines
 (``shared.logs.log_event``) carrying the order id and the span's ids.
 """
@@ -25,13 +25,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-import requests
 import tenacity
+import urllib3
 
 from shared import telemetry
 from shared.agent.breaker import BreakerWait, CallGuard
 from shared.agent.parsing import Workflows, as_registry, parse_request, step_of
-from shared.agent.remote import DeadlineReached, RemoteAnswer, RemotePost, RetriesExhausted, RetryPolicy, session_for
+from shared.agent.remote import DeadlineReached, RemoteAnswer, RemotePost, RetriesExhausted, RetryPolicy, pool_for
 from shared.agent.replies import Outcome, build_reply, reply_message
 from shared.agent_messages import ReceivedRequest
 from shared.breaker.gate import BreakerGate
@@ -87,7 +87,7 @@ class AgentRuntime:
         base_url: str,
         bus: Bus,
         *,
-        session: requests.Session | None = None,
+        pool: urllib3.HTTPConnectionPool | None = None,
         policy: RetryPolicy | None = None,
         now: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], None] = time.sleep,
@@ -99,7 +99,7 @@ class AgentRuntime:
         self.workflow = as_registry(workflow)  # every workflow a request may name (its route, its policy)
         self.base_url = base_url.rstrip("/")
         self.bus = bus
-        self.session = session or session_for(self.base_url)
+        self.pool = pool or pool_for(self.base_url)
         self.policy = policy or RetryPolicy()
         self._now = now
         self._sleep = sleep
@@ -133,7 +133,7 @@ class AgentRuntime:
         guard = None
         if self.breaker is not None:
             guard = CallGuard(self.breaker, WaitingStep(request.order_id, request.attempt, request.step, request.kind))
-        post = RemotePost.for_request(request, self.base_url, self.session, self.policy_for(request),
+        post = RemotePost.for_request(request, self.base_url, self.pool, self.policy_for(request),
                                       lambda: self._time_left(request), self._now, guard)
         try:
             answer = post.run(self._sleep, on_retry=lambda state: _note_retry(note, state))

@@ -26,6 +26,7 @@ APP_ROOT = Path(__file__).resolve().parents[2]  # where function_app.py and work
 DEFAULT_PATH = "workflows"
 
 _loaded: dict[Path, Registry] = {}
+_by_setting: dict[str | None, Registry] = {}  # the setting's raw value -> its directory's registry
 _lock = threading.Lock()
 
 
@@ -39,11 +40,20 @@ def workflows_directory(setting: str | None = None) -> Path:
 
 def load_registry(setting: str | None = None) -> Registry:
     """The workflows of the directory ``setting`` names (None: see :func:`workflows_directory`),
-    loaded once per directory."""
-    directory = workflows_directory(setting)
+    loaded once per directory.
+
+    Called for every agent request (its route check): after the first call with a given value of
+    the setting, a lookup by that string, with no ``Path`` built, resolved or hashed and no lock.
+    """
+    value = os.environ.get("WorkflowsPath") if setting is None else setting
+    registry = _by_setting.get(value)
+    if registry is not None:
+        return registry
+    directory = workflows_directory(value)
     with _lock:
         if directory not in _loaded:
             _loaded[directory] = load_directory(directory, AGENTS_BY_NAME)
+        _by_setting[value] = _loaded[directory]
         return _loaded[directory]
 
 

@@ -235,7 +235,7 @@ def test_transient_then_success_is_retried_with_the_same_idempotency_key(remote:
     keys = {r["headers"]["Idempotency-Key"] for r in remote.requests}
     assert keys == {f"{body['orderId']}:reserve-inventory"}
     # Every attempt and the reply are in the request's trace, in spans of their own (the agent's
-    # consumer span, or a client span per call with the requests instrumentation on).
+    # consumer span, or a client span per call with the urllib3 instrumentation on).
     spans = {r["headers"]["traceparent"] for r in remote.requests}
     assert {trace_id(s) for s in spans} == {trace_id(TRACEPARENT)} and TRACEPARENT not in spans
     [sent] = sender.replies

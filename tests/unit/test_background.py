@@ -19,7 +19,7 @@ def _call_a_closed_port() -> None:
 
 def test_a_flush_makes_no_trace_of_its_own_requests() -> None:
     """A flush belongs to no order: its requests (here, one that fails) start no root trace."""
-    telemetry.setup({})  # the requests instrumentation
+    telemetry.setup({})  # the urllib3 instrumentation (requests' calls go through urllib3)
     with telemetry_support.capture() as exporter:
         with pytest.raises(requests.ConnectionError):
             _call_a_closed_port()

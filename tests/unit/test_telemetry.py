@@ -1,7 +1,7 @@
 """OpenTelemetry: one trace per order with the right parents, and the metrics, in one process.
 
 An order runs through the real submission, scheduler handlers, agent runtime (against a local
-HTTP remote, with the requests instrumentation on) and Supervisor, over the in-memory store and
+HTTP remote, with the urllib3 instrumentation on) and Supervisor, over the in-memory store and
 bus; spans go to the in-memory exporter (tests/telemetry_support.py).
 """
 
@@ -29,6 +29,7 @@ from tests import telemetry_support
 from tests.unit.harness import CrashRuntime, make_runtime, post, state
 
 REQUEST_TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+RECEIVED: list[str | None] = []  # the traceparent header of every call the remote got
 
 
 class _Remote(BaseHTTPRequestHandler):
@@ -39,6 +40,7 @@ class _Remote(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        RECEIVED.append(self.headers.get("traceparent"))
         body = json.dumps({"ok": True, "traceparent": self.headers.get("traceparent")}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -97,7 +99,7 @@ def parent_of(span: ReadableSpan, spans: dict[int, ReadableSpan]) -> ReadableSpa
 
 
 def test_one_order_is_one_trace_with_the_right_parents(remote: str) -> None:
-    telemetry.setup({})  # the requests instrumentation: a CLIENT span per remote call
+    telemetry.setup({})  # CLIENT spans: one per remote call (and the urllib3 instrumentation on)
     rt = make_runtime()
     agents = agents_for(rt, remote)
     with telemetry_support.capture() as exporter:
@@ -125,9 +127,16 @@ def test_one_order_is_one_trace_with_the_right_parents(remote: str) -> None:
         assert dispatcher is not None and (dispatcher is server or dispatcher.name == "process replies")
         clients = [s for s in spans if s.kind is SpanKind.CLIENT and parent_of(s, ids) is agent]
         assert len(clients) == 1 and clients[0].attributes["http.status_code"] == 200
+        assert clients[0].name == "POST" and clients[0].attributes["http.method"] == "POST"
+        operation = {s.name: s.operation for s in WORKFLOW}[str(agent.attributes["orders.step"])]
+        assert clients[0].attributes["http.url"] == f"{remote}/{operation}"
+        # the remote got this span's own traceparent (the remote's spans are its children)
+        assert telemetry.format_traceparent(clients[0].context) in RECEIVED
         [reply_send] = [s for s in spans if s.kind is SpanKind.PRODUCER and parent_of(s, ids) is agent]
         [reply_handling] = [s for s in spans if s.name == "process replies" and parent_of(s, ids) is reply_send]
         assert reply_handling.kind is SpanKind.CONSUMER
+    # one CLIENT span per remote call, not a second one from the urllib3 instrumentation inside it
+    assert len([s for s in spans if s.kind is SpanKind.CLIENT]) == len(agent_spans)
     first_dispatch = parent_of(agent_spans[0], ids)
     assert first_dispatch is not None and parent_of(first_dispatch, ids) is server
 
@@ -211,7 +220,7 @@ def test_setup_picks_one_exporter() -> None:
 
 
 SETUP_CHILD = r'''
-import sys, requests
+import sys, urllib3
 from shared import telemetry
 if sys.argv[1] == "provider":
     from opentelemetry import trace
@@ -219,16 +228,19 @@ if sys.argv[1] == "provider":
     trace.set_tracer_provider(TracerProvider())
 env = {"ORDERS_SPANS_DIR": sys.argv[2]} if sys.argv[1] == "file" else {}
 mode = telemetry.setup(env)
-print(mode, bool(getattr(requests.Session.send, "opentelemetry_instrumentation_requests_applied", False)))
+from opentelemetry.instrumentation.urllib3 import URLLib3Instrumentor
+wrapped = hasattr(urllib3.connectionpool.HTTPConnectionPool.urlopen, "__wrapped__")
+print(mode, URLLib3Instrumentor().is_instrumented_by_opentelemetry and wrapped, telemetry._client_spans)
 '''
 
 
-@pytest.mark.parametrize(("case", "expected"), [("none", "api False"), ("provider", "api True"),
-                                                ("file", "file True")])
-def test_requests_instrumented_unless_no_span_could_be_recorded(case: str, expected: str, tmp_path: Any) -> None:
-    """No SDK and no exporter: the requests instrumentation would only make discarded no-op spans, so
-    it stays off; with a provider installed (a test's) or an exporter it is on. In a fresh process:
-    setup() runs once per process and this suite's conftest installs providers."""
+@pytest.mark.parametrize(("case", "expected"), [("none", "api False False"), ("provider", "api True True"),
+                                                ("file", "file True True")])
+def test_client_spans_unless_no_span_could_be_recorded(case: str, expected: str, tmp_path: Any) -> None:
+    """No SDK and no exporter: the CLIENT spans (the remote calls' own, the urllib3 instrumentation's)
+    would only be discarded no-ops, so they stay off; with a provider installed (a test's) or an
+    exporter they are on. In a fresh process: setup() runs once per process and this suite's conftest
+    installs providers."""
     import subprocess
     import sys
 

@@ -167,6 +167,29 @@ def test_the_setting_names_a_directory_relative_to_the_app(tmp_path: Path, monke
     assert workflows_directory(None) == tmp_path
 
 
+def test_load_registry_loads_a_directory_once_whatever_names_it(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every agent request asks for the registry: the same object each time, per directory (not per
+    spelling of it), and the process setting is read on each call (a changed setting is obeyed)."""
+    monkeypatch.delenv("WorkflowsPath", raising=False)
+    shipped = load_registry()
+    assert load_registry() is shipped and load_registry("") is shipped and load_registry("workflows") is shipped
+    assert load_registry(str(workflows_directory("workflows"))) is shipped
+    (tmp_path / "order.v1.yaml").write_text(GOOD)
+    monkeypatch.setenv("WorkflowsPath", str(tmp_path))
+    mine = load_registry()
+    assert mine is not shipped and [wf.label for wf in mine.all()] == ["order v1"]
+    assert load_registry() is mine and load_registry(str(tmp_path)) is mine
+    (tmp_path / "order.v2.yaml").write_text(GOOD.replace("version: 1", "version: 2"))
+    assert load_registry() is mine  # loaded once: a file added later is not seen by this process
+    monkeypatch.delenv("WorkflowsPath")
+    assert load_registry() is shipped
+    with pytest.raises(WorkflowError, match="no such directory"):
+        load_registry(str(tmp_path / "nope"))
+    with pytest.raises(WorkflowError, match="no such directory"):
+        load_registry(str(tmp_path / "nope"))  # a directory that failed is not remembered as loaded
+
+
 # ------------------------------------------------------------------------------ the registry
 
 def test_registry_versions() -> None:
