@@ -9,7 +9,7 @@ module is imported) and of azure-core's ``RequestsTransport`` (the app's fallbac
 request that leaves for the table service is counted at the transport boundary (so SDK retries
 count too), by table and kind, with the number of entities each one carries or returns. In a
 host process the table clients are the only users of these transports (Service Bus speaks
-AMQP; the agents' remote calls use a plain ``requests.Session``). A thread writes
+AMQP; the agents' remote calls use a urllib3 pool of their own, not these transports). A thread writes
 the totals to ``DIR/table-<pid>.json`` twice a second and at exit; the benchmark sums the
 files of every process (a SIGKILLed process leaves its last totals behind).
 
