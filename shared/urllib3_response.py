@@ -35,16 +35,22 @@ def release(raw: BaseHTTPResponse) -> None:
     raw.release_conn()
 
 
+def _failed(raw: BaseHTTPResponse, exc: Exception) -> Exception:
+    """After a read of ``raw`` raised ``exc``: its socket dropped, and what to raise (azure-core's
+    error for urllib3's; ``exc`` itself for anything else)."""
+    release(raw)
+    return azure_error(exc) or exc
+
+
 def chunks(raw: BaseHTTPResponse, block_size: int, *, decompress: bool) -> Iterator[bytes]:
     """The body in chunks of up to ``block_size``, with urllib3's errors as azure-core's."""
     try:
         yield from raw.stream(block_size, decode_content=decompress)
     except Exception as exc:
-        release(raw)
-        mapped = azure_error(exc)
-        if mapped is None:
+        error = _failed(raw, exc)
+        if error is exc:
             raise
-        raise mapped from exc
+        raise error from exc
 
 
 def read_all(raw: BaseHTTPResponse) -> bytes:
@@ -52,11 +58,10 @@ def read_all(raw: BaseHTTPResponse) -> bytes:
     try:
         return raw.read(decode_content=True)
     except Exception as exc:
-        release(raw)
-        mapped = azure_error(exc)
-        if mapped is None:
+        error = _failed(raw, exc)
+        if error is exc:
             raise
-        raise mapped from exc
+        raise error from exc
     finally:
         if raw.closed:
             raw.release_conn()
