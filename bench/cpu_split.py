@@ -116,18 +116,30 @@ class SplitMeter:
         return {"instances": seen, "cpu_seconds": {k: round(v / hz, 3) for k, v in sums.items()}}
 
 
+# The machine-speed control: the bench's own process (load generator and status consumer) does
+# the same work per order whatever the app's code, in the same window on the same CPUs. This
+# machine's speed moves by up to 2x within minutes (``bench.calibrate``), so the app's CPU per
+# order is also given in units of the control's.
+CONTROL = "bench (load + status consumer)"
+
+
 def per_order(host_split: dict[str, Any], process_cpu: dict[str, float], orders: int) -> dict[str, Any]:
     """CPU ms per order: (a) the app's code, (b) the host's loop (and its other threads), (c) every
-    other process by name (their CPU seconds from ``bench.profiling.CpuMeter``)."""
+    other process by name (their CPU seconds from ``bench.profiling.CpuMeter``), and (a) over the
+    control's CPU per order (absent without the control)."""
     if not orders:
         return {}
     cs = host_split.get("cpu_seconds") or {}
     others = {k: round(1000 * v / orders, 1) for k, v in process_cpu.items() if not k.startswith("host instance")}
-    return {"app_code": round(1000 * cs.get("app", 0.0) / orders, 1),
-            "host_loop": round(1000 * cs.get("host_loop", 0.0) / orders, 1),
-            "host_other_threads": round(1000 * cs.get("host_other", 0.0) / orders, 1),
-            "other_processes": others, "other_processes_total": round(sum(others.values()), 1),
-            "orders": orders}
+    out = {"app_code": round(1000 * cs.get("app", 0.0) / orders, 1),
+           "host_loop": round(1000 * cs.get("host_loop", 0.0) / orders, 1),
+           "host_other_threads": round(1000 * cs.get("host_other", 0.0) / orders, 1),
+           "other_processes": others, "other_processes_total": round(sum(others.values()), 1),
+           "orders": orders}
+    control = process_cpu.get(CONTROL, 0.0)
+    if control > 0:
+        out["app_code_over_control"] = round(cs.get("app", 0.0) / control, 2)
+    return out
 
 
 class PhaseMeters:
@@ -157,6 +169,9 @@ def report_line(phase: dict[str, Any], label: str = "") -> str | None:
     po = phase.get("cpu_ms_per_order_split")
     if not po:
         return None
-    return (f"CPU ms per order{label}, split: app code {po['app_code']}, host receive/settle loop "
+    line = (f"CPU ms per order{label}, split: app code {po['app_code']}, host receive/settle loop "
             f"{po['host_loop']} (other host threads {po['host_other_threads']}), other processes "
             f"{po['other_processes_total']} {po['other_processes']}")
+    if "app_code_over_control" in po:
+        line += f"; app code / the bench process's CPU (machine-speed control) {po['app_code_over_control']}"
+    return line

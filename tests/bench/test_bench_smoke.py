@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cpu_split import CONTROL
 from local.procs import REPO_ROOT
 
 # the module's fixture runs the whole smoke bench (about 2 minutes quiet): more than the suite's
@@ -82,6 +83,9 @@ def test_cpu_per_order_is_split_between_the_app_and_the_hosts_loop(result: tuple
         assert ph["cpu_split"]["instances"] == r["config"]["instances"], phase
         po = ph["cpu_ms_per_order_split"]
         assert po["app_code"] > 0 and po["host_loop"] > 0 and po["other_processes"]["azurite"] > 0, (phase, po)
+        # the machine-speed control, measured in the same window (the per-order figures are rounded)
+        control = po["other_processes"][CONTROL]
+        assert po["app_code_over_control"] == pytest.approx(po["app_code"] / control, rel=0.05), (phase, po)
         hosts = sum(v for k, v in ph["cpu_seconds"].items() if k.startswith("host instance"))
         assert sum(ph["cpu_split"]["cpu_seconds"].values()) <= hosts + 0.1, phase  # the split is of those processes
 

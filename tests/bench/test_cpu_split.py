@@ -105,6 +105,16 @@ def test_per_order_in_ms_with_other_processes_by_name():
     line = cpu_split.report_line({"cpu_ms_per_order_split": po})
     assert line is not None and line.startswith("CPU ms per order, split: app code 20.0")
     assert "host receive/settle loop 10.0" in line
+    assert "control" not in line  # no bench process measured: no ratio
+
+
+def test_app_code_is_also_given_over_the_bench_process_cpu() -> None:
+    """The machine-speed control (cpu_split.CONTROL): the same work per order in every run."""
+    po = cpu_split.per_order({"cpu_seconds": {"app": 2.0, "host_loop": 1.0, "host_other": 0.1}},
+                             {cpu_split.CONTROL: 0.25, "azurite": 0.5}, orders=100)
+    assert po["app_code_over_control"] == 8.0
+    line = cpu_split.report_line({"cpu_ms_per_order_split": po})
+    assert line is not None and line.endswith("(machine-speed control) 8.0")
 
 
 def test_host_env_names_the_hosts_variable(tmp_path: Path):
