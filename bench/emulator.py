@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.jsonfile import write_json
 from local.connections import servicebus_connection_string
 from local.procs import REPO_ROOT, Proc, free_port
 
@@ -194,10 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     result["machine"]["loadavg_after"] = os.getloadavg()[0]
     print(f"load average (1 min) before/after: {result['machine']['loadavg_before']:.1f} / "
           f"{result['machine']['loadavg_after']:.1f} on {os.cpu_count()} CPUs (other processes compete for them)")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out}")
+    write_json(args.out, result)
     return 0
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from bench import sdk_cpu_bus as bus
 from bench import sdk_cpu_tables as tables
+from bench.jsonfile import write_json
 from bench.sdk_cpu_measure import Result, machine
 from bench.sdk_cpu_procs import oversubscribed
 from local.azurite import start_azurite
@@ -168,10 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                                     for r0, same in zip(results, zip(*rounds, strict=True), strict=True)},
            "per_order_estimate": {"sends": args.sends, "batches": args.batches, "reads": args.reads,
                                   "ways": per_order}}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out}")
+    write_json(args.out, doc)
     return 0
 
 

@@ -78,6 +78,18 @@ def sync_cases(conn_str: str, ops: int, threads: list[int]) -> list[Result]:
     return out
 
 
+def mixed_op(table: Any, batch: Any) -> Callable[[int], None]:
+    """Operation ``i`` of the alternating case on warmed-up rows: odd, a ``$batch`` of
+    ``_writes(i)``; even, a point read of a warm-up row."""
+    def op(i: int) -> None:
+        if i % 2:
+            batch(f"t{i}", _writes(i))
+        else:
+            table.get_entity("p", f"u{i % WARMUP}")
+
+    return op
+
+
 def threaded_mixed(conn_str: str, ops: int, threads: int) -> Result:
     """The threaded case alone, on a table of its own (``bench.sdk_cpu_procs``' children)."""
     from shared.table_batch import sender_for
@@ -88,13 +100,8 @@ def threaded_mixed(conn_str: str, ops: int, threads: int) -> Result:
         table.upsert_entity(entity("p", f"u{i}"))
         batch(f"w{i}", _writes(i))
 
-    def mixed(i: int) -> None:
-        if i % 2:
-            batch(f"t{i}", _writes(i))
-        else:
-            table.get_entity("p", f"u{i % WARMUP}")
-
-    return timed(f"tables sync get/$batch alternating, {threads} threads", ops, in_threads(threads, ops, mixed),
+    return timed(f"tables sync get/$batch alternating, {threads} threads", ops,
+                 in_threads(threads, ops, mixed_op(table, batch)),
                  concurrency=threads)
 
 

@@ -13,14 +13,13 @@ Printed, and written to ``--out``. A measurement, not a test: nothing asserts on
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
+from bench.jsonfile import write_json
 from bench.sdk_cpu_measure import Result, in_threads, machine, sequential, timed
-from bench.sdk_cpu_tables import BATCH_WRITES, WARMUP, _writes, entity
+from bench.sdk_cpu_tables import BATCH_WRITES, WARMUP, _writes, entity, mixed_op
 from local.azurite import start_azurite
 from local.procs import REPO_ROOT
 
@@ -44,17 +43,12 @@ def cases(conn_str: str, builder: str, ops: int, threads: int) -> list[Result]:
         table.get_entity("p", f"u{i}")
         batch(f"w{i}", _writes(i))
 
-    def mixed(i: int) -> None:
-        if i % 2:
-            batch(f"t{i}", _writes(i))
-        else:
-            table.get_entity("p", f"u{i % WARMUP}")
-
     out = [timed(f"{label}: get_entity", ops, sequential(ops, lambda i: table.get_entity("p", f"u{i % WARMUP}"))),
            timed(f"{label}: $batch {batch.path} path ({BATCH_WRITES} upserts)", ops,
                  sequential(ops, lambda i: batch(f"b{i}", _writes(i))))]
     if threads > 1:
-        out.append(timed(f"{label}: get/$batch alternating, {threads} threads", ops, in_threads(threads, ops, mixed),
+        out.append(timed(f"{label}: get/$batch alternating, {threads} threads", ops,
+                         in_threads(threads, ops, mixed_op(table, batch)),
                          concurrency=threads))
     service.delete_table(table.table_name)
     return out
@@ -105,10 +99,7 @@ def main(argv: list[str] | None = None) -> int:
            "results": [r.as_dict() for r in results],
            "rounds_cpu_us_per_op": {r.name: [round(x.cpu_us_per_op, 1) for one in rounds for x in one
                                              if x.name == r.name] for r in results}}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out}")
+    write_json(args.out, doc)
     return 0
 
 
