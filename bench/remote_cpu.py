@@ -1,6 +1,6 @@
 """Client CPU per agent remote call: this tree's ``RemotePost`` against another git ref's.
 
-``.venv/bin/python -m bench.remote_cpu [--ref main] [--calls 2000] [--rounds 3] [--traced]``
+``.venv/bin/python -m bench.remote_cpu [--ref 4654160] [--calls 2000] [--rounds 3] [--traced]``
 
 A stdlib HTTP/1.1 keep-alive server in its own process answers every POST with a small JSON
 object (its CPU is not counted). Each round runs, for the other ref's ``shared/`` (exported with
@@ -101,7 +101,8 @@ def _run_child(tree: Path, base: str, calls: int, traced: bool) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.remote_cpu", description=__doc__)
-    ap.add_argument("--ref", default="main", help="the git ref to compare this tree with")
+    ap.add_argument("--ref", default="4654160",
+                    help="the git ref to compare this tree with (default: the last commit whose remote calls used requests)")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--traced", action="store_true")
