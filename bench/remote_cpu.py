@@ -102,7 +102,7 @@ def _run_child(tree: Path, base: str, calls: int, traced: bool) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.remote_cpu", description=__doc__)
     ap.add_argument("--ref", default="4654160",
-                    help="the git ref to compare this tree with (default: the last commit whose remote calls used requests)")
+                    help="the git ref to compare this tree with (default: the last commit on requests)")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--traced", action="store_true")
