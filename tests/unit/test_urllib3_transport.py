@@ -66,10 +66,16 @@ def echo(got: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
     return 200, {"Content-Type": "application/json; charset=utf-8", "ETag": 'W/"1"'}, json.dumps(got).encode()
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's listen backlog is 5: 32 threads connecting at once on a busy machine
+    # overflowed it now and then, and the kernel reset a connection (ECONNRESET in the test)
+    request_queue_size = 128
+
+
 @contextmanager
 def http_server(answer: Callable[..., tuple[int, dict[str, str], bytes]] = echo) -> Iterator[Any]:
     handler = type("H", (Handler,), {"answer": staticmethod(answer), "seen": [], "connections": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     server.base = f"http://127.0.0.1:{server.server_port}"  # type: ignore[attr-defined]
