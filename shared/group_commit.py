@@ -9,11 +9,6 @@ returns. A transaction holds whole callers' writes, at most 100 and each row onc
 transaction fails (say, a delete of a row already gone), its callers are split in halves and
 sent again, down to the one caller whose writes are then sent one by one (a delete that finds
 nothing is fine): one caller's stale delete never fails another's writes.
-
-A caller that finds the partition idle may take *riders*: best-effort writes someone else
-queued for that partition (the deadline index's deferred deletes), sent in the same
-transaction as its own at no extra request. Nobody waits on a rider; a rider that fails is
-isolated by the same halving and sent one write at a time, and its error is dropped.
 """
 
 from __future__ import annotations
@@ -26,7 +21,6 @@ from shared.store import MAX_BATCH_OPS
 from shared.table_batch import Write
 
 Send = Callable[[str, Sequence[Write]], object]  # (partition key, writes): one transaction (its ETags unused)
-Riders = Callable[[int], Sequence[Write]]  # (room): at most that many best-effort writes to send along
 
 
 class GroupCommit:
@@ -39,21 +33,14 @@ class GroupCommit:
         self._queued: dict[str, list[_Caller]] = {}
         self._busy: set[str] = set()
 
-    def commit(self, partition: str, writes: Sequence[Write], riders: Riders | None = None) -> None:
-        """Apply ``writes`` to ``partition``; return once they are committed (or raise).
-
-        ``riders``: asked, only when this caller finds the partition idle, for best-effort
-        writes to send in the same transaction (never a row of ``writes``)."""
+    def commit(self, partition: str, writes: Sequence[Write]) -> None:
+        """Apply ``writes`` to ``partition``; return once they are committed (or raise)."""
         me = _Caller(tuple(writes))
         with self._lock:
+            self._queued.setdefault(partition, []).append(me)
             lead = partition not in self._busy
-            queue = self._queued.setdefault(partition, [])
             if lead:
                 self._busy.add(partition)
-                extra = tuple(riders(MAX_BATCH_OPS - len(me.writes))) if riders is not None else ()
-                if extra:  # first in an empty queue, so in this caller's own transaction
-                    queue.append(_Caller(extra))
-            queue.append(me)
         if not lead:
             me.done.wait()  # committed by another caller's transaction, or promoted to send
             if not me.lead:

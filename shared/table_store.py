@@ -9,7 +9,7 @@ written through :class:`_IndexWriter` (group-committed puts, deferred batched de
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,63 +47,46 @@ class _IndexWriter:
       partition) that threads of this worker put at the same time go out as ONE entity-group
       transaction of upserts; each caller returns only once its row is committed, so "the
       index row is written BEFORE the state write it guards" still holds.
-    * ``delete`` (best effort; the sweep deletes lazily anyway): queued. A put that finds its
-      bucket idle takes the bucket's queued deletes along in its own transaction (riders: no
-      request of their own), once the search index writes queued before them are committed
-      (``ready``). What is left goes out every ``delete_interval`` seconds, as transactions of
-      up to 100 deletes per bucket. A delete that finds nothing (the sweep was first) fails
-      its transaction: those rows are then deleted one by one (404 ignored). A crash loses
-      at most the queued deletes: the sweep finds those rows, point-reads their state and
-      deletes them. ``due_index`` flushes the queue first, so this worker's own reads never
-      see a row it already deleted.
+    * ``delete`` (best effort; the sweep deletes lazily anyway): queued and sent every
+      ``delete_interval`` seconds, as transactions of up to 100 deletes per bucket. A delete
+      that finds nothing (the sweep was first) fails its transaction: those rows are then
+      deleted one by one (404 ignored). A crash loses at most the queued deletes: the sweep
+      finds those rows, point-reads their state and deletes them. ``due_index`` flushes the
+      queue first, so this worker's own reads never see a row it already deleted.
     """
 
     def __init__(self, table: Any, send: PublicSender | FastSender, delete_interval: float = DELETE_INTERVAL,
-                 search: WriteBehind | None = None) -> None:
+                 before_deletes: Callable[[], None] | None = None) -> None:
         self.table = table
-        self.search = search  # the search index's queued writes go out before the deletes that follow them
+        self.before_deletes = before_deletes  # the search index's queued writes go out first
         self.send = send  # entity-group transactions on ``table``
         self.delete_interval = delete_interval
         self._puts = GroupCommit(table, send)
         self._lock = threading.Lock()
-        self._deletes: dict[str, dict[str, int]] = {}  # bucket -> row key -> the search queue's mark then
+        self._deletes: dict[str, set[str]] = {}
         self._periodic = Periodic(self.flush, delete_interval, name="index-deletes", event="index.deletes_failed")
 
     def put(self, entity: dict[str, Any]) -> None:
         """Upsert ``entity``; returns once it is committed."""
         bucket = str(entity["PartitionKey"])
-        self._puts.commit(bucket, [Write("upsert", str(entity["RowKey"]), clean(entity))],
-                          riders=lambda room: self._ready(bucket, room))
+        self._puts.commit(bucket, [Write("upsert", str(entity["RowKey"]), clean(entity))])
 
     # deferred, batched deletes ----------------------------------------------------------------
     def delete(self, bucket: str, row_key: str) -> None:
-        mark = self.search.mark() if self.search is not None else 0
         with self._lock:
-            self._deletes.setdefault(bucket, {})[row_key] = mark
+            self._deletes.setdefault(bucket, set()).add(row_key)
         self._periodic.start()  # best effort: the sweep deletes lazily what a crash leaves
 
-    def _ready(self, bucket: str, room: int | None = None) -> list[Write]:
-        """Up to ``room`` (None: all) queued deletes of ``bucket`` whose order's search writes
-        are committed, taken off the queue."""
-        with self._lock:
-            queued = self._deletes.get(bucket, {})
-            keys = [rk for rk, mark in queued.items() if self.search is None or self.search.sent_since(mark)][:room]
-            for rk in keys:
-                del queued[rk]
-            if not queued:
-                self._deletes.pop(bucket, None)
-        return [Write("delete", rk) for rk in keys]
-
     def flush(self) -> None:
-        if self.search is not None:
+        if self.before_deletes is not None:
             try:
-                self.search.flush()
+                self.before_deletes()
             except Exception:  # noqa: BLE001 - the deletes wait: a row stays until its order's index is written
                 return
         with self._lock:
-            buckets = list(self._deletes)
-        for bucket in buckets:  # those queued during the search flush wait for the next one
-            rows = sorted(w.row_key for w in self._ready(bucket))
+            pending, self._deletes = self._deletes, {}
+        for bucket, keys in pending.items():
+            rows = sorted(keys)
             for i in range(0, len(rows), MAX_BATCH_OPS):
                 chunk = rows[i:i + MAX_BATCH_OPS]
                 try:
@@ -146,7 +129,7 @@ class TableStore:
             self.stats = ConsoleStats(self.put_stats)  # records from the first committed event on
         if self.batch_index:
             self._index = _IndexWriter(self.deadlines, sender_for(self.deadlines, fast=self.fast_batch),
-                                       search=self._search)
+                                       before_deletes=self._search.flush if self._search is not None else None)
 
     @property
     def batch_path(self) -> str:
@@ -216,7 +199,7 @@ class TableStore:
 
     def delete_index(self, bucket: str, row_key: str) -> None:
         if self._index is not None:
-            self._index.delete(bucket, row_key)  # best effort: with a put, or batched every DELETE_INTERVAL s
+            self._index.delete(bucket, row_key)  # best effort, batched every DELETE_INTERVAL seconds
             return
         # delete_entity is idempotent in azure-data-tables (404 is swallowed)
         self.deadlines.delete_entity(partition_key=bucket, row_key=row_key)
