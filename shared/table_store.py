@@ -9,7 +9,7 @@ written through :class:`_IndexWriter` (group-committed puts, deferred batched de
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,9 @@ class _IndexWriter:
       transaction of upserts; each caller returns only once its row is committed, so "the
       index row is written BEFORE the state write it guards" still holds.
     * ``delete`` (best effort; the sweep deletes lazily anyway): queued and sent every
-      ``delete_interval`` seconds, as transactions of up to 100 deletes per bucket. A delete
+      ``delete_interval`` seconds, as transactions of up to 100 deletes per bucket, once the
+      search index writes queued before it are committed (a delete queued while the search
+      queue was being flushed waits for the next round). A delete
       that finds nothing (the sweep was first) fails its transaction: those rows are then
       deleted one by one (404 ignored). A crash loses at most the queued deletes: the sweep
       finds those rows, point-reads their state and deletes them. ``due_index`` flushes the
@@ -56,14 +58,14 @@ class _IndexWriter:
     """
 
     def __init__(self, table: Any, send: PublicSender | FastSender, delete_interval: float = DELETE_INTERVAL,
-                 before_deletes: Callable[[], None] | None = None) -> None:
+                 search: WriteBehind | None = None) -> None:
         self.table = table
-        self.before_deletes = before_deletes  # the search index's queued writes go out first
+        self.search = search  # the search index's queued writes go out before the deletes that follow them
         self.send = send  # entity-group transactions on ``table``
         self.delete_interval = delete_interval
         self._puts = GroupCommit(table, send)
         self._lock = threading.Lock()
-        self._deletes: dict[str, set[str]] = {}
+        self._deletes: dict[str, dict[str, int]] = {}  # bucket -> row key -> the search queue's mark then
         self._periodic = Periodic(self.flush, delete_interval, name="index-deletes", event="index.deletes_failed")
 
     def put(self, entity: dict[str, Any]) -> None:
@@ -73,20 +75,32 @@ class _IndexWriter:
 
     # deferred, batched deletes ----------------------------------------------------------------
     def delete(self, bucket: str, row_key: str) -> None:
+        mark = self.search.mark() if self.search is not None else 0
         with self._lock:
-            self._deletes.setdefault(bucket, set()).add(row_key)
+            self._deletes.setdefault(bucket, {})[row_key] = mark
         self._periodic.start()  # best effort: the sweep deletes lazily what a crash leaves
 
+    def _ready(self) -> dict[str, list[str]]:
+        """The queued deletes whose order's search index writes are committed, taken off the queue."""
+        ready: dict[str, list[str]] = {}
+        with self._lock:
+            for bucket, queued in list(self._deletes.items()):
+                keys = [rk for rk, mark in queued.items() if self.search is None or self.search.sent_since(mark)]
+                for rk in keys:
+                    del queued[rk]
+                if not queued:
+                    del self._deletes[bucket]
+                if keys:
+                    ready[bucket] = sorted(keys)
+        return ready
+
     def flush(self) -> None:
-        if self.before_deletes is not None:
+        if self.search is not None:
             try:
-                self.before_deletes()
+                self.search.flush()
             except Exception:  # noqa: BLE001 - the deletes wait: a row stays until its order's index is written
                 return
-        with self._lock:
-            pending, self._deletes = self._deletes, {}
-        for bucket, keys in pending.items():
-            rows = sorted(keys)
+        for bucket, rows in self._ready().items():
             for i in range(0, len(rows), MAX_BATCH_OPS):
                 chunk = rows[i:i + MAX_BATCH_OPS]
                 try:
@@ -129,7 +143,7 @@ class TableStore:
             self.stats = ConsoleStats(self.put_stats)  # records from the first committed event on
         if self.batch_index:
             self._index = _IndexWriter(self.deadlines, sender_for(self.deadlines, fast=self.fast_batch),
-                                       before_deletes=self._search.flush if self._search is not None else None)
+                                       search=self._search)
 
     @property
     def batch_path(self) -> str:

@@ -40,6 +40,8 @@ class WriteBehind:
         self._lock = threading.Lock()
         self._flushing = threading.Lock()  # one flush at a time: writes go out in the order queued
         self._queued: dict[str, dict[str, _Slot]] = {}  # order id -> row key -> its writes since the last flush
+        self._started = 0  # flushes that have taken the queue so far
+        self._clean = 0  # the number of the last flush that committed all it took
         self._periodic = Periodic(self.flush, interval, name="search-index", event="index.flush_failed")
 
     def add(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str]) -> None:
@@ -58,22 +60,33 @@ class WriteBehind:
             mine[key] = _Slot()
         return mine[key]
 
+    def mark(self) -> int:
+        """A stamp for "everything queued until now": see :meth:`sent_since`."""
+        with self._lock:
+            return self._started
+
+    def sent_since(self, mark: int) -> bool:
+        """Whether every write queued before ``mark`` was taken is committed: a flush that
+        began after it committed all it took."""
+        return self._clean > mark
+
     def flush(self) -> None:
         """Send everything queued so far; raise if some of it could not be committed (it stays
         queued, unless a later write of the same row replaced it)."""
         with self._flushing:
             with self._lock:
                 taken, self._queued = self._queued, {}
+                self._started += 1
+                number = self._started
             orders = [(oid, [w for w in (slot.net() for slot in slots.values()) if w is not None])
                       for oid, slots in taken.items()]
             orders = [(oid, writes) for oid, writes in orders if writes]
-            if not orders:
-                return
-            errors = self.commit.commit_groups(INDEX_PARTITION, [w for _oid, w in orders])
+            errors = self.commit.commit_groups(INDEX_PARTITION, [w for _oid, w in orders]) if orders else []
             failed = [(oid, writes) for (oid, writes), error in zip(orders, errors, strict=True) if error]
             if failed:
                 self._requeue(taken, failed)
                 raise RuntimeError(f"{len(failed)} orders' index writes failed: {errors}")
+            self._clean = number  # flushes run one at a time, so this only grows
 
     def _requeue(self, taken: dict[str, dict[str, _Slot]], failed: list[tuple[str, list[Write]]]) -> None:
         """Queue failed writes again (unless a later write of the row replaced them); after
