@@ -8,6 +8,8 @@ from bench import versus
 from local.procs import REPO_ROOT
 
 RESULTS = REPO_ROOT / "bench" / "results"
+# On 2 CPUs, 2 host instances beat 1, 3 and 4 (bench/README.md, "Issue 15, fourth session").
+DEFAULT_INSTANCES = 2
 
 
 def parse_args(argv: list[str] | None, description: str | None = None) -> argparse.Namespace:
@@ -16,10 +18,9 @@ def parse_args(argv: list[str] | None, description: str | None = None) -> argpar
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="a short CI-sized run (small counts, no profiling)")
     ap.add_argument("--out-dir", default=str(RESULTS))
-    ap.add_argument("--instances", type=int, default=2,
+    ap.add_argument("--instances", type=int, default=DEFAULT_INSTANCES,
                     help="host instances (one Python worker process each: the GIL makes one process's threads "
-                         "wait on each other, so the app scales out by processes, as Functions does by instances; "
-                         "on 2 CPUs, 2 beat 1, 3 and 4: bench/README.md, 'Issue 15, fourth session')")
+                         "wait on each other, so the app scales out by processes, as Functions does by instances)")
     ap.add_argument("--step-timeout", type=int, default=15, help="StepTimeoutSeconds for the run")
     ap.add_argument("--supervisor-period", type=int, default=5, help="seconds between supervisor sweeps")
     ap.add_argument("--emulator-messages", type=int, default=5000)

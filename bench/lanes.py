@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.args import DEFAULT_INSTANCES
 from bench.load import LoadRun, OrderTimes, Poster, PriorityMix, StatusWatcher, percentile
 from bench.logline import log
 from local.procs import REPO_ROOT
@@ -71,7 +72,7 @@ def run_lanes(poster: Poster, watcher: StatusWatcher, *, window: int, seconds: f
     steady_from = t0 + min(5.0, seconds / 4)
     result = summarize(orders, steady_from=steady_from, steady_to=posting_ended)
     result.update({"window": window, "seconds": seconds, "mix": {**MIX, "normal": round(1 - sum(MIX.values()), 2)},
-                   "all_finished": all_done, "post_failures": run.post_failures,
+                   "all_finished": all_done, "post_failures": run.post_failures, "post_errors": run.post_errors,
                    "loadavg_1m_at_end": round(os.getloadavg()[0], 2)})
     return result
 
@@ -189,7 +190,7 @@ def _one_stack_run(args: argparse.Namespace, work: Path, mcc: int) -> dict[str, 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.lanes", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--instances", type=int, default=4)
+    ap.add_argument("--instances", type=int, default=DEFAULT_INSTANCES)
     ap.add_argument("--window", type=int, default=160, help="orders in flight")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--max-concurrent-calls", type=lambda s: [int(x) for x in s.split(",")], default=[0, 16],

@@ -204,6 +204,7 @@ class LoadRun:
         self.orders: dict[str, OrderTimes] = {}
         self.lock = threading.Lock()
         self.post_failures = 0
+        self._errors_from = len(poster.errors)  # the poster's errors before this phase
 
     def _post_one(self) -> str | None:
         priority = self.mix.next() if self.mix is not None else "normal"
@@ -310,11 +311,18 @@ class LoadRun:
                 progress(self.status_line(len(self.orders)))
         return self.finished() >= len(self.orders)
 
+    @property
+    def post_errors(self) -> list[str]:
+        """Why this phase's failed posts failed (HTTP status and body, or the exception), first 10."""
+        return self.poster.errors[self._errors_from:self._errors_from + 10]
+
     def status_line(self, total: int | None) -> str:
         with self.lock:
             posted = len(self.orders)
+        errors = self.post_errors
         return (f"  {self.phase}: posted {posted}" + (f"/{total}" if total else "")
-                + f", finished {self.finished()}, post failures {self.post_failures}")
+                + f", finished {self.finished()}, post failures {self.post_failures}"
+                + (f" (first: {errors[0]})" if errors else ""))
 
     def collect(self) -> list[OrderTimes]:
         with self.watcher.lock:

@@ -323,7 +323,8 @@ class Bench:
         first = min((o.submitted for o in orders), default=t0)
         last = max((o.processed for o in processed), default=t1)
         res: dict[str, Any] = {
-            "orders_posted": len(orders), "post_failures": r.post_failures, "processed": len(processed),
+            "orders_posted": len(orders), "post_failures": r.post_failures, "post_errors": r.post_errors,
+            "processed": len(processed),
             "failed": sum(1 for o in orders if o.failed), "unfinished": len(orders) - len(processed) -
             sum(1 for o in orders if o.failed), "all_finished": ok,
             "seconds": round(last - first, 2),
