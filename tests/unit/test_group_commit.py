@@ -58,7 +58,10 @@ def test_callers_that_queue_behind_a_transaction_share_the_next_one() -> None:
     others = [threading.Thread(target=gc.commit, args=("b", [_put(k)])) for k in ("two", "three")]
     for t in others:
         t.start()
-    threading.Event().wait(0.1)
+    for _ in range(500):  # until both wait behind the transaction in flight
+        if len(gc._queued.get("b", [])) == 2:
+            break
+        threading.Event().wait(0.01)
     table.gate.set()
     for t in [first, *others]:
         t.join(5)
