@@ -6,7 +6,8 @@ call, prefetch 0, each handled in a task of its own that completes it, ``maxConc
 slots). Each hop is the time from just before the send to the handler's start. Two patterns,
 run alternately: ``concurrent``, where a task's settlement may overlap the next receive call
 (the host before), and ``turns``, where they take turns (``local.host.servicebus.Turns``, the
-host now). Printed, and written to ``bench/results/hop.json``.
+host now). Both run, as the host does, without the SDK's keep-alive reads
+(``local.host.receiving.without_keep_alive_reads``). Printed, and written to ``bench/results/hop.json``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from bench.emulator import QUEUE, _config
 from bench.load import percentile
 from local.connections import servicebus_connection_string
-from local.host.receiving import RECEIVE_WAIT, Turns
+from local.host.receiving import RECEIVE_WAIT, Turns, without_keep_alive_reads
 from local.host.settings import ServiceBusOptions
 from local.procs import REPO_ROOT, Proc, free_port
 
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "hop.json"))
     args = ap.parse_args(argv)
     runs = ["concurrent", "turns"] * args.rounds
+    without_keep_alive_reads()  # as the local host does
 
     work = Path(tempfile.mkdtemp(prefix="bench-hop-"))
     cfg = work / "Config.json"

@@ -12,6 +12,42 @@ from typing import Any
 log = logging.getLogger("local.host.servicebus")
 
 RECEIVE_WAIT = 2.0  # seconds one receive call waits for messages
+SDK_KEEP_ALIVE: list[Any] = []  # the SDK's keep-alive method, once replaced
+
+
+def without_keep_alive_reads() -> bool:
+    """Stop the aio AMQP clients' keep-alive task from reading (process-wide, idempotent);
+    False when this azure-servicebus has no such task (nothing is changed then).
+
+    azure-servicebus starts a keep-alive task for every aio receiver whose prefetch is 0,
+    hard-wired to every 5 s (``ServiceBusReceiver._create_handler``; no setting changes it).
+    Each round calls ``connection.listen(wait=...)``, which holds the connection's socket lock
+    while its read waits, and with no credit out nothing arrives to end that wait. A settlement
+    or the next receive call's flow frame needs the same lock, so every 5 s a receiver stalled
+    for up to ~160 ms. ``python -m bench.hop`` measured hops p99 80-100 ms with the task and 4 ms
+    without. The host's receive loop never lets a connection idle (a receive call every
+    ``RECEIVE_WAIT`` at most sends a flow frame, and settlements and lock renewals write), so
+    the task keeps nothing alive here. The .NET host, which this one stands in for, has no
+    such task. The SDK's private method is replaced, in the local host's processes only (and
+    the hop bench), never in the app's code.
+    """
+    try:
+        from azure.servicebus._pyamqp.aio._client_async import AMQPClientAsync
+    except ImportError:  # pragma: no cover - another SDK layout: leave it as it is
+        return False
+    if "_keep_alive_async" not in AMQPClientAsync.__dict__:  # pragma: no cover
+        return False
+
+    current = AMQPClientAsync.__dict__["_keep_alive_async"]
+    if not getattr(current, "local_host", False):
+        SDK_KEEP_ALIVE.append(current)  # the SDK's own, for the test that shows what it does
+
+        async def _keep_alive_async(self: Any) -> None:
+            return None
+
+        _keep_alive_async.local_host = True  # type: ignore[attr-defined]
+        AMQPClientAsync._keep_alive_async = _keep_alive_async  # type: ignore[method-assign]
+    return True
 
 
 class Turns:

@@ -25,7 +25,7 @@ from azure.servicebus.aio import ServiceBusClient
 
 from .app import FunctionSpec, Invoker
 from .messages import to_sdk_message, traceparent_of, trigger_argument
-from .receiving import LockRenewer, Turns
+from .receiving import LockRenewer, Turns, without_keep_alive_reads
 from .settings import ConnectionInfo, ServiceBusOptions, make_async_credential, resolve_connection
 
 log = logging.getLogger("local.host.servicebus")
@@ -65,6 +65,7 @@ class ServiceBusHost:
 
     def start(self, specs: list[FunctionSpec]) -> None:
         """Call on the loop."""
+        without_keep_alive_reads()  # receivers would stall every 5 s (local.host.receiving)
         for spec in specs:
             conn = resolve_connection(str(spec.trigger.get("connection") or "ServiceBusConnection"), self.settings)
             if spec.trigger.get("isSessionsEnabled"):
