@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.args import DEFAULT_INSTANCES
-from bench.load import LoadRun, OrderTimes, Poster, PriorityMix, StatusWatcher, percentile
+from bench.load import LoadRun, OrderTimes, Poster, PriorityMix, StatusWatcher, ms, percentile
 from bench.logline import log
 from local.procs import REPO_ROOT
 
@@ -43,10 +43,6 @@ MIX = {"high": 0.10, "low": 0.10}  # the rest normal
 PRIORITIES = ("high", "normal", "low")
 TARGET_RATIO = 0.25  # high p99 <= normal p99 / 4
 MCC_SETTING = "AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls"
-
-
-def _ms(v: float | None) -> float | None:
-    return None if v is None else round(1000 * v, 1)
 
 
 def host_json_calls() -> int:
@@ -89,8 +85,8 @@ def summarize(orders: list[OrderTimes], *, steady_from: float, steady_to: float)
         per[priority] = {
             "posted": len(mine), "processed": sum(1 for o in mine if o.processed),
             "failed": sum(1 for o in mine if o.failed), "measured": len(measured),
-            "latency_ms": {f"p{p}": _ms(percentile(measured, p)) for p in (50, 95, 99)}
-            | {"max": _ms(max(measured, default=None))},
+            "latency_ms": {f"p{p}": ms(percentile(measured, p)) for p in (50, 95, 99)}
+            | {"max": ms(max(measured, default=None))},
             "orders_per_s": round(len(done_in) / span, 2),
             "latencies_s": sorted(round(v, 4) for v in measured),
         }

@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bench.load import LoadRun, OrderTimes, Poster, StatusEvents, percentile
+from bench.load import LoadRun, OrderTimes, Poster, StatusEvents, ms, percentile
 from bench.logline import log
 from bench.peer_dbos.postgres import Postgres
 from bench.peer_dbos.venv import ensure_peer_venv
@@ -44,10 +44,6 @@ from local.remotes.client import RemotesClient
 
 RESULTS = REPO_ROOT / "bench" / "results"
 FORWARD = ("inventory/reserve", "payment/charge", "shipping/ship")
-
-
-def _ms(v: float | None) -> float | None:
-    return None if v is None else round(1000 * v, 1)
 
 
 class StatusListener(StatusEvents):
@@ -179,9 +175,9 @@ def _phase_result(orders: list[OrderTimes], post_failures: int, all_finished: bo
             "failed": sum(1 for o in orders if o.failed), "all_finished": all_finished,
             "seconds": round(last - first, 2),
             "orders_per_s": round(len(done) / (last - first), 2) if last > first else None,
-            "latency_ms": {f"p{p}": _ms(percentile(lat, p)) for p in (50, 95, 99)}
-            | {"max": _ms(max(lat, default=None))},
-            "post_latency_ms": {f"p{p}": _ms(percentile(post, p)) for p in (50, 99)},
+            "latency_ms": {f"p{p}": ms(percentile(lat, p)) for p in (50, 95, 99)}
+            | {"max": ms(max(lat, default=None))},
+            "post_latency_ms": {f"p{p}": ms(percentile(post, p)) for p in (50, 99)},
             "loadavg_1m_at_end": round(os.getloadavg()[0], 2)}
 
 

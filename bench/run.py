@@ -48,7 +48,7 @@ from bench.args import parse_args
 from bench.azraw import raw_rate
 from bench.calibrate import calibrate
 from bench.hostlog import HostLog
-from bench.load import LoadRun, Poster, StatusWatcher, percentile
+from bench.load import LoadRun, Poster, StatusWatcher, ms, percentile
 from bench.logline import log
 from bench.profiling import CpuMeter, group_pids, start_record, summarize_raw
 from local.procs import REPO_ROOT
@@ -329,10 +329,11 @@ class Bench:
             sum(1 for o in orders if o.failed), "all_finished": ok,
             "seconds": round(last - first, 2),
             "orders_per_s": round(len(processed) / (last - first), 2) if last > first else None,
-            "latency_ms": {f"p{p}": _ms(percentile(lat, p)) for p in (50, 95, 99)}
-            | {"max": _ms(max(lat, default=None))},
-            "post_latency_ms": {f"p{p}": _ms(percentile(post, p)) for p in (50, 99)},
+            "latency_ms": {f"p{p}": ms(percentile(lat, p)) for p in (50, 95, 99)}
+            | {"max": ms(max(lat, default=None))},
+            "post_latency_ms": {f"p{p}": ms(percentile(post, p)) for p in (50, 99)},
             "latency_legs": segments.summarize(orders),
+            "status_consumer_lag_ms": self.watcher.lag_ms(t0, t1) if self.watcher is not None else None,
             "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
             "window": w,
         }
@@ -501,6 +502,9 @@ class Bench:
             f"latency p50 {res['latency_ms']['p50']} ms, p95 {res['latency_ms']['p95']} ms, "
             f"p99 {res['latency_ms']['p99']} ms")
         log(f"  {segments.report_line(res['latency_legs'])}")
+        lag = res["status_consumer_lag_ms"]
+        log(f"  the bench's status consumer got the status messages p50 {lag['p50']} ms, p99 {lag['p99']} ms, "
+            f"max {lag['max']} ms after the broker enqueued them ({lag['n']} messages)")
         log(f"  {cpu_split.report_line(res, f' ({name})')}")
 
     def phase_idle(self) -> None:
@@ -559,10 +563,6 @@ class Bench:
 
 def r_end(orders: list[Any]) -> float:
     return max((o.processed for o in orders if o.processed), default=time.time())
-
-
-def _ms(v: float | None) -> float | None:
-    return None if v is None else round(1000 * v, 1)
 
 
 def main(argv: list[str] | None = None) -> int:

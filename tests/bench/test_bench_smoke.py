@@ -49,6 +49,10 @@ def test_every_order_posted_is_processed(result: tuple[dict, Path]) -> None:
         assert ph["latency_ms"]["p50"] > 0
         # work items: 3 agent calls and 3 replies per order (the submission claims step 1 itself)
         assert ph["work_items"] >= 6 * ph["processed"]
+        # every processed order's status messages reached the bench's consumer, each with the
+        # broker's enqueue time to measure its lag from
+        lag = ph["status_consumer_lag_ms"]
+        assert lag["n"] >= ph["processed"] and lag["p50"] is not None, lag
 
 
 def test_counts_are_consistent(result: tuple[dict, Path]) -> None:
