@@ -116,10 +116,11 @@ class StatusWatcher(StatusEvents):
         return self
 
     def _run(self) -> None:
-        # The aio client, as the local host's receivers: the sync receiver, and the aio one with the
-        # SDK's keep-alive reads, held back 1-4% of the messages that arrive back to back (a step's
-        # status, then ``processed`` at once) for 50-400 ms after the broker took them, which the
-        # latency figures then counted (``lag_ms`` keeps the arrival after the broker's enqueue).
+        # The aio client without the SDK's keep-alive reads, as the local host's receivers: of
+        # messages sent back to back (a step's status, then ``processed`` at once) the sync receiver
+        # held ~2%, and the aio one with those reads ~0.5%, 50-350 ms after the broker took them,
+        # and the latency figures counted it (bench/README.md, "Issue 15, fifth session").
+        # ``lag_ms`` keeps each arrival's time after the broker's enqueue.
         without_keep_alive_reads()
         asyncio.run(self._consume())
 
