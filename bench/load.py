@@ -144,7 +144,7 @@ class StatusWatcher(StatusEvents):
                             self._record(m, time.time())
             except Exception as e:  # noqa: BLE001 - broker restart etc.: reattach
                 self.error = e
-                if self._stop.wait(backoff):
+                if self._stop.wait(backoff):  # blocks this thread's loop, which runs nothing else
                     return
                 backoff = min(backoff * 2, 5.0)
 

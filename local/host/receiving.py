@@ -19,17 +19,18 @@ def without_keep_alive_reads() -> bool:
     """Stop the aio AMQP clients' keep-alive task from reading (process-wide, idempotent);
     False when this azure-servicebus has no such task (nothing is changed then).
 
-    azure-servicebus starts a keep-alive task for every aio receiver whose prefetch is 0,
-    hard-wired to every 5 s (``ServiceBusReceiver._create_handler``; no setting changes it).
-    Each round calls ``connection.listen(wait=...)``, which holds the connection's socket lock
-    while its read waits, and with no credit out nothing arrives to end that wait. A settlement
-    or the next receive call's flow frame needs the same lock, so every 5 s a receiver stalled
-    for up to ~160 ms. ``python -m bench.hop`` measured hops p99 80-100 ms with the task and 4 ms
+    azure-servicebus starts a keep-alive task for every aio receiver: every 5 s when its prefetch
+    is 0 (hard-wired, ``ServiceBusReceiver._create_handler``), every 30 s otherwise. Each round
+    calls ``connection.listen(wait=...)``, which holds the connection's socket lock while its
+    read waits; with no credit out nothing arrives to end that wait. A settlement or the next
+    receive call's flow frame needs the same lock, so every 5 s a host receiver stalled for up
+    to ~160 ms. ``python -m bench.hop`` measured hops p99 80-100 ms with the task and 4 ms
     without. The host's receive loop never lets a connection idle (a receive call every
     ``RECEIVE_WAIT`` at most sends a flow frame, and settlements and lock renewals write), so
     the task keeps nothing alive here. The .NET host, which this one stands in for, has no
-    such task. The SDK's private method is replaced, in the local host's processes only (and
-    the hop bench), never in the app's code.
+    such task. The SDK's private method is replaced in the local host's processes and in the
+    benchmark's (its hop bench and its status consumer, ``bench.load.StatusWatcher``, which
+    calls receive without pause too), never in the app's code.
     """
     try:
         from azure.servicebus._pyamqp.aio._client_async import AMQPClientAsync
