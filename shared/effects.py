@@ -69,6 +69,11 @@ class PutIndex:
     def row_key(self) -> str:
         return index_row_key(self.order_id, self.due)
 
+    @property
+    def props(self) -> dict[str, Any]:
+        """The row's properties (what the sweep reads back)."""
+        return {"OrderId": self.order_id, "Due": iso(self.due)}
+
 
 @dataclass(frozen=True)
 class DeleteIndex:
@@ -189,7 +194,7 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
         if limit is not None and n >= limit:
             break
         if isinstance(eff, PutIndex):
-            store.put_index(eff.bucket, eff.row_key, {"OrderId": eff.order_id, "Due": iso(eff.due)})
+            store.put_index(eff.bucket, eff.row_key, eff.props)
         elif isinstance(eff, DeleteIndex):
             if out.index_failed:  # kept: the sweep re-indexes the order when it deletes the row
                 out.applied = n + 1

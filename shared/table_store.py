@@ -73,6 +73,10 @@ class _IndexWriter:
         bucket = str(entity["PartitionKey"])
         self._puts.commit(bucket, [Write("upsert", str(entity["RowKey"]), clean(entity))])
 
+    def put_many(self, bucket: str, writes: Sequence[Write]) -> None:
+        """Upsert rows of ``bucket`` (at most 100) in one transaction; returns once committed."""
+        self._puts.commit(bucket, writes)
+
     # deferred, batched deletes ----------------------------------------------------------------
     def delete(self, bucket: str, row_key: str) -> None:
         mark = self.search.mark() if self.search is not None else 0
@@ -101,19 +105,25 @@ class _IndexWriter:
             except Exception:  # noqa: BLE001 - the deletes wait: a row stays until its order's index is written
                 return
         for bucket, rows in self._ready().items():
-            for i in range(0, len(rows), MAX_BATCH_OPS):
-                chunk = rows[i:i + MAX_BATCH_OPS]
+            delete_now(self.table, self.send, bucket, rows)
+
+
+def delete_now(table: Any, send: PublicSender | FastSender, bucket: str, row_keys: Sequence[str]) -> None:
+    """Delete rows of ``bucket`` in transactions of up to 100 (best effort): a transaction that
+    fails (say, one row already deleted by the sweep) is redone one row at a time (404 ignored)."""
+    for i in range(0, len(row_keys), MAX_BATCH_OPS):
+        chunk = row_keys[i:i + MAX_BATCH_OPS]
+        try:
+            if len(chunk) == 1:
+                table.delete_entity(partition_key=bucket, row_key=chunk[0])  # 404 is ignored
+            else:
+                send(bucket, [Write("delete", rk) for rk in chunk])
+        except Exception:  # noqa: BLE001 - e.g. one row already deleted by the sweep
+            for rk in chunk:
                 try:
-                    if len(chunk) == 1:
-                        self.table.delete_entity(partition_key=bucket, row_key=chunk[0])  # 404 is ignored
-                    else:
-                        self.send(bucket, [Write("delete", rk) for rk in chunk])
-                except Exception:  # noqa: BLE001 - e.g. one row already deleted by the sweep
-                    for rk in chunk:
-                        try:
-                            self.table.delete_entity(partition_key=bucket, row_key=rk)
-                        except Exception:  # noqa: BLE001,S110 - best effort
-                            pass
+                    table.delete_entity(partition_key=bucket, row_key=rk)
+                except Exception:  # noqa: BLE001,S110 - best effort
+                    pass
 
 
 @dataclass
@@ -141,9 +151,9 @@ class TableStore:
             self._search_send = sender_for(self.search, fast=self.fast_batch)
             self._search = WriteBehind(GroupCommit(self.search, self._search_send))
             self.stats = ConsoleStats(self.put_stats)  # records from the first committed event on
+        self._deadline_send = sender_for(self.deadlines, fast=self.fast_batch)
         if self.batch_index:
-            self._index = _IndexWriter(self.deadlines, sender_for(self.deadlines, fast=self.fast_batch),
-                                       search=self._search)
+            self._index = _IndexWriter(self.deadlines, self._deadline_send, search=self._search)
 
     @property
     def batch_path(self) -> str:
@@ -210,6 +220,18 @@ class TableStore:
             self._index.put(entity)  # returns once committed (group commit)
             return
         self.deadlines.upsert_entity(entity, mode=UpdateMode.REPLACE)
+
+    def put_indexes(self, bucket: str, rows: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        if len(rows) > MAX_BATCH_OPS:
+            raise TooLarge(f"{len(rows)} operations in one transaction")
+        writes = [Write("upsert", row_key, clean(props)) for row_key, props in rows]
+        if self._index is not None:
+            self._index.put_many(bucket, writes)  # returns once committed (group commit)
+            return
+        self._deadline_send(bucket, writes)
+
+    def delete_indexes(self, bucket: str, row_keys: Sequence[str]) -> None:
+        delete_now(self.deadlines, self._deadline_send, bucket, list(row_keys))
 
     def delete_index(self, bucket: str, row_key: str) -> None:
         if self._index is not None:
