@@ -37,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+
 from shared.effects import PutIndex, bucket_of
 from shared.logs import log_event
 from shared.models import new_order_id
@@ -109,7 +111,9 @@ class IdReserve:
         try:
             due = self.clock() + self.floor  # read before the put: due <= floor after the row exists
             rows = [PutIndex(new_order_id(), due, note="reserved") for _ in range(count)]
-            self.store.put_indexes(bucket_of(due), [(r.row_key, r.props) for r in rows])
+            # A refill belongs to no order: traced, each would be a root trace of its own.
+            with suppress_instrumentation():
+                self.store.put_indexes(bucket_of(due), [(r.row_key, r.props) for r in rows])
             with self._lock:
                 self._ids.extend(Reserved(r.order_id, due) for r in rows)
                 self.refills += 1
