@@ -93,7 +93,12 @@ class IdReserve:
                 self._refilling = True
         self._delete(stale)
         if refill:
-            self._start(lambda: self._refill(want))
+            try:
+                self._start(lambda: self._refill(want))
+            except Exception as exc:  # noqa: BLE001 - e.g. no thread could be started: try again later
+                with self._lock:
+                    self._refilling = False
+                log_event(logging.WARNING, "ids.reserve_failed", count=want, error=repr(exc))
         return got
 
     def _want(self) -> int:

@@ -4,6 +4,7 @@ written ahead, in one transaction with other ids' rows."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -133,6 +134,7 @@ def test_concurrent_takes_never_share_an_id() -> None:
             if r is not None:
                 with lock:
                     got.append(r.order_id)
+            time.sleep(0.0005)  # let the refill threads run between takes
 
     threads = [threading.Thread(target=worker) for _ in range(8)]
     for t in threads:
@@ -219,3 +221,19 @@ def test_reserved_submission_crash_points(k: int) -> None:
         ids.release()  # the other reserved ids' rows
         sweep(rt)
         assert rt.store.index_rows() == []  # the orphan row is cleaned up
+
+
+def test_a_refill_that_cannot_start_is_tried_again_by_the_next_take() -> None:
+    started: list[int] = []
+
+    def no_thread(work: Any) -> None:
+        started.append(1)
+        if len(started) == 1:
+            raise RuntimeError("can't start new thread")
+        work()
+
+    clock = Clock()
+    ids = IdReserve(MemoryStore(), FLOOR, 1.0, clock, start=no_thread, monotonic=Ticks(clock))
+    got = takes(ids, clock, 10, per_second=20)
+    assert len(started) >= 2 and ids.refills >= 1
+    assert any(g is not None for g in got)
