@@ -125,6 +125,13 @@ def targets(result: dict[str, Any], po: dict[str, Any] | None) -> list[dict[str,
                   "value": f"{polled} non-sweep operations in {idle['window']['seconds']}s idle; "
                            f"{idle['table_requests_per_sweep']} table requests per sweep",
                   "met": polled == 0})
+        # With nothing in flight no deadline row falls due: an idle sweep is its index query alone.
+        # A state read there is a row left behind (say, reserved ids' rows falling due as orphans).
+        state_reads = sum(v["requests"] for k, v in idle["window"]["table"].items()
+                          if k.startswith("orders|") and "breakers" not in k)
+        t.append({"target": "an idle sweep reads no state row (no deadline row falls due with nothing in flight)",
+                  "value": f"{state_reads} state reads in {idle['sweeps']} sweeps",
+                  "met": state_reads == 0})
     sw = result.get("sweep", {})
     for label in ("small", "large"):
         s = sw.get(label)

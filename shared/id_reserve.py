@@ -17,7 +17,8 @@ Why the rules of the deadline index still hold:
 * an id that is never used (the process died, the submission failed, the rate fell) leaves an
   orphan row: the sweep deletes it like the orphan of a submission that died after its put
   (no state row, ``ORPHAN_INDEX_AGE`` after its due). Rows that go stale in the reserve are
-  deleted by the instance itself (best effort), and so is the reserve at exit.
+  deleted by the instance itself, at the next take or by a timer every ``floor / 8`` (before
+  they fall due: otherwise every sweep would read each one for minutes), and the rest at exit.
 
 How many: about ``horizon`` seconds of this instance's recent keyless submissions (counted over
 the last ``RATE_WINDOW`` seconds), refilled in the background when half of that is left, at most
@@ -39,6 +40,7 @@ from datetime import datetime, timedelta
 
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
+from shared.background import Periodic
 from shared.effects import PutIndex, bucket_of
 from shared.logs import log_event
 from shared.models import new_order_id
@@ -62,7 +64,7 @@ class IdReserve:
 
     def __init__(self, store: Store, floor: timedelta, horizon: float, clock: Callable[[], datetime], *,
                  start: Callable[[Callable[[], None]], None] | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, timer: bool = True) -> None:
         self.store = store
         self.floor = floor
         self.horizon = horizon
@@ -76,6 +78,10 @@ class IdReserve:
         self._paused_until = 0.0
         self._exit_registered = False
         self.refills = 0  # committed refills (for tests and logs)
+        # started with the first refill (unless ``timer`` is off: tests call ``expire``): between
+        # takes, stale ids' rows are deleted before they fall due
+        self._periodic = Periodic(self.expire, max(0.5, floor.total_seconds() / 8), name="id-reserve",
+                                  event="ids.expire_failed") if timer else None
 
     def take(self) -> Reserved | None:
         """A reserved id for a keyless submission, or None (the submission puts its own row)."""
@@ -126,6 +132,8 @@ class IdReserve:
                 self._exit_registered = True
             if register:
                 atexit.register(self.release)
+                if self._periodic is not None:
+                    self._periodic.start()
         except Exception as exc:  # noqa: BLE001 - submissions put their own rows meanwhile
             with self._lock:
                 self._paused_until = self.monotonic() + FAILURE_PAUSE
@@ -134,10 +142,20 @@ class IdReserve:
             with self._lock:
                 self._refilling = False
 
+    def expire(self) -> None:
+        """Delete now the rows of ids too close to their due to hand out: when submissions stop,
+        no take drops them, and they would fall due as orphans the sweep reads every time."""
+        with self._lock:
+            stale = self._drop_stale(self.clock())
+        self._delete_now(stale)
+
     def release(self) -> None:
         """Give back every id not handed out: their rows are deleted now (best effort)."""
         with self._lock:
             left, self._ids = list(self._ids), deque()
+        self._delete_now(left)
+
+    def _delete_now(self, left: list[Reserved]) -> None:
         buckets: dict[str, list[str]] = {}
         for r in left:
             buckets.setdefault(bucket_of(r.due), []).append(PutIndex(r.order_id, r.due).row_key)

@@ -139,6 +139,10 @@ def test_search_page_cost_measured(result: tuple[dict, Path]) -> None:
 def test_idle_sweep_and_recovery_measured(result: tuple[dict, Path]) -> None:
     r, _ = result
     assert r["idle"]["sweeps"] >= 1
+    [idle] = [t for t in r["targets"] if t["target"].startswith("an idle sweep reads no state row")]
+    # reported, met or not: in a smoke run (6 s step timeouts, seconds-long lanes orders) a row the
+    # sweep moved for a slow order may still fall due in the idle window
+    assert isinstance(idle["met"], bool) and "state reads" in idle["value"]
     for label in ("small", "large"):
         s = r["sweep"][label]
         assert s["due_rows"] >= 1

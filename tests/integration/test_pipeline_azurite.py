@@ -277,7 +277,7 @@ def test_keyless_orders_on_reserved_ids_on_table_storage(table_runtime) -> None:
 
     rt = table_runtime()
     rt.ids = IdReserve(rt.store, rt.config.index_floor(), 1.0, rt.clock, start=lambda work: work(),
-                       monotonic=Ticks(rt.clock))
+                       monotonic=Ticks(rt.clock), timer=False)
     agents = AgentSim(rt)
     reserved: set[str] = set()
     oids = []

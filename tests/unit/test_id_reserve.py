@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -34,7 +34,7 @@ class Ticks:
 def reserve(store: Any = None, clock: Clock | None = None, horizon: float = 1.0) -> tuple[IdReserve, Clock]:
     clock = clock or Clock()
     ids = IdReserve(store if store is not None else MemoryStore(), FLOOR, horizon, clock,
-                    start=lambda work: work(), monotonic=Ticks(clock))  # refills inline
+                    start=lambda work: work(), monotonic=Ticks(clock), timer=False)  # refills inline
     return ids, clock
 
 
@@ -85,6 +85,29 @@ def test_stale_ids_are_dropped_and_their_rows_deleted() -> None:
     assert all(r.due == clock() + FLOOR for r in ids._ids)
     fresh = {r.order_id for r in ids._ids}
     assert {r["OrderId"] for r in store.index_rows()} == served | fresh
+
+
+def test_when_submissions_stop_the_timer_deletes_the_rows_before_they_fall_due() -> None:
+    store = MemoryStore()
+    ids, clock = reserve(store)
+    served = {g.order_id for g in takes(ids, clock, 40, per_second=20) if g is not None}
+    assert len(ids) > 0
+    ids.expire()  # nothing stale yet
+    assert len(ids) > 0
+    clock.advance(FLOOR.total_seconds() / 2)  # no take since: only the timer sees them go stale
+    ids.expire()
+    assert len(ids) == 0
+    assert {r["OrderId"] for r in store.index_rows()} == served
+    assert all(datetime.fromisoformat(r["Due"]) > clock() for r in store.index_rows())  # none due yet
+
+
+def test_the_timer_runs_from_the_first_refill() -> None:
+    store = MemoryStore()
+    ids = IdReserve(store, timedelta(seconds=4), 1.0, Clock(), start=lambda work: work())
+    assert ids._periodic is not None and ids._periodic._thread is None
+    for _ in range(MIN_BATCH * 2):
+        ids.take()
+    assert ids.refills >= 1 and ids._periodic._thread is not None
 
 
 def test_a_slow_instance_reserves_nothing() -> None:
@@ -148,7 +171,7 @@ def test_concurrent_takes_never_share_an_id() -> None:
 # the submission ---------------------------------------------------------------------------------
 def with_reserve(rt: Any) -> IdReserve:
     rt.ids = IdReserve(rt.store, rt.config.index_floor(), 1.0, rt.clock, start=lambda work: work(),
-                       monotonic=Ticks(rt.clock))
+                       monotonic=Ticks(rt.clock), timer=False)
     for _ in range(MIN_BATCH * 2):  # a rate worth a reserve
         rt.ids.take()
     assert len(rt.ids) > 0
@@ -233,7 +256,7 @@ def test_a_refill_that_cannot_start_is_tried_again_by_the_next_take() -> None:
         work()
 
     clock = Clock()
-    ids = IdReserve(MemoryStore(), FLOOR, 1.0, clock, start=no_thread, monotonic=Ticks(clock))
+    ids = IdReserve(MemoryStore(), FLOOR, 1.0, clock, start=no_thread, monotonic=Ticks(clock), timer=False)
     got = takes(ids, clock, 10, per_second=20)
     assert len(started) >= 2 and ids.refills >= 1
     assert any(g is not None for g in got)
