@@ -58,6 +58,11 @@ class Reserved:
     order_id: str
     due: datetime
 
+    @property
+    def row(self) -> PutIndex:
+        """Its deadline index row."""
+        return PutIndex(self.order_id, self.due, note="reserved")
+
 
 class IdReserve:
     """This instance's reserved order ids (thread-safe; one per worker process)."""
@@ -121,12 +126,12 @@ class IdReserve:
     def _refill(self, count: int) -> None:
         try:
             due = self.clock() + self.floor  # read before the put: due <= floor after the row exists
-            rows = [PutIndex(new_order_id(), due, note="reserved") for _ in range(count)]
+            ids = [Reserved(new_order_id(), due) for _ in range(count)]
             # A refill belongs to no order: traced, each would be a root trace of its own.
             with suppress_instrumentation():
-                self.store.put_indexes(bucket_of(due), [(r.row_key, r.props) for r in rows])
+                self.store.put_indexes(bucket_of(due), [(r.row.row_key, r.row.props) for r in ids])
             with self._lock:
-                self._ids.extend(Reserved(r.order_id, due) for r in rows)
+                self._ids.extend(ids)
                 self.refills += 1
                 register = not self._exit_registered
                 self._exit_registered = True
@@ -158,7 +163,7 @@ class IdReserve:
     def _delete_now(self, left: list[Reserved]) -> None:
         buckets: dict[str, list[str]] = {}
         for r in left:
-            buckets.setdefault(bucket_of(r.due), []).append(PutIndex(r.order_id, r.due).row_key)
+            buckets.setdefault(r.row.bucket, []).append(r.row.row_key)
         for bucket, keys in buckets.items():
             try:
                 self.store.delete_indexes(bucket, keys)
@@ -168,7 +173,7 @@ class IdReserve:
     def _delete(self, ids: list[Reserved]) -> None:
         for r in ids:
             try:
-                self.store.delete_index(bucket_of(r.due), PutIndex(r.order_id, r.due).row_key)
+                self.store.delete_index(r.row.bucket, r.row.row_key)
             except Exception as exc:  # noqa: BLE001 - the sweep deletes orphans anyway
                 log_event(logging.WARNING, "index.delete_failed", order_id=r.order_id, error=repr(exc))
 
