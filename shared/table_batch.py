@@ -173,6 +173,9 @@ class FastSender:
         out.append(f"--{changeset}--\r\n\r\n--{batch}--\r\n")
         request = HttpRequest("POST", f"{self.endpoint}/$batch", content="".join(out).encode(),
                               headers={"x-ms-version": self.api_version, "DataServiceVersion": "3.0",
+                                       # azure-core's RequestIdPolicy keeps an id that is there; its own
+                                       # is a uuid1 (libuuid's clock file, under the GIL) per request
+                                       "x-ms-client-request-id": unique,
                                        "MaxDataServiceVersion": "3.0;NetFx", "Accept": "application/json",
                                        "Content-Type": f"multipart/mixed; boundary={batch}"})
         response = self.send_request(request, stream=True)  # no JSON decoding of a multipart body

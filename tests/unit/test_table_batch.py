@@ -147,3 +147,33 @@ def test_public_path_returns_the_etags_submit_transaction_gave() -> None:
             return [{"etag": 'W/"o"'}, {"etag": 'W/"s"'}, {}]
 
     assert PublicSender(Table())("pk", WRITES) == {"order": 'W/"o"', "state": 'W/"s"'}
+
+
+def test_fast_request_names_its_own_client_request_id_which_the_pipeline_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """azure-core's RequestIdPolicy would make a uuid1 per request; it keeps an id already set."""
+    from azure.core.exceptions import ServiceRequestError
+    from azure.core.pipeline.transport import HttpTransport
+
+    seen: list[Any] = []
+
+    class Refuse(HttpTransport):  # type: ignore[type-arg]
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            seen.append(request)
+            raise ServiceRequestError("refused")
+
+        def open(self) -> None: ...
+        def close(self) -> None: ...
+        def __exit__(self, *args: Any) -> None: ...
+
+    def no_uuid1(*_args: Any) -> Any:
+        raise AssertionError("uuid1 made a request id")
+
+    monkeypatch.setattr("uuid.uuid1", no_uuid1)
+    client = TableClient.from_connection_string(AZURITE, "orders", transport=Refuse(), retry_total=0)
+    sender = sender_for(client)
+    assert isinstance(sender, FastSender)
+    for _ in range(2):
+        with pytest.raises(ServiceRequestError):
+            sender("p", [Write("upsert", "r", {"a": 1})])
+    ids = [r.headers["x-ms-client-request-id"] for r in seen]
+    assert len(ids) == 2 and ids[0] != ids[1] and all(ids)
