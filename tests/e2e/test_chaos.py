@@ -24,6 +24,21 @@ from bench.chaos_ledger import STEP_EFFECTS, parse_key, step_key
 CI_SEED = int(os.environ.get("CHAOS_SEED", "20261122"))
 
 
+def _print_evidence(printed: str, state_dir: Path, lines: int = 150) -> None:
+    """What a failed or timed-out run leaves to read: its own progress lines and the tail of every
+    log of its stack. pytest shows them with the failure, so they outlive the run's temporary
+    folder (pytest keeps only its last few, and CI's clone is thrown away)."""
+    print("---- chaos run output ----")
+    print(printed)
+    for log in sorted(state_dir.glob("**/*.log")):
+        try:
+            tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+        except OSError as exc:
+            tail = [f"(unreadable: {exc})"]
+        print(f"---- last {len(tail)} lines of {log.relative_to(state_dir)} ----")
+        print("\n".join(tail))
+
+
 def _failed(report: dict[str, Any]) -> str:
     bad = {k: v for k, v in report["checks"].items() if not v["ok"]}
     examples = {k: v for k, v in report["examples"].items() if v}
@@ -44,8 +59,14 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
         digital_share=0.3,  # both workflows (issue 13), each order checked against its own steps
     )
     out = io.StringIO()
-    report = run_chaos(opts, out=out)
+    try:
+        report = run_chaos(opts, out=out)
+    except BaseException:  # pytest-timeout's signal raises here too
+        _print_evidence(out.getvalue(), tmp_path / "stack")
+        raise
     printed = out.getvalue()
+    if not report["ok"]:
+        _print_evidence(printed, tmp_path / "stack")
 
     # The seed is printed first, the figures last; the JSON report is written.
     assert printed.splitlines()[0].startswith(f"chaos run: seed {CI_SEED} ")
