@@ -7,6 +7,7 @@ import http.client
 import io
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from urllib3 import PoolManager
 from shared.http_headers import MAX_HEADERS, HeadersOnlyResponse
 from shared.urllib3_transport import Urllib3Transport
 from tests.unit.test_urllib3_transport import http_server
+from tests.unit.tls_server import https_server
 
 BOUNDARY = "batchresponse_5d1c8d4e-3b1f-4f6e-9a59-0c1d2e3f4a5b"
 MULTIPART = (f"HTTP/1.1 202 Accepted\r\nContent-Type: multipart/mixed; boundary={BOUNDARY}\r\n"
@@ -104,3 +106,22 @@ def test_the_transport_reads_a_multipart_response_without_that_pattern(compiled:
     assert response.read() == b"--" + BOUNDARY.encode() + b"--\r\n"
     assert not any(re.escape(BOUNDARY) in p for p in compiled)
     assert not [r for r in caplog.records if r.name.startswith("urllib3")]  # its header check passed
+
+
+def test_https_connections_and_a_calls_own_tls_settings_read_with_it_too(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Azure is HTTPS; a call's own ``connection_verify`` opens a pool of its own."""
+    began: list[int] = []
+    begin = HeadersOnlyResponse.begin
+
+    def counted(self: HeadersOnlyResponse) -> None:
+        began.append(1)
+        begin(self)
+
+    monkeypatch.setattr(HeadersOnlyResponse, "begin", counted)
+    with https_server(tmp_path) as (base, ca_file):
+        with Urllib3Transport(connection_verify=ca_file) as trusting:
+            assert trusting.send(HttpRequest("GET", f"{base}/x")).text() == "secure"
+        with Urllib3Transport() as transport:
+            assert transport.send(HttpRequest("GET", f"{base}/x"), connection_verify=ca_file).text() == "secure"
+    assert len(began) == 2
