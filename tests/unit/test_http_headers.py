@@ -110,13 +110,16 @@ def test_the_transport_reads_a_multipart_response_without_that_pattern(compiled:
 
 def test_https_connections_and_a_calls_own_tls_settings_read_with_it_too(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Azure is HTTPS; a call's own ``connection_verify`` opens a pool of its own."""
+    """Azure is HTTPS; a call's own ``connection_verify`` opens a pool of its own. Only the test
+    server's responses are counted (http.server's ``Server`` header): in a whole test run, stores
+    of earlier tests may still flush to Azurite in the background through the same class."""
     began: list[int] = []
     begin = HeadersOnlyResponse.begin
 
     def counted(self: HeadersOnlyResponse) -> None:
-        began.append(1)
         begin(self)
+        if str(self.headers.get("Server", "")).startswith("BaseHTTP/"):
+            began.append(1)
 
     monkeypatch.setattr(HeadersOnlyResponse, "begin", counted)
     with https_server(tmp_path) as (base, ca_file):
