@@ -27,9 +27,9 @@ from typing import Any
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-# http.client's own limits (a header line, the number of header lines)
-MAX_LINE = 65536
-MAX_HEADERS = 100
+# the running http.client's own limits (a header line, the number of header lines)
+MAX_LINE: int = getattr(http.client, "_MAXLINE", 65536)
+MAX_HEADERS: int = getattr(http.client, "_MAXHEADERS", 100)
 
 
 def parse_headers_only(fp: Any, _class: type[http.client.HTTPMessage] = http.client.HTTPMessage
@@ -45,8 +45,8 @@ def parse_headers_only(fp: Any, _class: type[http.client.HTTPMessage] = http.cli
             raise http.client.HTTPException(f"got more than {MAX_HEADERS} headers")
         if line in (b"\r\n", b"\n", b""):
             break
-    message = email.parser.HeaderParser(_class=_class).parsestr(b"".join(lines).decode("iso-8859-1"))
-    return message  # type: ignore[return-value]
+    return email.parser.HeaderParser(_class=_class).parsestr(  # type: ignore[return-value]
+        b"".join(lines).decode("iso-8859-1"))
 
 
 def _begin_with_headers_only() -> Any:

@@ -129,7 +129,7 @@ class IdReserve:
             ids = [Reserved(new_order_id(), due) for _ in range(count)]
             # A refill belongs to no order: traced, each would be a root trace of its own.
             with suppress_instrumentation():
-                self.store.put_indexes(bucket_of(due), [(r.row.row_key, r.row.props) for r in ids])
+                self.store.put_indexes(bucket_of(due), [(row.row_key, row.props) for row in (r.row for r in ids)])
             with self._lock:
                 self._ids.extend(ids)
                 self.refills += 1
@@ -162,8 +162,8 @@ class IdReserve:
 
     def _delete_now(self, left: list[Reserved]) -> None:
         buckets: dict[str, list[str]] = {}
-        for r in left:
-            buckets.setdefault(r.row.bucket, []).append(r.row.row_key)
+        for row in (r.row for r in left):
+            buckets.setdefault(row.bucket, []).append(row.row_key)
         for bucket, keys in buckets.items():
             try:
                 self.store.delete_indexes(bucket, keys)
@@ -172,8 +172,9 @@ class IdReserve:
 
     def _delete(self, ids: list[Reserved]) -> None:
         for r in ids:
+            row = r.row
             try:
-                self.store.delete_index(r.row.bucket, r.row.row_key)
+                self.store.delete_index(row.bucket, row.row_key)
             except Exception as exc:  # noqa: BLE001 - the sweep deletes orphans anyway
                 log_event(logging.WARNING, "index.delete_failed", order_id=r.order_id, error=repr(exc))
 
