@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from shared.effects import Effect, Outcome, execute
-from shared.id_reserve import IdReserve
 from shared.messaging import Bus, ServiceBusBus
 from shared.settings import Settings, instance_id
 from shared.statemachine import Config, Ctx
@@ -33,7 +32,6 @@ class Runtime:
     config: Config
     instance_id: str = "local"
     clock: Callable[[], datetime] = field(default=utcnow)
-    ids: IdReserve | None = None  # reserved order ids for keyless submissions (None: none)
 
     def ctx(self) -> Ctx:
         return Ctx(now=self.clock(), config=self.config, instance_id=self.instance_id, token=secrets.token_hex(8))
@@ -49,9 +47,7 @@ def runtime_from_settings(settings: Settings, clients: object | None = None) -> 
     store = TableStore(state=c.table("StateTable"), deadlines=c.table("DeadlineTable"),
                        search=c.table("OrderIndexTable"))
     config = Config.from_settings(settings)
-    horizon = float(settings.decimal("ReservedOrderIdSeconds"))
-    ids = IdReserve(store, config.index_floor(), horizon, utcnow) if horizon > 0 else None
-    return Runtime(store=store, bus=ServiceBusBus(c.sender), config=config, instance_id=instance_id(), ids=ids)
+    return Runtime(store=store, bus=ServiceBusBus(c.sender), config=config, instance_id=instance_id())
 
 
 _runtime: Runtime | None = None

@@ -80,9 +80,6 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("UnclaimedGraceSeconds", "30", "Age after which an unclaimed Pending order is rescheduled"),
     SettingSpec("StepTimeoutSeconds", "", "If set, overrides every step's timeout (short timeouts for tests)"),
     SettingSpec("MaxRequestBytes", "65536", "Largest accepted order body"),
-    SettingSpec("ReservedOrderIdSeconds", "1",
-                "Seconds of keyless submissions an instance reserves order ids for ahead, their deadline index "
-                "rows written in one transaction (0: each submission writes its own row first)"),
     SettingSpec("RetentionDays", "30", "Days a finished order (and its history) is kept before it is purged"),
     SettingSpec("RetentionSchedule", "0 17 * * * *", "NCRONTAB schedule of the retention purge timer"),
     SettingSpec("BreakerFailureThreshold", "5",

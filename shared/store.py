@@ -130,12 +130,7 @@ class Store(Protocol):
         """All of ``ops`` or none (``Conflict``): the new ETag of each created/replaced row
         (RowKey -> ETag); a row whose ETag the service did not return is left out."""
     def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None: ...
-    def put_indexes(self, bucket: str, rows: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        """Upsert deadline index rows ((RowKey, properties), at most 100) of one bucket in ONE
-        transaction; returns once they are committed (``shared.id_reserve``)."""
     def delete_index(self, bucket: str, row_key: str) -> None: ...
-    def delete_indexes(self, bucket: str, row_keys: Sequence[str]) -> None:
-        """Delete deadline index rows of one bucket now (best effort; a missing row is fine)."""
     def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]: ...
     def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *, wait: bool = False,
                     stale: Sequence[str] = ()) -> None:
@@ -276,23 +271,9 @@ class MemoryStore:
             self._rows[("deadline", bucket, row_key)] = ({**clean(props), "RowKey": row_key}, self._etag())
             self.writes += 1
 
-    def put_indexes(self, bucket: str, rows: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        if len(rows) > MAX_BATCH_OPS:
-            raise TooLarge(f"{len(rows)} operations in one transaction")
-        with self._lock:
-            for row_key, props in rows:
-                self._rows[("deadline", bucket, row_key)] = ({**clean(props), "RowKey": row_key}, self._etag())
-            self.writes += 1
-
     def delete_index(self, bucket: str, row_key: str) -> None:
         with self._lock:
             self._rows.pop(("deadline", bucket, row_key), None)
-            self.writes += 1
-
-    def delete_indexes(self, bucket: str, row_keys: Sequence[str]) -> None:
-        with self._lock:
-            for row_key in row_keys:
-                self._rows.pop(("deadline", bucket, row_key), None)
             self.writes += 1
 
     def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]:

@@ -210,10 +210,7 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
     if errors or order is None:
         return problem(400, "validation", "Invalid order", f"{len(errors)} invalid field(s)", errors=errors)
 
-    # A keyless order takes a reserved id when this instance has one: its deadline index row is
-    # already written (``shared.id_reserve``), so the submission is its one transaction.
-    reserved = rt.ids.take() if rt.ids is not None and not key else None
-    order_id = order_id_for_key(key) if key else reserved.order_id if reserved else new_order_id()
+    order_id = order_id_for_key(key) if key else new_order_id()
     traceparent = telemetry.current_traceparent() or ""  # the server span's: always valid there
     canonical = order.canonical()
     body_hash = order.body_hash()
@@ -221,8 +218,7 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
     ctx = rt.ctx()
     ctx = replace(ctx, config=ctx.config.bound(workflow.name, workflow.version))
     effects = plan_submission(order_id, canonical, total=format(order.total, "f"), body_hash=body_hash,
-                              idempotency_key=key, traceparent=traceparent, ctx=ctx,
-                              covered=reserved.due if reserved else None)
+                              idempotency_key=key, traceparent=traceparent, ctx=ctx)
     try:
         outcome = rt.run(effects)
     except Exception as exc:  # store unavailable: nothing (or only an orphan index row) was written

@@ -221,18 +221,6 @@ class TableStore:
             return
         self.deadlines.upsert_entity(entity, mode=UpdateMode.REPLACE)
 
-    def put_indexes(self, bucket: str, rows: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        if len(rows) > MAX_BATCH_OPS:
-            raise TooLarge(f"{len(rows)} operations in one transaction")
-        writes = [Write("upsert", row_key, clean(props)) for row_key, props in rows]
-        if self._index is not None:
-            self._index.put_many(bucket, writes)  # returns once committed (group commit)
-            return
-        self._deadline_send(bucket, writes)
-
-    def delete_indexes(self, bucket: str, row_keys: Sequence[str]) -> None:
-        delete_now(self.deadlines, self._deadline_send, bucket, list(row_keys))
-
     def delete_index(self, bucket: str, row_key: str) -> None:
         if self._index is not None:
             self._index.delete(bucket, row_key)  # best effort, batched every DELETE_INTERVAL seconds

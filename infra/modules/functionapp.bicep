@@ -351,11 +351,6 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'BreakerCacheSeconds'
           value: '1'
         }
-        // Order ids reserved ahead with their deadline index rows (shared/id_reserve.py).
-        {
-          name: 'ReservedOrderIdSeconds'
-          value: '1'
-        }
         // The workflow files, shipped in the package (workflows/*.yaml).
         {
           name: 'WorkflowsPath'

@@ -10,8 +10,7 @@ rules make one row enough, with no index write on the forward path:
 
 So a row that exists covers every deadline the order will ever get: a claim, a next step, a
 compensation or a redrive sets ``CompleteBy >= now + floor >= Due``. The submission puts the
-order's row before its transaction (or, keyless, takes an id whose row was put ahead:
-``shared.id_reserve``); the last transition (Processed, held, finished) deletes
+order's row before its transaction; the last transition (Processed, held, finished) deletes
 it, best effort (the state row's ``IndexDue`` names it). When a row falls due and the order
 is merely slower than that (``CompleteBy`` still ahead), the sweep moves it: a new row at
 ``min(CompleteBy, now + floor)``, then the old one deleted. When the deadline has passed, the

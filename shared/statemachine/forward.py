@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from shared.effects import Effect, Log
@@ -31,18 +30,13 @@ from shared.statemachine.waiting import waiting_reply
 
 
 def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, body_hash: str,
-                    idempotency_key: str | None, traceparent: str, ctx: Ctx,
-                    covered: datetime | None = None) -> list[Effect]:
+                    idempotency_key: str | None, traceparent: str, ctx: Ctx) -> list[Effect]:
     """The submission: the order, its state and step rows in ONE transaction, and the
     Scheduler told in-process: that transaction is also the Scheduler's first claim (the
     state row is written claimed, the first step Running, attempt 1), and the first request
     is sent right after it. The scheduler queue carries what needs a claim later (redrives,
     compensations, operator actions); the order's start needs no message of its own. The order
-    runs the workflow ``ctx.config`` is bound to, recorded on its order row.
-
-    ``covered``: the due of a deadline index row of ``order_id`` already committed (a reserved
-    id, ``shared.id_reserve``). It covers the order if it is due no later than the order's
-    first deadline; then the submission puts no row of its own."""
+    runs the workflow ``ctx.config`` is bound to, recorded on its order row."""
     order = OrderRow(customer_id=canonical["customerId"], currency=canonical["currency"], items=canonical["items"],
                      total=total, priority=canonical["priority"], status_queue=canonical["statusQueue"],
                      body_hash=body_hash, idempotency_key=idempotency_key, traceparent=traceparent, created_at=ctx.now,
@@ -52,15 +46,13 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
                        locked_by=ctx.instance_id, claim_token=ctx.token, created_at=ctx.now)
     first, state = dispatch_step(pending[0], claimed, ctx)
     assert state.complete_by is not None
-    reserved = covered is not None and covered <= state.complete_by
-    index = None if reserved else cover(order_id, state.complete_by, ctx, note="order deadline")
-    state = replace(state, index_due=covered if index is None else index.due)
+    index = cover(order_id, state.complete_by, ctx, note="order deadline")
+    state = replace(state, index_due=index.due)
     view = View(order, state, (first, *pending[1:]))
     return [
-        # Crash after this (or, with a reserved id, before anything): no order row exists; the
-        # sweep finds no state row and deletes the index row once it is ORPHAN_INDEX_AGE old.
-        # The client saw no 202 and retries.
-        *([index] if index is not None else []),
+        # Crash after this: no order row exists; the sweep finds no state row and deletes the
+        # index row once it is ORPHAN_INDEX_AGE old. The client saw no 202 and retries.
+        index,
         # The ONE write of the submission (order + state + step rows, one transaction), the
         # first step claimed. A second submission with the same id conflicts here (replay).
         # Crash after this (request not sent): the client's retry replays and re-sends it

@@ -266,32 +266,3 @@ def test_transaction_touches_state_and_steps_together(table_runtime) -> None:  #
     # the step done, the next one dispatched, and their two history events (issue 11): one transaction
     assert sorted(op.row_key for op in txn.ops) == ["history-00000003", "history-00000004", "state",
                                                     "step-00-reserve-inventory", "step-01-charge-payment"]
-
-
-def test_keyless_orders_on_reserved_ids_on_table_storage(table_runtime) -> None:  # type: ignore[no-untyped-def]
-    """A burst of keyless orders takes reserved ids (``shared.id_reserve``): their rows were put
-    ahead in one transaction; each order runs to the end and deletes its row, and the reserve's
-    unused rows go at release: no deadline row is left."""
-    from shared.id_reserve import IdReserve
-    from tests.unit.test_id_reserve import Ticks
-
-    rt = table_runtime()
-    rt.ids = IdReserve(rt.store, rt.config.index_floor(), 1.0, rt.clock, start=lambda work: work(),
-                       monotonic=Ticks(rt.clock), timer=False)
-    agents = AgentSim(rt)
-    reserved: set[str] = set()
-    oids = []
-    for _ in range(12):
-        ahead = {r.order_id for r in rt.ids._ids}
-        oid = post(rt).body["orderId"]
-        oids.append(oid)
-        if oid in ahead:
-            reserved.add(oid)
-            assert state(rt, oid)["IndexDue"] is not None
-        rt.clock.advance(0.1)
-    assert len(reserved) >= 8 and rt.ids.refills >= 1
-    for oid in oids:
-        assert drive(rt, oid, agents)["ProcessState"] == "Processed"
-    rt.ids.release()
-    rt.store.flush_index()
-    assert rt.store.due_index("299912312359", 100) == []  # every index row is gone

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from shared.store import ETAG, Conflict, Op, Store, TooLarge, history_row_key
+from shared.store import ETAG, Conflict, Op, Store, history_row_key
 
 
 def _pk() -> str:
@@ -223,28 +223,8 @@ def check_read_rows_is_the_whole_partition_with_etags(store: Store) -> None:
         assert point is not None and rows[rk][ETAG] == point[ETAG] and rows[rk]["n"] == i
     assert len(store.read_rows(pk, 2)) == 2 and store.read_rows(_pk(), 10) == {}
 
-def check_index_rows_put_and_deleted_together(store: Store) -> None:
-    # reserved ids (shared.id_reserve): many rows of one bucket in one call, deleted in one call
-    # (one of them already gone: the others are deleted all the same)
-    tag, bucket = _pk()[:6], "202611221100"
-    keys = [f"{tag}:{i:02d}" for i in range(30)]
-    store.put_indexes(bucket, [(rk, {"OrderId": f"{tag}{i}", "Due": "2026-11-22T11:00:00+00:00"})
-                               for i, rk in enumerate(keys)])
-    due = [r for r in store.due_index(bucket, 1000) if r["RowKey"].startswith(tag)]
-    assert [r["RowKey"] for r in due] == keys
-    assert [r["OrderId"] for r in due] == [f"{tag}{i}" for i in range(30)]
-    store.delete_indexes(bucket, keys[:1])
-    store.delete_indexes(bucket, keys[:20])
-    assert [r["RowKey"] for r in store.due_index(bucket, 1000) if r["RowKey"].startswith(tag)] == keys[20:]
-    store.delete_indexes(bucket, keys[20:])
-    assert not [r for r in store.due_index(bucket, 1000) if r["RowKey"].startswith(tag)]
-    with pytest.raises(TooLarge):
-        store.put_indexes(bucket, [(f"{tag}:x{i:03d}", {"OrderId": tag}) for i in range(101)])
-
-
 ALL = [check_transact_returns_the_etags_a_read_returns, check_create_conflict_is_atomic, check_etag_replace,
        check_replace_removes_absent_and_none,
        check_replace_missing_row_conflicts, check_index, check_injection_safe_keys,
        check_mixed_transaction_and_values, check_delete_needs_current_etag, check_index_many_rows_of_one_bucket,
-       check_history_is_apart_from_live_rows, check_search_index, check_read_rows_is_the_whole_partition_with_etags,
-       check_index_rows_put_and_deleted_together]
+       check_history_is_apart_from_live_rows, check_search_index, check_read_rows_is_the_whole_partition_with_etags]
