@@ -120,7 +120,6 @@ class CountedStore:
         """One search; (its HttpResult, the requests it sent by ``table|kind``)."""
         from shared.search import search_orders
 
-        self.table_store.flush_index()  # writes queued before (seeding, a repair) are not this search's
         before = self.counter.snapshot()
         result = search_orders(self.runtime, params)
         return result, _diff(self.counter.snapshot(), before)
@@ -204,7 +203,6 @@ def measure_overview(store: CountedStore, repeats: int) -> dict[str, Any]:
     from shared.overview import get_overview
 
     def once() -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
-        store.table_store.flush_index()  # writes queued before are not the overview's
         before = store.counter.snapshot()
         result = get_overview(store.runtime, queue_depths=lambda rt, cap: [])
         assert result.status == 200, result.body
@@ -322,10 +320,6 @@ def run(sizes: list[int], *, threads: int = 6, repeats: int = 5, api_max: int = 
             result["stats_seeding"] = seed_stats(store, now)
             seeded = 0
             for size in sorted(sizes):
-                # a bulk load stops Azurite: the searches' queued repairs go out first, or the
-                # write-behind retries them against the stopped Azurite for minutes (and the flush
-                # before the next stop waits behind it: a full run hung here)
-                _flush_index_writes(store)
                 result["seeding"].append(_seed(az, seeded, size, now, threads, api_max, progress))
                 seeded = size
                 result["sizes"][str(size)] = measure_size(store, size, now, repeats)
@@ -333,23 +327,9 @@ def run(sizes: list[int], *, threads: int = 6, repeats: int = 5, api_max: int = 
                 if "attention_full_page" not in result:  # at the smallest size: Azurite's writes are cheap there
                     result["attention_full_page"] = attention_full_page(az, store, size, now, repeats)
         finally:
-            _flush_index_writes(store)
             az.stop()
     result["seconds"] = round(time.time() - t0, 1)
     return result
-
-
-def _flush_index_writes(store: CountedStore | None) -> None:
-    """Send the index writes the searches queued (their repairs) while this Azurite runs, before
-    it stops (a bulk load, the end): left queued, the write-behind thread and its at-exit flush
-    retry them against a stopped Azurite, and the bench process then took minutes to exit (7 in a
-    smoke run)."""
-    if store is None:
-        return
-    try:
-        store.table_store.flush_index()
-    except Exception as e:  # noqa: BLE001 - this Azurite and its rows are thrown away next
-        print(f"search: the last index writes were not flushed: {e!r}", flush=True)
 
 
 def attention_full_page(az: Any, store: CountedStore, finished: int, now: datetime, repeats: int) -> dict[str, Any]:

@@ -1,14 +1,14 @@
-"""A flush run every few seconds by one daemon thread, and once more when the process exits.
+"""A flush run every few seconds by one daemon thread: for cosmetic figures only.
 
-The search index's write-behind queue (``shared.write_behind``) and the console's figures
-(``shared.console_stats``) both keep writes in memory and send them a moment later. What a
-failing flush kept is sent by the next round; a failure is logged as ``{event}`` (at exit too:
-the store may be gone by then).
+The console's figures (``shared.console_stats``) are counted in memory and sent a moment later.
+Nothing an order's correctness or its search depends on goes through here: an instance may be
+frozen or recycled as soon as no invocation runs, and whatever a flush had not sent yet is lost
+with it (a few seconds of the console's counters). What a failing flush kept is sent by the
+next round; a failure is logged as ``{event}``.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import time
@@ -37,18 +37,17 @@ class Periodic:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
-                atexit.register(self._once, atExit=True)
 
     def _run(self) -> None:
         while True:
             time.sleep(self.interval)
             self._once()
 
-    def _once(self, **context: Any) -> None:
+    def _once(self) -> None:
         try:
             # A flush belongs to no order: its table requests would each be a new root trace
             # (a CLIENT span a second per queue and instance), so they are not traced.
             with suppress_instrumentation():
                 self.flush()
         except Exception as exc:  # noqa: BLE001 - kept for the next round (or lost with the process)
-            log_event(logging.WARNING, self.event, error=repr(exc), **context)
+            log_event(logging.WARNING, self.event, error=repr(exc))

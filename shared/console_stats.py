@@ -14,7 +14,7 @@ committed, so a lost race or a replayed message never counts) and its Supervisor
 They are rows of partition ``stats`` of ``OrderIndexTable``: RowKey ``m-{yyyymmddHHMM}-{proc}``
 and ``h-{yyyymmddHH}-{proc}``. A process owns its rows: it replaces them with its running
 totals, the rows that changed in ONE transaction every ``interval`` (5 s) while anything
-changed, from a daemon thread (and at exit). A sweep with no due row changes only the sweep
+changed, from a daemon thread. A sweep with no due row changes only the sweep
 figures: those go with the next rows sent, or at the latest :data:`IDLE_SWEEP_HEARTBEAT` (60 s)
 after the last send, so an idle app writes one stats transaction a minute, not one per sweep.
 A flush that fails keeps everything for the next one; a killed process loses at most its last
@@ -28,7 +28,6 @@ store); the in-memory store of the unit tests does not unless a test gives it on
 
 from __future__ import annotations
 
-import atexit
 import bisect
 import logging
 import math
@@ -224,7 +223,6 @@ class ConsoleStats:
         self._dirty: set[str] = set()
         self._idle: set[str] = set()  # rows changed by idle sweeps only: sent with the next, or by the heartbeat
         self._sent_at: datetime | None = None  # the clock at the last send
-        self._final = False  # the exit's last flush is registered
         self._periodic = Periodic(self.flush, interval, name="console-stats", event="stats.flush_failed")
 
     def record(self, committed: Committed) -> None:
@@ -267,15 +265,6 @@ class ConsoleStats:
     def _started(self) -> None:
         if self.background:
             self._periodic.start()
-            if not self._final:
-                self._final = True
-                atexit.register(self._flush_at_exit)
-
-    def _flush_at_exit(self) -> None:
-        try:
-            self.flush(force=True)
-        except Exception as exc:  # noqa: BLE001 - the store may be gone by then
-            log_event(logging.WARNING, "stats.flush_failed", error=repr(exc), atExit=True)
 
     def flush(self, *, force: bool = False) -> int:
         """Replace the rows that changed since the last flush (at most 100, oldest first; the

@@ -95,9 +95,9 @@ class Transact:
 @dataclass(frozen=True)
 class Reindex:
     """Write the order's search index rows (``shared.statemachine.search_index``): upsert
-    ``puts``, delete ``deletes``. After the state write it reflects; best effort. The Table
-    store queues it (``shared.write_behind``) and sends the order's deadline-row delete only
-    after it; a failure here (or there) keeps the deadline row, so the Supervisor re-indexes."""
+    ``puts``, delete ``deletes``. After the state write it reflects, in the same invocation; a
+    failure keeps the order's deadline row (the ``DeleteIndex`` after it is skipped), so the
+    Supervisor re-indexes the order when that row falls due."""
 
     order_id: str
     puts: tuple[dict[str, Any], ...]

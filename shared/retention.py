@@ -117,7 +117,7 @@ def _purge_one(rt: Runtime, fin: dict[str, Any], cutoff: datetime, report: Purge
         else:
             _delete_listing_rows(rt, fin)  # gone already: a run that crashed went this far
         _delete_rows(rt, order_id, state_etag=None, report=report)
-        rt.store.write_index([], [str(fin["RowKey"])], wait=True)  # last: while it exists, the purge is not done
+        rt.store.write_index([], [str(fin["RowKey"])])  # last: while it exists, the purge is not done
         report.purged += 1
         report.orders.append(order_id)
     except Conflict:
@@ -148,4 +148,4 @@ def _delete_rows(rt: Runtime, order_id: str, *, state_etag: str | None, report: 
 def _delete_listing_rows(rt: Runtime, fin: dict[str, Any]) -> None:
     category = Category(str(fin.get("Category", Category.PROCESSED)))
     rt.store.write_index([], list(listing_keys(str(fin["OrderId"]), str(fin.get("Rev", "")),
-                                               str(fin.get("CustomerKey", "")), category)), wait=True)
+                                               str(fin.get("CustomerKey", "")), category)))

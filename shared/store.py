@@ -132,11 +132,11 @@ class Store(Protocol):
     def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None: ...
     def delete_index(self, bucket: str, row_key: str) -> None: ...
     def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]: ...
-    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *, wait: bool = False,
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *,
                     stale: Sequence[str] = ()) -> None:
         """Upsert ``puts`` and delete ``deletes`` (RowKeys) in the search index (a missing row is
-        fine); sent soon after (``shared.write_behind``), or before returning if ``wait``.
-        ``stale``: rows that may well not be there, deleted one by one apart from the rest."""
+        fine), committed when it returns. ``stale``: rows that may well not be there, deleted one
+        by one apart from the rest."""
     def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
         """Search index rows with ``low <= RowKey < high``, ascending, at most ``limit``."""
     def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
@@ -284,7 +284,7 @@ class MemoryStore:
             return [{**props, "PartitionKey": pk, "RowKey": rk} for (pk, rk), props in rows[:limit]]
 
     # search index -------------------------------------------------------------------------------
-    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *, wait: bool = False,
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *,
                     stale: Sequence[str] = ()) -> None:
         deletes = [*deletes, *stale]
         with self._lock:

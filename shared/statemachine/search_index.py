@@ -15,12 +15,11 @@ finished orders. The rows of all and cust carry a summary of the order (its stat
 index was last written).
 
 Cost: the index is written only when an order's category changes (accepted, and when it
-ends, holds, is retried...), never on the forward path's other steps, and its writes are
-queued, coalesced and sent together with every other order's (``shared.write_behind``): an
-order that ends within a second of its submission costs one share of one transaction.
+ends, holds, is retried...), never on the forward path's other steps: one transaction of the
+search partition per change, in the invocation that made the change, before it returns.
 It is written AFTER the state change (a transition that never committed is never indexed),
 so a crash in between leaves it stale, and so can two of an order's index writes that
-overtake each other. Both are repaired:
+overtake each other (two invocations of different instances). Both are repaired:
 
 * a final category (processed, error) is only ever written by the order's final transition,
   so a final row is true; rows of the changing categories (inFlight, attention) are checked

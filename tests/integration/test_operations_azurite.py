@@ -689,11 +689,11 @@ def test_retention_skips_an_order_retried_since_it_was_listed(table_runtime) -> 
     expect_index(rt, oid, "attention", finished=False)  # the stale row is gone, the rest untouched
 
 
-# the search index's group commit under load -----------------------------------------------------
+# the search index under load ---------------------------------------------------------------------
 def test_many_orders_finishing_at_once_index_correctly(table_runtime) -> None:  # type: ignore[no-untyped-def]
     """Sixteen orders finish at the same moment on as many threads (half processed, half held; some
-    with their inFlight row already gone, so that their delete fails a grouped transaction):
-    every order ends with exactly its index rows, and the writes were grouped."""
+    with their inFlight row already gone, so that their delete fails its transaction and the
+    writes are made again without it): every order ends with exactly its index rows."""
     rt = table_runtime(workflow=HOLD_SHIP)
     agents = AgentSim(rt)
     count = 16
@@ -711,20 +711,6 @@ def test_many_orders_finishing_at_once_index_correctly(table_runtime) -> None:  
             [key] = [k for k in snapshot[oid] if k.startswith("cat-inFlight-")]
             rt.store.write_index([], [key])
 
-    group = rt.store._search.commit  # the group commit under the write-behind queue
-    sends: list[int] = []
-    fallbacks: list[int] = []
-    inner_send, inner_one_by_one = group.send, group._one_by_one
-
-    def counting_send(partition: str, writes: Any) -> None:
-        sends.append(len(writes))
-        inner_send(partition, writes)
-
-    def counting_one_by_one(partition: str, writes: Any) -> Any:
-        fallbacks.append(len(writes))
-        return inner_one_by_one(partition, writes)
-
-    group.send, group._one_by_one = counting_send, counting_one_by_one
     barrier = threading.Barrier(count)
     verdicts: dict[str, str] = {}
     errors: list[BaseException] = []
@@ -759,9 +745,3 @@ def test_many_orders_finishing_at_once_index_correctly(table_runtime) -> None:  
     assert sorted(page_through(rt, {"state": "attention"}, 7)[0]) == sorted(attention)
     assert page_through(rt, {"state": "inFlight"}, 7)[0] == []
     assert sorted(page_through(rt, {"customerId": "cust-1"}, 4)[0]) == sorted(orders[1::3])
-    # Callers were grouped: fewer requests than rows, even though a quarter of the callers delete a
-    # row that is gone (their transactions fail; the group is halved until only they are sent alone).
-    rows = sum(len(snapshot[o]) + 1 for o in orders)  # every row put, plus the delete of the old category row
-    assert len(sends) + sum(fallbacks) < rows, (sends, fallbacks)
-    print(f"\n{count} finishing index writes ({sum(sends)} rows): {len(sends)} transactions of sizes {sends}; "
-          f"{len(fallbacks)} callers' writes sent one by one after a failed transaction")

@@ -37,8 +37,3 @@ def table_store(request: pytest.FixtureRequest, table_service: Any) -> Iterator[
 def test_contract(check, table_store: TableStore) -> None:  # type: ignore[no-untyped-def]
     check(table_store)
 
-
-def test_index_writer_batches_take_the_store_path(table_store: TableStore) -> None:
-    """The index writer's batched upserts and deletes go through the store's own sender."""
-    assert table_store._index is not None
-    assert table_store._index.send.path == table_store.batch_path

@@ -38,6 +38,6 @@ def test_a_failing_flush_is_logged_and_kept_for_the_next_round(caplog: pytest.Lo
     periodic = Periodic(flush, 60, name="t", event="t.flush_failed")
     with caplog.at_level(logging.WARNING):
         periodic._once()
-        periodic._once(atExit=True)
+        periodic._once()
     assert len(calls) == 2
     assert sum("t.flush_failed" in r.getMessage() for r in caplog.records) == 2

@@ -309,7 +309,7 @@ def check_stats_rows(store: Store) -> None:
 
 def check_count_index_capped(store: Store) -> None:
     keys = [f"cat-inFlight-{i:05d}-o{i}" for i in range(12)] + ["cat-inFlighx-1", "cat-attention-1-o"]
-    store.write_index([{"RowKey": k, "OrderId": "o"} for k in keys], [], wait=True)
+    store.write_index([{"RowKey": k, "OrderId": "o"} for k in keys], [])
     assert store.count_index("cat-inFlight-", "cat-inFlight.", 100) == (12, False)
     assert store.count_index("cat-inFlight-", "cat-inFlight.", 12) == (12, False)
     assert store.count_index("cat-inFlight-", "cat-inFlight.", 5) == (5, True)

@@ -579,9 +579,9 @@ class CrashStore(HookStore):
         self._spend()
         super().transact(order_id, ops)
 
-    def write_index(self, puts: Any, deletes: Any, *, wait: bool = False, stale: Any = ()) -> None:
+    def write_index(self, puts: Any, deletes: Any, *, stale: Any = ()) -> None:
         self._spend()
-        super().write_index(puts, deletes, wait=wait, stale=stale)
+        super().write_index(puts, deletes, stale=stale)
 
     def delete_index(self, bucket: str, row_key: str) -> None:
         self._spend()

@@ -66,13 +66,13 @@ class Probe(MemoryStore):
         self.index_queries.append((low, high, limit, len(rows)))
         return rows
 
-    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *, wait: bool = False,
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *,
                     stale: Sequence[str] = ()) -> None:
         if self.fail_index_writes:
             self.fail_index_writes -= 1
             raise OSError("injected index write failure")
         self.index_writes += 1
-        super().write_index(puts, deletes, wait=wait, stale=stale)
+        super().write_index(puts, deletes, stale=stale)
 
     def transact(self, order_id: str, ops: Sequence[Op]) -> None:
         if self.transactions_left is not None:
