@@ -1,9 +1,8 @@
 """``bench.sdk_cpu``'s Table Storage cases: client CPU per request, SDK (sync, aio) and raw HTTP.
 
 * sync: a ``TableClient`` on the app's transport (``shared.clients.table_service_client``:
-  ``shared.urllib3_transport``, one pool; ``bench.sdk_cpu_transport`` compares it with azure-core's
-  requests transport); ``upsert_entity``, ``get_entity`` and the app's own ``$batch``
-  fast path (``shared.table_batch.sender_for``, 3 upserts per transaction);
+  azure-core's requests transport, one pool); ``upsert_entity``, ``get_entity`` and the store's
+  ``$batch`` REST path (``shared.tables.RestTable.transact``, 3 upserts per transaction);
 * aio: ``azure.data.tables.aio`` needs an async transport. aiohttp (azure-core's default) is
   not installed; azure-core's ``AsyncioRequestsTransport`` (requests in the loop's thread pool)
   is used instead when aiohttp is missing, which measures the aio pipeline, not a lighter socket;
@@ -43,18 +42,23 @@ def _sync_table(conn_str: str, name: str) -> Any:
 
 
 def _writes(i: int) -> list[Any]:
-    from shared.table_batch import Write
+    from shared.tables import Write
 
     return [Write("upsert", f"r{j}", {k: v for k, v in entity("", "").items() if k not in ("PartitionKey", "RowKey")})
             for j in range(BATCH_WRITES)]
 
 
+def _batch(table: Any) -> Callable[[str, list[Any]], Any]:
+    """The store's REST path's transaction on ``table``."""
+    from shared.tables import table_for
+
+    return table_for(table).transact
+
+
 def sync_cases(conn_str: str, ops: int, threads: list[int]) -> list[Result]:
     """Sequential upsert, get, fast ``$batch``; then threaded (get + batch alternating) per K."""
-    from shared.table_batch import sender_for
-
     table = _sync_table(conn_str, f"sdkcpu{uuid.uuid4().hex[:8]}")
-    batch = sender_for(table)
+    batch = _batch(table)
     for i in range(WARMUP):
         table.upsert_entity(entity("p", f"r{i}"))
         table.get_entity("p", f"r{i}")
@@ -62,8 +66,8 @@ def sync_cases(conn_str: str, ops: int, threads: list[int]) -> list[Result]:
     out = [
         timed("tables sync upsert_entity", ops, sequential(ops, lambda i: table.upsert_entity(entity("p", f"u{i}")))),
         timed("tables sync get_entity", ops, sequential(ops, lambda i: table.get_entity("p", f"u{i}"))),
-        timed(f"tables sync $batch {batch.path} path ({BATCH_WRITES} upserts)", ops,
-              sequential(ops, lambda i: batch(f"b{i}", _writes(i))), note=f"sender: {type(batch).__name__}"),
+        timed(f"tables sync $batch rest path ({BATCH_WRITES} upserts)", ops,
+              sequential(ops, lambda i: batch(f"b{i}", _writes(i))), note="shared.tables.RestTable"),
     ]
 
     def mixed(i: int) -> None:
@@ -92,10 +96,8 @@ def mixed_op(table: Any, batch: Any) -> Callable[[int], None]:
 
 def threaded_mixed(conn_str: str, ops: int, threads: int) -> Result:
     """The threaded case alone, on a table of its own (``bench.sdk_cpu_procs``' children)."""
-    from shared.table_batch import sender_for
-
     table = _sync_table(conn_str, f"sdkcpu{uuid.uuid4().hex[:8]}")
-    batch = sender_for(table)
+    batch = _batch(table)
     for i in range(WARMUP):
         table.upsert_entity(entity("p", f"u{i}"))
         batch(f"w{i}", _writes(i))

@@ -85,15 +85,16 @@ class CountedStore:
     """The app's ``TableStore`` and a ``Runtime`` on it, every table request counted."""
 
     def __init__(self, connection_string: str, state_table: str, deadline_table: str, index_table: str) -> None:
-        from shared.clients import http_transport, table_service_client
+        from shared.clients import table_service_client
         from shared.messaging import MemoryBus
         from shared.runtime import Runtime
         from shared.settings import Settings
         from shared.statemachine import Config
         from shared.table_store import TableStore
+        from shared.tables import requests_transport
 
         self.counter = Counter(None)
-        transport = http_transport()
+        transport = requests_transport()
         send = transport.send
 
         def counted(request: Any, **kwargs: Any) -> Any:
@@ -108,9 +109,8 @@ class CountedStore:
         service = table_service_client(settings.state_storage, transport=transport)
         for name in (state_table, deadline_table, index_table):
             service.create_table_if_not_exists(name)
-        store = TableStore(state=service.get_table_client(state_table),
-                           deadlines=service.get_table_client(deadline_table),
-                           search=service.get_table_client(index_table))
+        store = TableStore.of(service.get_table_client(state_table), service.get_table_client(deadline_table),
+                              service.get_table_client(index_table), transport=transport)
         self.tables = store
         self.table_store = store
         self.runtime = Runtime(store=store, bus=MemoryBus(), config=Config.from_settings(settings),

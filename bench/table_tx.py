@@ -1,5 +1,5 @@
-"""App CPU per table transaction and per order: the SDK's public ``submit_transaction`` against
-a faster path, on Azurite (``python -m bench.table_tx``; 3-5 minutes).
+"""App CPU per table transaction and per order: the two ways the store reaches its tables
+(``shared.tables``), on Azurite (``python -m bench.table_tx``; 3-5 minutes).
 
 One Azurite (in memory, table service only) is started; each variant runs in its own Python
 process (so that nothing one variant does to a module leaks into another), interleaved over
@@ -12,9 +12,9 @@ Azurite is another process):
 * **per order**: the whole order (core, JSON, partition reads, index writes, transactions);
 * **per transaction**: inside ``Store.transact`` only (4 per order: the submission, 3 replies).
 
-Variants: ``public`` (``TableClient.submit_transaction``) and ``fast`` (``shared.table_batch``'s
-fast path; each run reports the path it actually took, ``public`` if this SDK lacks what the
-fast path needs). Medians over the rounds are printed, with JSON on the last line.
+Variants: ``sdk`` (azure-data-tables' public methods, ``submit_transaction`` for transactions) and
+``rest`` (the documented REST requests over azure-core's public pipeline; each run reports the
+path it actually took). Medians over the rounds are printed, with JSON on the last line.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def make_store(variant: str, connection_string: str) -> Any:
     suffix = uuid.uuid4().hex[:10]
     state = service.create_table_if_not_exists(f"bench{suffix}")
     deadlines = service.create_table_if_not_exists(f"benchidx{suffix}")
-    return TableStore(state=state, deadlines=deadlines, fast_batch=variant == "fast")
+    search = service.create_table_if_not_exists(f"benchsearch{suffix}")
+    return TableStore.of(state, deadlines, search, rest=variant == "rest")
 
 
 def run_order(rt: Any) -> str:
@@ -106,7 +107,7 @@ def worker(variant: str, connection_string: str, orders: int, warmup: int) -> di
         last = run_order(rt)
     cpu, wall = time.process_time() - t0, time.perf_counter() - w0
     assert store.read_row(last, "state")["ProcessState"] == "Processed"
-    return {"variant": variant, "path": store.batch_path, "orders": orders, "transactions": tx_cpu[1],
+    return {"variant": variant, "path": store.path, "orders": orders, "transactions": tx_cpu[1],
             "cpu_ms_per_order": 1000 * cpu / orders, "cpu_ms_per_tx": 1000 * tx_cpu[0] / max(1, tx_cpu[1]),
             "wall_ms_per_order": 1000 * wall / orders}
 
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--orders", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--variants", default="public,fast")
+    p.add_argument("--variants", default="sdk,rest")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--connection-string", help=argparse.SUPPRESS)
     a = p.parse_args(argv)

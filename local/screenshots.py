@@ -87,8 +87,8 @@ def open_breaker(stack: Stack, remote: str = "shipping", waiting: int = 3) -> No
     from shared.table_store import TableStore
 
     with TableServiceClient.from_connection_string(stack.settings["StateStorage"]) as service:
-        store = TableStore(state=service.get_table_client(stack.settings["StateTable"]),
-                           deadlines=service.get_table_client(stack.settings["DeadlineTable"]))
+        store = TableStore.of(service.get_table_client(stack.settings["StateTable"]),
+                              service.get_table_client(stack.settings["DeadlineTable"]))
         now = datetime.now(UTC)
         etag = read_breaker(store, remote).etag
         write_breaker(store, BreakerRow(remote, BreakerState.OPEN, failures=5, window_start=now - timedelta(seconds=4),

@@ -3,13 +3,11 @@
 The Python worker runs sync functions on a thread pool, so everything here is built once
 under a lock and then shared:
 
-* Table Storage: one ``TableServiceClient`` (and one ``TableClient`` per table), whose
-  transport is ``shared.urllib3_transport`` (azure-core's extension point, on urllib3 without
-  requests' per-call work), never reading proxy settings from the environment, with a
-  connection pool sized for the thread pool; ``RequestsTransport`` (with ``trust_env=False``)
-  only if azure-core lacks what that transport builds on. Tables are created once
-  per worker (``create_table_if_not_exists``) on first use. Nothing of azure-core or the SDKs
-  is modified: ``shared.table_batch`` decides how a store's transactions are sent.
+* Table Storage: one ``TableServiceClient`` (and one ``TableClient`` per table) on azure-core's
+  ``RequestsTransport`` (``shared.tables.requests_transport``: one pooled session sized for the
+  thread pool, no proxy settings read from the environment per call). Tables are created once per
+  worker (``create_table_if_not_exists``) on first use. The store reaches them through
+  ``shared.tables`` (the REST path over azure-core's public pipeline, on the same transport).
 * Service Bus: one ``ServiceBusClient``; one sender per queue, each behind its own lock
   (senders are not thread-safe). A sender that fails is closed and rebuilt on next use.
 
@@ -22,14 +20,12 @@ id as its managed identity, if given).
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from shared.settings import Connection, Settings
-
-POOL_SIZE = 64
+from shared.tables import requests_transport
 
 
 def credential_for(conn: Connection) -> Any:
@@ -45,34 +41,10 @@ def credential_for(conn: Connection) -> Any:
     return DefaultAzureCredential()
 
 
-def http_transport() -> Any:
-    """The table clients' transport: ``shared.urllib3_transport`` (requests' per-call work was ~11%
-    of the app's CPU), one pool of ``POOL_SIZE`` connections shared by the worker's threads."""
-    try:
-        from shared.urllib3_transport import Urllib3Transport
-    except ImportError as exc:  # an azure-core without the rest response base it builds on
-        logging.getLogger(__name__).warning("table transport: %r; using azure-core's RequestsTransport", exc)
-        return requests_transport()
-    return Urllib3Transport(pool_maxsize=POOL_SIZE)
-
-
-def requests_transport() -> Any:
-    """The fallback: a requests transport with one pooled session that does not read proxy env per call."""
-    import requests
-    from azure.core.pipeline.transport import RequestsTransport
-
-    session = requests.Session()
-    session.trust_env = False
-    adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return RequestsTransport(session=session, session_owner=False, use_env_settings=False)
-
-
 def table_service_client(conn: Connection, transport: Any | None = None) -> Any:
     from azure.data.tables import TableServiceClient
 
-    transport = transport if transport is not None else http_transport()
+    transport = transport if transport is not None else requests_transport()
     if conn.connection_string:
         return TableServiceClient.from_connection_string(conn.connection_string, transport=transport)
     endpoint = conn.endpoint or ""
@@ -130,6 +102,7 @@ class Clients:
         self._lock = threading.Lock()
         self._tables: dict[str, Any] = {}
         self._table_service: Any = None
+        self.transport = requests_transport()  # the table clients' and the store's
         self._sb: Any = None
         self._senders: dict[str, LockedSender] = {}
 
@@ -140,7 +113,7 @@ class Clients:
                 if self._table_service is None:
                     if self.settings.state_storage is None:
                         raise KeyError("StateStorage (or StateStorage__tableServiceUri) is not set")
-                    self._table_service = table_service_client(self.settings.state_storage)
+                    self._table_service = table_service_client(self.settings.state_storage, self.transport)
         return self._table_service
 
     def table(self, setting: str) -> Any:

@@ -43,13 +43,11 @@ class ServiceBusUnavailable(RuntimeError):
 
 
 def service_bus_of(rt: Runtime) -> Any:
-    """The ``ServiceBusClient`` of ``rt``: that of the ``Clients`` its bus sends through (the
-    worker's, or a test's), else the worker's (``shared.clients.get_clients``)."""
-    from shared.clients import Clients, get_clients
+    """The ``ServiceBusClient`` of ``rt`` (the worker's, or a test's), else the worker's
+    (``shared.clients.get_clients``)."""
+    from shared.clients import get_clients
 
-    owner = getattr(getattr(rt.bus, "_sender_for", None), "__self__", None)
-    clients = owner if isinstance(owner, Clients) else get_clients()
-    return clients.service_bus()
+    return (rt.service_bus or get_clients().service_bus)()
 
 
 def _utc_text(value: datetime | None) -> str | None:

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from shared.effects import Effect, Outcome, execute
 from shared.messaging import Bus, ServiceBusBus
@@ -32,6 +33,7 @@ class Runtime:
     config: Config
     instance_id: str = "local"
     clock: Callable[[], datetime] = field(default=utcnow)
+    service_bus: Callable[[], Any] | None = None  # the ServiceBusClient the dead-letter routes peek with
 
     def ctx(self) -> Ctx:
         return Ctx(now=self.clock(), config=self.config, instance_id=self.instance_id, token=secrets.token_hex(8))
@@ -44,10 +46,11 @@ def runtime_from_settings(settings: Settings, clients: object | None = None) -> 
     from shared.clients import Clients
 
     c = clients if isinstance(clients, Clients) else Clients(settings)
-    store = TableStore(state=c.table("StateTable"), deadlines=c.table("DeadlineTable"),
-                       search=c.table("OrderIndexTable"))
+    store = TableStore.of(c.table("StateTable"), c.table("DeadlineTable"), c.table("OrderIndexTable"),
+                          transport=c.transport)
     config = Config.from_settings(settings)
-    return Runtime(store=store, bus=ServiceBusBus(c.sender), config=config, instance_id=instance_id())
+    return Runtime(store=store, bus=ServiceBusBus(c.sender), config=config, instance_id=instance_id(),
+                   service_bus=c.service_bus)
 
 
 _runtime: Runtime | None = None

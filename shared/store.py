@@ -50,7 +50,7 @@ Concurrency: every update is a REPLACE conditioned on the ETag read
 :class:`Conflict`. Multi-row writes are one entity-group transaction (same PartitionKey, atomic).
 
 This module: the ``Store`` protocol, ``Op``, the limits and ``MemoryStore``; the Table Storage
-store is ``shared.table_store.TableStore`` (its transactions: ``shared.table_batch``).
+store is ``shared.table_store.TableStore`` (its tables: ``shared.tables``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Table-request counting is the benchmark's, attached to the host processes from outside the app:
-``bench/startup/sitecustomize.py`` + ``BENCH_OPCOUNT_DIR`` wrap the app's table transport
-(``shared.urllib3_transport``) and azure-core's RequestsTransport, the app's fallback."""
+``bench/startup/sitecustomize.py`` + ``BENCH_OPCOUNT_DIR`` wrap the app's table transport, azure-core's
+RequestsTransport (``shared.tables.requests_transport``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from bench import opcount
 from local.procs import REPO_ROOT
@@ -22,8 +20,8 @@ CHILD = r'''
 import json, sys, threading
 sys.path.insert(0, REPO_ROOT)
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from azure.core.pipeline.transport import HttpRequest
-from shared.clients import BUILDER
+from azure.core.rest import HttpRequest
+from shared.tables import requests_transport
 
 class Table(BaseHTTPRequestHandler):
     def _answer(self):
@@ -42,7 +40,7 @@ threading.Thread(target=server.serve_forever, daemon=True).start()
 base = f"http://127.0.0.1:{server.server_port}/devstoreaccount1"
 batch = (b"--changeset\r\nContent-Type: application/http\r\n\r\nPOST " + base.encode() + b"/orders HTTP/1.1\r\n\r\n"
          b"--changeset\r\nContent-Type: application/http\r\n\r\nMERGE " + base.encode() + b"/orders HTTP/1.1\r\n\r\n")
-with BUILDER() as transport:
+with requests_transport() as transport:
     for method, url, data in [
         ("GET", base + "/orders()?$filter=PartitionKey%20eq%20'a'", None),
         ("GET", base + "/orders(PartitionKey='a',RowKey='state')", None),
@@ -50,27 +48,24 @@ with BUILDER() as transport:
         ("PUT", base + "/deadlines(PartitionKey='d',RowKey='o')", b"{}"),
         ("DELETE", base + "/missing(PartitionKey='d',RowKey='o')", None),
     ]:
-        transport.send(HttpRequest(method, url, data=data))
+        transport.send(HttpRequest(method, url, content=data)).read()
 counted = getattr(type(transport).send, "counted_by_bench", False)
 print(type(transport).__name__, "counted" if counted else "not counted")
 '''
 
 
-def run_child(env: dict[str, str], builder: str = "http_transport") -> str:
-    code = CHILD.replace("REPO_ROOT", repr(str(REPO_ROOT))).replace("BUILDER", builder)
+def run_child(env: dict[str, str]) -> str:
+    code = CHILD.replace("REPO_ROOT", repr(str(REPO_ROOT)))
     proc = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
 
-@pytest.mark.parametrize(("builder", "transport"), [("http_transport", "Urllib3Transport"),
-                                                    ("requests_transport", "RequestsTransport")])
-def test_a_process_started_with_host_env_counts_its_table_requests(tmp_path: Path, builder: str,
-                                                                   transport: str) -> None:
-    """The app's transport, and its fallback, count the same requests the same way."""
+def test_a_process_started_with_host_env_counts_its_table_requests(tmp_path: Path) -> None:
+    """The app's transport counts each kind of request the store sends."""
     env = {**os.environ, **opcount.host_env(tmp_path / "counts")}
-    assert run_child(env, builder) == f"{transport} counted"
+    assert run_child(env) == "RequestsTransport counted"
     totals = opcount.read_totals(tmp_path / "counts")
     got = {k: (v["requests"], v["entities"], v["failed"]) for k, v in totals.items()}
     assert got == {
@@ -85,7 +80,7 @@ def test_a_process_started_with_host_env_counts_its_table_requests(tmp_path: Pat
 def test_without_the_variable_nothing_is_counted(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != opcount.ENV}
     env["PYTHONPATH"] = str(opcount.STARTUP_DIR)
-    assert run_child(env) == "Urllib3Transport not counted"
+    assert run_child(env) == "RequestsTransport not counted"
     assert opcount.read_totals(tmp_path) == {}
 
 

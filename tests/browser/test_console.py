@@ -241,8 +241,8 @@ def test_overview_shows_each_remote_breaker_as_a_chip(seeded: Seeded, driver: An
 
     remote = "delivery"  # no seeded order goes through it
     service = TableServiceClient.from_connection_string(seeded.stack.settings["StateStorage"])
-    store = TableStore(state=service.get_table_client(seeded.stack.settings["StateTable"]),
-                       deadlines=service.get_table_client(seeded.stack.settings["DeadlineTable"]))
+    store = TableStore.of(service.get_table_client(seeded.stack.settings["StateTable"]),
+                          service.get_table_client(seeded.stack.settings["DeadlineTable"]))
     now = datetime.now(UTC)
     opened = BreakerRow(remote, BreakerState.OPEN, failures=5, window_start=now - timedelta(seconds=3), opened_at=now,
                         retry_at=now + timedelta(minutes=10), opens=1, last_fault="503 Service Unavailable",

@@ -28,7 +28,7 @@ def table_store(table_service: Any) -> Iterator[TableStore]:
     state = table_service.create_table_if_not_exists(f"orders{suffix}")
     deadlines = table_service.create_table_if_not_exists(f"deadlines{suffix}")
     search = table_service.create_table_if_not_exists(f"orderindex{suffix}")
-    store = TableStore(state=state, deadlines=deadlines, search=search)
+    store = TableStore.of(state, deadlines, search)
     yield store
     # The console's figures go out now, into this test's own tables: a background flush seconds
     # later would land in the next test's counted window (or fail against deleted tables).

@@ -17,7 +17,6 @@ from shared.breaker import BreakerPolicy, BreakerState, read_breaker
 from shared.breaker.board import BreakerBoard
 from shared.breaker.gate import CACHED_CALL, BreakerGate
 from shared.breaker.waiting import WaitingStep, hold, waiting_steps
-from shared.clients import http_transport
 from shared.console_stats import ConsoleStats
 from shared.supervisor import sweep
 
@@ -31,9 +30,11 @@ STEP = WaitingStep("0" * 32, 1, "create-shipment")
 @pytest.fixture
 def counted() -> Iterator[opcount.Counter]:
     """Every table request this process sends, by ``table|kind`` (``bench.opcount``'s classification),
-    counted at the send of the app's table transport (``shared.clients.http_transport``, which the
-    fixtures' table clients use)."""
-    transport = type(http_transport())
+    counted at the send of the app's table transport (azure-core's ``RequestsTransport``, which the
+    fixtures' stores use)."""
+    from azure.core.pipeline.transport import RequestsTransport
+
+    transport = RequestsTransport
     counter = opcount.Counter(None)
     original = transport.__dict__["send"]
 

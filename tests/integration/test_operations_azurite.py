@@ -221,7 +221,7 @@ def catalogue(table_service) -> Iterator[tuple[Any, dict[str, str], dict[str, li
     suffix = uuid.uuid4().hex[:10]
     tables = [f"{kind}{suffix}" for kind in ("orders", "deadlines", "orderindex")]
     clients = [table_service.create_table_if_not_exists(t) for t in tables]
-    rt = make_runtime(TableStore(*clients), workflow=HOLD, step_timeout_override=NEVER)
+    rt = make_runtime(TableStore.of(*clients), workflow=HOLD, step_timeout_override=NEVER)
     agents = AgentSim(rt)
     made: dict[str, str] = {}
 

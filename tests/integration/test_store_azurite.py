@@ -1,5 +1,5 @@
 """The store contract on real Table Storage (Azurite): the same checks the in-memory twin passes,
-once with each way of sending transactions (``shared.table_batch``: fast and public)."""
+once with each way of reaching the tables (``shared.tables``: the REST path and the SDK's)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,16 @@ from tests.unit import store_contract
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["fast", "public"])
+@pytest.fixture(params=["rest", "sdk"])
 def table_store(request: pytest.FixtureRequest, table_service: Any) -> Iterator[TableStore]:
-    """A store on fresh tables whose transactions take the path the parameter names."""
+    """A store on fresh tables reached by the path the parameter names."""
     suffix = uuid.uuid4().hex[:10]
     state = table_service.create_table_if_not_exists(f"orders{suffix}")
     deadlines = table_service.create_table_if_not_exists(f"deadlines{suffix}")
     search = table_service.create_table_if_not_exists(f"orderindex{suffix}")
-    store = TableStore(state=state, deadlines=deadlines, search=search, fast_batch=request.param == "fast")
+    store = TableStore.of(state, deadlines, search, rest=request.param == "rest")
     try:
-        if store.batch_path != request.param:
-            pytest.skip(f"this azure-data-tables has no {request.param} path: {store.batch_path} is used")
+        assert store.path == request.param
         yield store
     finally:
         table_service.delete_table(f"orders{suffix}")

@@ -10,6 +10,7 @@ import pytest
 from shared import clients as C
 from shared.settings import REQUIRED_SETTINGS, Settings, instance_id
 from shared.statemachine import Config
+from shared.table_store import TableStore
 
 AZURITE = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
            "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
@@ -66,44 +67,21 @@ def test_missing_connection_is_reported_on_use() -> None:
         clients.service_bus()
 
 
-def test_table_clients_and_store_leave_azure_core_unmodified() -> None:
-    """No global patch: azure-core's multipart helpers are still its own after a table client
-    and a store are built (they run for every azure-core user in the process)."""
-    from shared.settings import Connection
-    from shared.table_store import TableStore
-
-    base = pytest.importorskip("azure.core.pipeline._base")
-    impl = pytest.importorskip("azure.core.rest._http_response_impl")
-    shared_helpers = pytest.importorskip("azure.core.utils._pipeline_transport_rest_shared")
-    svc = C.table_service_client(Connection(name="StateStorage", connection_string=AZURITE))
-    TableStore(state=svc.get_table_client("orders"), deadlines=svc.get_table_client("deadlines"))
-    prepare = base.Pipeline._prepare_multipart_mixed_request
-    assert (prepare.__module__, prepare.__qualname__) == (base.__name__, "Pipeline._prepare_multipart_mixed_request")
-    assert impl._parts_helper is shared_helpers._parts_helper
-
-
-def test_table_transport_is_urllib3_pooled_for_the_threads_and_verifies_tls() -> None:
-    from shared.urllib3_transport import Urllib3Transport
-
-    t = C.http_transport()
-    assert isinstance(t, Urllib3Transport)
-    assert t.pool_maxsize == C.POOL_SIZE >= 32
-    assert t.connection_config.verify is True and t._tls["cert_reqs"] == "CERT_REQUIRED" and t._tls["ca_certs"]
-
-
-def test_without_what_it_builds_on_the_table_transport_falls_back_to_requests() -> None:
-    """An azure-core without the rest response base (a failed import): RequestsTransport, as before."""
+def test_tables_share_one_pooled_requests_transport_that_reads_no_proxy_env() -> None:
+    """The table clients and the store's REST path send on the worker's one transport: azure-core's
+    RequestsTransport, pooled for the thread pool, verifying TLS, not reading proxies from the env."""
     from azure.core.pipeline.transport import RequestsTransport
 
-    with mock.patch.dict("sys.modules", {"shared.urllib3_transport": None}):
-        t = C.http_transport()
-    assert isinstance(t, RequestsTransport)
+    from shared.tables import POOL_SIZE, RestTable
 
-
-def test_fallback_transport_does_not_read_proxy_env() -> None:
-    t = C.requests_transport()
-    assert t.session.trust_env is False
-    assert t._session_owner is False
+    clients = C.Clients(Settings.from_env({**URLS, "StateStorage": AZURITE}))
+    t = clients.transport
+    assert isinstance(t, RequestsTransport) and t.session.trust_env is False
+    assert t.session.get_adapter("https://x").poolmanager.connection_pool_kw["maxsize"] == POOL_SIZE >= 32
+    assert t.connection_config.verify is True
+    svc = clients.table_service()
+    store = TableStore.of(svc.get_table_client("orders"), svc.get_table_client("deadlines"), transport=t)
+    assert isinstance(store.state, RestTable) and store.path == "rest"
 
 
 def test_clients_are_created_once_under_concurrency() -> None:
