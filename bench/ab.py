@@ -77,6 +77,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     ap = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", required=True, help="the git ref to compare against (e.g. HEAD, main~1)")
+    ap.add_argument("--current", default=None,
+                    help="measure this git ref (a worktree of its own) instead of the working tree as it is at each "
+                         "run, so that the tree can be edited while the A/B runs")
     ap.add_argument("--pairs", type=int, default=3, help="pairs of runs (baseline + current each)")
     ap.add_argument("--out-dir", default=str(DEFAULT_OUT))
     ap.add_argument("--saturation-seconds", type=float, default=15.0)
@@ -95,17 +98,24 @@ def tree_digest(repo: Path) -> str:
     return f"{git(repo, 'rev-parse', '--short=10', 'HEAD')}+{hashlib.sha256(diff.encode()).hexdigest()[:10]}"
 
 
-def trees_state(repo: Path, ref: str) -> dict[str, Any]:
-    return {"baseline_ref": ref, "baseline_commit": git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}"),
+def commit_of(repo: Path, ref: str) -> str:
+    return git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
+
+
+def trees_state(repo: Path, ref: str, current: str | None = None) -> dict[str, Any]:
+    if current is not None:
+        return {"baseline_ref": ref, "baseline_commit": commit_of(repo, ref), "current_ref": current,
+                "current_head": commit_of(repo, current), "current_dirty": False}
+    return {"baseline_ref": ref, "baseline_commit": commit_of(repo, ref),
             "current_head": git(repo, "rev-parse", "HEAD"), "current_dirty": bool(git(repo, "status", "--porcelain"))}
 
 
 @contextmanager
-def baseline_worktree(repo: Path, commit: str) -> Iterator[Path]:
+def baseline_worktree(repo: Path, commit: str, name: str = "baseline") -> Iterator[Path]:
     """A detached worktree of ``commit`` in a temporary folder, with the repo's node_modules
     (Azurite) linked in; removed on the way out, whatever happened."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-ab-"))
-    tree = tmp / "baseline"
+    tree = tmp / name
     try:
         git(repo, "worktree", "add", "--detach", str(tree), commit)
         (tree / "node_modules").symlink_to(repo / "node_modules")
@@ -114,6 +124,16 @@ def baseline_worktree(repo: Path, commit: str) -> Iterator[Path]:
         if tree.exists():
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=repo, capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def current_tree(repo: Path, ref: str | None) -> Iterator[Path]:
+    """The tree measured as "current": the repo itself, or a worktree of ``ref``."""
+    if ref is None:
+        yield repo
+        return
+    with baseline_worktree(repo, commit_of(repo, ref), name="current") as tree:
+        yield tree
 
 
 def pair_order(pair: int) -> tuple[str, str]:
@@ -278,20 +298,21 @@ def run_ab(argv: list[str] | None = None, repo: Path = REPO_ROOT,
     out_dir.mkdir(parents=True, exist_ok=True)
     load = round(os.getloadavg()[0], 2)
     try:
-        state = trees_state(repo, opts.baseline)
+        state = trees_state(repo, opts.baseline, opts.current)
     except subprocess.CalledProcessError as e:
         log(f"git {' '.join(e.cmd[1:])} failed: {e.stderr.strip()}")
         return 2
     doc: dict[str, Any] = {"loadavg_1m_at_start": load, **state, "pairs_asked": opts.pairs,
                            "bench_command": bench_command(Path("<run dir>"), opts, extra)}
-    log(f"A/B: baseline {opts.baseline} = {doc['baseline_commit'][:10]} against the working tree "
-        f"(HEAD {doc['current_head'][:10]}{', dirty' if doc['current_dirty'] else ''}); {opts.pairs} pair(s); "
+    against = (f"{opts.current} = {doc['current_head'][:10]}" if opts.current else
+               f"the working tree (HEAD {doc['current_head'][:10]}{', dirty' if doc['current_dirty'] else ''})")
+    log(f"A/B: baseline {opts.baseline} = {doc['baseline_commit'][:10]} against {against}; {opts.pairs} pair(s); "
         f"logs under {out_dir / 'runs'}")
     runs: list[Run] = []
     ok = interrupted = False
     try:
-        with baseline_worktree(repo, doc["baseline_commit"]) as base_tree:
-            ok = measure({"baseline": base_tree, "current": repo}, opts, extra, out_dir, runs, runner)
+        with baseline_worktree(repo, doc["baseline_commit"]) as base_tree, current_tree(repo, opts.current) as cur:
+            ok = measure({"baseline": base_tree, "current": cur}, opts, extra, out_dir, runs, runner)
     except KeyboardInterrupt:
         interrupted = True
         log("interrupted; the baseline worktree is removed")

@@ -128,3 +128,16 @@ def test_a_failed_run_stops_the_ab_and_removes_the_worktree(repo: Path, tmp_path
     assert "the failing line" in capsys.readouterr().out
     assert len(worktrees(repo)) == 1 and not bench.calls[0][0].exists()
     assert json.loads((out / "ab.json").read_text())["completed"] is False
+
+
+def test_current_may_be_a_commit_of_its_own_so_the_tree_can_change_meanwhile(repo: Path, tmp_path: Path) -> None:
+    bench = FakeBench()
+    (repo / "app.py").write_text("x = 2  # an edit made while the A/B runs\n")
+    code = ab.run_ab(["--baseline", "HEAD", "--current", "HEAD", "--pairs", "1", "--out-dir", str(tmp_path / "o")],
+                     repo=repo, runner=bench)
+    assert code == 0
+    current = [cwd for cwd, _ in bench.calls if cwd.name == "current"]
+    assert len(current) == 1 and current[0] != repo  # a worktree of the commit, not the edited tree
+    doc = json.loads((tmp_path / "o" / "ab.json").read_text())
+    assert doc["current_ref"] == "HEAD" and doc["current_dirty"] is False
+    assert len(worktrees(repo)) == 1 and not current[0].exists()
