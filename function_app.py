@@ -5,16 +5,16 @@ lives in shared/."""
 import azure.functions as func
 
 from functions import agents, console, openapi, retention, scheduler, submission, supervisor
-from shared import telemetry
+from shared.core.workflows import load_registry
+from shared.observability import telemetry
 from shared.settings import Settings
-from shared.workflows import load_registry
 
 # A required setting that is missing (the remote services' URLs have no safe default) stops the
 # start here, at indexing, with a message naming it, rather than at the first invocation.
 # So does a broken workflow file (workflows/*.yaml): the error names the file, the path inside
 # it and the reason.
 load_registry(Settings.from_env()["WorkflowsPath"])
-# OpenTelemetry, once per worker: Azure Monitor when its connection string is set (shared/telemetry.py).
+# OpenTelemetry, once per worker: Azure Monitor when its connection string is set (shared/observability/telemetry.py).
 telemetry.setup()
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)

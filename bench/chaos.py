@@ -92,7 +92,7 @@ from bench.chaos_operator import IN_FLIGHT_STATES, RAISED_LIMIT, TERMINATED_RESU
 from bench.chaos_outage import PROCESS_FAULTS, BreakerSettings, outage_report, outage_window, render_outage
 from local.procs import REPO_ROOT
 from local.stack import SERVICE_PATHS, Stack, demo_order
-from shared.workflows import AGENTS_BY_NAME, DEFAULT_WORKFLOW, LEGACY_VERSION, Workflow, load_registry
+from shared.core.workflows import AGENTS_BY_NAME, DEFAULT_WORKFLOW, LEGACY_VERSION, Workflow, load_registry
 
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "chaos.json"
 SERVICES = tuple(SERVICE_PATHS.values())  # every agent's remote service (inventory, payment, shipping, delivery)

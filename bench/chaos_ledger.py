@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from local.stack import SERVICE_PATHS
-from shared.workflows import AGENTS_BY_NAME, DEFAULT_WORKFLOW, LEGACY_VERSION, Workflow, load_registry
+from shared.core.workflows import AGENTS_BY_NAME, DEFAULT_WORKFLOW, LEGACY_VERSION, Workflow, load_registry
 
 COMPENSATE_SUFFIX = ":compensate"
 _GENERATION = re.compile(r"g(\d+):(.+)")

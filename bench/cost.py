@@ -21,13 +21,13 @@ STEPS = 3
 TARGET_REQUESTS_PER_ORDER = 5.0
 # Table request kinds only the Supervisor's sweep issues: the deadline index query, the state
 # point read of a due order, and the listing of a remote's waiting steps when its breaker's watch
-# falls due (shared.breaker.recovery)
+# falls due (shared.supervisor.breakers)
 SWEEP_KINDS = ("deadlines|query", "orders|get", "orders|query|waiting")
 # point reads: the agents' admissions of a breaker that is not closed and clean (or when their
 # query failed), and the Supervisor's: one per due breaker watch (none while no breaker opened
 # since the process's first sweep, which reads each remote once)
 BREAKER_READS = "orders|get|breakers"
-# an agent instance's query of every breaker at once (shared.breaker.board): its healthy admissions
+# an agent instance's query of every breaker at once (shared.agent.board): its healthy admissions
 BREAKER_QUERIES = "orders|query|breakers"
 WAITING_LISTINGS = "orders|query|waiting"  # the Supervisor's, when a watch of a closed (or overdue) breaker is due
 # while idle no agent calls: every breaker read is the Supervisor's

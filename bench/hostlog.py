@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from shared.lanes import LANES
+from shared.core.workflows.lanes import LANES
 
 _EXECUTED = re.compile(
     r"^\[instance (\d+)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ local\.host: Executed 'Functions\.([\w-]+)' "
@@ -23,7 +23,7 @@ _EXECUTING = re.compile(
     r"^\[instance (\d+)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ local\.host: Executing 'Functions\.([\w-]+)' ")
 
 _BASE_WORK_FUNCTIONS = ("scheduler", "scheduler_replies", "agent_inventory", "agent_payment", "agent_shipping")
-# and each priority lane's copy of them (shared/lanes.py: scheduler_high, agent_payment_high...)
+# and each priority lane's copy of them (shared/core/workflows/lanes.py: scheduler_high, agent_payment_high...)
 WORK_FUNCTIONS = tuple(lane.function(f) for lane in LANES for f in _BASE_WORK_FUNCTIONS)
 
 

@@ -7,7 +7,7 @@ the rest ``normal`` (a seeded draw). Each order is timed submit→Processed from
 each priority completed over the steady part of the run (the first quarter, at most 5 s, is
 ramp-up). The target of issue 14: high p99 ≤ 1/4 of normal p99, and normal orders still complete.
 
-The lanes keep a high order's messages out of the normal queues' backlog (shared/lanes.py). They
+The lanes keep a high order's messages out of the normal queues' backlog (shared/core/workflows/lanes.py). They
 help only if the backlog waits in the BROKER: a message already handed to a host instance waits
 in that instance's invocation pool with every other one, whatever its lane. So the run sets the
 Service Bus trigger's ``maxConcurrentCalls`` (per function and instance, as in Azure) through the

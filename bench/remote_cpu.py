@@ -57,8 +57,9 @@ def serve() -> None:
 
 def child(base: str, calls: int, traced: bool) -> None:
     """Make the calls with whatever ``shared`` is on sys.path; print the CPU µs per call."""
-    from shared import agent, telemetry
+    from shared import agent
     from shared.agent.remote import RemotePost, RetryPolicy
+    from shared.observability import telemetry
 
     if traced:
         from opentelemetry import trace

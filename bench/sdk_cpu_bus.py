@@ -3,7 +3,7 @@
 A send is what ``shared.messaging.ServiceBusBus.send`` does: build a ``ServiceBusMessage`` of
 the app's shape (JSON body, message id, correlation id, content type, application properties)
 and ``send_messages`` it alone, which returns when the broker has accepted it. The threaded case
-shares one ``shared.clients.LockedSender`` per queue between the threads, as the app does.
+shares one ``shared.runtime.clients.LockedSender`` per queue between the threads, as the app does.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ def sync_send_sequential(conn: str, ops: int) -> Result:
 
 
 def sync_send_threaded(conn: str, ops: int, threads: int) -> Result:
-    """``threads`` threads, one ``LockedSender`` per queue (the app's ``shared.clients``)."""
+    """``threads`` threads, one ``LockedSender`` per queue (the app's ``shared.runtime.clients``)."""
     from azure.servicebus import ServiceBusClient
 
-    from shared.clients import LockedSender
+    from shared.runtime.clients import LockedSender
 
     with ServiceBusClient.from_connection_string(conn) as client:
         senders = [LockedSender(client, q) for q in QUEUES]

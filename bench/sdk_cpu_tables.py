@@ -1,8 +1,8 @@
 """``bench.sdk_cpu``'s Table Storage cases: client CPU per request, SDK (sync, aio) and raw HTTP.
 
-* sync: a ``TableClient`` on the app's transport (``shared.clients.table_service_client``:
+* sync: a ``TableClient`` on the app's transport (``shared.runtime.clients.table_service_client``:
   azure-core's requests transport, one pool); ``upsert_entity``, ``get_entity`` and the store's
-  ``$batch`` REST path (``shared.tables.RestTable.transact``, 3 upserts per transaction);
+  ``$batch`` REST path (``shared.storage.tables.RestTable.transact``, 3 upserts per transaction);
 * aio: ``azure.data.tables.aio`` needs an async transport. aiohttp (azure-core's default) is
   not installed; azure-core's ``AsyncioRequestsTransport`` (requests in the loop's thread pool)
   is used instead when aiohttp is missing, which measures the aio pipeline, not a lighter socket;
@@ -34,7 +34,7 @@ def entity(pk: str, rk: str) -> dict[str, Any]:
 
 
 def _sync_table(conn_str: str, name: str) -> Any:
-    from shared.clients import table_service_client
+    from shared.runtime.clients import table_service_client
     from shared.settings import Connection
 
     service = table_service_client(Connection("StateStorage", connection_string=conn_str))
@@ -42,7 +42,7 @@ def _sync_table(conn_str: str, name: str) -> Any:
 
 
 def _writes(i: int) -> list[Any]:
-    from shared.tables import Write
+    from shared.storage.tables import Write
 
     return [Write("upsert", f"r{j}", {k: v for k, v in entity("", "").items() if k not in ("PartitionKey", "RowKey")})
             for j in range(BATCH_WRITES)]
@@ -50,7 +50,7 @@ def _writes(i: int) -> list[Any]:
 
 def _batch(table: Any) -> Callable[[str, list[Any]], Any]:
     """The store's REST path's transaction on ``table``."""
-    from shared.tables import table_for
+    from shared.storage.tables import table_for
 
     return table_for(table).transact
 
@@ -67,7 +67,7 @@ def sync_cases(conn_str: str, ops: int, threads: list[int]) -> list[Result]:
         timed("tables sync upsert_entity", ops, sequential(ops, lambda i: table.upsert_entity(entity("p", f"u{i}")))),
         timed("tables sync get_entity", ops, sequential(ops, lambda i: table.get_entity("p", f"u{i}"))),
         timed(f"tables sync $batch rest path ({BATCH_WRITES} upserts)", ops,
-              sequential(ops, lambda i: batch(f"b{i}", _writes(i))), note="shared.tables.RestTable"),
+              sequential(ops, lambda i: batch(f"b{i}", _writes(i))), note="shared.storage.tables.RestTable"),
     ]
 
     def mixed(i: int) -> None:

@@ -7,7 +7,7 @@ failed and compensated) and a few in flight, then finished orders up to each siz
 ``API_SEEDING_MAX`` through the table API in transactions of 100 rows, beyond that
 bulk-loaded: see ``bench/search_seed.py`` for why).
 
-Measured: ``shared.search.search_orders``, the code ``GET /api/orders`` runs, called in this
+Measured: ``shared.api.search.search_orders``, the code ``GET /api/orders`` runs, called in this
 process on the app's ``TableStore``, whose table clients send through a transport that counts
 every request (``bench.opcount``'s classification: table, kind, entities returned). For each
 filter of :func:`queries`, a page of ``PAGE``: the entities read and the requests sent by one
@@ -17,7 +17,7 @@ operator (removed afterwards): a page whose 50 results all change category, so t
 a point read of its state row.
 
 Also measured at each size: the console's overview (``GET /api/overview``,
-``shared.overview.get_overview``): its table requests and entities read, with the stats rows of
+``shared.console.overview.get_overview``): its table requests and entities read, with the stats rows of
 ``STATS_PROCESSES`` processes seeded for every minute and hour from ``STATS_HOURS`` hours before
 the run to an hour after it (retention keeps 48 h; the hour after makes every measurement of the
 run read full 60-minute and 24-hour windows). Its queue depths come from Service Bus (peeks, no
@@ -51,7 +51,7 @@ from bench.search_seed import (
     seed_api,
     seed_live,
 )
-from shared.agent_catalog import AGENTS
+from shared.core.workflows.catalog import AGENTS
 
 PAGE = 50
 BOUND_ENTITIES = 60  # issue 11: "a page of 50 reads at most about 60 entities"
@@ -85,13 +85,13 @@ class CountedStore:
     """The app's ``TableStore`` and a ``Runtime`` on it, every table request counted."""
 
     def __init__(self, connection_string: str, state_table: str, deadline_table: str, index_table: str) -> None:
-        from shared.clients import table_service_client
+        from shared.core.statemachine import Config
         from shared.messaging import MemoryBus
         from shared.runtime import Runtime
+        from shared.runtime.clients import table_service_client
         from shared.settings import Settings
-        from shared.statemachine import Config
-        from shared.table_store import TableStore
-        from shared.tables import requests_transport
+        from shared.storage.table_store import TableStore
+        from shared.storage.tables import requests_transport
 
         self.counter = Counter(None)
         transport = requests_transport()
@@ -118,7 +118,7 @@ class CountedStore:
 
     def search(self, params: dict[str, str]) -> tuple[Any, dict[str, dict[str, float]]]:
         """One search; (its HttpResult, the requests it sent by ``table|kind``)."""
-        from shared.search import search_orders
+        from shared.api.search import search_orders
 
         before = self.counter.snapshot()
         result = search_orders(self.runtime, params)
@@ -171,9 +171,9 @@ def measure_page(store: CountedStore, params: dict[str, str], repeats: int) -> d
 
 def seed_stats(store: CountedStore, now: datetime, processes: int = STATS_PROCESSES,
                hours: int = STATS_HOURS) -> dict[str, Any]:
-    """Stats rows (``shared.console_stats``) of ``processes`` processes for every minute and hour
+    """Stats rows (``shared.observability.figures``) of ``processes`` processes for every minute and hour
     from ``hours`` before ``now`` to an hour after it, through the app's ``put_stats``."""
-    from shared.console_stats import Figures, hour_stamp, minute_stamp, row_key
+    from shared.observability.figures import Figures, hour_stamp, minute_stamp, row_key
 
     def figures(t: datetime, n: int) -> Figures:
         f = Figures(submitted=n, processed=n, sweeps=4 * n // 3, last_sweep_at=t, last_due_rows=0)
@@ -200,7 +200,7 @@ def measure_overview(store: CountedStore, repeats: int) -> dict[str, Any]:
     """One overview's table requests and entities read (the queues excluded), and its latency.
     Its two live counts select RowKeys only: ``bench.opcount`` counts entities by their
     PartitionKey, so their keys read are the counts returned, added here."""
-    from shared.overview import get_overview
+    from shared.console.overview import get_overview
 
     def once() -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
         before = store.counter.snapshot()
@@ -347,7 +347,7 @@ def attention_full_page(az: Any, store: CountedStore, finished: int, now: dateti
             tables.write_index([], keys[i:i + INDEX_BATCH])
         for oid in ids:
             for row_key in ("order", "state"):
-                tables.state.delete_entity(partition_key=oid, row_key=row_key)
+                tables.state.delete(oid, row_key)
     attention = LIVE_ORDERS["held"] + LIVE_ORDERS["failed"] + ATTENTION_FULL
     return {"finished_orders": finished, "attention_orders": attention, **page}
 

@@ -1,7 +1,7 @@
 """Orders for the search benchmark (``bench.search_cost``), in the app's own row layout.
 
 Each seeded order is a typed ``OrderRow`` + ``StateRow``; its search index rows are exactly
-those ``shared.statemachine.search_index.index_rows`` makes of them.
+those ``shared.core.statemachine.search_index.index_rows`` makes of them.
 
 * **Finished orders** (90% Processed, 10% cancelled; created over the last ``SPAN_DAYS`` days,
   inside the default 30-day retention, so the purge timer has nothing to take; one in ten is
@@ -58,8 +58,8 @@ def _customer(i: int) -> str:
 
 def finished_order(i: int, now: datetime) -> tuple[Any, Any]:
     """(OrderRow, StateRow) of the ``i``-th finished order (deterministic in ``i`` and ``now``)."""
-    from shared.statemachine import OrderRow, StateRow
-    from shared.statemachine.states import Mode, Outcome, ProcessState
+    from shared.core.statemachine import OrderRow, StateRow
+    from shared.core.statemachine.states import Mode, Outcome, ProcessState
 
     rng = random.Random(i)
     created = now - timedelta(seconds=rng.uniform(3600, SPAN_DAYS * 86400))
@@ -76,8 +76,8 @@ def finished_order(i: int, now: datetime) -> tuple[Any, Any]:
 def live_order(kind: str, i: int, now: datetime) -> tuple[Any, Any]:
     """(OrderRow, StateRow) of an order that is ``held``, ``failed`` (compensated, waiting for
     an operator's decision) or ``inFlight`` (charging the payment)."""
-    from shared.statemachine import Lease, OrderRow, StateRow
-    from shared.statemachine.states import Mode, OrderCompensation, Outcome, ProcessState
+    from shared.core.statemachine import Lease, OrderRow, StateRow
+    from shared.core.statemachine.states import Mode, OrderCompensation, Outcome, ProcessState
 
     rng = random.Random(f"{kind}-{i}")
     created = now - timedelta(seconds=rng.uniform(600, SPAN_DAYS * 86400))
@@ -100,8 +100,8 @@ def live_order(kind: str, i: int, now: datetime) -> tuple[Any, Any]:
 
 def index_entities(order: Any, state: Any) -> list[dict[str, Any]]:
     """The order's search index rows as the app writes them, as table entities."""
-    from shared.statemachine import index_rows
-    from shared.store import INDEX_PARTITION
+    from shared.core.statemachine import index_rows
+    from shared.storage.store import INDEX_PARTITION
 
     return [_odata({**row, "PartitionKey": INDEX_PARTITION}) for row in index_rows(order, state)]
 

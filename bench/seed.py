@@ -1,7 +1,7 @@
 """Seeding finished orders straight into Azurite, in the exact shape the app writes.
 
 The template is produced by the app's own core: one order is submitted, claimed and replied
-to step by step through ``shared.submission`` / ``shared.scheduler`` on the in-memory store
+to step by step through ``shared.api.orders`` / ``shared.scheduler`` on the in-memory store
 (the same code the functions run), until it is Processed. Its rows are then copied under new
 order ids with raw ``$batch`` transactions (one per order: its partition), from several
 threads. Index rows: the app deletes an order's deadline row when the order finishes (best
@@ -29,13 +29,13 @@ Template = tuple[str, dict[str, dict[str, Any]], list[dict[str, Any]]]
 
 def finished_order_template() -> Template:
     """(order id, rows of the Processed order by RowKey, the index rows the app left)."""
+    from shared.api.orders import submit
+    from shared.core.statemachine import Config
     from shared.messaging import MemoryBus
     from shared.runtime import Runtime
     from shared.scheduler import handle_reply, handle_schedule
     from shared.settings import REQUIRED_SETTINGS, Settings
-    from shared.statemachine import Config
-    from shared.store import MemoryStore
-    from shared.submission import submit
+    from shared.storage.memory import MemoryStore
 
     # the remote services' URLs are required; the seeder's orders never call them
     settings = Settings.from_env({s.name: "http://unused.invalid" for s in REQUIRED_SETTINGS})
@@ -96,7 +96,7 @@ def order_entities(template: Template, new_id: str) -> list[dict[str, Any]]:
 
 
 def leftover_index_row(new_id: str, due: datetime) -> dict[str, Any]:
-    from shared.effects import PutIndex, iso
+    from shared.core.effects import PutIndex, iso
 
     put = PutIndex(new_id, due)
     return {"PartitionKey": put.bucket, "RowKey": put.row_key, "OrderId": new_id, "Due": iso(due)}

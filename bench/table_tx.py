@@ -1,10 +1,10 @@
 """App CPU per table transaction and per order: the two ways the store reaches its tables
-(``shared.tables``), on Azurite (``python -m bench.table_tx``; 3-5 minutes).
+(``shared.storage.tables``), on Azurite (``python -m bench.table_tx``; 3-5 minutes).
 
 One Azurite (in memory, table service only) is started; each variant runs in its own Python
 process (so that nothing one variant does to a module leaks into another), interleaved over
 ``--rounds`` rounds. A worker drives ``--orders`` whole orders through the app's own core
-(``shared.submission.submit``, ``shared.scheduler.handle_schedule`` / ``handle_reply``, with the
+(``shared.api.orders.submit``, ``shared.scheduler.handle_schedule`` / ``handle_reply``, with the
 in-memory bus) over the app's ``TableStore`` on Azurite, one order at a time, after
 ``--warmup`` orders, and measures with ``time.process_time`` (the worker's CPU, every thread:
 Azurite is another process):
@@ -29,7 +29,7 @@ import uuid
 from typing import Any
 
 from local.procs import REPO_ROOT
-from shared.agent_catalog import AGENTS
+from shared.core.workflows.catalog import AGENTS
 
 BODY = {"customerId": "c-1", "currency": "EUR", "priority": "normal", "statusQueue": None,
         "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": 9.99}, {"sku": "SKU-3", "quantity": 1,
@@ -42,9 +42,9 @@ RESULTS = {"reserve": {"reservationId": "r-1"}, "charge": {"paymentId": "p-1", "
 
 def make_store(variant: str, connection_string: str) -> Any:
     """A ``TableStore`` on fresh tables whose transactions take the path ``variant`` names."""
-    from shared.clients import table_service_client
+    from shared.runtime.clients import table_service_client
     from shared.settings import Settings
-    from shared.table_store import TableStore
+    from shared.storage.table_store import TableStore
 
     conn = Settings.from_env({**SETTINGS, "StateStorage": connection_string}).state_storage
     assert conn is not None
@@ -58,8 +58,8 @@ def make_store(variant: str, connection_string: str) -> Any:
 
 def run_order(rt: Any) -> str:
     """One order from submission to Processed through the app's core (the agents' replies faked)."""
+    from shared.api.orders import submit
     from shared.scheduler import handle_reply, handle_schedule
-    from shared.submission import submit
 
     res = submit(rt, json.dumps(BODY).encode(), {"Content-Type": "application/json"}, max_bytes=65536)
     assert res.status == 202, res.body
@@ -79,10 +79,10 @@ def run_order(rt: Any) -> str:
 
 def worker(variant: str, connection_string: str, orders: int, warmup: int) -> dict[str, Any]:
     """Measure one variant in this process."""
+    from shared.core.statemachine import Config
     from shared.messaging import MemoryBus
     from shared.runtime import Runtime
     from shared.settings import Settings
-    from shared.statemachine import Config
 
     store = make_store(variant, connection_string)
     tx_cpu = [0.0, 0]

@@ -10,10 +10,10 @@ Settlement (the trigger auto-completes on return and abandons on an exception):
 * **Poison messages** (not JSON, wrong schema, no reply_to, a step/operation this agent does
   not serve) are logged at ERROR with the reason, the message id and a body excerpt, and
   re-raised, so they never reach the remote service and the broker dead-letters them after
-  MaxDeliveryCount (see ``shared.messaging.PoisonMessage``): the dead-letter queue keeps the
+  MaxDeliveryCount (see ``shared.core.messages.PoisonMessage``): the dead-letter queue keeps the
   message for inspection and replay, and the dead-letter alert sees it. The order does not wait
   on it: the Supervisor times the step out and redrives or alerts on it.
-* **An open circuit breaker** (the remote's, shared by every instance: ``shared.agent.breaker``):
+* **An open circuit breaker** (the remote's, shared by every instance: ``shared.agent.guard``):
   no call; the runtime replies ``waiting`` and the message completes. The step is re-dispatched
   when the breaker closes.
 * **Transient failures** are retried inside the invocation until completeBy (tenacity, in the
@@ -32,16 +32,17 @@ import threading
 import azure.functions as func
 
 from shared.agent import AgentResult, AgentRuntime, TransientFailure, parse_request
-from shared.agent.breaker import breaker_for
-from shared.agent_catalog import AGENTS, Agent
-from shared.breaker.board import BreakerBoard
-from shared.clients import get_clients
-from shared.lanes import LANES, Lane
-from shared.logs import log_event
-from shared.messaging import PoisonMessage, ServiceBusBus
+from shared.agent.board import BreakerBoard
+from shared.agent.guard import breaker_for
+from shared.core.messages import PoisonMessage
+from shared.core.workflows.catalog import AGENTS, Agent
+from shared.core.workflows.lanes import LANES, Lane
+from shared.messaging import ServiceBusBus
+from shared.observability.logs import log_event
+from shared.observability.telemetry import valid_traceparent
 from shared.runtime import get_runtime
+from shared.runtime.clients import get_clients
 from shared.settings import SERVICE_BUS_CONNECTION, instance_id
-from shared.telemetry import valid_traceparent
 
 bp = func.Blueprint()
 

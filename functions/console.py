@@ -7,8 +7,8 @@ JSON routes only it needs (the overview and the dead letters).
   that its ``manifest.json`` lists, else 404. The name is looked up among the manifest's
   entries, never joined to a path. Cache-Control, a sha256 ETag, and 304 for a matching
   If-None-Match.
-* ``GET /api/overview`` (ADMIN): ``shared.overview.get_overview``.
-* ``GET /api/deadletters`` (ADMIN): ``shared.deadletters.get_dead_letters``.
+* ``GET /api/overview`` (ADMIN): ``shared.console.overview.get_overview``.
+* ``GET /api/deadletters`` (ADMIN): ``shared.console.deadletters.get_dead_letters``.
 
 The files are read once per worker, on first use (they ship in the package with functions/).
 """
@@ -26,9 +26,9 @@ import azure.functions as func
 from functions.http import to_response
 from functions.operator_auth import LEVEL as OPERATOR
 from functions.operator_auth import operator_only
-from shared.deadletters import get_dead_letters
+from shared.api.http import HttpResult, problem
+from shared.console.deadletters import get_dead_letters
 from shared.runtime import get_runtime
-from shared.submission import HttpResult, problem
 
 STATIC_DIR = Path(__file__).with_name("console_static")
 MANIFEST = "manifest.json"
@@ -125,7 +125,7 @@ def console_asset(req: func.HttpRequest) -> func.HttpResponse:
 @bp.route(route="overview", methods=["GET"], auth_level=OPERATOR)
 @operator_only
 def overview(req: func.HttpRequest) -> func.HttpResponse:
-    from shared.overview import get_overview
+    from shared.console.overview import get_overview
 
     result: HttpResult = get_overview(get_runtime())
     return to_response(result)

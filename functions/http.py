@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import azure.functions as func
 
-from shared.submission import HttpResult
+from shared.api.http import HttpResult
 
 
 def to_response(result: HttpResult) -> func.HttpResponse:

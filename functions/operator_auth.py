@@ -1,4 +1,4 @@
-"""The operator routes' gate (``shared.operator_auth``): the auth level the host enforces on
+"""The operator routes' gate (``shared.api.auth``): the auth level the host enforces on
 them, and a decorator that checks the App Service principal in the ``appService`` mode. Both
 are fixed when the worker indexes the app, from the settings it starts with."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 import azure.functions as func
 
 from functions.http import to_response
-from shared import operator_auth
+from shared.api import auth as operator_auth
 from shared.settings import setting_from_env
 
 Handler = Callable[[func.HttpRequest], func.HttpResponse]

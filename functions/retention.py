@@ -1,12 +1,12 @@
 """Retention timer (schedule from the RetentionSchedule setting). Thin adapter over
-``shared.retention.purge``: finished orders older than RetentionDays go, with their history."""
+``shared.supervisor.retention.purge``: finished orders older than RetentionDays go, with their history."""
 
 from __future__ import annotations
 
 import azure.functions as func
 
-from shared.retention import purge
 from shared.runtime import get_runtime
+from shared.supervisor.retention import purge
 
 bp = func.Blueprint()
 

@@ -1,5 +1,5 @@
 """Scheduler functions: the scheduler queue (claim + dispatch) and the replies queue, one function
-each per priority lane (``shared.lanes``; a message is handled the same on every lane).
+each per priority lane (``shared.core.workflows.lanes``; a message is handled the same on every lane).
 Thin adapters over ``shared.scheduler``; settlement: auto-complete on return, abandon on
 raise (transient failures, and poison messages, which the broker dead-letters after
 MaxDeliveryCount; see shared/scheduler.py)."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import azure.functions as func
 
-from shared.lanes import LANES
+from shared.core.workflows.lanes import LANES
 from shared.runtime import get_runtime
 from shared.scheduler import handle_reply, handle_schedule
 from shared.settings import SERVICE_BUS_CONNECTION

@@ -1,5 +1,5 @@
 """HTTP functions: submission, order status and history, search, the loaded workflows, and the
-operator's retry, cancel and terminate. Thin adapters over ``shared.submission`` and ``shared.search``: parse the
+operator's retry, cancel and terminate. Thin adapters over ``shared.api.orders`` and ``shared.api.search``: parse the
 request, call the core, return its result."""
 
 from __future__ import annotations
@@ -9,18 +9,11 @@ import azure.functions as func
 from functions.http import to_response
 from functions.operator_auth import LEVEL as OPERATOR
 from functions.operator_auth import operator_only
+from shared.api.operator import cancel_order, retry_order, terminate_order
+from shared.api.orders import get_history, get_order, list_workflows, submit
+from shared.api.search import search_orders
 from shared.runtime import get_runtime
-from shared.search import search_orders
 from shared.settings import Settings
-from shared.submission import (
-    cancel_order,
-    get_history,
-    get_order,
-    list_workflows,
-    retry_order,
-    submit,
-    terminate_order,
-)
 
 bp = func.Blueprint()
 

@@ -79,13 +79,13 @@ param tags object = {}
 var serviceBusConfig = loadJsonContent('servicebus-config.json')
 var queues = serviceBusConfig.UserConfig.Namespaces[0].Queues
 
-// The one declaration of the agents, read by the app too (shared/agent_catalog.py): the Function
+// The one declaration of the agents, read by the app too (shared/core/workflows/catalog.py): the Function
 // App sets each agent's queue and service URL settings in a loop over it, so a new agent (a line
 // there, its queue in servicebus-config.json, its URL in serviceUrls) needs no Bicep edit.
 var agentCatalog = loadJsonContent('../workflows/agents.json')
 var agents = agentCatalog.agents
 
-// The priority lanes, read by the app too (shared/lanes.py). The first lane uses the work queues
+// The priority lanes, read by the app too (shared/core/workflows/lanes.py). The first lane uses the work queues
 // as they are; every other lane gets a copy of each work queue (the scheduler's, the replies, each
 // agent's), named QUEUE-LANE (scheduler-high), with that queue's properties. One loop over
 // lanes x work queues (Bicep has no nested loops): i / count is the lane, i % count the queue.

@@ -2,7 +2,7 @@
 
 ``infra/servicebus-config.json`` declares the queues (the official emulator's format) and
 ``workflows/lanes.json`` the lanes; each lane's copy of a work queue (``scheduler-high``...) is
-derived here with :func:`shared.lanes.with_lane_queues`, as Bicep derives it in ``infra/main.bicep``.
+derived here with :func:`shared.core.workflows.lanes.with_lane_queues`, as Bicep derives it in ``infra/main.bicep``.
 The local stack hands the emulator the derived file (``.local/servicebus-config.json``).
 
 ``python -m local.queueconfig [SOURCE] > Config.json`` prints it, to mount into the official
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from local.procs import REPO_ROOT
-from shared.lanes import with_lane_queues
+from shared.core.workflows.lanes import with_lane_queues
 
 QUEUE_CONFIG = REPO_ROOT / "infra" / "servicebus-config.json"
 

@@ -81,10 +81,11 @@ def open_breaker(stack: Stack, remote: str = "shipping", waiting: int = 3) -> No
     ``waiting`` steps waiting on it. The stack is thrown away after: nothing puts it back."""
     from azure.data.tables import TableServiceClient
 
-    from shared.breaker.state import BreakerRow, BreakerState
-    from shared.breaker.store import read_breaker, write_breaker
-    from shared.breaker.waiting import WaitingStep, register_waiting
-    from shared.table_store import TableStore
+    from shared.core.breaker.state import BreakerRow, BreakerState
+    from shared.core.breaker.waiting import WaitingStep
+    from shared.storage.breakers import read_breaker, write_breaker
+    from shared.storage.table_store import TableStore
+    from shared.storage.waiting import register_waiting
 
     with TableServiceClient.from_connection_string(stack.settings["StateStorage"]) as service:
         store = TableStore.of(service.get_table_client(stack.settings["StateTable"]),

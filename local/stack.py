@@ -49,7 +49,7 @@ from local.procs import REPO_ROOT, Proc, free_port
 from local.queueconfig import write_derived
 from local.remotes.client import RemotesClient
 from local.stackinfo import STACK_JSON
-from shared.agent_catalog import AGENTS
+from shared.core.workflows.catalog import AGENTS
 from shared.settings import SERVICE_BUS_CONNECTION, SETTINGS, STATE_STORAGE_CONNECTION
 
 HOST = "127.0.0.1"

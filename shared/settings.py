@@ -12,11 +12,11 @@ either a connection string, or identity-based settings under
 ``StateStorage`` is either a connection string or ``StateStorage__tableServiceUri``
 (+ ``__credential``, ``__clientId``).
 
-Each agent of ``workflows/agents.json`` (``shared.agent_catalog``) brings two settings, derived
+Each agent of ``workflows/agents.json`` (``shared.core.workflows.catalog``) brings two settings, derived
 here rather than written out: its queue setting (default ``agent-{name}``, the queue
 ``infra/servicebus-config.json`` declares) and its service URL setting (required). A new remote
 service is one line in that file plus its queue. Each priority lane of ``workflows/lanes.json``
-(``shared.lanes``) but the first brings a copy of every work-queue setting (``SchedulerQueueHigh``,
+(``shared.core.workflows.lanes``) but the first brings a copy of every work-queue setting (``SchedulerQueueHigh``,
 default ``scheduler-high``).
 
 A value setting declared with no default (the remote services' URLs: nothing is a safe
@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from shared.agent_catalog import AGENTS
-from shared.lanes import FAST_LANES, LANED_QUEUES
+from shared.core.workflows.catalog import AGENTS
+from shared.core.workflows.lanes import FAST_LANES, LANED_QUEUES
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,10 @@ class Settings:
 
     def decimal(self, name: str) -> Decimal:
         return Decimal(self[name])
+
+    def queues(self) -> dict[str, str]:
+        """Every queue's setting name -> the queue's name (every lane's work queues included)."""
+        return {s.name: self[s.name] for s in QUEUE_SETTINGS}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

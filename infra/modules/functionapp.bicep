@@ -100,7 +100,7 @@ var agentQueueSettings = [for agent in agents: {
   value: 'agent-${agent.name}'
 }]
 
-// Each fast priority lane's copy of every work-queue setting (shared/lanes.py): SETTING + Lane
+// Each fast priority lane's copy of every work-queue setting (shared/core/workflows/lanes.py): SETTING + Lane
 // (SchedulerQueueHigh) naming QUEUE-lane (scheduler-high). One loop over lanes x work queues:
 // i / count is the lane, i % count the work queue.
 var agentWorkQueues = [for agent in agents: {
@@ -212,7 +212,7 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           value: 'ClientId=${identityClientId};Authorization=AAD'
         }
         // OpenTelemetry (host.json telemetryMode OpenTelemetry): the app calls configure_azure_monitor()
-        // itself (shared/telemetry.py), so the worker must not too, or everything is exported twice.
+        // itself (shared/observability/telemetry.py), so the worker must not too, or everything is exported twice.
         // The exporter authenticates with the identity of APPLICATIONINSIGHTS_AUTHENTICATION_STRING.
         {
           name: 'PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY'
@@ -356,7 +356,7 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'WorkflowsPath'
           value: 'workflows'
         }
-        // Who may use the operator routes and the console (shared/operator_auth.py).
+        // Who may use the operator routes and the console (shared/api/auth.py).
         {
           name: 'OperatorAuth'
           value: operatorAuth

@@ -32,21 +32,22 @@ from urllib3.exceptions import (
 )
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
-from shared import models, telemetry
-from shared.agent.breaker import CallGuard
-from shared.agent_messages import ReceivedRequest
+from shared.agent.guard import CallGuard
+from shared.agent.parsing import ReceivedRequest
+from shared.core import jsonio
+from shared.observability import telemetry
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429})
 
 
 def loads(data: bytes | str) -> Any:
-    """Strict JSON with every non-integer number a Decimal (the app's ``shared.models.loads``)."""
-    return models.loads(data)
+    """Strict JSON with every non-integer number a Decimal (the app's ``shared.core.jsonio.loads``)."""
+    return jsonio.loads(data)
 
 
 def dumps(value: Any) -> bytes:
-    """JSON with Decimals as strings (the app's ``shared.models.dumps``), UTF-8."""
-    return models.dumps(value).encode("utf-8")
+    """JSON with Decimals as strings (the app's ``shared.core.jsonio.dumps``), UTF-8."""
+    return jsonio.dumps(value).encode("utf-8")
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,15 @@
 Sent to the request's ``reply_to`` with message_id ``reply:<request message_id>`` (the replies
 queue has duplicate detection, so a redelivered request's second reply is dropped),
 correlation_id = the request's message_id; its ``traceparent`` is the context of the span that
-sends it (``shared.telemetry.send``), in the agent's consumer span.
+sends it (``shared.observability.telemetry.send``), in the agent's consumer span.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from shared.agent_messages import ReceivedRequest
-from shared.messaging import OutMessage
+from shared.agent.parsing import ReceivedRequest
+from shared.core.messages import OutMessage
 
 Outcome = Literal["success", "error", "waiting"]
 
@@ -23,7 +23,7 @@ def reply_message_id(request_message_id: str) -> str:
 def build_reply(request: ReceivedRequest, outcome: Outcome, result: dict[str, Any] | None,
                 reason: str | None) -> dict[str, Any]:
     """The reply body: the request's coordinates, the outcome, and its result or reason; the
-    request's fencing token, unchanged, when it had one (``shared.fence``)."""
+    request's fencing token, unchanged, when it had one (``shared.storage.fence``)."""
     reply: dict[str, Any] = {
         "kind": request.kind,
         "orderId": request.order_id,

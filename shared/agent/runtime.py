@@ -3,7 +3,7 @@
 * Past ``completeBy`` on arrival: send nothing, make no call (the Supervisor owns the step now).
 * Otherwise call the remote (``shared.agent.remote``). Running out of time during retries, or
   getting the answer only after completeBy: send nothing.
-* The remote's circuit breaker is open (``shared.agent.breaker``): no call; a ``waiting`` reply
+* The remote's circuit breaker is open (``shared.agent.guard``): no call; a ``waiting`` reply
   (the breaker, when it is looked at again, and whether this step is the one woken then).
 * A 2xx -> a ``success`` reply with the result; a permanent rejection (any other 4xx:
   400/404/409/422 ...) -> an ``error`` reply with the reason from the body's ``error`` field.
@@ -13,7 +13,7 @@
 Each request is handled in a CONSUMER span, a child of the context the request carries (a new
 trace if it had none); the remote calls (CLIENT spans of the urllib3 instrumentation) and the
 reply's PRODUCER span are its children. Logs are the app's structured JSON lines
-(``shared.logs.log_event``) carrying the order id and the span's ids.
+(``shared.observability.logs.log_event``) carrying the order id and the span's ids.
 """
 
 from __future__ import annotations
@@ -28,17 +28,16 @@ from typing import Any, Literal
 import tenacity
 import urllib3
 
-from shared import telemetry
-from shared.agent.breaker import BreakerWait, CallGuard
-from shared.agent.parsing import Workflows, as_registry, parse_request, step_of
+from shared.agent.gate import BreakerGate
+from shared.agent.guard import BreakerWait, CallGuard
+from shared.agent.parsing import ReceivedRequest, Workflows, as_registry, parse_request, step_of
 from shared.agent.remote import DeadlineReached, RemoteAnswer, RemotePost, RetriesExhausted, RetryPolicy, pool_for
 from shared.agent.replies import Outcome, build_reply, reply_message
-from shared.agent_messages import ReceivedRequest
-from shared.breaker.gate import BreakerGate
-from shared.breaker.waiting import WaitingStep
-from shared.effects import iso
-from shared.logs import log_event
-from shared.messaging import Bus
+from shared.core.breaker.waiting import WaitingStep
+from shared.core.effects import iso
+from shared.core.messages import Bus
+from shared.observability import telemetry
+from shared.observability.logs import log_event
 
 Status = Literal["replied", "expired", "exhausted"]
 RequestLog = Callable[..., None]  # (level, event, **fields): a log line about one request
@@ -78,7 +77,7 @@ def utcnow() -> datetime:
 class AgentRuntime:
     """Handles requests for one agent against its remote service. Thread-safe; one per worker.
 
-    ``bus`` is the app's ``shared.messaging.Bus`` (anything with ``send(OutMessage)``).
+    ``bus`` is the app's ``shared.core.messages.Bus`` (anything with ``send(OutMessage)``).
     """
 
     def __init__(

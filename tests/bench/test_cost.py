@@ -64,7 +64,7 @@ def test_the_cost_at_saturation_by_table_and_kind_with_the_breaker_reads_apart()
 
 
 def test_an_instances_query_of_every_breaker_counts_as_breaker_reads_and_in_the_cost() -> None:
-    """``orders|query|breakers`` (shared.breaker.board) is a breaker read: in the breaker line, the
+    """``orders|query|breakers`` (shared.agent.board) is a breaker read: in the breaker line, the
     agents' share, the total and its table, and the relations still hold."""
     cost = saturation_cost(result(breaker_reads=3, breaker_queries=4))
     assert cost is not None

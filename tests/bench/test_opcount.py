@@ -1,6 +1,6 @@
 """Table-request counting is the benchmark's, attached to the host processes from outside the app:
 ``bench/startup/sitecustomize.py`` + ``BENCH_OPCOUNT_DIR`` wrap the app's table transport, azure-core's
-RequestsTransport (``shared.tables.requests_transport``)."""
+RequestsTransport (``shared.storage.tables.requests_transport``)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from bench import opcount
 from local.procs import REPO_ROOT
 
 # A process started as the bench starts the host: a tiny table service answers every request,
-# the app's transport (as shared.clients builds it: BUILDER) sends one request of each kind. The
+# the app's transport (as shared.runtime.clients builds it: BUILDER) sends one request of each kind. The
 # app's folder comes on sys.path after start-up, as in the host.
 CHILD = r'''
 import json, sys, threading
 sys.path.insert(0, REPO_ROOT)
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from azure.core.rest import HttpRequest
-from shared.tables import requests_transport
+from shared.storage.tables import requests_transport
 
 class Table(BaseHTTPRequestHandler):
     def _answer(self):
@@ -124,7 +124,7 @@ def test_the_breakers_partitions_are_told_apart_from_the_orders() -> None:
     assert opcount.classify("GET", base + "/orders(PartitionKey=%27breakers%27,RowKey=%27shipping%27)", None) == \
         ("orders", "get|breakers", 0)
     assert opcount.classify("GET", base + "/orders(PartitionKey='0af3',RowKey='state')", None) == ("orders", "get", 0)
-    # an agent instance's one query of every breaker (shared.breaker.board)
+    # an agent instance's one query of every breaker (shared.agent.board)
     every = base + "/orders()?$filter=PartitionKey%20eq%20%27breakers%27&$top=1000"
     assert opcount.classify("GET", every, None) == ("orders", "query|breakers", 0)
     assert opcount.is_read("orders|query|breakers") and opcount.mark_of("orders|query|breakers") == "breakers"

@@ -12,7 +12,7 @@ import pytest
 
 from bench import search_cost
 from bench.search_seed import finished_order, index_entities, live_order
-from shared.agent_catalog import AGENTS
+from shared.core.workflows.catalog import AGENTS
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ def test_the_overview_reads_its_stats_windows_and_two_counts_whatever_the_finish
 def test_seeded_rows_are_the_apps_index_rows() -> None:
     from datetime import UTC, datetime
 
-    from shared.statemachine import Category, category_of
+    from shared.core.statemachine import Category, category_of
 
     now = datetime.now(UTC)
     order, state = finished_order(7, now)

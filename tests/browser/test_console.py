@@ -233,11 +233,12 @@ def test_overview_shows_each_remote_breaker_as_a_chip(seeded: Seeded, driver: An
 
     from azure.data.tables import TableServiceClient
 
-    from shared.breaker.state import BreakerRow, BreakerState
-    from shared.breaker.store import BREAKER_PARTITION, read_breaker, write_breaker
-    from shared.breaker.waiting import WaitingStep, forget_waiting, register_waiting
-    from shared.store import Op
-    from shared.table_store import TableStore
+    from shared.core.breaker.state import BreakerRow, BreakerState
+    from shared.core.breaker.waiting import WaitingStep
+    from shared.core.effects import Op
+    from shared.storage.breakers import BREAKER_PARTITION, read_breaker, write_breaker
+    from shared.storage.table_store import TableStore
+    from shared.storage.waiting import forget_waiting, register_waiting
 
     remote = "delivery"  # no seeded order goes through it
     service = TableServiceClient.from_connection_string(seeded.stack.settings["StateStorage"])

@@ -55,7 +55,7 @@ def down_calls(stack: Stack) -> int:
 
 
 def watch_rows(stack: Stack) -> list[str]:
-    """The breakers' watch rows in the deadline index (``shared.breaker.watch``)."""
+    """The breakers' watch rows in the deadline index (``shared.core.breaker.watch``)."""
     tables = Tables(stack)
     try:
         return [str(e["RowKey"]) for e in tables.deadlines.list_entities(select=["RowKey"])

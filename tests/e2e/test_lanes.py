@@ -13,7 +13,7 @@ import requests
 
 from bench import busstats
 from local.stack import Stack
-from shared.lanes import LANED_QUEUES
+from shared.core.workflows.lanes import LANED_QUEUES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

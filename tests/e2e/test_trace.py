@@ -1,7 +1,7 @@
 """End to end: one order's spans, written by every process of the local stack that handled it
 (two host instances, each running the app's worker code), form one trace with the right parents.
 
-Each host process writes its spans to a JSON-lines file (ORDERS_SPANS_DIR, shared/telemetry.py):
+Each host process writes its spans to a JSON-lines file (ORDERS_SPANS_DIR, shared/observability/telemetry.py):
 the in-memory exporter of a single process cannot see the others."""
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ INDEX_WAIT_SECONDS = 20.0
 
 
 def rows_per_order() -> int:
-    from shared.workflow import WORKFLOW
+    from tests.unit.harness import WORKFLOW
 
     return 2 + len(WORKFLOW)
 

@@ -19,8 +19,8 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from local.stack import Stack
-from shared.store import INDEX_PARTITION
-from shared.workflow import WORKFLOW
+from shared.storage.store import INDEX_PARTITION
+from tests.unit.harness import WORKFLOW
 
 PROBLEM = "application/problem+json"
 GOOD_BODY: dict[str, Any] = {"customerId": "c-1", "currency": "EUR",

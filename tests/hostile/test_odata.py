@@ -94,7 +94,7 @@ def test_injection_through_idempotency_key(hostile_stack: Any, tables: Tables, v
     headers = [("Content-Type", "application/json"), ("Idempotency-Key", payload)]
     r = raw_request(hostile_stack.base_url, "POST", "/api/orders", _json(GOOD_BODY), headers)
     assert r.status in (200, 202), r.body[:300]
-    from shared.models import order_id_for_key
+    from shared.core.orders import order_id_for_key
 
     oid = r.json()["orderId"]
     assert oid == order_id_for_key(payload) != victim
@@ -174,10 +174,11 @@ def test_a_payload_beside_a_real_customer_id_is_400(hostile_stack: Any, tables: 
 
 @pytest.fixture(params=["rest", "sdk"])
 def fresh_store(request: pytest.FixtureRequest, hostile_stack: Any) -> Iterator[Any]:
-    """A store on fresh tables, reached by each path in turn (``shared.tables``): each quotes filters its own way."""
+    """A store on fresh tables, reached by each path in turn (``shared.storage.tables``): each
+    quotes filters its own way."""
     from azure.data.tables import TableServiceClient
 
-    from shared.table_store import TableStore
+    from shared.storage.table_store import TableStore
 
     service = TableServiceClient.from_connection_string(hostile_stack.settings["StateStorage"])
     suffix = uuid.uuid4().hex[:10]
@@ -193,7 +194,7 @@ def fresh_store(request: pytest.FixtureRequest, hostile_stack: Any) -> Iterator[
 
 @pytest.mark.integration
 def test_store_queries_are_parameterised(fresh_store: Any) -> None:
-    from shared.store import Op
+    from shared.core.effects import Op
 
     ids = [uuid.uuid4().hex for _ in range(3)]
     for oid in ids:
@@ -215,10 +216,10 @@ def test_store_queries_are_parameterised(fresh_store: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 # Static check
 
-QUERY_METHODS = {"query_entities", "list_entities", "query"}  # the SDK's, and ``shared.tables.Table.query``
+QUERY_METHODS = {"query_entities", "list_entities", "query"}  # the SDK's, and ``shared.storage.tables.Table.query``
 # The two ``Table`` implementations pass their caller's filter on: its parameters are quoted there
 # (the REST path's own quoting: tests/unit/test_tables.py), and every caller is checked here.
-FORWARDS_FILTERS = "shared/tables.py"
+FORWARDS_FILTERS = "shared/storage/tables.py"
 FILTER_KWARGS = {"query_filter", "filter"}
 
 

@@ -1,6 +1,6 @@
 """Poison messages on every queue the app consumes, through the real host with the app.
 
-Queues: the scheduler queue, the replies queue and each agent queue (from shared.workflow).
+Queues: the scheduler queue, the replies queue and each agent queue (from shared.core.workflows).
 Kinds: bad JSON, a wrong schema, an unknown order, an unknown step, a stale attempt (what each
 means on each queue is in ``poison_messages``). All are sent at once to the session stack,
 then a normal order is submitted after them. Required (issue 5):
@@ -26,16 +26,16 @@ from typing import Any
 
 import pytest
 
-from shared.workflow import AGENTS, WORKFLOW
-from shared.workflows import load_registry
+from shared.core.workflows import AGENTS, load_registry
 from tests.hostile.stackutil import Tables, submit, wait_settled
+from tests.unit.harness import WORKFLOW
 
 pytestmark = pytest.mark.integration
 
 POISON_WAIT = float(os.environ.get("POISON_WAIT", "30"))
 KINDS = ("bad-json", "wrong-schema", "unknown-order", "unknown-step", "stale-attempt")
 FINDING_UNKNOWN_ORDER = ("finding 7: an agent request for an order that does not exist (valid schema) is executed "
-                         "against the remote service and replied to (shared/agent.py never consults the state "
+                         "against the remote service and replied to (shared/agent/__init__.py never consults the state "
                          "store), so it is neither refused nor dead-lettered")
 
 

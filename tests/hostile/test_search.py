@@ -445,9 +445,9 @@ def test_a_token_made_with_the_apps_own_key_stays_in_its_query(hostile_stack: An
     the token holds is checked again: a position outside the query's own key range (another
     customer's, every order's, before or after the range), or not a position at all, is 400;
     one inside it pages through that customer's orders only."""
-    from shared.search import parse_query
-    from shared.statemachine.search_index import customer_key
-    from shared.tokens import issue
+    from shared.api.search import parse_query
+    from shared.api.tokens import issue
+    from shared.core.statemachine.search_index import customer_key
 
     query = parse_query({"customerId": customers.a})
     scope = query.scope  # type: ignore[union-attr]
@@ -465,7 +465,7 @@ def test_a_token_made_with_the_apps_own_key_stays_in_its_query(hostile_stack: An
 def test_a_history_token_made_with_the_apps_own_key(hostile_stack: Any, customers: Customers) -> None:
     """The same for history: only a non-negative event number of this order's history; any
     other order's events never appear."""
-    from shared.tokens import issue
+    from shared.api.tokens import issue
 
     oid, other = customers.a_ids[0], customers.b_ids[0]
     scope = f"history:{oid}"

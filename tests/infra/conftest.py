@@ -240,8 +240,8 @@ def declared_queues() -> dict[str, dict]:
 
 def config_queues() -> dict[str, dict]:
     """Every queue of the namespace: the declared ones and the priority lanes' copies the local
-    emulator is given (local/queueconfig.py, shared.lanes.with_lane_queues)."""
-    from shared.lanes import with_lane_queues
+    emulator is given (local/queueconfig.py, shared.core.workflows.lanes.with_lane_queues)."""
+    from shared.core.workflows.lanes import with_lane_queues
 
     namespaces = with_lane_queues(queue_config())["UserConfig"]["Namespaces"]
     return {q["Name"]: q["Properties"] for q in namespaces[0]["Queues"]}

@@ -15,8 +15,8 @@ import re
 import pytest
 import yaml
 
-from shared.agent_catalog import AGENTS, AGENTS_BY_NAME
-from shared.lanes import FAST_LANES, LANED_QUEUES, LANES
+from shared.core.workflows.catalog import AGENTS, AGENTS_BY_NAME
+from shared.core.workflows.lanes import FAST_LANES, LANED_QUEUES, LANES
 from shared.settings import QUEUE_SETTINGS, REQUIRED_SETTINGS, SETTINGS, TABLE_SETTINGS
 from tests.indexed import indexed_functions
 
@@ -50,7 +50,7 @@ HOST_SETTINGS = {
     "AzureWebJobsStorage__clientId",
     "APPLICATIONINSIGHTS_CONNECTION_STRING",
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
-    "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY",  # read by the worker and by shared/telemetry.py
+    "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY",  # read by the worker and by shared/observability/telemetry.py
     "PYTHON_ENABLE_OPENTELEMETRY",  # read by the worker
     "PYTHON_THREADPOOL_THREAD_COUNT",  # the worker's invocation threads (README, "Priority lanes")
 }
@@ -110,7 +110,7 @@ def test_bicep_connections_are_identity_based() -> None:
 
 
 def test_bicep_exports_telemetry_once_by_identity() -> None:
-    """The app configures Azure Monitor itself (shared/telemetry.py), so the worker's own
+    """The app configures Azure Monitor itself (shared/observability/telemetry.py), so the worker's own
     configuration is off: both would export everything twice. host.json speaks OpenTelemetry."""
     bicep = bicep_app_settings()
     assert bicep["PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"] == "'false'"
@@ -441,12 +441,12 @@ def test_one_lanes_service_bus_invocations_never_fill_the_worker_threads() -> No
 
 
 def test_deploy_docs_list_every_setting() -> None:
-    readme = (INFRA.parent / "README.md").read_text()
-    # the table of the "### Settings" section (other tables of the README have backticked first columns too)
-    docs = readme[readme.index("\n### Settings\n"):]
+    operating = (INFRA.parent / "docs" / "operating.md").read_text()
+    # the table of the "### Settings" section (other tables of the page have backticked first columns too)
+    docs = operating[operating.index("\n### Settings\n"):]
     docs = docs[:docs.index("\n#", 1)]
     rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", docs, re.M))
-    assert set(rows) == {s.name for s in SETTINGS}, "README.md settings table (Deploy to Azure) is out of date"
+    assert set(rows) == {s.name for s in SETTINGS}, "docs/operating.md's settings table is out of date"
     for spec in VALUES:
         expected = "(required)" if spec.required else f"`{spec.default}`" if spec.default else "(empty)"
         assert rows[spec.name].strip() == expected, (spec.name, rows[spec.name])

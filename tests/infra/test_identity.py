@@ -1,5 +1,5 @@
 """With only the identity-based settings Bicep gives the app (no connection string anywhere),
-the app's client factory (shared/clients.py) builds its Table Storage and Service Bus clients
+the app's client factory (shared/runtime/clients.py) builds its Table Storage and Service Bus clients
 with azure-identity credentials, against the configured endpoints. No Azure call is made:
 building a client does not connect.
 """
@@ -15,7 +15,7 @@ import pytest
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential, TokenCredential
 from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
 
-import shared.clients as clients_module
+import shared.runtime.clients as clients_module
 from shared.settings import SETTINGS
 
 from .conftest import INFRA, bicep_app_settings, bicep_literal

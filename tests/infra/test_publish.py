@@ -5,7 +5,7 @@ The package is built the way publish builds it: every file of the app root that 
 remote build does the same), the package is unpacked into a temporary directory, and
 function_app is imported there by that venv's Python, as the Python worker does; then the
 indexed functions and their bindings are checked against shared/settings.py and
-shared/workflow.py.
+shared/core/workflows/__init__.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import pathspec
 import pytest
 
-from shared.agent_catalog import AGENTS
+from shared.core.workflows.catalog import AGENTS
 from shared.settings import QUEUE_SETTINGS, SETTING_NAMES, SETTINGS
 
 from .conftest import REPO_ROOT, VENV_TIMEOUT
@@ -37,8 +37,8 @@ EXCLUDED_FILES = ["local.settings.json", "local.settings.json.example", "Makefil
                   "package-lock.json", "pyproject.toml", "requirements-dev.txt", "README.md", ".gitignore",
                   "shared/__pycache__/settings.cpython-311.pyc"]
 SHIPPED = ["function_app.py", "host.json", "requirements.txt", "shared/__init__.py", "shared/settings.py",
-           "shared/workflow.py", "shared/agent_catalog.py", "functions/__init__.py",
-           "shared/workflows/__init__.py", "workflows/agents.json", "workflows/order.v1.yaml",
+           "shared/core/workflows/__init__.py", "shared/core/workflows/catalog.py", "functions/__init__.py",
+           "shared/core/workflows/__init__.py", "workflows/agents.json", "workflows/order.v1.yaml",
            "workflows/digital.v1.yaml"]  # the app reads the agents and workflows from workflows/ at start-up
 
 # Settings in the form Azure has them (infra/modules/functionapp.bicep): identity-based only.
@@ -123,7 +123,7 @@ def test_funcignore_excludes_what_is_never_shipped() -> None:
     spec = funcignore()
     for path in EXCLUDED_DIRS + [d + "x.py" for d in EXCLUDED_DIRS] + EXCLUDED_FILES:
         assert spec.match_file(path), f".funcignore ships {path}"
-    for path in SHIPPED + ["functions/agents.py", "shared/clients.py"]:
+    for path in SHIPPED + ["functions/agents.py", "shared/runtime/clients.py"]:
         assert not spec.match_file(path), f".funcignore leaves out {path}"
 
 

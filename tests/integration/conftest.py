@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from shared.clients import table_service_client
+from shared.runtime.clients import table_service_client
 from shared.settings import Settings
-from shared.table_store import TableStore
+from shared.storage.table_store import TableStore
 from tests.unit.harness import REQUIRED_VALUES, Clock, CrashRuntime, DedupBus, make_runtime
 
 

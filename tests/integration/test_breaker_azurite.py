@@ -13,24 +13,15 @@ from typing import Any
 
 import pytest
 
-from shared.breaker import (
-    BreakerPolicy,
-    BreakerState,
-    Effect,
-    apply,
-    decide_admit,
-    decide_failure,
-    decide_success,
-    read_breaker,
-    write_breaker,
-)
-from shared.breaker.board import BreakerBoard
-from shared.breaker.gate import CACHED_CALL, BreakerGate
-from shared.breaker.store import read_breakers
-from shared.breaker.waiting import WaitingStep, forget_waiting, register_waiting, waiting_steps
+from shared.agent.board import BreakerBoard
+from shared.agent.gate import CACHED_CALL, BreakerGate
+from shared.core.breaker.state import BreakerPolicy, BreakerState, Effect, decide_admit, decide_failure, decide_success
+from shared.core.breaker.waiting import WaitingStep
 from shared.messaging import MemoryBus
-from shared.store import Conflict
-from shared.table_store import TableStore
+from shared.storage.breakers import apply, read_breaker, read_breakers, write_breaker
+from shared.storage.store import Conflict
+from shared.storage.table_store import TableStore
+from shared.storage.waiting import forget_waiting, register_waiting, waiting_steps
 
 pytestmark = pytest.mark.integration
 
@@ -135,7 +126,7 @@ def test_the_waiting_index_registers_lists_and_forgets_on_table_storage(table_st
 def test_one_query_reads_every_breaker_with_the_etag_its_writes_are_conditioned_on(table_store: TableStore) -> None:
     """``read_breakers`` on Table Storage: one query of the partition, each row as a point read
     shows it (a row never written: closed, no ETag), and an instance's gates refreshed by it
-    (``shared.breaker.board``): the clean ones served from their copies, the open one decided on
+    (``shared.agent.board``): the clean ones served from their copies, the open one decided on
     its own read."""
 
     for i in range(3):

@@ -13,11 +13,14 @@ from typing import Any
 import pytest
 
 from bench import opcount
-from shared.breaker import BreakerPolicy, BreakerState, read_breaker
-from shared.breaker.board import BreakerBoard
-from shared.breaker.gate import CACHED_CALL, BreakerGate
-from shared.breaker.waiting import WaitingStep, hold, waiting_steps
-from shared.console_stats import ConsoleStats
+from shared.agent.board import BreakerBoard
+from shared.agent.gate import CACHED_CALL, BreakerGate
+from shared.agent.guard import hold
+from shared.core.breaker.state import BreakerPolicy, BreakerState
+from shared.core.breaker.waiting import WaitingStep
+from shared.observability.figures import ConsoleStats
+from shared.storage.breakers import read_breaker
+from shared.storage.waiting import waiting_steps
 from shared.supervisor import sweep
 
 pytestmark = pytest.mark.integration
@@ -119,7 +122,7 @@ def test_a_dead_closer_is_covered_by_its_watch_then_the_sweep_is_idle_again(
 
 def test_an_instances_healthy_admissions_are_one_query_of_every_breaker_per_cache_lifetime(
         table_runtime: Callable[..., Any], counted: opcount.Counter) -> None:
-    """``shared.breaker.board`` on Table Storage, counted as the benchmark counts: the query is
+    """``shared.agent.board`` on Table Storage, counted as the benchmark counts: the query is
     ``orders|query|breakers`` (a breaker read, bench.cost), one for the three remotes."""
     rt = quiet_runtime(table_runtime)
     board = BreakerBoard(rt.store)

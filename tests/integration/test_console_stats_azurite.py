@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bench.search_cost import CountedStore, _diff
-from shared.overview import LIVE_COUNT_CAP, get_overview
+from shared.console.overview import LIVE_COUNT_CAP, get_overview
 from tests.unit.test_console_stats import check_count_index_capped, check_stats_rows
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""shared.deadletters against the real Service Bus emulator, through the app's clients: messages
+"""shared.console.deadletters against the real Service Bus emulator, through the app's clients: messages
 dead-lettered by a receiver (reason and description) are peeked back, paged with ``from``, and
 stay where they are; ``queue_depths`` counts both queues and stops at the cap."""
 
@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
-from shared.clients import Clients
-from shared.deadletters import get_dead_letters, peek_dead_letters, queue_depths
+from shared.console.deadletters import get_dead_letters, peek_dead_letters, queue_depths
+from shared.core.statemachine import Config
 from shared.messaging import ServiceBusBus
 from shared.runtime import Runtime
+from shared.runtime.clients import Clients
 from shared.settings import QUEUE_SETTINGS, Settings
-from shared.statemachine import Config
-from shared.store import MemoryStore
+from shared.storage.memory import MemoryStore
 from tests.conftest import QUEUE_CONFIG, start_servicebus
 from tests.unit.harness import REQUIRED_VALUES
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from shared import fence
+from shared.core.effects import Op
 from shared.scheduler import handle_reply
-from shared.store import Conflict, Op
-from shared.table_store import TableStore
+from shared.storage import fence
+from shared.storage.store import Conflict
+from shared.storage.table_store import TableStore
 from tests.unit.harness import AgentSim, make_runtime, post, state
 
 pytestmark = pytest.mark.integration

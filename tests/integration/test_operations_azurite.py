@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from shared.retention import purge
+from shared.api.operator import cancel_order, retry_order, terminate_order
+from shared.api.orders import get_history, get_order
+from shared.api.search import search_orders
 from shared.scheduler import handle_reply
-from shared.search import search_orders
-from shared.submission import cancel_order, get_history, get_order, retry_order, terminate_order
+from shared.storage.table_store import TableStore
 from shared.supervisor import sweep
-from shared.table_store import TableStore
-from shared.workflow import WORKFLOW
-from tests.unit.harness import BODY, T0, AgentSim, deliver_schedules, drive, make_runtime, post, state, steps
+from shared.supervisor.retention import purge
+from tests.unit.harness import BODY, T0, WORKFLOW, AgentSim, deliver_schedules, drive, make_runtime, post, state, steps
 
 pytestmark = pytest.mark.integration
 

@@ -12,13 +12,15 @@ from typing import Any
 import pytest
 
 from bench.search_cost import CountedStore, _diff
-from shared.agent_catalog import AGENTS
-from shared.breaker.state import BreakerPolicy, decide_failure
-from shared.breaker.store import read_breaker, write_breaker
-from shared.breaker.waiting import WaitingStep, register_waiting, waiting_partition
-from shared.overview import get_overview
-from shared.overview_remotes import WAITING_COUNT_CAP
-from shared.store import MAX_BATCH_OPS, Op
+from shared.console.overview import get_overview
+from shared.console.remotes import WAITING_COUNT_CAP
+from shared.core.breaker.state import BreakerPolicy, decide_failure
+from shared.core.breaker.waiting import WaitingStep, waiting_partition
+from shared.core.effects import Op
+from shared.core.workflows.catalog import AGENTS
+from shared.storage.breakers import read_breaker, write_breaker
+from shared.storage.store import MAX_BATCH_OPS
+from shared.storage.waiting import register_waiting
 
 pytestmark = pytest.mark.integration
 

@@ -11,16 +11,26 @@ from typing import Any
 
 import pytest
 
-from shared.effects import Transact
-from shared.models import order_id_for_key
+from shared.api.operator import cancel_order, retry_order
+from shared.api.orders import get_order
+from shared.core.effects import Op, Transact
+from shared.core.orders import order_id_for_key
+from shared.core.statemachine import View, plan_submission
 from shared.scheduler import handle_reply, handle_schedule
-from shared.statemachine import View, plan_submission
-from shared.store import Op
-from shared.submission import cancel_order, get_order, retry_order
 from shared.supervisor import sweep
-from shared.workflow import WORKFLOW
 from tests.integration.conftest import BarrierStore
-from tests.unit.harness import BODY, AgentSim, deliver_schedules, drive, make_runtime, post, redriven, state, steps
+from tests.unit.harness import (
+    BODY,
+    WORKFLOW,
+    AgentSim,
+    deliver_schedules,
+    drive,
+    make_runtime,
+    post,
+    redriven,
+    state,
+    steps,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +58,8 @@ def test_atomic_submission_failing_transaction_leaves_no_row(table_runtime) -> N
     oid = "ab" * 16
     # a row already in the partition makes the one transaction fail (its create conflicts)
     rt.store.transact(oid, [Op("create", {"RowKey": "step-02-create-shipment", "Name": "x", "Index": 2})])
-    from shared.models import OrderRequest, loads
+    from shared.core.jsonio import loads
+    from shared.core.orders import OrderRequest
 
     order = OrderRequest.model_validate(loads(json.dumps(BODY)))
     effects = plan_submission(oid, order.canonical(), total="19.98", body_hash=order.body_hash(),
@@ -65,8 +76,8 @@ def test_atomic_submission_oversize_batch_writes_nothing(table_store) -> None:  
     strings before sending; a binary property is left to the service here)."""
     from azure.core.exceptions import HttpResponseError
 
-    from shared.store import TooLarge
-    from shared.tables import Write
+    from shared.storage.store import TooLarge
+    from shared.storage.tables import Write
 
     oid = "cd" * 16
     batch = [Write("create", "order", {"a": "x"}), Write("create", "state", {"a": "y"}),
@@ -261,8 +272,8 @@ def test_transaction_touches_state_and_steps_together(table_runtime) -> None:  #
     oid = post(rt).body["orderId"]
     deliver_schedules(rt)
     view = View.from_entities(rt.store.read_partition(oid))
-    from shared.models import ReplyMessage
-    from shared.statemachine import decide_reply
+    from shared.core.messages import ReplyMessage
+    from shared.core.statemachine import decide_reply
 
     d = decide_reply(view, ReplyMessage(kind="step", orderId=oid, step="reserve-inventory", attempt=1,
                                         outcome="success", result={"r": 1}), rt.ctx())

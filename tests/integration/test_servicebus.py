@@ -1,5 +1,5 @@
 """The pipeline over the real Service Bus (the local emulator) and Table Storage (Azurite),
-through the app's own clients (``shared.clients``) and runtime, with the agents' side played
+through the app's own clients (``shared.runtime.clients``) and runtime, with the agents' side played
 by hand: requests are received off the agent queues and answered on ``reply_to``."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from shared.clients import Clients
+from shared.api.orders import get_order, submit
+from shared.core.statemachine import Config
 from shared.messaging import ServiceBusBus
 from shared.runtime import Runtime
+from shared.runtime.clients import Clients
 from shared.scheduler import handle_reply, handle_schedule
 from shared.settings import Settings
-from shared.statemachine import Config
-from shared.submission import get_order, submit
 from shared.supervisor import sweep
 from tests.unit.harness import BODY, REQUIRED_VALUES
 

@@ -1,5 +1,5 @@
 """The store contract on real Table Storage (Azurite): the same checks the in-memory twin passes,
-once with each way of reaching the tables (``shared.tables``: the REST path and the SDK's)."""
+once with each way of reaching the tables (``shared.storage.tables``: the REST path and the SDK's)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.table_store import TableStore
+from shared.storage.table_store import TableStore
 from tests.unit import store_contract
 
 pytestmark = pytest.mark.integration

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from shared.api.orders import get_order, list_workflows
+from shared.core.statemachine import Config
+from shared.core.workflows import workflows_directory
 from shared.settings import Settings
-from shared.statemachine import Config
-from shared.submission import get_order, list_workflows
-from shared.workflows import workflows_directory
 from tests.unit.harness import (
     BODY,
     REQUIRED_VALUES,

@@ -24,13 +24,13 @@ from local.demo import (
     render_progress,
 )
 from local.remotes.server import FAULT_DEFAULTS, validate_faults
-from shared import models
-from shared.models import OrderRequest
+from shared.core import jsonio
+from shared.core.orders import OrderRequest
 
 
 def _order(body: dict[str, Any]) -> OrderRequest:
     """The body as the submission endpoint parses it (JSON, numbers as Decimals)."""
-    return OrderRequest.model_validate(models.loads(json.dumps(body)))
+    return OrderRequest.model_validate(jsonio.loads(json.dumps(body)))
 
 
 def _skus(body: dict[str, Any]) -> set[str]:

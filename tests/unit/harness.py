@@ -14,21 +14,26 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared import fence
-from shared.effects import Effect, Outcome, execute
-from shared.lanes import PRIORITIES
-from shared.messaging import MemoryBus, OutMessage
+from shared.api.orders import submit
+from shared.core.effects import ETAG, Effect
+from shared.core.messages import OutMessage
+from shared.core.statemachine import Config
+from shared.core.statemachine.rows import STATE_ROW
+from shared.core.workflows import DEFAULT_WORKFLOW, LEGACY_VERSION, Registry, Step, load_registry
+from shared.core.workflows.lanes import PRIORITIES
+from shared.messaging import MemoryBus
 from shared.runtime import Runtime
+from shared.runtime.executor import Outcome, execute
 from shared.scheduler import handle_reply, handle_schedule
 from shared.settings import REQUIRED_SETTINGS, Settings
-from shared.statemachine import Config
-from shared.store import ETAG, STATE_ROW, MemoryStore, Store
-from shared.submission import submit
+from shared.storage import fence
+from shared.storage.memory import MemoryStore
+from shared.storage.store import Store
 from shared.supervisor import sweep
-from shared.workflow import WORKFLOW, Step
-from shared.workflows import Registry
 
 T0 = datetime(2026, 11, 22, 8, 0, 0, tzinfo=UTC)
+# The steps of workflow order v1 (workflows/order.v1.yaml): what most tests run.
+WORKFLOW: tuple[Step, ...] = load_registry().get(DEFAULT_WORKFLOW, LEGACY_VERSION).steps
 
 BODY = {"customerId": "c-1", "currency": "EUR",
         "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": 9.99}], "priority": "normal", "statusQueue": None}
@@ -89,7 +94,7 @@ REQUIRED_VALUES = {s.name: f"http://{s.name.lower()}.invalid" for s in REQUIRED_
 
 def config(workflow: tuple[Step, ...] = WORKFLOW, registry: Registry | None = None, **overrides: Any) -> Config:
     """The settings' config for ``workflow`` (as order v1, alone), or for every workflow of
-    ``registry`` when one is given (e.g. ``shared.workflows.load_registry()``: order and digital)."""
+    ``registry`` when one is given (e.g. ``shared.core.workflows.load_registry()``: order and digital)."""
     settings = Settings.from_env(REQUIRED_VALUES)
     base = Config.from_settings(settings, registry=registry) if registry else Config.from_settings(settings, workflow)
     return replace(base, **overrides)

@@ -8,7 +8,9 @@ import uuid
 
 import pytest
 
-from shared.store import ETAG, Conflict, Op, Store, history_row_key
+from shared.core.effects import ETAG, Op
+from shared.core.statemachine.rows import history_row_key
+from shared.storage.store import Conflict, Store
 
 
 def _pk() -> str:
@@ -189,7 +191,7 @@ def check_search_index(store: Store) -> None:
 
 
 def check_transact_returns_the_etags_a_read_returns(store: Store) -> None:
-    """Every created or replaced row's new ETag (the fencing token is built on them, ``shared.fence``)."""
+    """Every created or replaced row's new ETag (the fencing token is built on them, ``shared.storage.fence``)."""
     pk = _pk()
     rows = [{"RowKey": k, "n": i} for i, k in enumerate(("order", "state", "step-00-a", "step-01-b", "z"))]
     etags = store.transact(pk, [Op("create", r) for r in rows])

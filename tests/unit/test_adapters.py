@@ -12,7 +12,7 @@ from azure.functions.servicebus import ServiceBusMessage
 import functions.scheduler as sched_fn
 import functions.submission as sub_fn
 import functions.supervisor as sup_fn
-from shared.messaging import PoisonMessage
+from shared.core.messages import PoisonMessage
 from shared.supervisor import sweep
 from tests.unit.harness import BODY, make_runtime
 

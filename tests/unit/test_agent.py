@@ -24,19 +24,12 @@ import pytest
 from azure.functions.servicebus import ServiceBusMessage
 
 from functions.agents import process_message
-from shared.agent import (
-    AgentRuntime,
-    PoisonMessage,
-    RetryPolicy,
-    TransientFailure,
-    loads,
-    parse_request,
-)
-from shared.fence import MAX_FENCE_LENGTH
-from shared.messaging import MemoryBus, OutMessage
-from shared.models import ReplyMessage
-from shared.telemetry import trace_id
-from shared.workflow import AGENTS_BY_NAME
+from shared.agent import AgentRuntime, PoisonMessage, RetryPolicy, TransientFailure, loads, parse_request
+from shared.core.messages import OutMessage, ReplyMessage
+from shared.core.workflows import AGENTS_BY_NAME
+from shared.messaging import MemoryBus
+from shared.observability.telemetry import trace_id
+from shared.storage.fence import MAX_FENCE_LENGTH
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 FAST = RetryPolicy(initial_backoff=0.05, max_backoff=0.2, jitter=0.02, max_call_timeout=5.0)
@@ -549,8 +542,8 @@ def test_adapter_expired_request_completes_quietly(remote: Scripted) -> None:
 
 def test_one_function_per_agent_and_lane_with_queue_from_a_setting() -> None:
     from functions import agents
-    from shared.lanes import LANES
-    from shared.workflow import AGENTS
+    from shared.core.workflows import AGENTS
+    from shared.core.workflows.lanes import LANES
 
     app = func.FunctionApp()
     app.register_functions(agents.bp)

@@ -1,4 +1,4 @@
-"""The agent with its remote's circuit breaker (``shared.agent.breaker``), against a scripted
+"""The agent with its remote's circuit breaker (``shared.agent.guard``), against a scripted
 HTTP remote and a MemoryStore shared by several agent instances: an outage is called at most
 ``threshold`` times, then every request waits (no call, a ``waiting`` reply, registered for its
 resume), one probe per cool-down, and the close resumes every waiting step."""
@@ -11,13 +11,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.agent import AgentRuntime
-from shared.agent.breaker import breaker_for
-from shared.breaker import BreakerState, read_breaker
-from shared.breaker.waiting import WaitingStep, waiting_steps
+from shared.agent.guard import breaker_for
+from shared.core.breaker.state import BreakerState
+from shared.core.breaker.waiting import WaitingStep
+from shared.core.messages import ReplyMessage
 from shared.messaging import MemoryBus
-from shared.models import ReplyMessage
 from shared.settings import Settings
-from shared.store import MemoryStore
+from shared.storage.breakers import read_breaker
+from shared.storage.memory import MemoryStore
+from shared.storage.waiting import waiting_steps
 from tests.unit import test_agent
 from tests.unit.test_agent import FAST, Replies, Scripted, make_request
 from tests.unit.test_agent import request_body as _request_body

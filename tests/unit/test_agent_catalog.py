@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.agent_catalog import AGENTS, AGENTS_BY_NAME, AGENTS_FILE, Agent, CatalogError, load_agents
+from shared.core.workflows.catalog import AGENTS, AGENTS_BY_NAME, AGENTS_FILE, Agent, CatalogError, load_agents
 from shared.settings import QUEUE_SETTINGS, REQUIRED_SETTINGS, SETTINGS
 
 GOOD = {"name": "gifts", "queueSetting": "GiftsQueue", "serviceUrlSetting": "GiftsServiceUrl"}
@@ -85,15 +85,17 @@ def test_a_missing_file(tmp_path: Path) -> None:
 def test_the_app_does_not_start_with_a_broken_catalog(tmp_path: Path) -> None:
     """The catalog is read when the app imports it: a broken one stops function_app's import."""
     app = tmp_path / "app"
-    (app / "shared").mkdir(parents=True)
+    package = app / "shared" / "core" / "workflows"
+    package.mkdir(parents=True)
     (app / "workflows").mkdir()
     root = Path(__file__).resolve().parents[2]
-    (app / "shared" / "__init__.py").write_text("")
-    (app / "shared" / "agent_catalog.py").write_text((root / "shared" / "agent_catalog.py").read_text())
+    for folder in (app / "shared", app / "shared" / "core", package):
+        (folder / "__init__.py").write_text("")
+    (package / "catalog.py").write_text((root / "shared" / "core" / "workflows" / "catalog.py").read_text())
     (app / "workflows" / "agents.json").write_text(json.dumps({"agents": [{**GOOD, "serviceUrlSetting": 7}]}))
-    script = "import sys; sys.path.insert(0, '.'); import shared.agent_catalog"
+    script = "import sys; sys.path.insert(0, '.'); import shared.core.workflows.catalog"
     proc = subprocess.run([sys.executable, "-I", "-c", script], cwd=app, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1] == (
-        "shared.agent_catalog.CatalogError: workflows/agents.json: agents[0].serviceUrlSetting: "
+        "shared.core.workflows.catalog.CatalogError: workflows/agents.json: agents[0].serviceUrlSetting: "
         "Input should be a valid string")

@@ -1,4 +1,4 @@
-"""The agent request model (shared/agent_messages.py): the scheduler's body, the agent's reading.
+"""The agent request model (shared/core/messages.py): the scheduler's body, the agent's reading.
 
 The body ``AgentRequest(...).to_body()`` builds must be the one the scheduler sends (same dict,
 same JSON bytes), for a step and for a compensation; and the agent must read it back whole.
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from shared.agent_messages import AgentRequest, CompensationTarget, RequestRoute, read_agent_request
-from shared.messaging import PoisonMessage
-from shared.models import dumps, loads
-from shared.statemachine import Ctx, StepState, View
-from shared.statemachine.messages import compensation_request, step_request
+from shared.agent.parsing import read_agent_request
+from shared.core.jsonio import dumps, loads
+from shared.core.messages import AgentRequest, CompensationTarget, PoisonMessage, RequestRoute
+from shared.core.statemachine import Ctx, StepState, View
+from shared.core.statemachine.outbox import compensation_request, step_request
 from tests.unit.harness import T0, make_runtime, post
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

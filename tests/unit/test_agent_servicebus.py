@@ -21,11 +21,11 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from functions.agents import process_message
 from local.procs import Proc, free_port
 from shared.agent import AgentRuntime, RetryPolicy, loads
-from shared.clients import LockedSender
+from shared.core.workflows import AGENTS_BY_NAME
 from shared.messaging import ServiceBusBus
+from shared.observability.telemetry import trace_id
+from shared.runtime.clients import LockedSender
 from shared.settings import queue_names
-from shared.telemetry import trace_id
-from shared.workflow import AGENTS_BY_NAME
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +83,7 @@ def test_request_in_reply_out_and_duplicate_reply_dropped(client: ServiceBusClie
         fmsg = to_function_message(received)
         r.complete_message(received)
 
-    senders: dict[str, LockedSender] = {}  # the app's sender per queue (shared.clients), as in the worker
+    senders: dict[str, LockedSender] = {}  # the app's sender per queue (shared.runtime.clients), as in the worker
     bus = ServiceBusBus(lambda q: senders.setdefault(q, LockedSender(client, q)))
     runtime = AgentRuntime("inventory", f"{remotes_url}/inventory", bus,
                            policy=RetryPolicy(initial_backoff=0.05, max_backoff=0.2))

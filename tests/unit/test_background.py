@@ -1,4 +1,4 @@
-"""The background flush loop (shared/background.py)."""
+"""The background flush loop (shared/observability/periodic.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import requests
 
 from local.procs import free_port
-from shared import telemetry
-from shared.background import Periodic
+from shared.observability import telemetry
+from shared.observability.periodic import Periodic
 from tests import telemetry_support
 
 

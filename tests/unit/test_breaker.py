@@ -1,5 +1,5 @@
-"""The circuit breaker's state machine (``shared.breaker.state``) and its read-decide-write loop
-over one store (``shared.breaker.store``), including races between instances."""
+"""The circuit breaker's state machine (``shared.core.breaker.state``) and its read-decide-write loop
+over one store (``shared.storage.breakers``), including races between instances."""
 
 from __future__ import annotations
 
@@ -8,22 +8,19 @@ from typing import Any
 
 import pytest
 
-from shared.breaker import (
-    BREAKER_PARTITION,
-    BreakerBusy,
+from shared.core.breaker.state import (
     BreakerPolicy,
     BreakerRow,
     BreakerState,
     Effect,
-    apply,
     decide_admit,
     decide_failure,
     decide_success,
-    read_breaker,
-    write_breaker,
 )
 from shared.settings import Settings
-from shared.store import Conflict, MemoryStore
+from shared.storage.breakers import BREAKER_PARTITION, BreakerBusy, apply, read_breaker, write_breaker
+from shared.storage.memory import MemoryStore
+from shared.storage.store import Conflict
 from tests.unit.harness import REQUIRED_VALUES
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

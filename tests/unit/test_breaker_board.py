@@ -1,4 +1,4 @@
-"""One query refreshes every breaker an agent instance holds (``shared.breaker.board``): a healthy
+"""One query refreshes every breaker an agent instance holds (``shared.agent.board``): a healthy
 instance reads the partition ``breakers`` once per ``BreakerCacheSeconds``, not once per remote;
 a breaker that is anything but closed and clean still gets its own read and decision; the cache's
 ticket rule still refuses a row read before this instance's own events; a failed query changes
@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from shared.agent.breaker import breaker_for
-from shared.breaker import BreakerPolicy, BreakerRow, BreakerState, read_breaker, write_breaker
-from shared.breaker import board as board_module
-from shared.breaker.board import BreakerBoard
-from shared.breaker.gate import CACHED_CALL, BreakerDecision, BreakerGate
+from shared.agent import board as board_module
+from shared.agent.board import BreakerBoard
+from shared.agent.gate import CACHED_CALL, BreakerDecision, BreakerGate
+from shared.agent.guard import breaker_for
+from shared.core.breaker.state import BreakerPolicy, BreakerRow, BreakerState
 from shared.messaging import MemoryBus
-from shared.store import MemoryStore
+from shared.storage.breakers import read_breaker, write_breaker
+from shared.storage.memory import MemoryStore
 from tests.unit.test_agent_breaker import SETTINGS
 from tests.unit.test_breaker_gate import Clock
 

@@ -1,4 +1,4 @@
-"""The gate's cached closed row (``shared.breaker.cache``): a closed breaker costs one point read
+"""The gate's cached closed row (``shared.agent.cache``): a closed breaker costs one point read
 per ``BreakerCacheSeconds`` instead of one per call, failures are still counted and still open it,
 and a cached row never admits a call once this instance has seen or made the breaker anything
 else. The cost: another instance's opening is seen up to the cache's lifetime later."""
@@ -11,13 +11,16 @@ from typing import Any
 
 import pytest
 
-from shared.breaker import BreakerPolicy, BreakerRow, BreakerState, read_breaker, write_breaker
-from shared.breaker.cache import ClosedRowCache
-from shared.breaker.gate import BreakerGate
-from shared.breaker.waiting import WaitingStep, hold, waiting_steps
+from shared.agent.cache import ClosedRowCache
+from shared.agent.gate import BreakerGate
+from shared.agent.guard import hold
+from shared.core.breaker.state import BreakerPolicy, BreakerRow, BreakerState
+from shared.core.breaker.waiting import WaitingStep
 from shared.messaging import MemoryBus
 from shared.settings import Settings
-from shared.store import MemoryStore
+from shared.storage.breakers import read_breaker, write_breaker
+from shared.storage.memory import MemoryStore
+from shared.storage.waiting import waiting_steps
 from tests.unit.test_breaker import REQUIRED_VALUES
 from tests.unit.test_breaker_gate import Clock
 

@@ -1,4 +1,4 @@
-"""The breaker as an agent instance uses it (``shared.breaker.gate``): what counts as a failure,
+"""The breaker as an agent instance uses it (``shared.agent.gate``): what counts as a failure,
 the alerts on open and close (once), and a breaker that never stops the agent on its own faults."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from shared.breaker import BreakerPolicy, BreakerState, read_breaker
-from shared.breaker.gate import BreakerGate, failure_of
+from shared.agent.gate import BreakerGate, failure_of
+from shared.core.breaker.state import BreakerPolicy, BreakerState
 from shared.messaging import MemoryBus
-from shared.store import MemoryStore
+from shared.storage.breakers import read_breaker
+from shared.storage.memory import MemoryStore
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 POLICY = BreakerPolicy(threshold=3, window=timedelta(seconds=10), cool_down=timedelta(seconds=5),

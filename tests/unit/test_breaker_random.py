@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.breaker import (
+from shared.core.breaker.state import (
     BreakerDecision,
     BreakerPolicy,
     BreakerRow,
@@ -20,10 +20,10 @@ from shared.breaker import (
     decide_admit,
     decide_failure,
     decide_success,
-    read_breaker,
-    write_breaker,
 )
-from shared.store import Conflict, MemoryStore
+from shared.storage.breakers import read_breaker, write_breaker
+from shared.storage.memory import MemoryStore
+from shared.storage.store import Conflict
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 POLICY = BreakerPolicy(threshold=3, window=timedelta(seconds=4), cool_down=timedelta(seconds=2),

@@ -1,4 +1,4 @@
-"""The index of steps waiting on an open breaker (``shared.breaker.waiting``), and ``hold``'s
+"""The index of steps waiting on an open breaker (``shared.core.breaker.waiting``), and ``hold``'s
 register-then-recheck: a close at any point of it leaves no waiting step unseen."""
 
 from __future__ import annotations
@@ -7,18 +7,15 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.breaker import BreakerPolicy, BreakerState, apply, decide_admit, decide_success, read_breaker
-from shared.breaker.gate import BreakerGate
-from shared.breaker.waiting import (
-    WaitingStep,
-    forget_waiting,
-    hold,
-    register_waiting,
-    waiting_partition,
-    waiting_steps,
-)
+from shared.agent.gate import BreakerGate
+from shared.agent.guard import hold
+from shared.core.breaker.state import BreakerPolicy, BreakerState, decide_admit, decide_success
+from shared.core.breaker.waiting import WaitingStep, waiting_partition
+from shared.core.effects import Op
 from shared.messaging import MemoryBus
-from shared.store import MemoryStore, Op
+from shared.storage.breakers import apply, read_breaker
+from shared.storage.memory import MemoryStore
+from shared.storage.waiting import forget_waiting, register_waiting, waiting_steps
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 POLICY = BreakerPolicy(threshold=1, cool_down=timedelta(seconds=5), probe_lease=timedelta(seconds=10))
@@ -45,7 +42,7 @@ def close_now(store: Any) -> list[WaitingStep]:
 def test_the_row_key_names_the_step_attempt() -> None:
     assert STEP.row_key == f"{ORDER}:000002:ship"
     assert WaitingStep.from_row_key(STEP.row_key) == STEP
-    # Step names never hold ':' (shared/workflows/schema.py NAME): a fourth part marks a compensation.
+    # Step names never hold ':' (shared/core/workflows/schema.py NAME): a fourth part marks a compensation.
     undo = WaitingStep(ORDER, 3, "ship", "compensation")
     assert undo.row_key == f"{ORDER}:000003:ship:compensation"
     assert WaitingStep.from_row_key(undo.row_key) == undo

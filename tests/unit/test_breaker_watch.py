@@ -1,4 +1,4 @@
-"""A breaker's watch row in the deadline index (``shared.breaker.watch``, ``shared.breaker.recovery``):
+"""A breaker's watch row in the deadline index (``shared.core.breaker.watch``, ``shared.supervisor.breakers``):
 an idle sweep reads the deadline index and nothing else, and no waiting step is left unwatched
 whatever dies, repeats or races."""
 
@@ -10,13 +10,16 @@ from typing import Any
 
 import pytest
 
-from shared.breaker import BreakerPolicy, BreakerRow, BreakerState, read_breaker, write_breaker
-from shared.breaker.gate import BreakerGate
-from shared.breaker.recovery import handle_watch, put_watch
-from shared.breaker.waiting import WaitingStep, hold, register_waiting, waiting_partition, waiting_steps
-from shared.breaker.watch import WAKE_GRACE, Watch, WatchVerdict, confirming_watch, decide_watch, opening_watch
-from shared.store import MemoryStore
+from shared.agent.gate import BreakerGate
+from shared.agent.guard import hold
+from shared.core.breaker.state import BreakerPolicy, BreakerRow, BreakerState
+from shared.core.breaker.waiting import WaitingStep, waiting_partition
+from shared.core.breaker.watch import WAKE_GRACE, Watch, WatchVerdict, confirming_watch, decide_watch, opening_watch
+from shared.storage.breakers import read_breaker, write_breaker
+from shared.storage.memory import MemoryStore
+from shared.storage.waiting import register_waiting, waiting_steps
 from shared.supervisor import sweep
+from shared.supervisor.breakers import handle_watch, put_watch
 from tests.unit.harness import T0, make_runtime
 
 POLICY = BreakerPolicy(threshold=2, window=timedelta(seconds=10), cool_down=timedelta(seconds=5),
@@ -31,7 +34,7 @@ def watches(store: MemoryStore) -> list[Watch]:
 
 
 def _due(row: dict[str, Any]) -> Any:
-    from shared.effects import parse_iso
+    from shared.core.effects import parse_iso
     return parse_iso(row.get("Due"))
 
 
@@ -283,7 +286,7 @@ def test_random_outages_leave_no_waiting_step_behind_and_no_watch(seed: int) -> 
     nothing is left (no waiting row, no watch), so the sweep is idle again."""
     import random
 
-    from shared.breaker.waiting import resume_waiting
+    from shared.runtime.resume import resume_waiting
 
     rng = random.Random(seed)
     rt = make_runtime()

@@ -1,4 +1,4 @@
-"""Faults of the breaker watch protocol (``shared.breaker.watch``) that the happy-path and random
+"""Faults of the breaker watch protocol (``shared.core.breaker.watch``) that the happy-path and random
 runs in ``test_breaker_watch`` do not reach: an open write that lands late, an open breaker
 that nobody uses any more."""
 
@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from shared.breaker import BreakerState, read_breaker
-from shared.breaker.gate import BreakerGate
-from shared.breaker.waiting import hold, waiting_steps
-from shared.store import MemoryStore, Op
+from shared.agent.gate import BreakerGate
+from shared.agent.guard import hold
+from shared.core.breaker.state import BreakerState
+from shared.core.effects import Op
+from shared.storage.breakers import read_breaker
+from shared.storage.memory import MemoryStore
+from shared.storage.waiting import waiting_steps
 from shared.supervisor import sweep
 from tests.unit.harness import make_runtime
 from tests.unit.test_breaker_watch import POLICY, STEP, watches

@@ -7,10 +7,10 @@ from unittest import mock
 
 import pytest
 
-from shared import clients as C
+from shared.core.statemachine import Config
+from shared.runtime import clients as C
 from shared.settings import REQUIRED_SETTINGS, Settings, instance_id
-from shared.statemachine import Config
-from shared.table_store import TableStore
+from shared.storage.table_store import TableStore
 
 AZURITE = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
            "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
@@ -72,7 +72,7 @@ def test_tables_share_one_pooled_requests_transport_that_reads_no_proxy_env() ->
     RequestsTransport, pooled for the thread pool, verifying TLS, not reading proxies from the env."""
     from azure.core.pipeline.transport import RequestsTransport
 
-    from shared.tables import POOL_SIZE, RestTable
+    from shared.storage.tables import POOL_SIZE, RestTable
 
     clients = C.Clients(Settings.from_env({**URLS, "StateStorage": AZURITE}))
     t = clients.transport
@@ -174,7 +174,8 @@ def test_instance_id() -> None:
 def test_missing_queue_is_remembered_and_not_retried() -> None:
     from azure.servicebus.exceptions import MessagingEntityNotFoundError
 
-    from shared.messaging import OutMessage, QueueNotFound, ServiceBusBus
+    from shared.core.messages import OutMessage
+    from shared.messaging import QueueNotFound, ServiceBusBus
 
     attempts: list[str] = []
 

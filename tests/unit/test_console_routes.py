@@ -97,7 +97,7 @@ def test_the_json_routes_pass_the_runtime_and_query_on(monkeypatch: pytest.Monke
     import sys
     import types
 
-    from shared.submission import HttpResult
+    from shared.api.http import HttpResult
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(console, "get_runtime", lambda: "rt")
@@ -111,9 +111,9 @@ def test_the_json_routes_pass_the_runtime_and_query_on(monkeypatch: pytest.Monke
         seen["overview"] = rt
         return HttpResult(200, {"asOf": "x"})
 
-    fake_overview = types.ModuleType("shared.overview")
+    fake_overview = types.ModuleType("shared.console.overview")
     fake_overview.get_overview = overview  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "shared.overview", fake_overview)
+    monkeypatch.setitem(sys.modules, "shared.console.overview", fake_overview)
     resp = console.deadletters(func.HttpRequest("GET", "http://localhost/api/deadletters", body=b"",
                                                 params={"queue": "alerts", "limit": "5"}))
     assert resp.status_code == 200 and json.loads(resp.get_body()) == {"queue": "alerts"}

@@ -1,4 +1,4 @@
-"""The console's per-process figures (``shared.console_stats``): histogram, recording from
+"""The console's per-process figures (``shared.observability.figures``): histogram, recording from
 committed transactions only, flushing, forgetting, retention of the stats rows, and the store
 methods behind them (``check_*`` run on Azurite too: tests/integration/test_console_stats_azurite.py)."""
 
@@ -10,19 +10,15 @@ from typing import Any
 
 import pytest
 
-from shared.console_stats import (
-    LATENCY_BOUNDS,
-    ConsoleStats,
-    Figures,
-    Histogram,
-    bucket_middle,
-    process_id,
-)
-from shared.effects import Transact, execute
-from shared.metrics import parse_committed
-from shared.retention import purge, purge_stats
-from shared.store import MAX_BATCH_OPS, MemoryStore, Op, Store, history_row_key
+from shared.core.effects import Op, Transact
+from shared.core.statemachine.rows import history_row_key
+from shared.observability.figures import LATENCY_BOUNDS, ConsoleStats, Figures, Histogram, bucket_middle, process_id
+from shared.observability.metrics import parse_committed
+from shared.runtime.executor import execute
+from shared.storage.memory import MemoryStore
+from shared.storage.store import MAX_BATCH_OPS, Store
 from shared.supervisor import sweep
+from shared.supervisor.retention import purge, purge_stats
 from tests.unit.harness import T0, AgentSim, Clock, DedupBus, drive, make_runtime, post
 
 

@@ -1,4 +1,4 @@
-"""Idle sweeps in the console's figures (``shared.console_stats``): an idle app writes its stats
+"""Idle sweeps in the console's figures (``shared.observability.figures``): an idle app writes its stats
 rows once per heartbeat, not after every sweep, and no sweep is ever lost from the counts."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from shared.console_stats import IDLE_SWEEP_HEARTBEAT, ConsoleStats
-from shared.store import MemoryStore
+from shared.observability.figures import IDLE_SWEEP_HEARTBEAT, ConsoleStats
+from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
 from tests.unit.harness import Clock, make_runtime
 
@@ -115,7 +115,7 @@ def test_held_idle_figures_are_not_forgotten_before_they_are_sent() -> None:
 
 
 def _committed_nothing() -> Any:
-    from shared.metrics import Committed
+    from shared.observability.metrics import Committed
     return Committed(events=(), steps={}, state=None)
 
 

@@ -17,12 +17,22 @@ from typing import Any
 
 import pytest
 
-from shared.messaging import OutMessage
+from shared.api.operator import cancel_order, retry_order
+from shared.core.messages import OutMessage
 from shared.scheduler import handle_reply, handle_schedule
-from shared.submission import cancel_order, retry_order
 from shared.supervisor import sweep
-from shared.workflow import WORKFLOW
-from tests.unit.harness import AgentSim, Crash, CrashRuntime, deliver_schedules, drive, make_runtime, post, state, steps
+from tests.unit.harness import (
+    WORKFLOW,
+    AgentSim,
+    Crash,
+    CrashRuntime,
+    deliver_schedules,
+    drive,
+    make_runtime,
+    post,
+    state,
+    steps,
+)
 
 HOLD = tuple(replace(s, on_failure="hold") if s.name == "charge-payment" else s for s in WORKFLOW)
 
@@ -258,7 +268,7 @@ def test_submission_crash_points(k: int) -> None:
         rt.crash_at = k
         with pytest.raises(Crash):
             post(rt, headers={"Idempotency-Key": "crash-key"})
-        from shared.models import order_id_for_key
+        from shared.core.orders import order_id_for_key
 
         oid = order_id_for_key("crash-key")
         exists = rt.store.read_row(oid, "state") is not None

@@ -1,4 +1,4 @@
-"""shared.deadletters without a broker: the query's validation (400 naming the parameter), the
+"""shared.console.deadletters without a broker: the query's validation (400 naming the parameter), the
 view of a dead letter (reason, order id, body truncation), paging (``next``), the depths' cap,
 and 503 when Service Bus fails. The client is a stand-in with the SDK's receiver API; the real
 thing is tests/integration/test_deadletters_servicebus.py."""
@@ -15,7 +15,7 @@ from azure.servicebus import ServiceBusSubQueue
 from azure.servicebus.amqp import AmqpMessageBodyType
 from azure.servicebus.exceptions import ServiceBusConnectionError
 
-from shared import deadletters
+from shared.console import deadletters
 from shared.settings import QUEUE_SETTINGS
 from tests.unit.harness import make_runtime
 
@@ -157,7 +157,7 @@ def test_service_bus_down_is_a_503() -> None:
 
 
 def test_no_service_bus_setting_is_a_503(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared import clients
+    from shared.runtime import clients
     from shared.settings import Settings
     from tests.unit.harness import REQUIRED_VALUES
 

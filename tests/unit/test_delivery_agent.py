@@ -10,8 +10,8 @@ import pytest
 
 from functions import agents as agent_functions
 from shared.agent import AgentRuntime
-from shared.agent_catalog import AGENTS_BY_NAME
-from shared.messaging import PoisonMessage
+from shared.core.messages import PoisonMessage
+from shared.core.workflows.catalog import AGENTS_BY_NAME
 from tests.unit.test_agent import RecordingSender, Scripted, mid_for, remote, request_body, sb_message
 
 __all__ = ["remote"]  # the fixture, imported for pytest

@@ -1,4 +1,4 @@
-"""Fencing tokens (``shared.fence``) and how the executor issues them (``shared.effects``)."""
+"""Fencing tokens (``shared.storage.fence``) and how the executor issues them (``shared.core.effects``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from shared import fence
-from shared.effects import Send, Transact, execute
-from shared.messaging import MemoryBus, OutMessage
-from shared.store import ETAG, MemoryStore, Op
+from shared.core.effects import ETAG, Op, Send, Transact
+from shared.core.messages import OutMessage
+from shared.messaging import MemoryBus
+from shared.runtime.executor import execute
+from shared.storage import fence
+from shared.storage.memory import MemoryStore
 
 OID = "a" * 32
 OTHER = "b" * 32

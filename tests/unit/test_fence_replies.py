@@ -1,4 +1,4 @@
-"""The reply path with fencing tokens (``shared.scheduler``, ``shared.fence``): a reply whose
+"""The reply path with fencing tokens (``shared.scheduler``, ``shared.storage.fence``): a reply whose
 token is current is decided and written without a read; a token that anything has overtaken
 (a duplicate, a Supervisor redrive, a terminate, a retry's new generation) loses its write
 (412) and the reply is decided on a read, exactly as without a token."""
@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
-from shared import fence
-from shared.messaging import OutMessage, PoisonMessage
+from shared.api.operator import retry_order, terminate_order
+from shared.core.effects import ETAG, Op
+from shared.core.messages import OutMessage, PoisonMessage
 from shared.scheduler import handle_reply
-from shared.store import ETAG, Conflict, MemoryStore, Op
-from shared.submission import retry_order, terminate_order
+from shared.storage import fence
+from shared.storage.memory import MemoryStore
+from shared.storage.store import Conflict
 from shared.supervisor import sweep
 from tests.unit.harness import AgentSim, CrashRuntime, deliver_schedules, drive, make_runtime, post, state, steps
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shared.core.workflows import AGENTS
 from shared.settings import QUEUE_SETTINGS, SERVICE_BUS_CONNECTION, SETTING_NAMES
-from shared.workflow import AGENTS
 from tests.indexed import indexed_functions
 from tests.unit.harness import REQUIRED_VALUES
 
@@ -44,7 +44,7 @@ def test_http_functions() -> None:
 
 
 def test_service_bus_triggers_scheduler_and_one_per_agent_on_every_lane() -> None:
-    from shared.lanes import LANES
+    from shared.core.workflows.lanes import LANES
 
     queues = sorted(_trigger(f)["queueName"] for f in _functions().values()
                     if _trigger(f)["type"] == "serviceBusTrigger")

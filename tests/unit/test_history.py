@@ -11,16 +11,18 @@ from typing import Any
 
 import pytest
 
-from shared.messaging import OutMessage
+from shared.api.operator import cancel_order, retry_order, terminate_order
+from shared.api.orders import HISTORY_PAGE, get_history, get_order
+from shared.api.search import search_orders
+from shared.api.tokens import issue
+from shared.core.effects import Op
+from shared.core.messages import OutMessage
+from shared.core.statemachine import EventKind, View, decide_expired
+from shared.core.statemachine.rows import HISTORY_PREFIX, STATE_ROW, history_row_key
 from shared.scheduler import handle_reply
-from shared.search import search_orders
-from shared.statemachine import EventKind, View, decide_expired
-from shared.store import HISTORY_PREFIX, STATE_ROW, MemoryStore, Op, history_row_key
-from shared.submission import HISTORY_PAGE, cancel_order, get_history, get_order, retry_order, terminate_order
+from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
-from shared.tokens import issue
-from shared.workflow import WORKFLOW
-from tests.unit.harness import AgentSim, Crash, CrashRuntime, drive, make_runtime, post, state
+from tests.unit.harness import WORKFLOW, AgentSim, Crash, CrashRuntime, drive, make_runtime, post, state
 from tests.unit.test_crash_points import SCENARIOS as FORWARD_SCENARIOS
 from tests.unit.test_operator import (
     HOLD,

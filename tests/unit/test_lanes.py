@@ -1,4 +1,4 @@
-"""Priority lanes (workflows/lanes.json, shared/lanes.py): every message the core sends for an
+"""Priority lanes (workflows/lanes.json, shared/core/workflows/lanes.py): every message the core sends for an
 order goes on its priority's lane, and every function handles a message from any lane alike."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import pytest
 from azure.functions.servicebus import ServiceBusMessage
 
 import functions.scheduler as sched_fn
-from shared.lanes import (
+from shared.api.operator import cancel_order, retry_order, terminate_order
+from shared.core.messages import OutMessage
+from shared.core.workflows.lanes import (
     DEFAULT_LANE,
     FAST_LANES,
     LANED_QUEUES,
@@ -21,11 +23,8 @@ from shared.lanes import (
     load_lanes,
     with_lane_queues,
 )
-from shared.messaging import OutMessage
-from shared.submission import cancel_order, retry_order, terminate_order
 from shared.supervisor import sweep
-from shared.workflow import WORKFLOW
-from tests.unit.harness import BODY, AgentSim, drive, make_runtime, post, state, steps
+from tests.unit.harness import BODY, WORKFLOW, AgentSim, drive, make_runtime, post, state, steps
 from tests.unit.test_statemachine import HOLD_WORKFLOW
 
 # The work queues of each lane, as the settings name them by default.

@@ -109,8 +109,8 @@ def test_query_endpoints() -> None:
 
 
 def test_enums_are_the_ones_the_code_uses() -> None:
-    from shared.statemachine.history import EventKind
-    from shared.statemachine.states import Category
+    from shared.core.statemachine.history import EventKind
+    from shared.core.statemachine.states import Category
 
     schemas = _doc()["components"]["schemas"]
     assert schemas["Category"]["enum"] == [c.value for c in Category]
@@ -135,9 +135,9 @@ def _overview_errors(body: dict[str, Any]) -> list[str]:
 
 
 def test_the_overview_with_breakers_matches_its_schema() -> None:
-    from shared.breaker.state import BreakerPolicy, BreakerState, decide_failure
-    from shared.breaker.store import read_breaker, write_breaker
-    from shared.overview import get_overview
+    from shared.console.overview import get_overview
+    from shared.core.breaker.state import BreakerPolicy, BreakerState, decide_failure
+    from shared.storage.breakers import read_breaker, write_breaker
     from tests.unit.harness import T0, Clock, make_runtime
 
     rt = make_runtime(clock=Clock(T0))

@@ -19,16 +19,21 @@ from typing import Any
 
 import pytest
 
-from shared.messaging import MemoryBus, OutMessage
+from shared.api.http import HttpResult
+from shared.api.operator import cancel_order, retry_order, terminate_order
+from shared.api.orders import get_history, get_order
+from shared.api.search import search_orders
+from shared.core.effects import Op
+from shared.core.messages import OutMessage
+from shared.core.statemachine import Category, StateRow, View, category_of, index_rows
+from shared.core.workflows import Step
+from shared.messaging import MemoryBus
 from shared.runtime import Runtime
 from shared.scheduler import handle_reply
-from shared.search import search_orders
-from shared.statemachine import Category, StateRow, View, category_of, index_rows
-from shared.store import MemoryStore, Op
-from shared.submission import HttpResult, cancel_order, get_history, get_order, retry_order, terminate_order
+from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
-from shared.workflow import WORKFLOW, Step
 from tests.unit.harness import (
+    WORKFLOW,
     AgentSim,
     Clock,
     CrashRuntime,

@@ -11,8 +11,8 @@ import azure.functions as func
 import pytest
 
 from functions.operator_auth import guard
-from shared import operator_auth
-from shared.operator_auth import APP_SERVICE, KEY, denied, mode_of
+from shared.api import auth as operator_auth
+from shared.api.auth import APP_SERVICE, KEY, denied, mode_of
 from shared.settings import setting_from_env
 
 

@@ -24,14 +24,16 @@ from typing import Any
 
 import pytest
 
-from shared.messaging import OutMessage
-from shared.retention import purge
+from shared.api.http import HttpResult
+from shared.api.operator import cancel_order, retry_order, terminate_order
+from shared.api.orders import get_history, get_order
+from shared.api.search import search_orders
+from shared.core.messages import OutMessage
+from shared.core.statemachine import View, decide_expired
 from shared.scheduler import handle_reply, handle_schedule
-from shared.search import search_orders
-from shared.statemachine import View, decide_expired
-from shared.store import MemoryStore
-from shared.submission import HttpResult, cancel_order, get_history, get_order, retry_order, terminate_order
+from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
+from shared.supervisor.retention import purge
 from tests.unit.harness import (
     AgentSim,
     Clock,
@@ -460,7 +462,7 @@ def test_a_second_supervisor_that_holds_the_order_loses_to_the_first_and_the_ret
 def _leftover_row(rt: CrashRuntime, oid: str) -> None:
     """The held order's deadline row survived (its last transition's delete was lost)."""
     st = state(rt, oid)
-    from shared.effects import PutIndex
+    from shared.core.effects import PutIndex
 
     rt.run([PutIndex(oid, rt.clock() - timedelta(seconds=1), note="left over")])
     assert st["Mode"] == "held"

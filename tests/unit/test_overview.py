@@ -1,4 +1,4 @@
-"""``GET /api/overview`` (``shared.overview.get_overview``): issue 12's contract, from the stats
+"""``GET /api/overview`` (``shared.console.overview.get_overview``): issue 12's contract, from the stats
 rows of several processes, the capped live counts and the queues (injected here)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from shared.console_stats import ConsoleStats, Figures, hour_stamp, minute_stamp
-from shared.overview import LIVE_COUNT_CAP, QUEUE_CAP, SERIES_MINUTES, get_overview
+from shared.console.overview import LIVE_COUNT_CAP, QUEUE_CAP, SERIES_MINUTES, get_overview
+from shared.observability.figures import ConsoleStats, Figures, hour_stamp, minute_stamp
 from shared.runtime import Runtime
-from shared.store import MemoryStore
+from shared.storage.memory import MemoryStore
 from tests.unit.harness import T0, AgentSim, Clock, drive, make_runtime, post
 
 NOW = T0 + timedelta(minutes=30, seconds=20)  # 08:30:20

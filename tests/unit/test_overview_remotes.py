@@ -1,4 +1,4 @@
-"""``GET /api/overview``'s ``remotes`` (``shared.overview_remotes``): each remote's circuit breaker
+"""``GET /api/overview``'s ``remotes`` (``shared.console.remotes``): each remote's circuit breaker
 as stored (partition ``breakers``) and the steps waiting on it (partition ``waiting-{remote}``),
 two requests per remote, and a failure to read them that leaves the rest of the overview whole."""
 
@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 
-from shared.agent_catalog import AGENTS
-from shared.breaker.state import BreakerPolicy, BreakerRow, BreakerState, decide_admit, decide_failure
-from shared.breaker.store import BREAKER_PARTITION, read_breaker, write_breaker
-from shared.breaker.waiting import WaitingStep, register_waiting, waiting_partition
-from shared.console_stats import minute_stamp
-from shared.overview import get_overview
-from shared.overview_remotes import WAITING_COUNT_CAP, breaker_json
-from shared.store import MemoryStore
+from shared.console.overview import get_overview
+from shared.console.remotes import WAITING_COUNT_CAP, breaker_json
+from shared.core.breaker.state import BreakerPolicy, BreakerRow, BreakerState, decide_admit, decide_failure
+from shared.core.breaker.waiting import WaitingStep, waiting_partition
+from shared.core.workflows.catalog import AGENTS
+from shared.observability.figures import minute_stamp
+from shared.storage.breakers import BREAKER_PARTITION, read_breaker, write_breaker
+from shared.storage.memory import MemoryStore
+from shared.storage.waiting import register_waiting
 from tests.unit.harness import Clock, make_runtime
 from tests.unit.test_overview import NOW, no_queues, put
 

@@ -15,12 +15,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from shared.core.statemachine import Lease, LeaseKind
+from shared.core.workflows import Registry, Workflow, load_registry
 from shared.scheduler import handle_reply, handle_schedule
-from shared.statemachine import Lease, LeaseKind
 from shared.supervisor import sweep
-from shared.workflow import WORKFLOW
-from shared.workflows import Registry, Workflow, load_registry
-from tests.unit.harness import BODY, AgentSim, Crash, drive, make_runtime, post
+from tests.unit.harness import BODY, WORKFLOW, AgentSim, Crash, drive, make_runtime, post
 
 ACTIONS = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 7)), min_size=5, max_size=60)
 REJECT = st.sampled_from([{}, {}, {"create-shipment": "no"}, {"charge-payment": "declined"},
@@ -74,7 +73,7 @@ def check_rows(rt: Any, oid: str) -> None:
         assert all(s["State"] == "Done" for s in steps) and not state.get("LockedBy")
     # the index covers whatever is in flight: a row of the order due no later than its deadline
     if state.get("LeaseKey"):
-        from shared.effects import parse_iso
+        from shared.core.effects import parse_iso
 
         dues = [parse_iso(r["Due"]) for r in rt.store.index_rows() if r["OrderId"] == oid]
         deadline = parse_iso(state["CompleteBy"])

@@ -1,4 +1,4 @@
-"""Retention (``shared.retention.purge``): finished orders older than RetentionDays go with their
+"""Retention (``shared.supervisor.retention.purge``): finished orders older than RetentionDays go with their
 history and index rows; held and attention orders never; a crash or a failure part way is
 finished by the next run; the purge reads only what it deletes."""
 
@@ -7,9 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from shared.retention import purge
-from shared.store import STATE_ROW, Op, history_row_key
-from shared.submission import get_order
+from shared.api.orders import get_order
+from shared.core.effects import Op
+from shared.core.statemachine.rows import STATE_ROW, history_row_key
+from shared.supervisor.retention import purge
 from tests.unit.harness import T0, Crash, state
 from tests.unit.test_search import (
     Agents,

@@ -1,4 +1,4 @@
-"""GET /api/orders (``shared.search``) on the in-memory store: query parsing and its 400s,
+"""GET /api/orders (``shared.api.search``) on the in-memory store: query parsing and its 400s,
 paging newest first, filters, the cost of a page, and the repair of stale index rows
 (a lost Reindex, seen by a search; a failed Reindex, redone by the Supervisor).
 
@@ -15,16 +15,19 @@ from typing import Any
 
 import pytest
 
-from shared.effects import Effect, Outcome, Reindex, iso
-from shared.search import DEFAULT_LIMIT, MAX_LIMIT, SearchQuery, parse_query, search_orders
-from shared.statemachine import Category, View, index_rows
-from shared.store import ETAG, MemoryStore, Op
-from shared.submission import HttpResult, cancel_order, get_order, retry_order, terminate_order
+from shared.api.http import HttpResult
+from shared.api.operator import cancel_order, retry_order, terminate_order
+from shared.api.orders import get_order
+from shared.api.search import DEFAULT_LIMIT, MAX_LIMIT, SearchQuery, parse_query, search_orders
+from shared.core.effects import ETAG, Effect, Op, Reindex, iso
+from shared.core.statemachine import Category, View, index_rows
+from shared.runtime.executor import Outcome
+from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
-from shared.workflow import WORKFLOW
 from tests.unit.harness import (
     BODY,
     T0,
+    WORKFLOW,
     AgentSim,
     Clock,
     CrashRuntime,
@@ -433,7 +436,7 @@ def test_created_range_from_inclusive_to_exclusive(catalogue: Any) -> None:
 @pytest.mark.parametrize("value", ["1970-01-01", "1970-01-01T00:00:00Z", "1970-01-01T00:00:00.000001Z",
                                    "1970-01-01T00:30:00+01:00", "1969-12-31", "0001-01-01"])
 def test_created_from_at_or_before_1970_never_gives_an_empty_page(catalogue: Any, value: str) -> None:
-    """BUG (shared/statemachine/search_index.py ``rev``, used by shared/search.py
+    """BUG (shared/core/statemachine/search_index.py ``rev``, used by shared/api/search.py
     ``SearchQuery.key_range``): ``rev`` is ``10**17 - micros``, 18 digits for an instant at or
     before 1970-01-01T00:00:00.000001Z, so the high bound of such a createdFrom
     ("all-100000000000000001") sorts BEFORE every real key ("all-98..."): the search answers

@@ -1,4 +1,4 @@
-"""The search index's layout (``shared.statemachine.search_index``): categories, keys, the rows
+"""The search index's layout (``shared.core.statemachine.search_index``): categories, keys, the rows
 of an order, when they are written, and that after every kind of transition an order has
 exactly the rows its state says (no stale category row left behind)."""
 
@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from shared.effects import Reindex
-from shared.statemachine import Category, View, category_of, index_rows
-from shared.statemachine.lease import Lease
-from shared.statemachine.rows import OrderRow, StateRow
-from shared.statemachine.search_index import category_key, customer_key, finished_key, listing_keys, reindex, rev
-from shared.statemachine.states import Mode, OrderCompensation, Outcome, ProcessState
-from shared.submission import cancel_order, get_order, retry_order, terminate_order
+from shared.api.operator import cancel_order, retry_order, terminate_order
+from shared.api.orders import get_order
+from shared.core.effects import Reindex
+from shared.core.statemachine import Category, View, category_of, index_rows
+from shared.core.statemachine.lease import Lease
+from shared.core.statemachine.rows import OrderRow, StateRow
+from shared.core.statemachine.search_index import category_key, customer_key, finished_key, listing_keys, reindex, rev
+from shared.core.statemachine.states import Mode, OrderCompensation, Outcome, ProcessState
 from tests.unit.harness import T0, post
 from tests.unit.test_search import REJECTS, Agents, Probe, make, new_order, probe, settle
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared import clients as clients_module
+from shared.runtime import clients as clients_module
 from shared.settings import REQUIRED_SETTINGS, SETTINGS, MissingSettingError, Settings
 
 URLS = {s.name: f"https://{s.name.lower()}.example.com" for s in REQUIRED_SETTINGS}

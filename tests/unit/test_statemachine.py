@@ -9,16 +9,26 @@ from dataclasses import replace
 
 import pytest
 
-from shared import fence
-from shared.effects import PutIndex, Transact
-from shared.messaging import PoisonMessage
-from shared.models import ReplyMessage
+from shared.api.operator import cancel_order, retry_order
+from shared.api.orders import get_order
+from shared.core.effects import PutIndex, Transact
+from shared.core.messages import PoisonMessage, ReplyMessage
+from shared.core.statemachine import View, decide_reply, decide_schedule
 from shared.scheduler import handle_reply, handle_schedule
-from shared.statemachine import View, decide_reply, decide_schedule
-from shared.submission import cancel_order, get_order, retry_order
+from shared.storage import fence
 from shared.supervisor import sweep
-from shared.workflow import WORKFLOW
-from tests.unit.harness import BODY, AgentSim, deliver_schedules, drive, make_runtime, post, redriven, state, steps
+from tests.unit.harness import (
+    BODY,
+    WORKFLOW,
+    AgentSim,
+    deliver_schedules,
+    drive,
+    make_runtime,
+    post,
+    redriven,
+    state,
+    steps,
+)
 
 HOLD_WORKFLOW = tuple(replace(s, on_failure="hold") if s.name == "charge-payment" else s for s in WORKFLOW)
 
@@ -415,7 +425,7 @@ def test_pure_decisions_do_no_io() -> None:
 
 
 def test_adding_a_step_needs_no_scheduler_change() -> None:
-    from shared.workflow import Step
+    from shared.core.workflows import Step
 
     wf = (*WORKFLOW, Step("send-invoice", agent="shipping", operation="invoice", timeout_seconds=10))
     rt = make_runtime(workflow=wf)
@@ -429,7 +439,7 @@ def test_adding_a_step_to_the_second_workflow_needs_no_scheduler_change(tmp_path
     """The same for digital, as data only: its v2 (a step more) is one more file next to the others."""
     import shutil
 
-    from shared.workflows import AGENTS_BY_NAME, load_directory, workflows_directory
+    from shared.core.workflows import AGENTS_BY_NAME, load_directory, workflows_directory
 
     for shipped in workflows_directory().glob("*.yaml"):
         shutil.copy(shipped, tmp_path)

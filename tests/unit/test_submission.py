@@ -7,8 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from shared.models import CURRENCIES, order_id_for_key
-from shared.submission import cancel_order, get_order, retry_order, submit
+from shared.api.operator import cancel_order, retry_order
+from shared.api.orders import get_order, submit
+from shared.core.orders import CURRENCIES, order_id_for_key
 from tests.unit.harness import BODY, make_runtime, post, state, steps
 
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from shared.effects import bucket_of
-from shared.statemachine import StateRow, View, decide_expired, index_verdict
-from shared.store import MemoryStore
+from shared.core.effects import bucket_of
+from shared.core.statemachine import StateRow, View, decide_expired, index_verdict
+from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
 from tests.unit.harness import T0, AgentSim, Clock, DedupBus, deliver_schedules, drive, make_runtime, post, state, steps
 
@@ -155,7 +155,7 @@ def test_sweep_never_reads_finished_or_future_orders() -> None:
     for oid in done:
         drive(rt, oid, agents)
     running = _claimed(rt)  # deadline 30 s ahead
-    sweep(rt)  # this process's first sweep reads every breaker once (shared.breaker.recovery.full_pass)
+    sweep(rt)  # this process's first sweep reads every breaker once (shared.supervisor.breakers.full_pass)
     rt.store.reads.clear()
     rt.clock.advance(5)
     report = sweep(rt)
@@ -200,7 +200,7 @@ def test_slow_order_row_is_moved_not_acted() -> None:
 def test_a_later_step_with_a_shorter_timeout_is_supervised_on_time() -> None:
     from dataclasses import replace
 
-    from shared.workflow import WORKFLOW
+    from tests.unit.harness import WORKFLOW
 
     uneven = tuple(replace(s, timeout_seconds=t) for s, t in zip(WORKFLOW, (60, 10, 60), strict=True))
     rt = make_runtime(workflow=uneven)
@@ -270,7 +270,7 @@ def test_late_reply_before_supervisor_acts_is_accepted_once() -> None:
 def test_threshold_with_hold_policy_waits_for_operator() -> None:
     from dataclasses import replace
 
-    from shared.workflow import WORKFLOW
+    from tests.unit.harness import WORKFLOW
 
     hold = tuple(replace(s, on_failure="hold") for s in WORKFLOW)
     rt = make_runtime(workflow=hold)

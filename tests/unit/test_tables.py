@@ -1,4 +1,4 @@
-"""shared.tables without Azure: which path a client gets, the REST path's requests (Shared Key
+"""shared.storage.tables without Azure: which path a client gets, the REST path's requests (Shared Key
 Lite, ``$batch``, queries) and how it reads their answers. Both paths' behaviour on real Table
 Storage is the store contract (tests/integration/test_store_azurite.py runs it on each)."""
 
@@ -17,8 +17,9 @@ from azure.core.exceptions import HttpResponseError, ServiceRequestError
 from azure.core.pipeline.transport import HttpTransport
 from azure.data.tables import TableClient
 
-from shared.store import ETAG, Conflict, TooLarge
-from shared.tables import (
+from shared.core.effects import ETAG
+from shared.storage.store import Conflict, TooLarge
+from shared.storage.tables import (
     Page,
     RestTable,
     SdkTable,

@@ -17,16 +17,15 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-from shared import telemetry
 from shared.agent import AgentRuntime, RetryPolicy
-from shared.logs import log_event
-from shared.messaging import OutMessage
+from shared.api.operator import terminate_order
+from shared.core.messages import OutMessage
+from shared.observability import telemetry
+from shared.observability.logs import log_event
 from shared.scheduler import handle_reply, handle_schedule
-from shared.submission import terminate_order
 from shared.supervisor import sweep
-from shared.workflow import WORKFLOW
 from tests import telemetry_support
-from tests.unit.harness import CrashRuntime, make_runtime, post, state
+from tests.unit.harness import WORKFLOW, CrashRuntime, make_runtime, post, state
 
 REQUEST_TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 RECEIVED: list[str | None] = []  # the traceparent header of every call the remote got
@@ -221,7 +220,7 @@ def test_setup_picks_one_exporter() -> None:
 
 SETUP_CHILD = r'''
 import sys, urllib3
-from shared import telemetry
+from shared.observability import telemetry
 if sys.argv[1] == "provider":
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider

@@ -1,4 +1,4 @@
-"""Continuation tokens (``shared.tokens``) and how the search and history endpoints refuse a
+"""Continuation tokens (``shared.api.tokens``) and how the search and history endpoints refuse a
 token they did not issue for the query: 400 ``invalid-continuation-token``, before any read."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from shared.search import SearchQuery, parse_query
-from shared.statemachine import Category
-from shared.submission import HttpResult, get_history
-from shared.tokens import MAX_TOKEN_LENGTH, InvalidToken, issue, redeem
+from shared.api.http import HttpResult
+from shared.api.orders import get_history
+from shared.api.search import SearchQuery, parse_query
+from shared.api.tokens import MAX_TOKEN_LENGTH, InvalidToken, issue, redeem
+from shared.core.statemachine import Category
 from tests.unit.test_search import Agents, LossyRuntime, all_pages, bad, make, new_order, ok, probe, search
 
 SCOPE = "orders-scope"
@@ -76,7 +77,7 @@ def test_malformed_tokens_are_refused(token: str) -> None:
 
 def test_a_mac_over_something_other_than_an_object_is_refused() -> None:
     # a token built with the app's key but holding a JSON list: still not a position
-    from shared.tokens import _mac
+    from shared.api.tokens import _mac
 
     payload = b"[1,2]"
     with pytest.raises(InvalidToken):
@@ -84,7 +85,7 @@ def test_a_mac_over_something_other_than_an_object_is_refused() -> None:
 
 
 def test_a_token_in_another_spelling_of_the_same_bytes_is_refused() -> None:
-    """BUG (shared/tokens.py ``redeem``): ``base64.urlsafe_b64decode`` is lenient: it accepts
+    """BUG (shared/api/tokens.py ``redeem``): ``base64.urlsafe_b64decode`` is lenient: it accepts
     '=' padding the issuer never writes, '+' and '/' for '-' and '_', and ignores the unused low
     bits of the last character, so several strings that are not the issued token decode to it
     and are accepted (no harm to the content, which the MAC covers, but a token that was changed

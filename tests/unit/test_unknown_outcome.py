@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from shared.effects import Transact
+from shared.api.operator import cancel_order, retry_order
+from shared.api.orders import get_order
+from shared.core.effects import Transact
+from shared.core.statemachine import View, decide_expired
 from shared.scheduler import handle_reply
-from shared.statemachine import View, decide_expired
-from shared.submission import cancel_order, get_order, retry_order
 from shared.supervisor import sweep
-from shared.workflow import WORKFLOW
-from tests.unit.harness import AgentSim, deliver_schedules, drive, make_runtime, post, state, steps
+from tests.unit.harness import WORKFLOW, AgentSim, deliver_schedules, drive, make_runtime, post, state, steps
 
 HOLD = tuple(replace(s, on_failure="hold") if s.name == "charge-payment" else s for s in WORKFLOW)
 
@@ -72,7 +72,7 @@ def test_timeout_without_effect_tombstones_the_key_and_a_late_original_is_refuse
     late = {"kind": "step", "orderId": oid, "step": "charge-payment", "operation": "charge", "attempt": 3,
             "idempotencyKey": f"{oid}:charge-payment", "completeBy": "2099-01-01T00:00:00+00:00",
             "order": {}, "context": {}}
-    from shared.messaging import OutMessage
+    from shared.core.messages import OutMessage
 
     agents._handle(OutMessage(queue="agent-payment", body=late, message_id=f"{oid}:charge-payment:3",
                               reply_to="replies"), rt.clock())

@@ -1,7 +1,7 @@
-"""Steps waiting on an open breaker (``shared.statemachine.waiting``) and their resume, on the
+"""Steps waiting on an open breaker (``shared.core.statemachine.waiting``) and their resume, on the
 pure core with the in-memory store and bus: a wait is not a failure, a resume is fenced by the
 lease, the longest wait hands the step to the usual timeout path, and a crash at any point
-leaves nothing waiting for ever (``shared.breaker.recovery``)."""
+leaves nothing waiting for ever (``shared.supervisor.breakers``)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 
-from shared.breaker.recovery import handle_watch, put_watch
-from shared.breaker.state import BreakerRow, BreakerState
-from shared.breaker.store import read_breaker, write_breaker
-from shared.breaker.waiting import WaitingStep, register_waiting, resume_message, waiting_steps
-from shared.breaker.watch import Watch, WatchVerdict, opening_watch
+from shared.core.breaker.state import BreakerRow, BreakerState
+from shared.core.breaker.waiting import WaitingStep, resume_message
+from shared.core.breaker.watch import Watch, WatchVerdict, opening_watch
 from shared.scheduler import handle_reply, handle_schedule
+from shared.storage.breakers import read_breaker, write_breaker
+from shared.storage.waiting import register_waiting, waiting_steps
 from shared.supervisor import sweep
+from shared.supervisor.breakers import handle_watch, put_watch
 from tests.unit.harness import AgentSim, Crash, deliver_schedules, drive, make_runtime, post, state, steps
 from tests.unit.test_operator import events, kinds, membus
 

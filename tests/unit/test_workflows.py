@@ -12,13 +12,11 @@ from typing import Any
 import pytest
 
 from shared.agent import AgentRuntime, parse_request
-from shared.messaging import MemoryBus, PoisonMessage
-from shared.scheduler import handle_reply
-from shared.statemachine import OrderRow
-from shared.submission import get_order, list_workflows, retry_order
-from shared.supervisor import sweep
-from shared.workflow import WORKFLOW
-from shared.workflows import (
+from shared.api.operator import retry_order
+from shared.api.orders import get_order, list_workflows
+from shared.core.messages import PoisonMessage
+from shared.core.statemachine import OrderRow
+from shared.core.workflows import (
     AGENTS_BY_NAME,
     Registry,
     Retry,
@@ -30,8 +28,22 @@ from shared.workflows import (
     load_registry,
     workflows_directory,
 )
-from shared.workflows.bounds import MAX_STEPS, TRANSACTION_ENTITIES, largest_write
-from tests.unit.harness import BODY, AgentSim, Crash, deliver_schedules, drive, make_runtime, post, state, steps
+from shared.core.workflows.bounds import MAX_STEPS, TRANSACTION_ENTITIES, largest_write
+from shared.messaging import MemoryBus
+from shared.scheduler import handle_reply
+from shared.supervisor import sweep
+from tests.unit.harness import (
+    BODY,
+    WORKFLOW,
+    AgentSim,
+    Crash,
+    deliver_schedules,
+    drive,
+    make_runtime,
+    post,
+    state,
+    steps,
+)
 
 GOOD = """\
 name: order

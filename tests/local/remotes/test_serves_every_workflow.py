@@ -9,7 +9,7 @@ import yaml
 
 from local.remotes.server import SERVICES
 from local.stack import SERVICE_PATHS
-from shared.agent_catalog import AGENTS, AGENTS_BY_NAME
+from shared.core.workflows.catalog import AGENTS, AGENTS_BY_NAME
 
 WORKFLOWS = Path(__file__).resolve().parents[3] / "workflows"
 

@@ -1,0 +1,73 @@
+"""Who may use the operator routes: search, retry, cancel, terminate, the console, its overview
+and its dead letters.
+
+Two modes, by the setting ``OperatorAuth``:
+
+* ``key`` (the default): the routes are ADMIN routes; the Functions host lets a request in only
+  with the master key (``x-functions-key`` header or ``?code=``).
+* ``appService``: App Service authentication ("Easy Auth", e.g. Microsoft Entra ID with
+  "require authentication") is the gate. The routes are anonymous to the host, and each checks
+  the principal App Service passes in ``X-MS-CLIENT-PRINCIPAL`` (base64 JSON with its claims).
+  App Service does not let a request from outside set that header while authentication is on;
+  with authentication off, anyone could, so this mode is only for an app where it is on.
+  ``OperatorRole``, when set, must be one of the principal's roles (an app role or a group id).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from shared.api.http import HttpResult, problem
+
+KEY = "key"
+APP_SERVICE = "appService"
+MODES = (KEY, APP_SERVICE)
+PRINCIPAL_HEADER = "x-ms-client-principal"
+# Claim types App Service uses for roles when the principal names none (``role_typ``), and groups.
+ROLE_CLAIMS = frozenset({"roles", "http://schemas.microsoft.com/ws/2008/06/identity/claims/role", "groups"})
+
+
+def mode_of(value: str) -> str:
+    """The mode a setting value names; anything else stops the start, naming the setting."""
+    if value not in MODES:
+        raise ValueError(f"app setting OperatorAuth is {value!r}: it must be one of {', '.join(MODES)}")
+    return value
+
+
+def denied(mode: str, role: str, headers: Mapping[str, str]) -> HttpResult | None:
+    """None when the request may use an operator route, else the 401/403 to answer."""
+    if mode == KEY:
+        return None  # the host checked the key before the function ran
+    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+    raw = lowered.get(PRINCIPAL_HEADER)
+    if not raw:
+        return problem(401, "unauthenticated", "Sign-in required",
+                       "this operator route needs a signed-in user (App Service authentication)")
+    principal = _decode(raw)
+    if principal is None:
+        return problem(401, "unauthenticated", "Unreadable principal",
+                       f"the {PRINCIPAL_HEADER} header is not base64 JSON")
+    if role and role not in roles_of(principal):
+        return problem(403, "forbidden", "Not an operator", f"the signed-in user does not have the role {role}")
+    return None
+
+
+def roles_of(principal: Mapping[str, Any]) -> set[str]:
+    """The principal's role and group claim values."""
+    types = ROLE_CLAIMS | {str(principal.get("role_typ") or "roles")}
+    claims = principal.get("claims")
+    if not isinstance(claims, list):
+        return set()
+    return {str(c.get("val")) for c in claims if isinstance(c, dict) and c.get("typ") in types}
+
+
+def _decode(raw: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(base64.b64decode(raw, validate=False))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,211 @@
+"""Submission and the order API (HTTP), framework-neutral: bytes + headers in, HttpResult out.
+
+* POST /api/orders: 413 over MaxRequestBytes, 415 unless the Content-Type is JSON (UTF-8),
+  400 problem+json when the body so declared is not valid UTF-8 JSON (``invalid-json``, saying
+  where) or names a bad field (``validation``, naming every one); nothing is written on any
+  rejection. Then the order row + state row + step rows in ONE transaction (preceded by the
+  order's deadline index row), and the Scheduler told in-process: that transaction is its
+  first claim, and the first step's request is sent right after it; 202 + Location.
+* Idempotency-Key: the order id is uuid5(key), so a replay hits the same partition and its
+  create conflicts. Same body hash -> 200 with the existing order's id and state (and the
+  request in flight re-sent, deduplicated by its message id, in case the first submission
+  died before sending it); different body -> 409 problem+json.
+* ``"workflow"`` names the workflow the order runs (default ``order``), at its highest loaded
+  version; an unknown name is a 400 naming ``workflow``. GET /api/workflows lists every loaded
+  version.
+* GET /api/orders/{id}: the order, its workflow (name, version), state, steps, compensation
+  progress and the first page of its history; GET /api/orders/{id}/history pages through the rest.
+* POST /api/orders/{id}/retry | /cancel | /terminate (operator): 409 problem+json with the
+  reason when the order is in the wrong state. Search: ``shared.api.search``.
+Ids (32 lower-case hex, or a UUID with dashes in any case: the same order) are validated and
+brought to their stored form before any table call; Table filters are parameterised.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from shared.api.http import HttpResult, lower_headers, parse_json_body, problem, resolve_id
+from shared.api.tokens import InvalidToken, issue, redeem
+from shared.api.views import order_view
+from shared.core.effects import Send
+from shared.core.orders import (
+    IDEMPOTENCY_KEY,
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    OrderRequest,
+    new_order_id,
+    order_id_for_key,
+    validation_errors,
+)
+from shared.core.statemachine import EventRow, View, bound, inflight_request, plan_submission, schedule_message
+from shared.core.statemachine.rows import STATE_ROW
+from shared.core.workflows import UnknownWorkflow
+from shared.observability import metrics, telemetry
+from shared.observability.logs import log_event
+from shared.runtime import Runtime
+
+HISTORY_PAGE = 100
+MAX_HISTORY_PAGE = 1000
+
+
+# ---------------------------------------------------------------------------------------------
+def submit(rt: Runtime, body: bytes | None, headers: Mapping[str, str] | None, *, max_bytes: int) -> HttpResult:
+    """POST /api/orders, in the HTTP server span that starts the order's trace (a child of the
+    request's ``traceparent``); that span's traceparent is stored on the order row."""
+    h = lower_headers(headers)
+    with telemetry.server_span("POST /api/orders", h, **{"http.request.method": "POST",
+                                                         "url.path": "/api/orders"}) as span:
+        result = _submit(rt, body, h, max_bytes=max_bytes)
+        span.set_attribute("http.response.status_code", result.status)
+        order_id = result.body.get("orderId") if isinstance(result.body, dict) else None
+        if isinstance(order_id, str):
+            span.set_attribute("orders.order_id", order_id)
+        return result
+
+
+def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: int) -> HttpResult:
+    payload, rejected = parse_json_body(body or b"", h, max_bytes)
+    if rejected is not None:
+        return rejected
+    key = h.get("idempotency-key")
+    errors: list[dict[str, str]] = []
+    if key is not None and not (0 < len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH and IDEMPOTENCY_KEY.fullmatch(key)):
+        errors.append({"field": "Idempotency-Key",
+                       "message": f"must be 1-{MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters"})
+    order: OrderRequest | None = None
+    if not isinstance(payload, dict):
+        errors.append({"field": "(body)", "message": "must be a JSON object"})
+    else:
+        try:
+            order = OrderRequest.model_validate(payload)
+        except ValidationError as exc:
+            errors.extend(validation_errors(exc))
+    if order is not None and order.statusQueue:
+        # Service Bus entity names ignore case: "Scheduler" is the scheduler queue.
+        own = {q.lower() for name, q in rt.config.queues.items() if name != "StatusQueue"}
+        if order.statusQueue.lower() in own:
+            errors.append({"field": "statusQueue", "message": "must not name one of the app's own queues"})
+    known = rt.config.registry.names()
+    if order is not None and order.workflow_name not in known:
+        errors.append({"field": "workflow", "message": f"unknown workflow (loaded: {', '.join(known)})"})
+    if errors or order is None:
+        return problem(400, "validation", "Invalid order", f"{len(errors)} invalid field(s)", errors=errors)
+
+    order_id = order_id_for_key(key) if key else new_order_id()
+    traceparent = telemetry.current_traceparent() or ""  # the server span's: always valid there
+    canonical = order.canonical()
+    body_hash = order.body_hash()
+    workflow = rt.config.registry.latest(order.workflow_name)  # a new order runs the highest version
+    ctx = rt.ctx()
+    ctx = replace(ctx, config=ctx.config.bound(workflow.name, workflow.version))
+    effects = plan_submission(order_id, canonical, total=format(order.total, "f"), body_hash=body_hash,
+                              idempotency_key=key, traceparent=traceparent, ctx=ctx)
+    try:
+        outcome = rt.run(effects)
+    except Exception as exc:  # store unavailable: nothing (or only an orphan index row) was written
+        log_event(logging.ERROR, "order.store_failed", order_id=order_id, traceparent=traceparent, error=repr(exc))
+        result = problem(503, "unavailable", "Service unavailable", "the order could not be stored; retry later")
+        result.headers["Retry-After"] = "5"
+        return result
+    if outcome.lost_race:  # the create conflicted: this order id exists already
+        return _replay(rt, order_id, body_hash, key)
+    metrics.submitted.add(1)
+    log_event(logging.INFO, "order.accepted", order_id=order_id, traceparent=traceparent,
+              items=len(order.items), total=format(order.total, "f"), idempotent=key is not None,
+              workflow=workflow.label)
+    return HttpResult(202, {"orderId": order_id, "processState": "Processing"},
+                      headers={"Location": f"/api/orders/{order_id}"})
+
+
+def _replay(rt: Runtime, order_id: str, body_hash: str, key: str | None) -> HttpResult:
+    view = View.from_entities(rt.store.read_partition(order_id))
+    order, state = view.order, view.state
+    if order is None or state is None or key is None:
+        raise RuntimeError(f"order {order_id} conflicted but cannot be read")
+    if order.body_hash != body_hash:
+        return problem(409, "idempotency-key-reuse", "Idempotency-Key reused",
+                       "this Idempotency-Key was used for a different order body", orderId=order_id)
+    _resend_lost(rt, view)
+    log_event(logging.INFO, "order.replayed", order_id=order_id, traceparent=view.traceparent)
+    return HttpResult(200, {"orderId": order_id, "processState": state.process_state},
+                      headers={"Location": f"/api/orders/{order_id}", "Idempotent-Replayed": "true"})
+
+
+def _resend_lost(rt: Runtime, view: View) -> None:
+    """What a replayed submission re-sends, in case the first one died before sending it."""
+    state = view.state
+    assert state is not None
+    try:
+        ctx = bound(view, rt.ctx())
+    except UnknownWorkflow:  # nothing to re-send: the next message or sweep holds the order
+        return
+    if state.waiting_for_claim:
+        # redriven and waiting for a claim: its schedule notice may have been lost (deduplicated)
+        priority = view.order.priority if view.order is not None else None
+        rt.run([Send(schedule_message(view.order_id, state.schedule_seq, ctx, view.traceparent, priority=priority),
+                     critical=False, what="schedule (replay)")])
+    elif (resend := inflight_request(view, ctx)) is not None:
+        # the first submission may have died between its transaction and its send
+        rt.run([Send(resend.message, critical=False, what="request (replay)")])
+
+
+# ---------------------------------------------------------------------------------------------
+def get_order(rt: Runtime, raw_id: str | None) -> HttpResult:
+    order_id = resolve_id(raw_id)
+    if isinstance(order_id, HttpResult):
+        return order_id
+    view = View.from_entities(rt.store.read_partition(order_id))
+    if view.state is None or view.order is None:
+        return problem(404, "not-found", "Order not found", f"no order {order_id}")
+    events, token = _history_page(rt, order_id, 0, HISTORY_PAGE)
+    return HttpResult(200, {**order_view(view), "history": events, "historyContinuationToken": token})
+
+
+def _history_page(rt: Runtime, order_id: str, after: int, limit: int) -> tuple[list[dict[str, Any]], str | None]:
+    """Up to ``limit`` events after event ``after``, and the token for the rest (if any)."""
+    rows = [EventRow.from_entity(e) for e in rt.store.read_history(order_id, after, limit + 1)]
+    more = len(rows) > limit
+    page = rows[:limit]
+    token = issue(f"history:{order_id}", {"after": page[-1].seq}) if more and page else None
+    return [r.to_json() for r in page], token
+
+
+def _bad_history_token(reason: str) -> HttpResult:
+    return problem(400, "invalid-continuation-token", "Invalid history query",
+                   f"continuationToken: not a token this order's history issued ({reason})",
+                   errors=[{"field": "continuationToken", "message": "not a token this history issued"}])
+
+
+def get_history(rt: Runtime, raw_id: str | None, params: Mapping[str, str]) -> HttpResult:
+    """``GET /api/orders/{id}/history?limit=&continuationToken=``: the order's events, oldest first."""
+    order_id = resolve_id(raw_id)
+    if isinstance(order_id, HttpResult):
+        return order_id
+    raw_limit = params.get("limit", str(HISTORY_PAGE))
+    if not (raw_limit.isascii() and raw_limit.isdigit() and len(raw_limit) <= 5
+            and 1 <= int(raw_limit) <= MAX_HISTORY_PAGE):
+        return problem(400, "invalid-query", "Invalid history query", f"limit: must be 1 to {MAX_HISTORY_PAGE}",
+                       errors=[{"field": "limit", "message": f"must be a whole number from 1 to {MAX_HISTORY_PAGE}"}])
+    after: Any = 0
+    token = params.get("continuationToken")
+    if token is not None:
+        try:
+            after = redeem(f"history:{order_id}", token).get("after")
+        except InvalidToken as exc:
+            return _bad_history_token(str(exc))
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            return _bad_history_token("out of range")
+    if rt.store.read_row(order_id, STATE_ROW) is None:
+        return problem(404, "not-found", "Order not found", f"no order {order_id}")
+    events, following = _history_page(rt, order_id, after, int(raw_limit))
+    return HttpResult(200, {"orderId": order_id, "history": events, "continuationToken": following})
+
+
+def list_workflows(rt: Runtime) -> HttpResult:
+    """``GET /api/workflows``: every loaded version of every workflow, with its steps."""
+    return HttpResult(200, {"workflows": [wf.to_json() for wf in rt.config.registry.all()]})

@@ -1,0 +1,182 @@
+"""``GET /api/orders``: find orders by category, customer and creation time, newest first.
+
+Every search is ONE key-range query of the search index (``shared.core.statemachine.search_index``):
+the customer's range if ``customerId`` is given, else the category's if ``state`` is, else
+every order's; the creation-time bounds narrow the range (its keys are inverted creation
+times). A page reads at most ``limit + 1`` index rows, however many orders there are, plus
+the state row of each result whose category still changes (inFlight, attention), to show it
+as it is now and to repair a stale index row. With both ``customerId`` and ``state``, the
+customer's rows are filtered by category, so a page may hold fewer than ``limit`` orders and
+still have a continuation token: follow it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
+from typing import Any
+
+from shared.api.http import HttpResult, problem
+from shared.api.tokens import InvalidToken, issue, redeem
+from shared.core.effects import iso
+from shared.core.orders import MAX_ID_LENGTH, SAFE_ID
+from shared.core.statemachine import Category, StateRow, category_of
+from shared.core.statemachine.rows import STATE_ROW
+from shared.core.statemachine.search_index import customer_key, rev
+from shared.runtime import Runtime
+from shared.runtime.reindex import reindex_from_state
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+VERIFY_WORKERS = 8
+STATES = ", ".join(c.value for c in Category)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+REV_LIMIT = 10 ** 17  # no ``rev`` reaches it (so no order was created at or before 1970-01-01T00:00Z)
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    category: Category | None = None
+    customer_id: str | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    limit: int = DEFAULT_LIMIT
+
+    @property
+    def scope(self) -> str:
+        """What a continuation token is bound to: the filters (not the limit)."""
+        return json.dumps(["orders", self.category, self.customer_id,
+                           self.created_from.isoformat() if self.created_from else None,
+                           self.created_to.isoformat() if self.created_to else None])
+
+    def key_range(self) -> tuple[str, str]:
+        """[low, high) of the index keys this query reads, newest first."""
+        if self.customer_id is not None:
+            prefix = f"cust-{customer_key(self.customer_id)}-"
+        elif self.category is not None:
+            prefix = f"cat-{self.category}-"
+        else:
+            prefix = "all-"
+        # created < to  <=>  rev > rev(to);  created >= from  <=>  rev <= rev(from). ``rev`` has 17
+        # digits from 1970 on: a ``from`` at or before it is no bound at all.
+        upper = int(rev(self.created_from)) + 1 if self.created_from is not None else REV_LIMIT
+        low = prefix + (f"{int(rev(self.created_to)) + 1:017d}" if self.created_to else "")
+        high = prefix + f"{upper:017d}" if upper < REV_LIMIT else prefix[:-1] + "."
+        return low, high
+
+
+def _bad(field: str, message: str) -> HttpResult:
+    kind = "invalid-continuation-token" if field == "continuationToken" else "invalid-query"
+    return problem(400, kind, "Invalid search", f"{field}: {message}", errors=[{"field": field, "message": message}])
+
+
+def _instant(field: str, raw: str) -> datetime | HttpResult:
+    """An ISO-8601 date-time with an offset, or a date (midnight UTC), after 1970-01-01T00:00Z
+    (no order is older: the index's keys start there) and before the year 10000, in UTC."""
+    try:
+        if len(raw) == 10:
+            value = datetime.combine(date.fromisoformat(raw), time(0), tzinfo=UTC)
+        else:
+            value = datetime.fromisoformat(raw)
+        if value.tzinfo is None:
+            raise ValueError("no offset")
+        value = value.astimezone(UTC)
+    except (ValueError, OverflowError):
+        value = None
+    if value is None or value <= EPOCH:
+        return _bad(field, "must be an ISO-8601 date (YYYY-MM-DD) or date-time with an offset, "
+                           "after 1970-01-01T00:00:00Z")
+    return value
+
+
+def parse_query(params: Mapping[str, str]) -> SearchQuery | HttpResult:
+    """The search's filters, or the 400 that names what is wrong with them."""
+    state = params.get("state")
+    if state is not None and state not in {c.value for c in Category}:
+        return _bad("state", f"must be one of {STATES}")
+    customer = params.get("customerId")
+    if customer is not None and not (0 < len(customer) <= MAX_ID_LENGTH and SAFE_ID.fullmatch(customer)):
+        return _bad("customerId", f"must be a customer id (1-{MAX_ID_LENGTH} letters, digits, '.', '_', ':', '@', '-')")
+    bounds: dict[str, datetime | None] = {}
+    for field in ("createdFrom", "createdTo"):
+        raw = params.get(field)
+        parsed = _instant(field, raw) if raw is not None else None
+        if isinstance(parsed, HttpResult):
+            return parsed
+        bounds[field] = parsed
+    start, end = bounds["createdFrom"], bounds["createdTo"]
+    if start is not None and end is not None and start > end:
+        return _bad("createdFrom", "must not be after createdTo")
+    raw_limit = params.get("limit")
+    if raw_limit is not None and not (raw_limit.isascii() and raw_limit.isdigit() and len(raw_limit) <= 4
+                                      and 1 <= int(raw_limit) <= MAX_LIMIT):
+        return _bad("limit", f"must be a whole number from 1 to {MAX_LIMIT}")
+    return SearchQuery(Category(state) if state else None, customer, start, end,
+                       int(raw_limit) if raw_limit else DEFAULT_LIMIT)
+
+
+def search_orders(rt: Runtime, params: Mapping[str, str]) -> HttpResult:
+    query = parse_query(params)
+    if isinstance(query, HttpResult):
+        return query
+    low, high = query.key_range()
+    token = params.get("continuationToken")
+    if token is not None:
+        try:
+            after = redeem(query.scope, token).get("k")
+        except InvalidToken as exc:
+            return _bad("continuationToken", f"not a token this search issued ({exc})")
+        if not isinstance(after, str) or not low <= after < high:
+            return _bad("continuationToken", "not a token this search issued (out of range)")
+        low = after
+    rows = rt.store.query_index(low, high, query.limit + 1)
+    following = rows[query.limit]["RowKey"] if len(rows) > query.limit else None
+    orders = [o for o in _current(rt, rows[:query.limit]) if _matches(o, query)]
+    return HttpResult(200, {"orders": orders,
+                            "continuationToken": issue(query.scope, {"k": following}) if following else None})
+
+
+def _matches(order: dict[str, Any], query: SearchQuery) -> bool:
+    return query.category is None or order["category"] == query.category
+
+
+def _current(rt: Runtime, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows as results; those of a changing category checked against their state row."""
+    changing = [r for r in rows if not Category(r.get("Category", Category.IN_FLIGHT)).final]
+    checked: dict[str, dict[str, Any] | None] = {}
+    if changing:
+        with ThreadPoolExecutor(max_workers=min(VERIFY_WORKERS, len(changing))) as pool:
+            for row, result in zip(changing, pool.map(lambda r: _check(rt, r), changing), strict=True):
+                checked[row["RowKey"]] = result
+    out = []
+    for row in rows:
+        result = checked[row["RowKey"]] if row["RowKey"] in checked else _result(row)
+        if result is not None:
+            out.append(result)
+    return out
+
+
+def _result(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {"orderId": row.get("OrderId"), "processState": row.get("ProcessState"), "outcome": row.get("Outcome"),
+            "customerId": row.get("CustomerId"), "createdAt": row.get("CreatedAt"), "updatedAt": row.get("UpdatedAt"),
+            "failureCount": row.get("FailureCount", 0), "priority": row.get("Priority"),
+            "category": row.get("Category")}
+
+
+def _check(rt: Runtime, row: dict[str, Any]) -> dict[str, Any] | None:
+    """The row as the order is now (None: the order is gone); a stale row is repaired."""
+    entity = rt.store.read_row(str(row["OrderId"]), STATE_ROW)
+    if entity is None:  # purged while its index rows were being deleted: drop this one too
+        rt.store.write_index([], [str(row["RowKey"])])
+        return None
+    state = StateRow.from_entity(entity)
+    category = category_of(state)
+    if category != row.get("Category"):
+        reindex_from_state(rt, state.order_id, Category(row.get("Category", Category.IN_FLIGHT)))
+    now = {**row, "ProcessState": str(state.process_state), "FailureCount": state.failure_count,
+           "Outcome": str(state.outcome) if state.outcome else None, "Category": str(category),
+           "UpdatedAt": iso(state.updated_at) if state.updated_at else None}
+    return _result(now)

@@ -1,0 +1,155 @@
+"""The effects the pure core asks for: what a decision wants done, in order, as data.
+
+The core (``shared.core.statemachine``) never touches a store or a bus: each ``decide_*``
+returns a list of these. ``shared.runtime.executor`` performs them one by one and stops at the
+first lost race. Running only the first ``k`` effects is exactly what a crash after effect ``k``
+leaves behind; the unit tests do that for every ``k`` and then replay the message or run the
+Supervisor to show that the state converges.
+
+One class per kind; ``Effect`` is their union:
+
+* :class:`PutIndex`, :class:`DeleteIndex`: a deadline index row (the Supervisor's cover).
+* :class:`Transact`: an ETag-conditioned transaction of :class:`Op` on one order's partition.
+* :class:`Reindex`: the order's search index rows, after the state write they reflect.
+* :class:`Send`: a message; :class:`Alert`: an operator alert; :class:`Log`: a log line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from shared.core.messages import OutMessage
+
+ETAG = "_etag"  # where an entity read from the store carries its ETag
+
+
+@dataclass(frozen=True)
+class Op:
+    """One write of a transaction. ``row`` holds RowKey and properties (no PartitionKey)."""
+
+    kind: Literal["create", "replace", "delete"]
+    row: dict[str, Any]
+    etag: str | None = None  # required for replace/delete: the ETag the decision was made on
+
+    @property
+    def row_key(self) -> str:
+        return str(self.row["RowKey"])
+
+
+def bucket_of(due: datetime) -> str:
+    """Deadline index partition: the due minute, UTC, ``yyyyMMddHHmm``."""
+    return due.strftime("%Y%m%d%H%M")
+
+
+def index_row_key(order_id: str, due: datetime) -> str:
+    """``orderId:due``. The due instant is part of the key, so that a new row of the same order
+    (a later deadline, moved or put by another writer) never shares a key with an older one:
+    deleting the old row can never delete the new one."""
+    return f"{order_id}:{due.strftime('%Y%m%dT%H%M%S%f')}"
+
+
+@dataclass(frozen=True)
+class PutIndex:
+    """Upsert a deadline index row (one per order, see ``shared.core.statemachine``: "The deadline
+    index"). Always written BEFORE the state write whose deadline it must cover."""
+
+    order_id: str
+    due: datetime
+    note: str = ""
+
+    @property
+    def bucket(self) -> str:
+        return bucket_of(self.due)
+
+    @property
+    def row_key(self) -> str:
+        return index_row_key(self.order_id, self.due)
+
+    @property
+    def props(self) -> dict[str, Any]:
+        """The row's properties (what the sweep reads back)."""
+        return {"OrderId": self.order_id, "Due": iso(self.due)}
+
+
+@dataclass(frozen=True)
+class DeleteIndex:
+    """Best-effort delete of an index row the order no longer needs (the sweep also deletes lazily)."""
+
+    bucket: str
+    row_key: str
+
+
+@dataclass(frozen=True)
+class Transact:
+    """An ETag-conditioned entity-group transaction on one order's partition."""
+
+    order_id: str
+    ops: tuple[Op, ...]
+    note: str = ""  # the crash point this write is safe against (for humans and logs)
+
+
+@dataclass(frozen=True)
+class Reindex:
+    """Write the order's search index rows (``shared.core.statemachine.search_index``): upsert
+    ``puts``, delete ``deletes``. After the state write it reflects, in the same invocation; a
+    failure keeps the order's deadline row (the ``DeleteIndex`` after it is skipped), so the
+    Supervisor re-indexes the order when that row falls due."""
+
+    order_id: str
+    puts: tuple[dict[str, Any], ...]
+    deletes: tuple[str, ...] = ()
+    stale: tuple[str, ...] = ()  # rows that may not be there: deleted one by one, apart from the rest
+
+
+@dataclass(frozen=True)
+class Send:
+    """A message to send. ``critical``: a failure raises (the trigger's message is redelivered);
+    otherwise it is logged and the rest goes on."""
+
+    message: OutMessage
+    critical: bool = True
+    what: str = ""
+    # An agent request's fencing token rows (RowKey -> entity, its ETag under ``ETAG``): the
+    # order's live rows as they are after this decision's transaction. The executor replaces the
+    # rows that transaction wrote with what it wrote and their new ETags (``shared.storage.fence``).
+    fence: Mapping[str, Mapping[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Alert:
+    """Operator alert: a message to the alerts queue AND an error-level JSON log line."""
+
+    message: OutMessage
+    order_id: str
+    step: str | None
+    reason: str
+    failure_count: int
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True)
+class Log:
+    """A structured log line (``shared.observability.logs``)."""
+
+    level: int
+    event: str
+    order_id: str | None = None
+    traceparent: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+Effect = PutIndex | DeleteIndex | Transact | Reindex | Send | Alert | Log
+
+
+
+def iso(dt: datetime) -> str:
+    return dt.isoformat(timespec="microseconds")
+
+
+def parse_iso(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value)

@@ -1,0 +1,82 @@
+"""Putting a step (or its compensation) in flight, and finding what is in flight."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from shared.core.effects import Send, iso
+from shared.core.statemachine.config import Ctx
+from shared.core.statemachine.history import Event, EventKind, event
+from shared.core.statemachine.lease import Lease, LeaseKind
+from shared.core.statemachine.outbox import compensation_request, step_request
+from shared.core.statemachine.rows import StateRow, StepRow
+from shared.core.statemachine.states import CompensationState, StepState
+from shared.core.statemachine.view import View
+
+
+def dispatch_step(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[StepRow, StateRow]:
+    """The step Running with its next attempt, and the state row that says so."""
+    attempt = step.attempt + 1
+    complete_by = ctx.now + ctx.config.timeout(ctx.config.spec(step.name))
+    running = replace(step, state=StepState.RUNNING, attempt=attempt, complete_by=complete_by, started_at=ctx.now,
+                      finished_at=None, waiting_on=None, waiting_since=None)
+    return running, replace(state, step_index=step.index, step_name=step.name, attempt=attempt,
+                            complete_by=complete_by, lease=Lease.for_step(step.name, attempt), updated_at=ctx.now)
+
+
+def dispatch_compensation(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[StepRow, StateRow]:
+    """The step's compensation Running with its next attempt, and the state row that says so."""
+    attempt = step.compensation_attempt + 1
+    complete_by = ctx.now + ctx.config.timeout(ctx.config.spec(step.name))
+    running = replace(step, compensation=CompensationState.RUNNING, compensation_attempt=attempt,
+                      compensation_complete_by=complete_by, compensation_started_at=ctx.now,
+                      compensation_finished_at=None, waiting_on=None, waiting_since=None)
+    return running, replace(state, comp_index=step.index, complete_by=complete_by,
+                            lease=Lease.for_compensation(step.name, attempt), updated_at=ctx.now)
+
+
+def dispatched(step: StepRow) -> Event:
+    """The history event of a step put in flight (its attempt and deadline)."""
+    deadline = step.complete_by
+    return event(EventKind.DISPATCHED, step.name, step.attempt, completeBy=iso(deadline) if deadline else None)
+
+
+def compensation_dispatched(step: StepRow) -> Event:
+    deadline = step.compensation_complete_by
+    return event(EventKind.COMPENSATION_DISPATCHED, step.name, step.compensation_attempt,
+                 completeBy=iso(deadline) if deadline else None)
+
+
+def outcome_unknown(step: StepRow, ctx: Ctx) -> bool:
+    """A step not Done whose last attempt ended without an answer (timed out): the remote may
+    have applied its effect. It is compensated too (by its idempotency key), if it has a
+    compensation. An error reply settles it: the remote rejected the key, applied nothing."""
+    return (step.state is not StepState.DONE and step.outcome_unknown
+            and bool(ctx.config.spec(step.name).compensation))
+
+
+def to_compensate(view: View, ctx: Ctx) -> list[StepRow]:
+    """Every step to compensate, in compensation (reverse) order: the Done steps with a
+    compensation, and a step whose outcome is unknown (the latest one: it comes first)."""
+    chosen = [s for s in view.steps if (s.state is StepState.DONE and ctx.config.spec(s.name).compensation)
+              or outcome_unknown(s, ctx)]
+    return sorted(chosen, key=lambda s: s.index, reverse=True)
+
+
+def inflight_request(view: View, ctx: Ctx) -> Send | None:
+    """The request the state row says is in flight (to re-send after a crash), if still live."""
+    state = view.state
+    if state is None or not state.claimed or state.lease is None or state.complete_by is None:
+        return None
+    lease = state.lease
+    if state.complete_by <= ctx.now or lease.is_unclaimed:
+        return None
+    step = view.step(lease.step)
+    if step is None:
+        return None
+    if lease.kind is LeaseKind.STEP and step.state is StepState.RUNNING and step.attempt == lease.attempt:
+        return replace(step_request(view, step, ctx), what="request (resume)")
+    if (lease.kind is LeaseKind.COMPENSATION and step.compensation is CompensationState.RUNNING
+            and step.compensation_attempt == lease.attempt):
+        return replace(compensation_request(view, step, ctx), what="compensation (resume)")
+    return None

@@ -1,0 +1,126 @@
+"""The Supervisor's moves on an order whose deadline passed: re-send a lost schedule notice,
+redrive a step or a compensation (FailureCount+1, with backoff), or give up on it.
+
+Every outcome with a deadline left puts the index row that covers it first (the row being
+handled is deleted after, by the sweep). Every write is ETag-conditioned, so two Supervisors
+never count one failure twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from shared.core.statemachine.compensation import next_compensation
+from shared.core.statemachine.config import Ctx, Decision
+from shared.core.statemachine.deadlines import cover, hand_off
+from shared.core.statemachine.failure import fail_step
+from shared.core.statemachine.history import EventKind, commit, event
+from shared.core.statemachine.lease import LeaseKind
+from shared.core.statemachine.outbox import alert, log
+from shared.core.statemachine.rows import StateRow, StepRow
+from shared.core.statemachine.states import CompensationState, ProcessState, StepState
+from shared.core.statemachine.view import View
+
+
+def decide_expired(view: View, ctx: Ctx) -> Decision:
+    """The Supervisor on an order whose index row fell due."""
+    state = view.state
+    if state is None or state.lease is None or state.complete_by is None:
+        return Decision("obsolete")
+    if state.complete_by > ctx.now:
+        return Decision("not-due", [cover(view.order_id, state.complete_by, ctx, note="moved")])
+    lease = state.lease
+    if lease.is_unclaimed:
+        return _reschedule(view, state, ctx)
+    step = view.step(lease.step)
+    if step is None:
+        return Decision("obsolete", [log(logging.ERROR, "supervisor.unknown_step", view, lease=str(lease))])
+    if lease.kind is LeaseKind.STEP:
+        if step.state is not StepState.RUNNING or step.attempt != lease.attempt:
+            return _inconsistent(view, state)
+        return _step_expired(view, state, step, ctx)
+    if step.compensation is not CompensationState.RUNNING or step.compensation_attempt != lease.attempt:
+        return _inconsistent(view, state)
+    return _compensation_expired(view, state, step, ctx)
+
+
+def _inconsistent(view: View, state: StateRow) -> Decision:
+    return Decision("obsolete", [log(logging.ERROR, "supervisor.inconsistent", view, lease=str(state.lease))])
+
+
+def _reschedule(view: View, state: StateRow, ctx: Ctx) -> Decision:
+    """Lost send (redrive, retry, cancel): the order waited unclaimed past the grace period.
+    Re-send the schedule message and push the deadline (ETag: once per race)."""
+    handoff = hand_off(view, ctx, note="unclaimed guard")
+    new_state = handoff.apply(state)
+    return Decision("rescheduled", [
+        # Crash after this: the overdue row is still there; the next sweep redoes this.
+        *handoff.puts,
+        # Crash after this (schedule not sent): the new row fires by the grace period.
+        commit(view, new_state, [], [event(EventKind.RESCHEDULED, seq=new_state.schedule_seq, mode=state.mode)], ctx,
+               note="unclaimed rescheduled"),
+        handoff.notice,
+        log(logging.WARNING, "supervisor.unclaimed_rescheduled", view, seq=new_state.schedule_seq, mode=state.mode),
+    ])
+
+
+def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
+    failures = state.failure_count + 1
+    reason = f"timed out (attempt {step.attempt})"
+    spec = ctx.config.spec(step.name)
+    limit = ctx.config.max_failures_of(spec)
+    if failures >= limit:
+        # Timed out: no answer, so the effect may have been applied (reply lost, agent hung
+        # after the call). Its outcome is unknown: compensated by its idempotency key.
+        return fail_step(view, step, f"{reason}; failure count {failures} reached {limit}", ctx,
+                         timed_out=True, failure_count=failures)
+    delay = ctx.config.backoff(failures, spec)
+    handoff = hand_off(view, ctx, note="redrive unclaimed guard", delay=delay)
+    new_state = handoff.apply(replace(state, process_state=ProcessState.PENDING, failure_count=failures))
+    # OutcomeUnknown: the attempt may have applied the effect; a cancel of the Pending order
+    # compensates it (an error reply or Done of a later attempt settles it).
+    pending = replace(step, state=StepState.PENDING, complete_by=None, failure_reason=reason, outcome_unknown=True)
+    return Decision("redriven", [
+        # Crash after this: state unchanged; the row is still overdue: next sweep.
+        *handoff.puts,
+        # FailureCount+1, claim released, Pending: ETag-conditional, so two supervisors
+        # never count one failure twice. Crash after this (notice not sent): the
+        # new row fires by delay+grace and the schedule message is re-sent.
+        commit(view, new_state, [pending.replacing(step)],
+               [event(EventKind.REDRIVEN, step.name, step.attempt, reason=reason, failureCount=failures,
+                      backoffSeconds=delay.total_seconds())], ctx, note="redrive"),
+        handoff.notice,
+        log(logging.WARNING, "supervisor.redrive", view, step=step.name, attempt=step.attempt, failureCount=failures,
+            delaySeconds=delay.total_seconds()),
+    ])
+
+
+def _compensation_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
+    failures = state.comp_failure_count + 1
+    attempt = step.compensation_attempt
+    reason = f"compensation timed out (attempt {attempt})"
+    spec = ctx.config.spec(step.name)
+    if failures >= ctx.config.max_failures_of(spec):
+        failed = replace(step, compensation=CompensationState.FAILED,
+                         compensation_reason=f"{reason}; gave up after {failures}", compensation_finished_at=ctx.now,
+                         compensation_complete_by=None)
+        warning = alert(view, step.name, f"compensation failed: {reason}", failures,
+                        f"{step.name}:compensate:{attempt}", ctx)
+        return next_compensation(view, step, failed, ctx, warning=warning, by_supervisor=True,
+                                 comp_failure_count=failures)
+    delay = ctx.config.backoff(failures, spec)
+    handoff = hand_off(view, ctx, note="compensation redrive guard", delay=delay)
+    new_state = handoff.apply(replace(state, comp_failure_count=failures))
+    pending = replace(step, compensation=CompensationState.PENDING, compensation_complete_by=None,
+                      compensation_reason=reason)
+    return Decision("compensation-redriven", [
+        *handoff.puts,
+        # Same as a step redrive: ETag-conditional, the new row backs up the notice.
+        commit(view, new_state, [pending.replacing(step)],
+               [event(EventKind.COMPENSATION_REDRIVEN, step.name, attempt, reason=reason, failureCount=failures,
+                      backoffSeconds=delay.total_seconds())], ctx, note="compensation redrive"),
+        handoff.notice,
+        log(logging.WARNING, "supervisor.compensation_redrive", view, step=step.name, attempt=attempt,
+            compFailureCount=failures),
+    ])

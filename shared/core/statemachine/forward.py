@@ -1,0 +1,207 @@
+"""The forward path: the submission, a scheduler's claim, and a step's reply."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from shared.core.effects import Effect, Log
+from shared.core.messages import ReplyMessage
+from shared.core.statemachine.compensation import compensation_reply
+from shared.core.statemachine.config import Ctx, Decision
+from shared.core.statemachine.deadlines import cover, drop_index
+from shared.core.statemachine.dispatch import (
+    compensation_dispatched,
+    dispatch_compensation,
+    dispatch_step,
+    dispatched,
+    inflight_request,
+)
+from shared.core.statemachine.failure import fail_step
+from shared.core.statemachine.history import EventKind, commit, event
+from shared.core.statemachine.lease import Lease
+from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends, step_request
+from shared.core.statemachine.rows import OrderRow, StateRow, StepRow
+from shared.core.statemachine.search_index import reindex
+from shared.core.statemachine.states import (
+    TERMINATED_REASON,
+    CompensationState,
+    Mode,
+    Outcome,
+    ProcessState,
+    StepState,
+)
+from shared.core.statemachine.view import View
+from shared.core.statemachine.waiting import waiting_reply
+
+
+def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, body_hash: str,
+                    idempotency_key: str | None, traceparent: str, ctx: Ctx) -> list[Effect]:
+    """The submission: the order, its state and step rows in ONE transaction, and the
+    Scheduler told in-process: that transaction is also the Scheduler's first claim (the
+    state row is written claimed, the first step Running, attempt 1), and the first request
+    is sent right after it. The scheduler queue carries what needs a claim later (redrives,
+    compensations, operator actions); the order's start needs no message of its own. The order
+    runs the workflow ``ctx.config`` is bound to, recorded on its order row."""
+    order = OrderRow(customer_id=canonical["customerId"], currency=canonical["currency"], items=canonical["items"],
+                     total=total, priority=canonical["priority"], status_queue=canonical["statusQueue"],
+                     body_hash=body_hash, idempotency_key=idempotency_key, traceparent=traceparent, created_at=ctx.now,
+                     workflow=ctx.config.workflow_name, workflow_version=ctx.config.workflow_version)
+    pending = [StepRow(name=s.name, index=i) for i, s in enumerate(ctx.config.workflow)]
+    claimed = StateRow(order_id=order_id, process_state=ProcessState.PROCESSING, mode=Mode.FORWARD,
+                       locked_by=ctx.instance_id, claim_token=ctx.token, created_at=ctx.now)
+    first, state = dispatch_step(pending[0], claimed, ctx)
+    assert state.complete_by is not None
+    index = cover(order_id, state.complete_by, ctx, note="order deadline")
+    state = replace(state, index_due=index.due)
+    view = View(order, state, (first, *pending[1:]))
+    return [
+        # Crash after this: no order row exists; the sweep finds no state row and deletes the
+        # index row once it is ORPHAN_INDEX_AGE old. The client saw no 202 and retries.
+        index,
+        # The ONE write of the submission (order + state + step rows, one transaction), the
+        # first step claimed. A second submission with the same id conflicts here (replay).
+        # Crash after this (request not sent): the client's retry replays and re-sends it
+        # (same message id: deduplicated); without a retry the Supervisor finds the step
+        # overdue at CompleteBy and redrives it (FailureCount+1), like any lost request.
+        commit(View(order, None, view.steps), state, (row.create() for row in (order, *view.steps)),
+               [event(EventKind.ACCEPTED, total=total, currency=order.currency, items=len(order.items),
+                      priority=order.priority, workflow=order.workflow, workflowVersion=order.workflow_version),
+                dispatched(first)], ctx, note="submission + first claim"),
+        replace(step_request(view, first, ctx), critical=False),
+        *status_sends(view, "received", ctx, processState=ProcessState.PROCESSING),
+        # Crash after the transaction, before this: the order is not listed in search until
+        # its category next changes (every index write puts all of its rows).
+        *reindex(order, None, state),
+        info("order.claimed", view, step=first.name, lease=str(state.lease), completeBy=state.complete_by),
+    ]
+
+
+def decide_schedule(view: View, seq: int, ctx: Ctx) -> Decision:
+    """A schedule message: claim the order if it waits for a claim."""
+    state = view.state
+    if state is None or view.order is None:
+        return Decision("unknown-order", [Log(logging.ERROR, "schedule.unknown_order", None, None, {})])
+    if state.waiting_for_claim:
+        return _claim(view, seq, ctx)
+    if state.claimed and state.claimed_seq == seq:
+        # The same schedule message again (redelivered after a crash between the claim and
+        # the request send): re-send the in-flight request. Same message_id: deduplicated.
+        resend = inflight_request(view, ctx)
+        if resend is not None:
+            return Decision("resumed", [resend, info("schedule.resumed", view, seq=seq)])
+    return Decision("ignored", [info("schedule.ignored", view, seq=seq, processState=state.process_state,
+                                     lease=str(state.lease))])
+
+
+def _claim(view: View, seq: int, ctx: Ctx) -> Decision:
+    state = view.state
+    assert state is not None
+    claimed = replace(state, locked_by=ctx.instance_id, claim_token=ctx.token, claimed_seq=seq)
+    inconsistent = Decision("inconsistent", [log(logging.ERROR, "schedule.inconsistent", view, seq=seq)])
+    if state.mode is Mode.FORWARD:
+        step = view.step_at(state.step_index)
+        if step is None or step.state is StepState.DONE:
+            return inconsistent
+        running, new_state = dispatch_step(step, replace(claimed, process_state=ProcessState.PROCESSING), ctx)
+        send = step_request(view.with_steps(running), running, ctx)
+        claimed_event = dispatched(running)
+    elif state.mode is Mode.COMPENSATE:
+        step = view.step_at(state.comp_index)
+        if step is None or step.compensation not in (CompensationState.PENDING, CompensationState.RUNNING):
+            return inconsistent
+        # ProcessState stays Error while compensating
+        running, new_state = dispatch_compensation(step, claimed, ctx)
+        send = compensation_request(view, running, ctx)
+        claimed_event = compensation_dispatched(running)
+    else:
+        return Decision("ignored", [info("schedule.ignored", view, seq=seq, mode=state.mode)])
+    return Decision("claimed", [
+        # No index write: the order's row covers this deadline (>= now + floor).
+        # The claim: LockedBy/CompleteBy/Processing + step Running (attempt n) in ONE transaction.
+        # Lost ETag race -> another instance owns the order: nothing after this runs.
+        # Crash after this (request not sent): a redelivered schedule message (seq == ClaimedSeq)
+        # re-sends it; otherwise the Supervisor expires the lease at CompleteBy and redrives.
+        commit(view, new_state, [running.replacing(step)], [claimed_event], ctx, note="claim"),
+        send,
+        info("order.claimed", view, step=running.name, lease=str(new_state.lease), completeBy=new_state.complete_by),
+    ])
+
+
+def decide_reply(view: View, reply: ReplyMessage, ctx: Ctx) -> Decision:
+    """An agent's reply, for a step or a compensation."""
+    if view.state is None or view.order is None:
+        return Decision("poison", [Log(logging.ERROR, "reply.unknown_order", reply.orderId, None,
+                                       {"step": reply.step, "attempt": reply.attempt})])
+    step = view.step(reply.step)
+    if step is None:
+        return Decision("poison", [log(logging.ERROR, "reply.unknown_step", view, step=reply.step)])
+    if reply.kind == "step":
+        return _step_reply(view, step, reply, ctx)
+    return compensation_reply(view, step, reply, ctx)
+
+
+def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Decision:
+    state = view.state
+    assert state is not None
+    live = (state.mode is Mode.FORWARD and state.claimed and state.lease == Lease.for_step(reply.step, reply.attempt)
+            and step.state is StepState.RUNNING and step.attempt == reply.attempt)
+    if live:
+        if reply.outcome == "success":
+            return _step_done(view, step, reply.result or {}, ctx)
+        if reply.outcome == "waiting":
+            return waiting_reply(view, step, reply, ctx)
+        # An error reply: the remote rejected the key and applied nothing under it.
+        return fail_step(view, step, reply.reason or "rejected", ctx, timed_out=False)
+    fenced = step.failure_reason == TERMINATED_REASON  # an attempt terminate stopped: its reply is late
+    if step.attempt == reply.attempt and step.state in (StepState.DONE, StepState.FAILED) and not fenced:
+        effects: list[Effect] = [info("reply.duplicate", view, step=reply.step, attempt=reply.attempt)]
+        if step.state is StepState.FAILED:
+            # the alert may have been lost in a crash: re-send it (same id: deduplicated)
+            effects.append(alert(view, step.name, step.failure_reason or "failed", state.failure_count,
+                                 f"{step.name}:{reply.attempt}", ctx))
+        resend = inflight_request(view, ctx)
+        if resend is not None:
+            effects.append(resend)
+        return Decision("duplicate", effects)
+    return Decision("stale", [log(logging.WARNING, "reply.stale", view, step=reply.step, attempt=reply.attempt,
+                                  currentAttempt=step.attempt, stepState=step.state, lease=str(state.lease))])
+
+
+def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx) -> Decision:
+    state = view.state
+    assert state is not None
+    done = replace(step, state=StepState.DONE, result=result, finished_at=ctx.now, complete_by=None)
+    step_done = event(EventKind.STEP_DONE, step.name, step.attempt)
+    following = view.after(step.index)
+    if following is not None:
+        # the claim (LockedBy) carries on to the next step
+        running, new_state = dispatch_step(following, state, ctx)
+        return Decision("step-done", [
+            # No index write: the order's row covers the next deadline (>= now + floor).
+            # Step Done (+result) and next step Running and state, ONE transaction.
+            # Crash after this: the redelivered reply is a duplicate of a Done step and
+            # re-sends the next request (inflight_request); if the reply is not redelivered,
+            # the Supervisor expires the next lease at CompleteBy and redrives.
+            commit(view, new_state, [done.replacing(step), running.replacing(following)],
+                   [step_done, dispatched(running)], ctx, note="step done + next dispatched"),
+            step_request(view.with_steps(done, running).with_state(new_state), running, ctx),
+            *status_sends(view, "step-done", ctx, step=step.name),
+            info("step.done", view, step=step.name, attempt=step.attempt, next=following.name),
+        ])
+    new_state = replace(state, process_state=ProcessState.PROCESSED, mode=Mode.FINISHED, outcome=Outcome.PROCESSED,
+                        locked_by=None, claim_token=None, complete_by=None, lease=None, updated_at=ctx.now,
+                        finished_at=ctx.now)
+    return Decision("processed", [
+        # Crash after this: the order is Processed; status messages may be missing (best-effort);
+        # its index row is deleted next (best effort), else lazily by the sweep.
+        commit(view, new_state, [done.replacing(step)], [step_done, event(EventKind.PROCESSED)], ctx,
+               note="last step done"),
+        *status_sends(view, "step-done", ctx, step=step.name),
+        *status_sends(view, "processed", ctx, processState=ProcessState.PROCESSED),
+        info("order.processed", view, step=step.name),
+        # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
+        *reindex(view.order, state, new_state),
+        *drop_index(state),
+    ])

@@ -1,0 +1,92 @@
+"""Every order's story: immutable history events, written with the change they record.
+
+Each state change appends its events (``EventRow``, RowKey ``history-NNNNNNNN``) to the
+order's partition IN THE SAME entity-group transaction as the state row it changes, and
+bumps the state row's ``EventSeq``. So there is no extra table request on the forward path,
+an event exists if and only if its change committed, and two racing writers can never write
+the same event twice: the loser's transaction (state ETag, and the create of the same
+``history-N``) fails as a whole. Events are never rewritten; retention deletes them with
+their order.
+
+The forward path reads an order's partition from ``order`` on (``shared.storage.store``), so a long
+history costs it nothing; ``GET /api/orders/{id}`` pages through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from shared.core.effects import Op, Transact
+from shared.core.statemachine.config import Ctx
+from shared.core.statemachine.rows import EventRow, StateRow
+from shared.core.statemachine.view import View
+from shared.core.workflows.bounds import MAX_EVENTS_PER_WRITE
+
+# A transaction holds at most 100 entities: the state row, every step row of the workflow and
+# the events of one decision must fit (the loader rejects a workflow that would not: ``bounds``).
+
+
+class EventKind(StrEnum):
+    ACCEPTED = "accepted"
+    DISPATCHED = "dispatched"
+    STEP_DONE = "stepDone"
+    STEP_FAILED = "stepFailed"
+    REDRIVEN = "redriven"
+    RESCHEDULED = "rescheduled"
+    ALERT = "alert"
+    COMPENSATION_DISPATCHED = "compensationDispatched"
+    COMPENSATION_DONE = "compensationDone"
+    COMPENSATION_FAILED = "compensationFailed"
+    COMPENSATION_REDRIVEN = "compensationRedriven"
+    HELD = "held"
+    PROCESSED = "processed"
+    FAILED = "failed"
+    COMPENSATED = "compensated"
+    RETRIED = "retried"
+    RESTARTED = "restarted"
+    CANCELLED = "cancelled"
+    TERMINATED = "terminated"
+    STEP_WAITING = "stepWaiting"  # the remote's breaker is open: no call, no FailureCount
+    RESUMED = "resumed"  # a waiting attempt re-dispatched (the breaker closed, or a wake)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event a decision records (the row is made by :func:`commit`)."""
+
+    kind: EventKind
+    step: str | None = None
+    attempt: int | None = None
+    detail: dict[str, Any] | None = None
+
+
+def event(kind: EventKind, step: str | None = None, attempt: int | None = None, **detail: Any) -> Event:
+    """An event; ``detail`` keeps only the values that are set."""
+    kept = {k: v for k, v in detail.items() if v is not None}
+    return Event(kind, step, attempt, kept or None)
+
+
+def commit(view: View, new_state: StateRow, ops: Iterable[Op], events: Sequence[Event], ctx: Ctx, *,
+           note: str) -> Transact:
+    """The ONE transaction of a decision: ``new_state`` over the state row the decision read
+    (ETag; created when the view has none), the other rows' ``ops``, and ``events`` appended
+    to the history (``EventSeq`` bumped)."""
+    assert 0 < len(events) <= MAX_EVENTS_PER_WRITE, "every state change is recorded"
+    old = view.state
+    first = (old.event_seq if old is not None else new_state.event_seq) + 1
+    stamped = replace(new_state, event_seq=first + len(events) - 1)
+    trace = _trace_id(view.traceparent)
+    rows = [EventRow(seq=first + n, at=ctx.now, event=e.kind, step=e.step, attempt=e.attempt, detail=e.detail,
+                     instance=ctx.instance_id, trace_id=trace) for n, e in enumerate(events)]
+    state_op = stamped.replacing(old) if old is not None else stamped.create()
+    return Transact(view.order_id if old is not None else new_state.order_id,
+                    (state_op, *ops, *(r.create() for r in rows)), note=note)
+
+
+def _trace_id(traceparent: str | None) -> str | None:
+    """The trace id field of the order's stored traceparent (validated when it was stored)."""
+    fields = traceparent.split("-") if traceparent else []
+    return fields[1] if len(fields) == 4 else None

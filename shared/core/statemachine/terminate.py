@@ -1,0 +1,98 @@
+"""An operator's terminate: stop an order in flight, and undo what it did.
+
+* The attempt in flight is fenced: its step is marked Failed (``TERMINATED_REASON``) with
+  its outcome unknown, and the lease moves on, so a late reply changes nothing.
+* The Done steps are compensated in reverse, and the fenced step by its idempotency key
+  (which tombstones the key if the remote never applied it).
+* A fenced step with no compensation (the pivot) whose outcome is unknown cannot be undone,
+  and undoing the steps before it could refund goods that left: the order is held for an
+  operator, as a timed-out pivot is.
+* Otherwise the order ends Error with outcome ``terminated`` once its compensations end.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from shared.core.statemachine.config import Ctx, Decision, Rejected
+from shared.core.statemachine.deadlines import drop_index
+from shared.core.statemachine.dispatch import to_compensate
+from shared.core.statemachine.history import EventKind, commit, event
+from shared.core.statemachine.operator import compensate_all, why_not
+from shared.core.statemachine.outbox import log, status_sends
+from shared.core.statemachine.rows import StateRow, StepRow
+from shared.core.statemachine.search_index import reindex
+from shared.core.statemachine.states import (
+    TERMINATED_REASON,
+    Mode,
+    OrderCompensation,
+    Outcome,
+    ProcessState,
+    StepState,
+)
+from shared.core.statemachine.view import View
+
+
+def decide_terminate(view: View, ctx: Ctx) -> Decision:
+    """Terminate an order in flight (module docstring)."""
+    state = view.state
+    assert state is not None
+    if state.mode is not Mode.FORWARD or state.process_state not in (ProcessState.PENDING, ProcessState.PROCESSING):
+        raise Rejected(why_not(state, "terminate", "only an order in flight (running its steps) can be terminated"))
+    current = view.step_at(state.step_index)
+    fenced = _fence(current, ctx) if current is not None else None
+    after = view.with_steps(fenced) if fenced is not None else view
+    base = replace(state, process_state=ProcessState.ERROR, locked_by=None, claim_token=None, updated_at=ctx.now,
+                   terminated_at=ctx.now, failed_step=fenced.name if fenced else None, reason=TERMINATED_REASON)
+    if fenced is not None and fenced.outcome_unknown and ctx.config.spec(fenced.name).compensation is None:
+        return _hold(view, base, fenced, ctx)
+    comps = to_compensate(after, ctx)
+    recorded = event(EventKind.TERMINATED, fenced.name if fenced else None, fenced.attempt if fenced else None,
+                     compensations=len(comps))
+    base = replace(base, outcome=Outcome.TERMINATED)
+    if comps:
+        return compensate_all(view, base, comps, recorded, "terminating", ctx, needs_cover=False,
+                              status="terminated", fenced=fenced)
+    new_state = replace(base, mode=Mode.FINISHED, complete_by=None, lease=None,
+                        compensation_state=OrderCompensation.NONE, finished_at=ctx.now)
+    ops = [fenced.replacing(current)] if fenced is not None and current is not None and fenced != current else []
+    return Decision("terminated", [
+        # Crash after this: final; a late reply is stale (the lease moved on).
+        commit(view, new_state, ops, [recorded], ctx, note="operator terminate"),
+        *status_sends(view, "terminated", ctx, processState=ProcessState.ERROR),
+        log(logging.WARNING, "operator.terminated", view, compensations=0),
+        *reindex(view.order, state, new_state),
+        *drop_index(state),
+    ])
+
+
+def _fence(step: StepRow, ctx: Ctx) -> StepRow:
+    """The current step, stopped: a running attempt (or a redriven one) becomes Failed with its
+    outcome unknown; a step never sent stays as it is."""
+    if step.state is StepState.RUNNING:
+        return replace(step, state=StepState.FAILED, failure_reason=TERMINATED_REASON, outcome_unknown=True,
+                       complete_by=None, finished_at=ctx.now)
+    if step.state is StepState.PENDING and step.attempt > 0:
+        return replace(step, state=StepState.FAILED, failure_reason=TERMINATED_REASON, finished_at=ctx.now)
+    return step
+
+
+def _hold(view: View, base: StateRow, fenced: StepRow, ctx: Ctx) -> Decision:
+    state = view.state
+    assert state is not None
+    current = view.step(fenced.name)
+    assert current is not None
+    reason = (f"terminated while {fenced.name} was in flight: its outcome is unknown and it cannot be "
+              "compensated; retry it (its idempotency key is replayed) or cancel")
+    new_state = replace(base, mode=Mode.HELD, outcome=Outcome.HELD, complete_by=None, lease=None, reason=reason)
+    return Decision("held", [
+        # Crash after this: held for an operator; a late reply is stale (the lease moved on).
+        commit(view, new_state, [fenced.replacing(current)],
+               [event(EventKind.TERMINATED, fenced.name, fenced.attempt, held=True),
+                event(EventKind.HELD, fenced.name, reason=reason)], ctx, note="operator terminate, held"),
+        *status_sends(view, "held", ctx, step=fenced.name, processState=ProcessState.ERROR),
+        log(logging.WARNING, "operator.terminate_held", view, step=fenced.name),
+        *reindex(view.order, state, new_state),
+        *drop_index(state),
+    ])

@@ -1,0 +1,143 @@
+"""Loading ``workflows/<name>.v<version>.yaml`` at start-up: a broken file stops the app.
+
+Each problem names the file, the path inside it (``steps[1].timeoutSeconds``) and the reason;
+every problem of every file is reported at once (:class:`WorkflowError`). Rejected: invalid
+YAML (duplicate keys too), anything the schema forbids (unknown keys, wrong types, duplicate
+step names, a pivot with a compensation), an unknown agent, a file name that does not match
+its name and version, two files of the same (name, version), and a workflow whose largest
+transaction would not fit 100 entities (``shared.core.workflows.bounds``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from shared.core.workflows.bounds import MAX_STEPS, TRANSACTION_ENTITIES, largest_write
+from shared.core.workflows.model import Retry, Step, Workflow
+from shared.core.workflows.registry import Registry
+from shared.core.workflows.schema import StepFile, WorkflowFile
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    path: str  # inside the file: "steps[1].timeoutSeconds", or "(file)"
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.path}: {self.reason}"
+
+
+class WorkflowError(ValueError):
+    """Workflow files the app cannot start with; ``problems`` lists every one."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("invalid workflow files:\n  " + "\n  ".join(str(p) for p in problems))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that names a key twice (PyYAML keeps the last)."""
+
+
+def _mapping_without_duplicates(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """pydantic loc -> ``steps[1].retry.maxFailureCount``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out or "(file)"
+
+
+def parse_file(path: Path, agents: Mapping[str, object]) -> tuple[Workflow | None, list[Problem]]:
+    """One file: the workflow, or None and its problems."""
+    name = path.name
+    try:
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a safe loader)
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [Problem(name, "(file)", f"cannot be read: {exc}")]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"(line {mark.line + 1}, column {mark.column + 1})" if mark is not None else "(file)"
+        return None, [Problem(name, where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}")]
+    try:
+        spec = WorkflowFile.model_validate(raw)
+    except ValidationError as exc:
+        return None, [Problem(name, field_path(e["loc"]), e["msg"]) for e in exc.errors(include_url=False)]
+    problems = _context_problems(name, spec, agents)
+    return (None, problems) if problems else (_workflow(spec), [])
+
+
+def _context_problems(file: str, spec: WorkflowFile, agents: Mapping[str, object]) -> list[Problem]:
+    problems: list[Problem] = []
+    expected = f"{spec.name}.v{spec.version}.yaml"
+    if file not in (expected, f"{spec.name}.v{spec.version}.yml"):
+        problems.append(Problem(file, "(file)", f"the file name must be {expected} (its name and version)"))
+    seen: set[str] = set()
+    for i, step in enumerate(spec.steps):
+        if step.name in seen:
+            problems.append(Problem(file, f"steps[{i}].name", f"duplicate step name {step.name!r}"))
+        seen.add(step.name)
+        if step.agent not in agents:
+            problems.append(Problem(file, f"steps[{i}].agent",
+                                    f"unknown agent {step.agent!r} (agents: {', '.join(sorted(agents))})"))
+    if len(spec.steps) > MAX_STEPS:
+        problems.append(Problem(file, "steps", f"{len(spec.steps)} steps: its largest transaction would write "
+                                f"{largest_write(len(spec.steps))} entities, over the {TRANSACTION_ENTITIES} of "
+                                f"one entity-group transaction (at most {MAX_STEPS} steps)"))
+    return problems
+
+
+def _step(step: StepFile) -> Step:
+    r = step.retry
+    return Step(name=step.name, agent=step.agent, operation=step.operation, timeout_seconds=step.timeoutSeconds,
+                compensation=step.compensation, on_failure=step.onFailure, pivot=step.pivot,
+                retry=Retry(agent_attempts=r.agentAttempts, agent_backoff_seconds=r.agentBackoffSeconds,
+                            max_failure_count=r.maxFailureCount, backoff_base_seconds=r.backoffBaseSeconds))
+
+
+def _workflow(spec: WorkflowFile) -> Workflow:
+    return Workflow(name=spec.name, version=spec.version, description=spec.description,
+                    steps=tuple(_step(s) for s in spec.steps))
+
+
+def load_directory(directory: Path, agents: Mapping[str, object]) -> Registry:
+    """Every ``*.yaml`` / ``*.yml`` file of ``directory``; raises :class:`WorkflowError`."""
+    if not directory.is_dir():
+        raise WorkflowError([Problem(str(directory), "(directory)", "no such directory")])
+    problems: list[Problem] = []
+    loaded: dict[tuple[str, int], tuple[str, Workflow]] = {}
+    files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    for path in files:
+        workflow, found = parse_file(path, agents)
+        problems += found
+        if workflow is None:
+            continue
+        if workflow.key in loaded:
+            problems.append(Problem(path.name, "(file)", f"{workflow.label} is also declared by "
+                                    f"{loaded[workflow.key][0]}"))
+            continue
+        loaded[workflow.key] = (path.name, workflow)
+    if not loaded and not problems:
+        problems.append(Problem(str(directory), "(directory)", "no workflow file (*.yaml)"))
+    if problems:
+        raise WorkflowError(problems)
+    return Registry.of(wf for _, wf in loaded.values())

@@ -1,0 +1,320 @@
+"""OpenTelemetry for the app: set up once per worker; the order's trace; spans at the boundaries.
+
+One trace per order. The submission's HTTP server span starts it (a child of the request's
+``traceparent`` header, when one came); its W3C ``traceparent`` is stored on the order row and
+every message for the order carries one in its application properties (the OpenTelemetry
+TraceContext propagator writes and reads it). Spans are made at the boundaries only, never in the
+pure core (``shared.core.statemachine``):
+
+* ``server_span``: the submission (SERVER);
+* ``send``: every message sent, a PRODUCER span whose context the message carries. Its parent is
+  the current span when that belongs to the order's trace (a submission, a reply's handling), else
+  the order's stored context, with a link to the current span (a supervisor sweep);
+* ``consumer_span``: an agent invocation, a schedule notice's or a reply's handling (CONSUMER);
+* ``client_span``: the agents' remote HTTP call (CLIENT), made here rather than by an HTTP
+  instrumentation: the same span and attributes for ~100-125 µs less CPU per call (measured). Other
+  HTTP calls get theirs from ``opentelemetry-instrumentation-urllib3``, which Azure Monitor's distro
+  also turns on; it is suppressed inside ``client_span`` (one span per call, not two);
+* ``order_span``: supervisor redrives and operator actions, in the order's trace, linked to the
+  span that ran them (the sweep, the operator's request).
+
+Without an SDK (no connection string, no test providers) the API is a no-op that still passes
+the incoming context on, so the order's trace id still travels with its messages and logs.
+Metrics: ``shared.observability.metrics``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Protocol
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from shared.core.messages import OutMessage
+
+TRACER_NAME = "orders"
+CONNECTION_STRING = "APPLICATIONINSIGHTS_CONNECTION_STRING"
+SPANS_DIR = "ORDERS_SPANS_DIR"  # local runs and tests: each process writes its spans to a JSON-lines file here
+WORKER_TELEMETRY = "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"  # the worker configures Azure Monitor itself
+
+_propagator = TraceContextTextMapPropagator()
+_setup_lock = threading.Lock()
+_setup_done = False
+_client_spans = False  # setup() decided: client_span makes spans (off when none could be recorded)
+
+
+class _Sender(Protocol):
+    def send(self, message: OutMessage) -> None: ...
+
+
+@functools.cache
+def tracer() -> trace.Tracer:
+    """The app's tracer, got once: the SDK makes a new Tracer per ``get_tracer`` call (~12 µs, every
+    span). Got before a provider is set, it is the API's proxy, which follows the provider set later."""
+    return trace.get_tracer(TRACER_NAME)
+
+
+# ----------------------------------------------------------------------------- setup
+
+
+def setup(environ: Mapping[str, str] | None = None) -> str:
+    """Configure OpenTelemetry once per worker; returns what was done.
+
+    ``azure-monitor``: APPLICATIONINSIGHTS_CONNECTION_STRING is set and the worker's own
+    PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY is not (both would export everything twice); the
+    exporter authenticates with the managed identity of APPLICATIONINSIGHTS_AUTHENTICATION_STRING.
+    ``worker``: the Python worker configures it. ``file``: ORDERS_SPANS_DIR is set (the local
+    stack's end-to-end trace test): an SDK provider writes this process's spans there. ``api``: no
+SDK (a no-op unless a test installed providers). The CLIENT spans (``client_span`` and the urllib3
+    instrumentation) are on in every case but one: ``api`` with no SDK tracer provider installed,
+    where each would be a discarded no-op costing a quarter of a table request's CPU (the remote calls
+    carry their ``traceparent`` header themselves: ``shared.agent.remote``). urllib3, not requests:
+    requests' own calls go through urllib3 too. Inside an Azure SDK span (azure-core's tracing on)
+    azure-core suppresses the instrumentation: one span per table request, not two.
+    """
+    global _setup_done, _client_spans
+    env = os.environ if environ is None else environ
+    with _setup_lock:
+        if _setup_done:
+            return "already"
+        mode = "api"
+        if env.get(WORKER_TELEMETRY, "").lower() in ("1", "true"):
+            mode = "worker"
+        elif env.get(CONNECTION_STRING):
+            from azure.monitor.opentelemetry import configure_azure_monitor
+
+            configure_azure_monitor(connection_string=env[CONNECTION_STRING])
+            mode = "azure-monitor"
+        elif env.get(SPANS_DIR):
+            _export_to_file(env[SPANS_DIR])
+            mode = "file"
+        if mode != "api" or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+            _instrument_urllib3()
+            _client_spans = True
+        _setup_done = True
+        return mode
+
+
+def _export_to_file(directory: str) -> None:
+    """An SDK tracer provider that appends every ended span, as one JSON line, to a file of this process."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    path = os.path.join(directory, f"spans-{os.getpid()}.jsonl")
+    lock = threading.Lock()
+
+    class _JsonLines(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            lines = "".join(json.dumps(_span_record(s)) + "\n" for s in spans)
+            with lock, open(path, "a", encoding="utf-8") as f:
+                f.write(lines)
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_JsonLines()))
+    trace.set_tracer_provider(provider)
+
+
+def _span_record(span: Any) -> dict[str, Any]:
+    return {"name": span.name, "kind": span.kind.name, "traceId": trace.format_trace_id(span.context.trace_id),
+            "spanId": trace.format_span_id(span.context.span_id),
+            "parentId": trace.format_span_id(span.parent.span_id) if span.parent is not None else None,
+            "links": [trace.format_span_id(link.context.span_id) for link in span.links],
+            "attributes": dict(span.attributes or {}), "pid": os.getpid()}
+
+
+def _instrument_urllib3() -> None:
+    from opentelemetry.instrumentation.urllib3 import URLLib3Instrumentor
+
+    instrumentor = URLLib3Instrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument()
+
+
+# ----------------------------------------------------------------------------- context
+
+
+def context_of(traceparent: str | None, tracestate: str | None = None) -> otel_context.Context:
+    """The OpenTelemetry context a W3C ``traceparent`` (and ``tracestate``) names (empty if invalid)."""
+    carrier = {"traceparent": traceparent} if traceparent else {}
+    if traceparent and tracestate:
+        carrier["tracestate"] = tracestate
+    return _propagator.extract(carrier, context=otel_context.Context())
+
+
+@functools.lru_cache(maxsize=4096)
+def span_context_of(traceparent: str | None) -> SpanContext | None:
+    """The span context a W3C ``traceparent`` names, None if invalid. Cached: an order's
+    traceparent is parsed for each of its log lines and sends, and a SpanContext is immutable."""
+    span_context = trace.get_current_span(context_of(traceparent)).get_span_context()
+    return span_context if span_context.is_valid else None
+
+
+def valid_traceparent(value: object) -> str | None:
+    """``value`` as a valid W3C traceparent (normalised), or None."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str):
+        return None
+    span_context = span_context_of(value.strip())
+    return format_traceparent(span_context) if span_context is not None else None
+
+
+def format_traceparent(span_context: SpanContext) -> str:
+    carrier: dict[str, str] = {}
+    _propagator.inject(carrier, context=trace.set_span_in_context(NonRecordingSpan(span_context)))
+    return carrier["traceparent"]
+
+
+def trace_id(traceparent: str | None) -> str | None:
+    """The 32-hex trace id of a valid traceparent, else None."""
+    span_context = span_context_of(traceparent)
+    return trace.format_trace_id(span_context.trace_id) if span_context is not None else None
+
+
+def current_ids() -> tuple[str, str] | None:
+    """(traceId, spanId) of the current span, for log lines; None outside any trace."""
+    span_context = trace.get_current_span().get_span_context()
+    if not span_context.is_valid:
+        return None
+    return trace.format_trace_id(span_context.trace_id), trace.format_span_id(span_context.span_id)
+
+
+def current_traceparent() -> str | None:
+    span_context = trace.get_current_span().get_span_context()
+    return format_traceparent(span_context) if span_context.is_valid else None
+
+
+def inject(carrier: dict[str, str]) -> dict[str, str]:
+    """Write the current context (``traceparent``, ``tracestate``) into ``carrier``; returns it."""
+    _propagator.inject(carrier)
+    return carrier
+
+
+def _new_root() -> otel_context.Context:
+    """A fresh remote parent: only when there is no SDK to start a trace (the API would not)."""
+    span_context = SpanContext(trace_id=random.getrandbits(128) or 1, span_id=random.getrandbits(64) or 1,
+                               is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return trace.set_span_in_context(NonRecordingSpan(span_context), otel_context.Context())
+
+
+def _links_to_current(parent: otel_context.Context) -> list[Link]:
+    """A link to the current span when it is in another trace than ``parent``."""
+    current = trace.get_current_span().get_span_context()
+    wanted = trace.get_current_span(parent).get_span_context()
+    if current.is_valid and (not wanted.is_valid or current.trace_id != wanted.trace_id):
+        return [Link(current)]
+    return []
+
+
+# ----------------------------------------------------------------------------- spans
+
+
+@contextmanager
+def server_span(name: str, headers: Mapping[str, str], **attributes: Any) -> Iterator[Span]:
+    """An HTTP server span, a child of the request's ``traceparent`` when it sent a valid one."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    parent = context_of(lowered.get("traceparent"), lowered.get("tracestate"))
+    with tracer().start_as_current_span(name, context=parent, kind=SpanKind.SERVER,
+                                        attributes=_clean(attributes)) as span:
+        if span.get_span_context().is_valid:
+            yield span
+            return
+    with tracer().start_as_current_span(name, context=_new_root(), kind=SpanKind.SERVER) as span:
+        yield span
+
+
+@contextmanager
+def consumer_span(name: str, traceparent: str | None, tracestate: str | None = None,
+                  **attributes: Any) -> Iterator[Span]:
+    """A message's handling (CONSUMER): a child of the context the message carries."""
+    parent = context_of(traceparent, tracestate)
+    with tracer().start_as_current_span(name, context=parent, kind=SpanKind.CONSUMER,
+                                        links=_links_to_current(parent), attributes=_clean(attributes)) as span:
+        yield span
+
+
+class ClientCall:
+    """One outgoing HTTP call in its CLIENT span: the headers to send (with the span's ``traceparent``)."""
+
+    __slots__ = ("headers", "span")
+
+    def __init__(self, headers: Mapping[str, str], span: Span | None) -> None:
+        self.headers = headers
+        self.span = span
+
+    def answered(self, status: int) -> None:
+        """The response's status: an attribute, and an error status from 400 on (as the instrumentations do)."""
+        if self.span is not None:
+            self.span.set_attribute("http.status_code", status)
+            if status >= 400:
+                self.span.set_status(trace.StatusCode.ERROR)
+
+
+@contextmanager
+def client_span(method: str, url: str, headers: Mapping[str, str]) -> Iterator[ClientCall]:
+    """A CLIENT span ``method`` with the HTTP instrumentations' attributes (``http.method``, ``http.url``,
+    then ``http.status_code``), a child of the current span; an exception in it is recorded. Its
+    ``traceparent`` goes in a copy of ``headers``; any HTTP instrumentation is suppressed inside. Off (the
+    headers as given, no span) when ``setup`` found that no span could be recorded."""
+    if not _client_spans:
+        yield ClientCall(headers, None)
+        return
+    from opentelemetry.instrumentation.utils import suppress_http_instrumentation
+
+    with tracer().start_as_current_span(method, kind=SpanKind.CLIENT,
+                                        attributes={"http.method": method, "http.url": url}) as span:
+        call = ClientCall(inject(dict(headers)), span)
+        with suppress_http_instrumentation():
+            yield call
+
+
+@contextmanager
+def order_span(name: str, traceparent: str | None, **attributes: Any) -> Iterator[Span]:
+    """An action on an order from outside its flow (a redrive, an operator's action): in the
+    order's trace, linked to the span that ran it."""
+    parent = context_of(traceparent)
+    if not trace.get_current_span(parent).get_span_context().is_valid:
+        parent = otel_context.get_current()
+    with tracer().start_as_current_span(name, context=parent, kind=SpanKind.INTERNAL,
+                                        links=_links_to_current(parent), attributes=_clean(attributes)) as span:
+        yield span
+
+
+def send(bus: _Sender, message: OutMessage) -> None:
+    """Send ``message`` in a PRODUCER span; the message carries that span's context."""
+    stored = message.application_properties.get("traceparent")
+    wanted = span_context_of(stored)
+    current = trace.get_current_span().get_span_context()
+    if wanted is None or (current.is_valid and current.trace_id == wanted.trace_id):
+        parent = otel_context.get_current()
+    else:
+        parent = context_of(stored, message.application_properties.get("tracestate"))
+    attributes = {"messaging.system": "servicebus", "messaging.destination.name": message.queue,
+                  "messaging.message.id": message.message_id, "orders.order_id": message.body.get("orderId")}
+    with tracer().start_as_current_span(f"send {message.queue}", context=parent, kind=SpanKind.PRODUCER,
+                                        links=_links_to_current(parent), attributes=_clean(attributes)) as span:
+        properties = {k: v for k, v in message.application_properties.items() if k not in ("traceparent", "tracestate")}
+        carried = inject({})
+        if not carried and stored:
+            carried = {"traceparent": stored}  # no span here at all: pass the order's context on
+        try:
+            bus.send(replace(message, application_properties={**properties, **carried}))
+        except Exception as exc:
+            span.record_exception(exc)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+            raise
+
+
+def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in attributes.items() if isinstance(v, (str, bool, int, float))}

@@ -1,0 +1,176 @@
+"""The executor: the effects of one decision (``shared.core.effects``), performed in order.
+
+It runs them one by one and stops at the first lost race. Running only the first ``limit`` of
+them is exactly what a crash after that effect leaves behind (the crash-point tests do that).
+
+Telemetry is added here, at the boundary, never in the core: every message is sent in a
+PRODUCER span that it carries (``shared.observability.telemetry.send``); a committed
+transaction's history events feed the metrics and the console's figures; alerts are counted.
+
+Failure handling per effect:
+
+* ``PutIndex`` / ``Transact`` / critical ``Send``: an exception propagates (the trigger's
+  message is abandoned and redelivered; the handler is idempotent and resumes from the store).
+* ``Transact`` losing its ETag condition (``Conflict``): a lost race. Nothing after it runs;
+  the outcome says so.
+* ``Reindex`` (the search index, after the state write): a failure is logged, and the
+  ``DeleteIndex`` effects after it are skipped (the Supervisor re-indexes from the kept row).
+* A ``Send`` with a ``fence`` (an agent request): the ETags the last ``Transact`` of this run
+  returned are filled in and the fencing token (``shared.storage.fence``) goes in the body;
+  when no ETag can be vouched for, the request goes without one (the reply path then reads).
+* Non-critical ``Send`` (status, schedule notices that an index row backs up), ``Alert`` and
+  ``DeleteIndex``: a failure is logged and the rest goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from shared.core.effects import ETAG, Alert, DeleteIndex, Effect, Log, PutIndex, Reindex, Send, Transact
+from shared.core.messages import Bus, OutMessage
+from shared.core.statemachine.rows import STATE_ROW
+from shared.observability import metrics, telemetry
+from shared.observability.figures import record_committed
+from shared.observability.logs import log_event
+from shared.storage import fence
+from shared.storage.store import Conflict, Store
+
+
+@dataclass
+class Outcome:
+    applied: int = 0
+    lost_race: bool = False
+    failed_sends: list[str] = field(default_factory=list)
+    index_failed: bool = False  # a Reindex failed: the deadline row is kept for the Supervisor
+
+
+@dataclass
+class _Written:
+    """What the committed ``Transact`` effects of a run wrote on one order: RowKey -> entity with
+    its new ETag (None: deleted, or no ETag came back). A write on another order starts over."""
+
+    order_id: str | None = None
+    rows: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+    def record(self, eff: Transact, etags: Mapping[str, str] | None) -> None:
+        if eff.order_id != self.order_id:
+            self.order_id, self.rows = eff.order_id, {}
+        for op in eff.ops:
+            etag = (etags or {}).get(op.row_key)
+            if fence.live_row(op.row_key):
+                self.rows[op.row_key] = None if op.kind == "delete" or not etag else {**op.row, ETAG: etag}
+
+
+def fenced(message: OutMessage, rows: Mapping[str, Mapping[str, Any]], written: _Written) -> OutMessage:
+    """``message`` with the fencing token of ``rows`` overlaid with what this run wrote; unchanged
+    (no token) unless this run committed the order's state row with an ETag for every row it wrote."""
+    order_id = message.body.get("orderId")
+    if written.order_id != order_id or written.rows.get(STATE_ROW) is None:
+        return message
+    merged: dict[str, Mapping[str, Any]] = {}
+    for key in {*rows, *written.rows}:
+        if key in written.rows:
+            row = written.rows[key]
+            if row is None:  # written without an ETag back (or deleted): no token
+                return message
+            merged[key] = row
+        else:
+            merged[key] = rows[key]
+    token = fence.encode(str(order_id), merged)
+    if token is None:
+        return message
+    return replace(message, body={**message.body, "fence": token})
+
+
+@dataclass
+class _Run:
+    """One run of a decision's effects: where they go, and what happened so far."""
+
+    store: Store
+    bus: Bus
+    out: Outcome = field(default_factory=Outcome)
+    written: _Written = field(default_factory=_Written)
+
+    def put_index(self, eff: PutIndex) -> None:
+        self.store.put_index(eff.bucket, eff.row_key, eff.props)
+
+    def delete_index(self, eff: DeleteIndex) -> None:
+        if self.out.index_failed:  # kept: the sweep re-indexes the order when it deletes the row
+            return
+        try:
+            self.store.delete_index(eff.bucket, eff.row_key)
+        except Exception as exc:  # lazily deleted by the sweep anyway
+            log_event(logging.WARNING, "index.delete_failed", row=eff.row_key, error=repr(exc))
+
+    def transact(self, eff: Transact) -> bool:
+        """False when the transaction lost its race (nothing after it may run)."""
+        try:
+            etags = self.store.transact(eff.order_id, eff.ops)
+        except Conflict as exc:
+            self.out.lost_race = True
+            log_event(logging.INFO, "state.lost_race", order_id=eff.order_id, note=eff.note, detail=str(exc))
+            return False
+        self.written.record(eff, etags)
+        record_committed(self.store, metrics.record_committed(eff.ops))
+        return True
+
+    def reindex(self, eff: Reindex) -> None:
+        try:
+            self.store.write_index(eff.puts, eff.deletes, stale=eff.stale)
+        except Exception as exc:
+            self.out.index_failed = True
+            log_event(logging.WARNING, "index.write_failed", order_id=eff.order_id, error=repr(exc))
+
+    def send(self, eff: Send) -> None:
+        message = eff.message if eff.fence is None else fenced(eff.message, eff.fence, self.written)
+        try:
+            telemetry.send(self.bus, message)
+        except Exception as exc:
+            if eff.critical:
+                raise
+            self.out.failed_sends.append(eff.message.message_id)
+            log_event(logging.WARNING, "send.failed", order_id=eff.message.body.get("orderId"),
+                      queue=eff.message.queue, messageId=eff.message.message_id, what=eff.what, error=repr(exc))
+
+    def alert(self, eff: Alert) -> None:
+        log_event(logging.ERROR, "alert", order_id=eff.order_id, traceparent=eff.traceparent,
+                  step=eff.step, reason=eff.reason, failureCount=eff.failure_count)
+        metrics.alerts.add(1, {"step": eff.step or ""})
+        try:
+            telemetry.send(self.bus, eff.message)
+        except Exception as exc:
+            self.out.failed_sends.append(eff.message.message_id)
+            log_event(logging.ERROR, "alert.send_failed", order_id=eff.order_id, error=repr(exc))
+
+    def log(self, eff: Log) -> None:
+        log_event(eff.level, eff.event, order_id=eff.order_id, traceparent=eff.traceparent, **eff.fields)
+
+
+def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | None = None) -> Outcome:
+    """Run ``effects`` in order (only the first ``limit`` of them: a simulated crash)."""
+    run = _Run(store, bus)
+    for n, eff in enumerate(effects):
+        if limit is not None and n >= limit:
+            break
+        match eff:
+            case Transact():
+                if not run.transact(eff):
+                    run.out.applied = n
+                    return run.out
+            case PutIndex():
+                run.put_index(eff)
+            case DeleteIndex():
+                run.delete_index(eff)
+            case Reindex():
+                run.reindex(eff)
+            case Send():
+                run.send(eff)
+            case Alert():
+                run.alert(eff)
+            case Log():
+                run.log(eff)
+        run.out.applied = n + 1
+    return run.out

@@ -1,0 +1,24 @@
+"""Resuming the steps that waited on a remote's breaker, once it closes: the closing agent's gate
+does it right after its close write wins, and the Supervisor again for whatever a crash left."""
+
+from __future__ import annotations
+
+import logging
+
+from shared.core.breaker.waiting import MAX_LISTED, resume_message
+from shared.core.messages import Bus
+from shared.observability.logs import log_event
+from shared.storage.store import Store
+from shared.storage.waiting import forget_waiting, waiting_steps
+
+
+def resume_waiting(store: Store, bus: Bus, queue: str, remote: str, limit: int = MAX_LISTED) -> int:
+    """Send a resume for every step waiting on ``remote``, then forget them: how many were sent.
+    A crash in between leaves rows behind: the Supervisor sends them again (same message ids)."""
+    steps = waiting_steps(store, remote, limit)
+    for step in steps:
+        bus.send(resume_message(step, queue))
+    forget_waiting(store, remote, steps)
+    if steps:
+        log_event(logging.INFO, "breaker.resumed", remote=remote, steps=len(steps))
+    return len(steps)

@@ -1,0 +1,107 @@
+"""Fencing tokens: the order's live rows, as a write left them, carried by a request and its reply.
+
+The transaction that dispatches a step (or a compensation) knows every live row of the order
+(``order``, ``state``, ``step-*``) and, from the store's answer, their new ETags. The request
+carries them in its ``fence`` field, the agent echoes it unchanged in the reply, and the
+Scheduler decides on the reply with these rows instead of reading the partition. Its write is
+conditioned on the ETags, as after a read: it commits only if nothing changed since the token's
+write (any change to the order writes its state row, so its ETag fences every row), else it
+loses (412, ``Conflict``) and the Scheduler reads and decides again. A token is never
+trusted beyond that: it only saves the read when the read would have returned the same rows.
+
+A token is base64url of a 16-byte MAC and the zlib-compressed JSON ``{"o": orderId, "r":
+{RowKey: entity}}`` (each entity with its ETag under ``shared.core.statemachine.rows.ETAG``). The MAC (a fixed
+key, like ``shared.api.tokens``) refuses a corrupted, cut or foreign token; it does not keep the
+rows secret (the request already carries the order), and since its key is in the code it does
+not authenticate the sender: whoever may send to the replies queue may also send requests to the
+agents, so the trust boundary stays the Service Bus namespace (managed identity only). Every ETag
+must be one a store issued (``W/"..."``), never ``*``: a token's write is always conditional. A
+token longer than ``MAX_FENCE_LENGTH`` is not issued (the reply path reads instead).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+from shared.core import sealed
+from shared.core.effects import ETAG
+from shared.core.statemachine.rows import ORDER_ROW, STATE_ROW
+
+_KEY = b"orders-fencing-token-v1"
+MAX_FENCE_LENGTH = 32 * 1024  # characters of the encoded token (the request and reply carry it)
+_MAX_JSON_BYTES = 1024 * 1024  # decompressed: a bound against a crafted token
+# An ETag as Table Storage (and MemoryStore) issue them: weak, quoted. '*' would make the write
+# unconditional, so a token holding one is refused.
+_STORE_ETAG = re.compile(r'W/"[^"*]+"')
+
+Entities = dict[str, dict[str, Any]]
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # one, not one per token
+
+
+class InvalidFence(ValueError):
+    """The token was not issued by this app for this order, or is damaged."""
+
+
+def live_row(row_key: str) -> bool:
+    """A row a token carries: ``order``, ``state`` or a ``step-*`` row."""
+    return row_key in (ORDER_ROW, STATE_ROW) or row_key.startswith("step-")
+
+
+def _mac(payload: bytes) -> bytes:
+    return sealed.mac(_KEY, payload)
+
+
+def encode(order_id: str, rows: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The token for ``rows`` (RowKey -> entity with its ETag), or None when it cannot be one:
+    a row without an ETag, a value JSON cannot hold, no state row, or too long."""
+    if STATE_ROW not in rows or ORDER_ROW not in rows:
+        return None
+    if any(not live_row(k) or not isinstance(e.get(ETAG), str) or not e[ETAG] for k, e in rows.items()):
+        return None
+    try:
+        text = _ENCODER.encode({"o": order_id, "r": rows})
+    except (TypeError, ValueError):
+        return None
+    packed = zlib.compress(text.encode("utf-8"), 1)
+    token = sealed.seal(_mac, packed)
+    return token if len(token) <= MAX_FENCE_LENGTH else None
+
+
+def decode(order_id: str, token: str) -> Entities:
+    """The rows a token issued for ``order_id`` carries; ``InvalidFence`` for anything else."""
+    try:
+        packed = sealed.unseal(_mac, token, MAX_FENCE_LENGTH, foreign="MAC does not match")
+    except sealed.Unsealed as exc:
+        raise InvalidFence(str(exc)) from exc
+    inflate = zlib.decompressobj()
+    try:
+        text = inflate.decompress(packed, _MAX_JSON_BYTES)
+    except zlib.error as exc:
+        raise InvalidFence("unreadable") from exc
+    if inflate.unconsumed_tail or not inflate.eof:
+        raise InvalidFence("too large or cut")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:  # pragma: no cover - a MAC we issued covers JSON we wrote
+        raise InvalidFence("unreadable") from exc
+    return _checked(order_id, data)
+
+
+def _checked(order_id: str, data: Any) -> Entities:
+    if not isinstance(data, dict) or data.get("o") != order_id:
+        raise InvalidFence("issued for another order")
+    rows = data.get("r")
+    if not isinstance(rows, dict) or STATE_ROW not in rows or ORDER_ROW not in rows:
+        raise InvalidFence("no order or state row")
+    out: Entities = {}
+    for key, entity in rows.items():
+        if not live_row(key) or not isinstance(entity, dict) or entity.get("RowKey") != key:
+            raise InvalidFence(f"row {key!r} is not a live row")
+        if not isinstance(entity.get(ETAG), str) or not _STORE_ETAG.fullmatch(entity[ETAG]):
+            raise InvalidFence(f"row {key!r} has no ETag a store issued")  # never '*' (unconditional)
+        out[key] = {**entity, "PartitionKey": order_id}
+    return out

@@ -1,0 +1,132 @@
+"""The state store: Azure Table Storage, and an in-memory twin with the same semantics.
+
+Table layout
+------------
+StateTable (setting ``StateTable``), PartitionKey = orderId (32 hex chars), so that every
+row of an order can be written in ONE entity-group transaction:
+
+* RowKey ``order``  - the accepted order: CustomerId, Currency, Items (JSON, decimal strings),
+  Total (decimal string), Priority, StatusQueue, BodyHash, IdempotencyKey, Traceparent,
+  Workflow + WorkflowVersion (what it runs; absent: order v1), CreatedAt. Written once, never updated.
+* RowKey ``state``  - the order-level state row: OrderID, ProcessState (Pending | Processing |
+  Processed | Error), LockedBy, ClaimToken, CompleteBy, FailureCount, Mode (forward |
+  compensate | held | finished), Outcome, StepIndex/StepName/Attempt of the current step,
+  CompIndex/CompFailureCount of the current compensation, LeaseKey (what is in flight:
+  ``unclaimed``, ``STEP:ATTEMPT``, ``STEP:compensate:ATTEMPT`` or empty), ScheduleSeq,
+  ClaimedSeq, FailedStep, Reason, CompensationState, UpdatedAt.
+* RowKey ``step-NN-NAME`` - one per workflow step: Name, Index, State (Pending | Running |
+  Done | Failed), Attempt, CompleteBy, StartedAt, FinishedAt, Result (JSON), FailureReason,
+  Compensation ('' | Pending | Running | Done | Failed), CompensationAttempt,
+  CompensationCompleteBy, CompensationStartedAt, CompensationFinishedAt, CompensationResult,
+  CompensationReason.
+* RowKey ``history-NNNNNNNN`` - the order's history, one immutable event per row (Seq, At,
+  Event, Step, Attempt, Detail (JSON), Instance, TraceId), created in the same transaction as
+  the state change it records (the state row's ``EventSeq`` is the last one). These keys sort
+  before ``order``: the forward path reads ``RowKey ge 'order'`` and never reads history.
+
+DeadlineTable (setting ``DeadlineTable``): the Supervisor's index of deadlines, about ONE row
+per order in flight (``shared.core.statemachine``, "The deadline index"). PartitionKey = due minute
+``yyyyMMddHHmm`` (UTC), RowKey = ``orderId:due``, properties OrderId, Due. A row's Due is never
+later than its order's CompleteBy; the submission writes it BEFORE its transaction, the forward
+path never touches it, the last transition deletes it (best effort) and the sweep moves it
+later when the order is slower than that. A sweep reads only buckets that are due:
+``PartitionKey le @bucket``.
+It also holds a breaker's *watch* while the Supervisor may owe that breaker anything: RowKey
+``breaker:{remote}:{opening}:{due}``, property Due, no OrderId (``shared.core.breaker.watch``).
+
+OrderIndexTable (setting ``OrderIndexTable``): the search index, one partition ``orders``,
+key ranges by purpose (``shared.core.statemachine.search_index``): ``all-``, ``cust-``, ``cat-``
+(newest first) and ``fin-`` (finished orders by finish day, for retention). Its partition
+``stats`` holds the console's per-process figures by minute and hour (``shared.observability.figures``).
+
+The state row's ``IndexDue`` names the row the order's own writes put (so that the last
+transition can delete it).
+
+Times are stored as ISO-8601 UTC strings with microseconds (they sort as text), money as
+decimal strings, absent values as absent properties (REPLACE writes the full entity).
+
+Concurrency: every update is a REPLACE conditioned on the ETag read
+(``MatchConditions.IfNotModified``); a 412 (or a 409 on create) is a lost race and surfaces as
+:class:`Conflict`. Multi-row writes are one entity-group transaction (same PartitionKey, atomic).
+
+This module: the ``Store`` protocol, its errors and the limits; the in-memory twin is
+``shared.storage.memory.MemoryStore``, the Table Storage store ``shared.storage.table_store.TableStore``
+(its tables: ``shared.storage.tables``). The row keys are the core's (``shared.core.statemachine.rows``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from shared.core.effects import Op
+
+INDEX_PARTITION = "orders"  # the one partition of the search index (OrderIndexTable)
+STATS_PARTITION = "stats"  # the console's per-process figures (OrderIndexTable, ``shared.observability.figures``)
+
+
+class Conflict(Exception):
+    """A conditional write lost: the row changed (412) or already exists (409)."""
+
+
+class TooLarge(Exception):
+    """An entity or transaction exceeds Table Storage limits."""
+
+
+def clean(row: dict[str, Any]) -> dict[str, Any]:
+    """Properties to write: no metadata, no None (absent = null)."""
+    return {k: v for k, v in row.items() if not k.startswith("_") and v is not None and k != "PartitionKey"}
+
+
+class Store(Protocol):
+    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+        """The order's live rows (``order``, ``state``, ``step-*``): never its history."""
+    def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None: ...
+    def read_rows(self, partition: str, limit: int) -> dict[str, dict[str, Any]]:
+        """Up to ``limit`` rows of ``partition`` (every RowKey, each with its ETag), by RowKey: ONE
+        query (``shared.storage.breakers.read_breakers``: every breaker an agent instance holds)."""
+    def read_history(self, order_id: str, after: int, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` history rows after event ``after``, oldest first."""
+    def partition_keys(self, order_id: str, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` (RowKey, ETag) of every row of the order (retention)."""
+    def transact(self, order_id: str, ops: Sequence[Op]) -> dict[str, str]:
+        """All of ``ops`` or none (``Conflict``): the new ETag of each created/replaced row
+        (RowKey -> ETag); a row whose ETag the service did not return is left out."""
+    def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None: ...
+    def delete_index(self, bucket: str, row_key: str) -> None: ...
+    def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]: ...
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *,
+                    stale: Sequence[str] = ()) -> None:
+        """Upsert ``puts`` and delete ``deletes`` (RowKeys) in the search index (a missing row is
+        fine), committed when it returns. ``stale``: rows that may well not be there, deleted one
+        by one apart from the rest."""
+    def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+        """Search index rows with ``low <= RowKey < high``, ascending, at most ``limit``."""
+    def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
+        """(rows with ``low <= RowKey < high`` counted up to ``cap``, whether there may be more):
+        ONE request, RowKeys only."""
+    def put_stats(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Upsert (replace) stats rows (RowKey + properties, at most 100) in ONE transaction."""
+    def query_stats(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+        """Stats rows with ``low <= RowKey < high``, ascending, at most ``limit``."""
+    def delete_stats(self, row_keys: Sequence[str]) -> None:
+        """Delete stats rows (at most 100; a missing row is fine)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Limits shared by both implementations (Table Storage documented limits)
+MAX_BATCH_OPS = 100
+MAX_STRING_BYTES = 64 * 1024  # a String property is at most 64 KiB (UTF-16)
+MAX_PROPERTIES = 252
+
+
+def check_entity(row: dict[str, Any]) -> None:
+    """Raise ``TooLarge`` if ``row`` breaks Table Storage's entity limits."""
+    props = clean(row)
+    if len(props) > MAX_PROPERTIES:
+        raise TooLarge(f"{len(props)} properties")
+    for k, v in props.items():
+        if isinstance(v, str) and len(v.encode("utf-16-le")) > MAX_STRING_BYTES:
+            raise TooLarge(f"property {k} is larger than 64 KiB")
+
+

@@ -1,0 +1,154 @@
+"""The state store on Azure Table Storage: ``shared.storage.store``'s ``Store`` over three tables
+(``shared.storage.tables.Table``).
+
+The table layout and the store's semantics are those of ``shared.storage.store`` (``Store``,
+``MemoryStore``). Each table is reached through ``shared.storage.tables`` (the REST path over azure-core's
+public pipeline, or the SDK's public methods). Every write is made in the invocation that asks
+for it and has returned when the call returns: nothing is queued for later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.core.effects import ETAG, Op
+from shared.core.statemachine.rows import HISTORY_END, LIVE_ROWS_FROM, history_row_key
+from shared.observability.figures import ConsoleStats
+from shared.storage.store import (
+    INDEX_PARTITION,
+    MAX_BATCH_OPS,
+    STATS_PARTITION,
+    Conflict,
+    TooLarge,
+    check_entity,
+    clean,
+)
+from shared.storage.tables import MAX_PAGE, SdkTable, Table, Write, requests_transport, table_for
+
+RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
+
+
+@dataclass
+class TableStore:
+    """Azure Table Storage: the state table, the deadline index and the search index (with the
+    console's figures in its partition ``stats``)."""
+
+    state: Table
+    deadlines: Table
+    search: Table | None = None  # OrderIndexTable (None: no search index)
+    stats: ConsoleStats | None = field(default=None, repr=False, compare=False)  # the console's figures
+
+    def __post_init__(self) -> None:
+        if self.search is not None:
+            self.stats = ConsoleStats(self.put_stats)  # records from the first committed event on
+
+    @classmethod
+    def of(cls, state: Any, deadlines: Any, search: Any = None, *, rest: bool = True,
+           transport: Any | None = None) -> TableStore:
+        """A store over azure-data-tables ``TableClient``\\ s, each reached by the REST path (``rest``,
+        where its credential allows) or the SDK's (``shared.storage.tables.table_for``), on one transport."""
+        transport = transport or requests_transport()
+        return cls(table_for(state, transport, rest=rest), table_for(deadlines, transport, rest=rest),
+                   None if search is None else table_for(search, transport, rest=rest))
+
+    @property
+    def path(self) -> str:
+        """``rest`` or ``sdk``: how this store reaches its state table."""
+        return "sdk" if isinstance(self.state, SdkTable) else "rest"
+
+    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+        rows = self.state.query("PartitionKey eq @pk and RowKey ge @live", {"pk": order_id, "live": LIVE_ROWS_FROM},
+                                limit=MAX_PAGE).rows
+        return {str(e["RowKey"]): e for e in rows}
+
+    def read_history(self, order_id: str, after: int, limit: int) -> list[dict[str, Any]]:
+        return self.state.query(RANGE, {"pk": order_id, "low": history_row_key(after + 1), "high": HISTORY_END},
+                                limit=limit).rows
+
+    def partition_keys(self, order_id: str, limit: int) -> list[tuple[str, str]]:
+        rows = self.state.query("PartitionKey eq @pk", {"pk": order_id}, limit=limit, select=["RowKey"]).rows
+        return [(str(e["RowKey"]), str(e[ETAG])) for e in rows]
+
+    def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None:
+        return self.state.get(order_id, row_key)
+
+    def read_rows(self, partition: str, limit: int) -> dict[str, dict[str, Any]]:
+        """One query of the whole partition (one page: ``limit`` at most 1000)."""
+        return {str(e["RowKey"]): e for e in self.state.query("PartitionKey eq @pk", {"pk": partition},
+                                                             limit=limit).rows}
+
+    def transact(self, order_id: str, ops: Sequence[Op]) -> dict[str, str]:
+        """All of ``ops`` on the order's partition, or none: a lost race is ``Conflict``. Returns
+        the new ETag of each created/replaced row (a row the service gave none for is left out)."""
+        if not ops:
+            return {}
+        if len(ops) > MAX_BATCH_OPS:
+            raise TooLarge(f"{len(ops)} operations in one transaction")
+        for op in ops:
+            if op.kind != "create" and op.etag is None:
+                raise ValueError("replace/delete need the ETag they were decided on")
+            if op.kind != "delete":
+                check_entity(op.row)
+        return self.state.transact(order_id, [Write(op.kind, op.row_key, {} if op.kind == "delete" else clean(op.row),
+                                           op.etag) for op in ops])
+
+    def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None:
+        self.deadlines.upsert({**clean(props), "PartitionKey": bucket, "RowKey": row_key})
+
+    def delete_index(self, bucket: str, row_key: str) -> None:
+        self.deadlines.delete(bucket, row_key)
+
+    def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]:
+        return self.deadlines.query("PartitionKey le @bucket", {"bucket": bucket}, limit=limit,
+                                    select=["PartitionKey", "RowKey", "OrderId", "Due"]).rows
+
+    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *,
+                    stale: Sequence[str] = ()) -> None:
+        """One transaction of the puts and deletes; if a delete finds nothing (the transaction
+        fails), the puts again alone and the deletes one by one. ``stale``: one by one, apart."""
+        search = self._searched()
+        writes = [*(Write("upsert", str(r["RowKey"]), clean(r)) for r in puts), *(Write("delete", k) for k in deletes)]
+        for i in range(0, len(writes), MAX_BATCH_OPS):
+            chunk = writes[i:i + MAX_BATCH_OPS]
+            try:
+                search.transact(INDEX_PARTITION, chunk)
+            except Conflict:  # a delete of a row already gone: the upserts cannot fail that way
+                upserts = [w for w in chunk if w.kind == "upsert"]
+                if upserts:
+                    search.transact(INDEX_PARTITION, upserts)
+                stale = [*stale, *(w.row_key for w in chunk if w.kind == "delete")]
+        for key in stale:
+            search.delete(INDEX_PARTITION, key)
+
+    def _searched(self) -> Table:
+        if self.search is None:
+            raise RuntimeError("this store has no search index table (OrderIndexTable)")
+        return self.search
+
+    def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+        return self._searched().query(RANGE, {"pk": INDEX_PARTITION, "low": low, "high": high}, limit=limit).rows
+
+    def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
+        """One page of RowKeys (``cap`` at most 1000: one request): capped if there may be more."""
+        page = self._searched().query(RANGE, {"pk": INDEX_PARTITION, "low": low, "high": high},
+                                      limit=min(cap, MAX_PAGE), select=["RowKey"])
+        return len(page.rows), page.more
+
+    def put_stats(self, rows: Sequence[dict[str, Any]]) -> None:
+        self._searched().transact(STATS_PARTITION, [Write("upsert", str(r["RowKey"]), clean(r)) for r in rows])
+
+    def query_stats(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+        return self._searched().query(RANGE, {"pk": STATS_PARTITION, "low": low, "high": high}, limit=limit).rows
+
+    def delete_stats(self, row_keys: Sequence[str]) -> None:
+        search = self._searched()
+        if len(row_keys) > 1:
+            try:
+                search.transact(STATS_PARTITION, [Write("delete", rk) for rk in row_keys])
+                return
+            except Conflict:  # a row already gone: then one by one
+                pass
+        for rk in row_keys:
+            search.delete(STATS_PARTITION, rk)

@@ -1,0 +1,213 @@
+"""The Supervisor's sweep: reads only the deadline index rows that are due.
+
+Cost: a sweep queries ``DeadlineTable`` for ``PartitionKey le @bucket`` (the current due
+minute; a parameterised filter), i.e. only rows due by now (plus not-yet-due rows of the
+current minute, skipped). Finished orders have no index row (deleted by their last
+transition, or lazily here), so a sweep never reads them. For each due row it point-reads
+the order's state row: a finished order's row is deleted, the row of an order slower than
+the row is moved to a later due, and only when the order's deadline has passed does it read
+the partition and act (``shared.core.statemachine``, "The deadline index"). Every action is
+ETag-conditional: a lost race (another supervisor, a late reply, a claim) means skip, so two
+supervisors never count one failure twice. Before it deletes the row of an order that ended
+(or is held), it rewrites the order's search index rows from its state: the last transition
+deletes the row only after its own index write, so a row still here may mean that write was
+lost in a crash.
+
+Breakers: a row of the index may be a circuit breaker's *watch* (``shared.core.breaker.watch``), put
+by the instance that opened it; a due watch is the only time a sweep reads a breaker
+(``shared.supervisor.breakers.handle_watch``), apart from one pass over every breaker at the
+process's first sweep. So a sweep with nothing due is the one index query.
+
+Latency: due rows are handled by a small thread pool (each is a few round trips, all I/O),
+and a sweep stops taking new rows after a time budget, so a burst of expiries (an outage, a
+killed instance) never holds every other recovery behind one sweep of minutes; rows left
+over stay due and the next tick takes them. Rows of the same order may be handled at once:
+their writes are ETag-conditional, so one wins and the other counts a lost race.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from shared.core.breaker.watch import Watch
+from shared.core.effects import PutIndex
+from shared.core.statemachine import (
+    IndexRow,
+    IndexVerdict,
+    StateRow,
+    View,
+    decide_expired,
+    decide_for_order,
+    index_verdict,
+)
+from shared.core.statemachine.rows import STATE_ROW
+from shared.observability import figures as console_stats
+from shared.observability import metrics, telemetry
+from shared.observability.logs import log_event
+from shared.runtime import Runtime
+from shared.runtime.reindex import reindex_from_state
+from shared.supervisor.breakers import handle_watch
+
+DEFAULT_BATCH = 500
+SWEEP_WORKERS = 8
+SWEEP_BUDGET_SECONDS = 10.0
+
+
+@dataclass
+class SweepReport:
+    seen: int = 0
+    acted: dict[str, int] = field(default_factory=dict)
+    deleted: int = 0
+    kept: int = 0
+    moved: int = 0  # rows of orders slower than their row: a later row put, this one deleted
+    lost_races: int = 0
+    errors: int = 0
+    deferred: int = 0  # due rows left for the next tick (time budget spent)
+    breakers: dict[str, int] = field(default_factory=dict)  # due breaker watches, by verdict
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count_breaker(self, verdict: str) -> None:
+        with self._lock:
+            self.breakers[verdict] = self.breakers.get(verdict, 0) + 1
+
+    def count(self, name: str, verdict: str | None = None) -> None:
+        with self._lock:
+            if verdict is not None:
+                self.acted[verdict] = self.acted.get(verdict, 0) + 1
+            else:
+                setattr(self, name, getattr(self, name) + 1)
+
+
+def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKERS,
+          budget_seconds: float = SWEEP_BUDGET_SECONDS) -> SweepReport:
+    """One sweep, in its own span (each redrive is a span of its order's trace, linked to it);
+    its duration and the due rows it read are recorded (``shared.observability.metrics``)."""
+    started = time.monotonic()
+    with telemetry.tracer().start_as_current_span("supervisor.sweep") as span:
+        _first_breaker_pass(rt)
+        report = _sweep(rt, limit, workers, budget_seconds)
+        span.set_attribute("orders.supervisor.due_rows", report.seen)
+    metrics.sweep_duration.record(time.monotonic() - started)
+    metrics.due_rows.record(report.seen)
+    console_stats.record_sweep(rt.store, report.seen)
+    return report
+
+
+# stores this process has run the full breaker pass on, by id (a TableStore is an unhashable dataclass;
+# a store that is gone drops out, so a new one that gets its id is not taken for it)
+_passed: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_passed_lock = threading.Lock()
+
+
+def _first_breaker_pass(rt: Runtime) -> None:
+    """Once per store and process, before its first sweep: read every breaker, watch the ones
+    not closed and resume what waits on closed ones (``shared.supervisor.breakers.full_pass``).
+    After that, breakers are looked at only when their watch rows fall due."""
+    from shared.core.workflows.catalog import AGENTS
+    from shared.supervisor.breakers import full_pass
+
+    with _passed_lock:
+        if _passed.get(id(rt.store)) is rt.store:
+            return
+        try:
+            full_pass(rt.store, rt.bus, rt.config.queues["SchedulerQueue"], [a.name for a in AGENTS], rt.ctx().now)
+        except Exception as exc:  # noqa: BLE001 - the next run tries again; the sweep goes on
+            log_event(logging.ERROR, "supervisor.breaker_recovery_failed", error=repr(exc))
+            return
+        _passed[id(rt.store)] = rt.store
+
+
+def _handle_watch(rt: Runtime, watch: Watch, now: datetime, report: SweepReport) -> None:
+    """A due breaker watch (``shared.supervisor.breakers.handle_watch``)."""
+    verdict, _sent = handle_watch(rt.store, rt.bus, rt.config.queues["SchedulerQueue"], watch, now)
+    report.count_breaker(verdict.value)
+
+
+def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> SweepReport:
+    now = rt.ctx().now
+    report = SweepReport()
+    bucket = now.strftime("%Y%m%d%H%M")
+    deadline = time.monotonic() + budget_seconds
+
+    def handle(entity: dict[str, Any]) -> None:
+        if time.monotonic() > deadline:
+            report.count("deferred")  # still due: the next tick takes it
+            return
+        try:
+            _handle_due_row(rt, IndexRow.from_entity(entity), now, report)
+        except Exception as exc:  # one bad row must not stop the sweep; it stays for next time
+            report.count("errors")
+            log_event(logging.ERROR, "supervisor.row_failed", order_id=entity.get("OrderId"),
+                      row=entity.get("RowKey"), error=repr(exc))
+
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="sweep") as pool:
+        futures = []
+        for row in rt.store.due_index(bucket, limit):
+            report.seen += 1
+            futures.append(pool.submit(contextvars.copy_context().run, handle, row))  # in the sweep's span
+    for f in futures:
+        f.result()  # handle() keeps ordinary errors; anything else (an abort) propagates as before
+    if report.acted or report.errors or report.lost_races or report.deferred or report.breakers:
+        log_event(logging.INFO, "supervisor.sweep", seen=report.seen, acted=report.acted, deleted=report.deleted,
+                  moved=report.moved, breakers=report.breakers,
+                  lostRaces=report.lost_races, errors=report.errors, deferred=report.deferred)
+    return report
+
+
+def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepReport) -> None:
+    watch = Watch.from_row(row.row_key, row.due)
+    if watch is not None:
+        _handle_watch(rt, watch, now, report)
+        return
+    if not row.order_id or row.due is None:
+        rt.store.delete_index(row.bucket, row.row_key)
+        report.count("deleted")
+        return
+    if row.due > now:  # the current minute's rows that are not due yet: no state read
+        report.count("kept")
+        return
+    entity = rt.store.read_row(row.order_id, STATE_ROW)
+    state = StateRow.from_entity(entity) if entity is not None else None
+    verdict = index_verdict(state, row.due, now)
+    if verdict is IndexVerdict.KEEP:
+        report.count("kept")
+        return
+    if verdict is IndexVerdict.DELETE and state is not None:
+        # The order ended (or is held) but its row is still here: the index write of its last
+        # transition may have been lost with it (it runs before the row's delete). Redo it.
+        if not reindex_from_state(rt, row.order_id):
+            report.count("kept")  # the rewrite failed too: the row stays for the next sweep
+            return
+    if verdict is IndexVerdict.MOVE:
+        # The order is slower than its row: a later row covers its deadline (put first;
+        # ``now`` is the sweep's start, before the read, so the row is never too late).
+        assert state is not None and state.complete_by is not None
+        rt.run([PutIndex(row.order_id, min(state.complete_by, now + rt.config.index_floor()), note="moved")])
+        report.count("moved")
+    elif verdict is IndexVerdict.ACT:
+        view = View.from_entities(rt.store.read_partition(row.order_id))
+        with telemetry.order_span("supervisor.redrive", view.traceparent, **{"orders.order_id": row.order_id}):
+            decision = decide_for_order(view, rt.ctx(), partial(decide_expired, view))
+            outcome = rt.run(decision.effects)
+        if outcome.lost_race:
+            report.count("lost_races")  # someone else moved the order on: the row stays due; next sweep
+            return
+        if decision.verdict == "not-due":
+            report.count("moved")  # the order moved on between the two reads; its row was put
+        elif decision.verdict != "obsolete":
+            report.count("acted", decision.verdict)
+        if outcome.index_failed:  # kept: the next sweep finds the order ended and re-indexes it
+            return
+    # This row is done: the order has no deadline, or a row covering it was put above
+    # (a later due, so never this row's key).
+    rt.store.delete_index(row.bucket, row.row_key)
+    report.count("deleted")
