@@ -83,7 +83,7 @@ class Write:
 @dataclass(frozen=True)
 class Page:
     rows: list[Entity]
-    more: bool  # the query had rows past ``limit``
+    more: bool  # the service said there may be rows past ``limit`` (a continuation)
 
 
 class Table(Protocol):
@@ -93,7 +93,8 @@ class Table(Protocol):
 
     def query(self, filter: str, parameters: Mapping[str, str], *, limit: int,
               select: Sequence[str] | None = None) -> Page:
-        """The first ``limit`` rows that match (``@name`` in ``filter`` is a quoted parameter)."""
+        """The first ``limit`` rows that match (``@name`` in ``filter`` is a quoted parameter); at most
+        ``limit`` rows are read, and whether there may be more is the service's continuation."""
 
     def transact(self, partition_key: str, writes: Sequence[Write]) -> dict[str, str]:
         """All of ``writes`` or none (``Conflict`` for a 404/409/412, ``TooLarge`` for a 413): the
@@ -257,14 +258,14 @@ class RestTable:
             params["$select"] = ",".join(select)
         rows: list[Entity] = []
         while True:
-            params["$top"] = str(min(limit + 1 - len(rows), MAX_PAGE))
+            params["$top"] = str(min(limit - len(rows), MAX_PAGE))
             response = self._request("GET", self.url + "()", params=params)
             if response.status_code != 200:
                 raise self._failed(response, f"query {self.name}")
             rows += (from_json(e) for e in response.json().get("value", ()))
             next_pk = response.headers.get("x-ms-continuation-NextPartitionKey")
             if len(rows) >= limit or not next_pk:
-                return Page(rows[:limit], len(rows) > limit or bool(next_pk))
+                return Page(rows[:limit], bool(next_pk))
             params["NextPartitionKey"] = next_pk
             next_rk = response.headers.get("x-ms-continuation-NextRowKey")
             if next_rk:
@@ -386,13 +387,13 @@ class SdkTable:
     def query(self, filter: str, parameters: Mapping[str, str], *, limit: int,
               select: Sequence[str] | None = None) -> Page:
         pages = self.client.query_entities(filter, parameters=dict(parameters), select=list(select) if select else None,
-                                           results_per_page=min(limit + 1, MAX_PAGE)).by_page()
+                                           results_per_page=min(limit, MAX_PAGE)).by_page()
         rows: list[Entity] = []
         for page in pages:
             rows += (self._entity(e) for e in page)
             if len(rows) >= limit:
                 break
-        return Page(rows[:limit], len(rows) > limit or bool(pages.continuation_token))
+        return Page(rows[:limit], bool(pages.continuation_token))
 
     def upsert(self, entity: Mapping[str, Any]) -> None:
         self.client.upsert_entity(dict(entity), mode=UpdateMode.REPLACE)

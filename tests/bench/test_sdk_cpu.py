@@ -37,7 +37,7 @@ def test_quick_run_measures_every_case_without_errors(tmp_path: Path) -> None:
     names = [r["name"] for r in doc["results"]]
     for prefix in ("sb sync send, sequential", "sb sync send, 8 threads", "sb aio send, sequential",
                    "sb aio send, 8 tasks", "sb aio receive+complete", "tables sync get_entity",
-                   "tables sync $batch fast path", "tables aio get_entity", "raw http.client get"):
+                   "tables sync $batch rest path", "tables aio get_entity", "raw http.client get"):
         assert any(n.startswith(prefix) for n in names), (prefix, names)
     for r in doc["results"]:
         assert r["errors"] == 0 and r["ops"] == doc["ops"] and r["cpu_s"] > 0, r
