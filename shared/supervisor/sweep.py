@@ -44,6 +44,7 @@ from shared.core.statemachine import (
     IndexRow,
     IndexVerdict,
     StateRow,
+    Verdict,
     View,
     decide_expired,
     decide_for_order,
@@ -201,9 +202,9 @@ def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepRepo
         if outcome.lost_race:
             report.count("lost_races")  # someone else moved the order on: the row stays due; next sweep
             return
-        if decision.verdict == "not-due":
+        if decision.verdict is Verdict.NOT_DUE:
             report.count("moved")  # the order moved on between the two reads; its row was put
-        elif decision.verdict != "obsolete":
+        elif decision.verdict is not Verdict.OBSOLETE:
             report.count("acted", decision.verdict)
         if outcome.index_failed:  # kept: the next sweep finds the order ended and re-indexes it
             return

@@ -155,3 +155,25 @@ def test_the_overview_with_breakers_matches_its_schema() -> None:
     assert list(schema["RemoteBreaker"]["properties"]) == list(body["remotes"][0])
     assert _overview_errors({**body, "remotes": [], "remotesError": "down"}) == []
     assert _overview_errors({**body, "remotes": None}) != []
+
+
+def test_the_operator_results_are_the_verdicts_the_operator_decisions_return() -> None:
+    """``result`` of retry/cancel/terminate is the decision's verdict: the document lists exactly those."""
+    from shared.core.statemachine import OPERATOR_RESULTS
+
+    schema = _doc()["components"]["schemas"]["OperatorResult"]["properties"]["result"]
+    assert schema["enum"] == [v.value for v in OPERATOR_RESULTS]
+
+
+def test_every_verdict_is_documented_as_the_code_describes_it() -> None:
+    """docs/operating.md, "Verdicts": one row per verdict, with the description its member has in the code."""
+    import re
+
+    from shared.core.statemachine import Verdict
+
+    source = (REPO_ROOT / "shared" / "core" / "statemachine" / "config.py").read_text(encoding="utf-8")
+    described = dict(re.findall(r'^    \w+ = "([a-z-]+)"  # (.*)$', source, re.M))
+    docs = (REPO_ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([a-z-]+)` \| (.*) \|$", docs[docs.index("## Verdicts"):], re.M))
+    assert set(described) == {v.value for v in Verdict}
+    assert rows == described

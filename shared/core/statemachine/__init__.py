@@ -66,7 +66,7 @@ A ``resume`` message re-dispatches the attempt once the breaker closes (``decide
 """
 
 from shared.core.statemachine.binding import bound, decide_for_order
-from shared.core.statemachine.config import Config, Ctx, Decision, Rejected
+from shared.core.statemachine.config import OPERATOR_RESULTS, Config, Ctx, Decision, Rejected, Verdict
 from shared.core.statemachine.deadlines import ORPHAN_INDEX_AGE, IndexVerdict, index_verdict
 from shared.core.statemachine.dispatch import inflight_request
 from shared.core.statemachine.expiry import decide_expired
@@ -91,10 +91,10 @@ from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import decide_resume
 
 __all__ = [
-    "ORPHAN_INDEX_AGE", "Category", "CompensationState", "EventKind", "EventRow", "category_of", "decide_terminate",
-    "index_rows", "Config", "Ctx", "Decision", "IndexRow", "IndexVerdict", "Lease",
-    "LeaseKind", "Mode", "OrderCompensation", "OrderRow", "Outcome", "ProcessState", "Rejected", "StateRow",
-    "StepRow", "StepState", "View", "decide_cancel", "decide_expired", "decide_reply", "decide_retry",
-    "decide_schedule", "index_verdict", "inflight_request", "plan_submission", "schedule_message", "bound",
-    "decide_for_order", "decide_resume",
+    "bound", "Category", "category_of", "CompensationState", "Config", "Ctx", "decide_cancel", "decide_expired",
+    "decide_for_order", "decide_reply", "decide_resume", "decide_retry", "decide_schedule", "decide_terminate",
+    "Decision", "EventKind", "EventRow", "index_rows", "index_verdict", "IndexRow", "IndexVerdict",
+    "inflight_request", "Lease", "LeaseKind", "Mode", "OPERATOR_RESULTS", "OrderCompensation", "OrderRow",
+    "ORPHAN_INDEX_AGE", "Outcome", "plan_submission", "ProcessState", "Rejected", "schedule_message", "StateRow",
+    "StepRow", "StepState", "Verdict", "View",
 ]

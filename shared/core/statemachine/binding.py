@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from shared.core.effects import Op
-from shared.core.statemachine.config import Ctx, Decision
+from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import drop_index
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import alert, log
@@ -65,7 +65,7 @@ def hold_unknown_workflow(view: View, missing: UnknownWorkflow, ctx: Ctx) -> Dec
     state = view.state
     reason = f"{missing}: the order cannot go on (deploy its workflow file again, then retry it)"
     if state is None or state.mode is Mode.FINISHED or (state.mode is Mode.HELD and state.reason == reason):
-        return Decision("workflow-unknown", [log(logging.ERROR, "order.workflow_unknown", view, reason=reason)])
+        return Decision(Verdict.WORKFLOW_UNKNOWN, [log(logging.ERROR, "order.workflow_unknown", view, reason=reason)])
     if state.mode is Mode.COMPENSATE:
         verdict, new_state, ops, recorded = _stop_compensating(view, state, reason, ctx)
     else:
@@ -85,7 +85,7 @@ def _released(state: StateRow, ctx: Ctx) -> StateRow:
     return replace(state, lease=None, locked_by=None, claim_token=None, complete_by=None, updated_at=ctx.now)
 
 
-def _hold(view: View, state: StateRow, reason: str, ctx: Ctx) -> tuple[str, StateRow, list[Op], Event]:
+def _hold(view: View, state: StateRow, reason: str, ctx: Ctx) -> tuple[Verdict, StateRow, list[Op], Event]:
     current = view.step_at(state.step_index) if state.mode is Mode.FORWARD else None
     ops: list[Op] = []
     if current is not None and current.state in (StepState.RUNNING, StepState.PENDING):
@@ -96,11 +96,11 @@ def _hold(view: View, state: StateRow, reason: str, ctx: Ctx) -> tuple[str, Stat
     step_name = current.name if current is not None else state.step_name
     new_state = replace(_released(state, ctx), process_state=ProcessState.ERROR, mode=Mode.HELD, outcome=Outcome.HELD,
                         reason=reason, failed_step=step_name if ops else state.failed_step)
-    return "held", new_state, ops, event(EventKind.HELD, step_name, reason=reason)
+    return Verdict.HELD, new_state, ops, event(EventKind.HELD, step_name, reason=reason)
 
 
 def _stop_compensating(view: View, state: StateRow, reason: str,
-                       ctx: Ctx) -> tuple[str, StateRow, list[Op], Event]:
+                       ctx: Ctx) -> tuple[Verdict, StateRow, list[Op], Event]:
     left = [s for s in view.steps if s.compensation in (CompensationState.PENDING, CompensationState.RUNNING)]
     stopped = [replace(s, compensation=CompensationState.FAILED, compensation_reason=reason,
                        compensation_finished_at=ctx.now, compensation_complete_by=None) for s in left]
@@ -109,4 +109,4 @@ def _stop_compensating(view: View, state: StateRow, reason: str,
     recorded = event(EventKind.COMPENSATED, stopped[0].name if stopped else None, outcome=state.outcome,
                      compensation=OrderCompensation.FAILED, reason=reason, steps=[s.name for s in stopped] or None)
     ops = [row.replacing(old) for row, old in zip(stopped, left, strict=True)]
-    return "compensation-stopped", new_state, ops, recorded
+    return Verdict.COMPENSATION_STOPPED, new_state, ops, recorded

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from shared.core.effects import Alert, Effect
 from shared.core.messages import ReplyMessage
-from shared.core.statemachine.config import Ctx, Decision
+from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import drop_index, hand_off
 from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, inflight_request
 from shared.core.statemachine.history import Event, EventKind, commit, event
@@ -53,8 +53,8 @@ def compensation_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx)
         resend = inflight_request(view, ctx)
         if resend is not None:
             effects.append(resend)
-        return Decision("duplicate", effects)
-    return Decision("stale", [log(logging.WARNING, "reply.stale", view, step=reply.step, attempt=reply.attempt,
+        return Decision(Verdict.DUPLICATE, effects)
+    return Decision(Verdict.STALE, [log(logging.WARNING, "reply.stale", view, step=reply.step, attempt=reply.attempt,
                                   kind="compensation", lease=str(state.lease))])
 
 
@@ -74,7 +74,7 @@ def next_compensation(view: View, step: StepRow, ended: StepRow, ctx: Ctx, *, wa
     if by_supervisor:
         return _hand_off_next(view, step, ended, state_now, following, head, events, ctx)
     running, new_state = dispatch_compensation(following, replace(state_now, comp_failure_count=0), ctx)
-    return Decision("compensation-next", head + [
+    return Decision(Verdict.COMPENSATION_NEXT, head + [
         # No index write: the order's row covers the next deadline.
         # Crash after this: the redelivered reply is a duplicate and re-sends the next
         # compensation request; else the Supervisor expires its lease.
@@ -104,7 +104,7 @@ def _hand_off_next(view: View, step: StepRow, ended: StepRow, state_now: StateRo
     # The Supervisor (not a reply): the index row it is handling ends; cover the new deadline.
     handoff = hand_off(view, ctx, note="compensation unclaimed guard")
     new_state = handoff.apply(replace(state_now, comp_index=following.index, comp_failure_count=0))
-    return Decision("compensation-next", head + [
+    return Decision(Verdict.COMPENSATION_NEXT, head + [
         *handoff.puts,
         # Crash after this: the new row fires and the Supervisor schedules the next one.
         commit(view, new_state, [ended.replacing(step)], events, ctx, note="compensation ended, next scheduled"),
@@ -122,7 +122,7 @@ def _compensated(view: View, step: StepRow, ended: StepRow, state_now: StateRow,
     new_state = replace(state_now, mode=Mode.FINISHED, locked_by=None, claim_token=None,
                         complete_by=None, lease=None, compensation_state=summary, updated_at=ctx.now,
                         finished_at=ctx.now)
-    return Decision("compensated", head + [
+    return Decision(Verdict.COMPENSATED, head + [
         # Crash after this: final; only best-effort status is missing.
         commit(view, new_state, [ended.replacing(step)],
                [*events, event(EventKind.COMPENSATED, outcome=state.outcome, compensation=summary)], ctx,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
@@ -142,11 +143,56 @@ class Ctx:
     token: str = "0"  # a fresh claim token per event
 
 
+class Verdict(StrEnum):
+    """What a decision (or a handler) did: in logs, in tests, and as ``result`` of the operator
+    routes. docs/operating.md, "Verdicts", lists them with these descriptions."""
+
+    # The Scheduler: schedule messages, resumes, replies
+    CLAIMED = "claimed"  # a scheduler claimed the order and put its step (or compensation) in flight
+    RESUMED = "resumed"  # a redelivered message re-sent the request in flight, or a waited step went on
+    IGNORED = "ignored"  # nothing to do: the order is not waiting for what the message asks
+    STEP_DONE = "step-done"  # a step's reply recorded, the next step dispatched
+    PROCESSED = "processed"  # the last step's reply recorded: the order is done
+    DUPLICATE = "duplicate"  # the reply of an attempt already recorded (the request in flight is re-sent)
+    STALE = "stale"  # the reply of an attempt that is no longer the one in flight: nothing written
+    WAITING = "waiting"  # the step waits on its remote's open breaker
+    WAITING_DUPLICATE = "waiting-duplicate"  # the same waiting reply again
+    LOST_RACE = "lost-race"  # another writer changed the order first, every time it was tried: nothing written
+    POISON = "poison"  # the reply names an order or a step that does not exist (the message is poison)
+    UNKNOWN_ORDER = "unknown-order"  # the message names no order
+    INCONSISTENT = "inconsistent"  # the order's rows contradict each other (logged; nothing written)
+    # A step that failed for good, and compensation
+    FAILED = "failed"  # a step failed for good and there is nothing to compensate: the order ends failed
+    HELD = "held"  # a step failed for good (or its workflow is gone) and the order is held for an operator
+    COMPENSATING = "compensating"  # a step failed for good: its done steps are compensated, latest first
+    COMPENSATION_NEXT = "compensation-next"  # a compensation ended, the next one dispatched or handed on
+    COMPENSATED = "compensated"  # the last compensation ended (done, or failed for good): the order is finished
+    COMPENSATION_STOPPED = "compensation-stopped"  # a compensating order's workflow is gone: it stopped, failed
+    WORKFLOW_UNKNOWN = "workflow-unknown"  # the order's workflow is gone and the order is stopped already
+    # The Supervisor
+    REDRIVEN = "redriven"  # an overdue step sent again (same idempotency key, next attempt)
+    RESCHEDULED = "rescheduled"  # a lost schedule notice sent again
+    COMPENSATION_REDRIVEN = "compensation-redriven"  # an overdue (or, by an operator, failed) compensation again
+    NOT_DUE = "not-due"  # the order moved on meanwhile: its deadline is ahead, a later index row covers it
+    OBSOLETE = "obsolete"  # nothing is due on the order (its state changed, or the row was left over)
+    # An operator (the ``result`` of retry, cancel and terminate)
+    RETRIED = "retried"  # a held order runs again from its failed step
+    RESTARTED = "restarted"  # a failed, compensated order runs again from its first step (a new generation)
+    CANCELLED = "cancelled"  # cancelled, with nothing to compensate
+    CANCELLING = "cancelling"  # cancelled: its compensations are under way
+    TERMINATED = "terminated"  # an order in flight stopped, with nothing to compensate
+    TERMINATING = "terminating"  # an order in flight stopped: its compensations are under way
+
+
+OPERATOR_RESULTS = (Verdict.RETRIED, Verdict.RESTARTED, Verdict.COMPENSATION_REDRIVEN, Verdict.CANCELLED,
+                    Verdict.CANCELLING, Verdict.TERMINATED, Verdict.TERMINATING, Verdict.HELD)
+
+
 @dataclass
 class Decision:
-    """A verdict (for logs and tests) and the ordered effects that carry it out."""
+    """A verdict and the ordered effects that carry it out."""
 
-    verdict: str
+    verdict: Verdict
     effects: list[Effect] = field(default_factory=list)
 
     @property

@@ -12,7 +12,7 @@ import logging
 from dataclasses import replace
 
 from shared.core.statemachine.compensation import next_compensation
-from shared.core.statemachine.config import Ctx, Decision
+from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import cover, hand_off
 from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.history import EventKind, commit, event
@@ -27,15 +27,15 @@ def decide_expired(view: View, ctx: Ctx) -> Decision:
     """The Supervisor on an order whose index row fell due."""
     state = view.state
     if state is None or state.lease is None or state.complete_by is None:
-        return Decision("obsolete")
+        return Decision(Verdict.OBSOLETE)
     if state.complete_by > ctx.now:
-        return Decision("not-due", [cover(view.order_id, state.complete_by, ctx, note="moved")])
+        return Decision(Verdict.NOT_DUE, [cover(view.order_id, state.complete_by, ctx, note="moved")])
     lease = state.lease
     if lease.is_unclaimed:
         return _reschedule(view, state, ctx)
     step = view.step(lease.step)
     if step is None:
-        return Decision("obsolete", [log(logging.ERROR, "supervisor.unknown_step", view, lease=str(lease))])
+        return Decision(Verdict.OBSOLETE, [log(logging.ERROR, "supervisor.unknown_step", view, lease=str(lease))])
     if lease.kind is LeaseKind.STEP:
         if step.state is not StepState.RUNNING or step.attempt != lease.attempt:
             return _inconsistent(view, state)
@@ -46,7 +46,7 @@ def decide_expired(view: View, ctx: Ctx) -> Decision:
 
 
 def _inconsistent(view: View, state: StateRow) -> Decision:
-    return Decision("obsolete", [log(logging.ERROR, "supervisor.inconsistent", view, lease=str(state.lease))])
+    return Decision(Verdict.OBSOLETE, [log(logging.ERROR, "supervisor.inconsistent", view, lease=str(state.lease))])
 
 
 def _reschedule(view: View, state: StateRow, ctx: Ctx) -> Decision:
@@ -54,7 +54,7 @@ def _reschedule(view: View, state: StateRow, ctx: Ctx) -> Decision:
     Re-send the schedule message and push the deadline (ETag: once per race)."""
     handoff = hand_off(view, ctx, note="unclaimed guard")
     new_state = handoff.apply(state)
-    return Decision("rescheduled", [
+    return Decision(Verdict.RESCHEDULED, [
         # Crash after this: the overdue row is still there; the next sweep redoes this.
         *handoff.puts,
         # Crash after this (schedule not sent): the new row fires by the grace period.
@@ -81,7 +81,7 @@ def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decis
     # OutcomeUnknown: the attempt may have applied the effect; a cancel of the Pending order
     # compensates it (an error reply or Done of a later attempt settles it).
     pending = replace(step, state=StepState.PENDING, complete_by=None, failure_reason=reason, outcome_unknown=True)
-    return Decision("redriven", [
+    return Decision(Verdict.REDRIVEN, [
         # Crash after this: state unchanged; the row is still overdue: next sweep.
         *handoff.puts,
         # FailureCount+1, claim released, Pending: ETag-conditional, so two supervisors
@@ -114,7 +114,7 @@ def _compensation_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) 
     new_state = handoff.apply(replace(state, comp_failure_count=failures))
     pending = replace(step, compensation=CompensationState.PENDING, compensation_complete_by=None,
                       compensation_reason=reason)
-    return Decision("compensation-redriven", [
+    return Decision(Verdict.COMPENSATION_REDRIVEN, [
         *handoff.puts,
         # Same as a step redrive: ETag-conditional, the new row backs up the notice.
         commit(view, new_state, [pending.replacing(step)],

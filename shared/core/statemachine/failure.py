@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from shared.core.effects import Alert, Effect, Op
-from shared.core.statemachine.config import Ctx, Decision
+from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import drop_index, hand_off
 from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, to_compensate
 from shared.core.statemachine.history import Event, EventKind, commit, event
@@ -80,7 +80,7 @@ def _hold(view: View, step: StepRow, failed: StepRow, base: StateRow, head: list
     state = view.state
     assert state is not None
     new_state = replace(_released(base), mode=Mode.HELD, outcome=Outcome.HELD)
-    return Decision("held", [
+    return Decision(Verdict.HELD, [
         *head,
         # Crash after this: held in Error for an operator; nothing in flight.
         commit(view, new_state, [failed.replacing(step)], [*events, event(EventKind.HELD, step.name)], ctx,
@@ -98,7 +98,7 @@ def _fail_final(view: View, step: StepRow, failed: StepRow, base: StateRow, head
     assert state is not None
     new_state = replace(_released(base), mode=Mode.FINISHED, outcome=Outcome.FAILED,
                         compensation_state=OrderCompensation.NONE, finished_at=ctx.now)
-    return Decision("failed", [
+    return Decision(Verdict.FAILED, [
         *head,
         # Crash after this: final state; only best-effort messages are missing.
         commit(view, new_state, [failed.replacing(step)], [*events, event(EventKind.FAILED, step.name)], ctx,
@@ -122,7 +122,7 @@ def _compensate_now(view: View, base: StateRow, marked: dict[int, StepRow], firs
                            compensation_state=OrderCompensation.RUNNING)
     running, new_state = dispatch_compensation(marked[first], compensating, ctx)
     marked[first] = running
-    return Decision("compensating", [
+    return Decision(Verdict.COMPENSATING, [
         *head,
         # No index write: the order's row covers the compensation's deadline.
         # Step Failed + compensations Pending + first compensation Running, ONE transaction.
@@ -143,7 +143,7 @@ def _compensate_later(view: View, base: StateRow, marked: dict[int, StepRow], fi
     handoff = hand_off(view, ctx, note="compensation unclaimed guard")
     new_state = handoff.apply(replace(base, mode=Mode.COMPENSATE, outcome=Outcome.FAILED, comp_index=first,
                                       comp_failure_count=0, compensation_state=OrderCompensation.RUNNING))
-    return Decision("compensating", [
+    return Decision(Verdict.COMPENSATING, [
         *head,
         # Crash after this: state unchanged; the overdue row is still due: next sweep redoes it.
         *handoff.puts,

@@ -9,7 +9,7 @@ from typing import Any
 from shared.core.effects import Effect, Log
 from shared.core.messages import ReplyMessage
 from shared.core.statemachine.compensation import compensation_reply
-from shared.core.statemachine.config import Ctx, Decision
+from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import cover, drop_index
 from shared.core.statemachine.dispatch import (
     compensation_dispatched,
@@ -82,7 +82,7 @@ def decide_schedule(view: View, seq: int, ctx: Ctx) -> Decision:
     """A schedule message: claim the order if it waits for a claim."""
     state = view.state
     if state is None or view.order is None:
-        return Decision("unknown-order", [Log(logging.ERROR, "schedule.unknown_order", None, None, {})])
+        return Decision(Verdict.UNKNOWN_ORDER, [Log(logging.ERROR, "schedule.unknown_order", None, None, {})])
     if state.waiting_for_claim:
         return _claim(view, seq, ctx)
     if state.claimed and state.claimed_seq == seq:
@@ -90,8 +90,8 @@ def decide_schedule(view: View, seq: int, ctx: Ctx) -> Decision:
         # the request send): re-send the in-flight request. Same message_id: deduplicated.
         resend = inflight_request(view, ctx)
         if resend is not None:
-            return Decision("resumed", [resend, info("schedule.resumed", view, seq=seq)])
-    return Decision("ignored", [info("schedule.ignored", view, seq=seq, processState=state.process_state,
+            return Decision(Verdict.RESUMED, [resend, info("schedule.resumed", view, seq=seq)])
+    return Decision(Verdict.IGNORED, [info("schedule.ignored", view, seq=seq, processState=state.process_state,
                                      lease=str(state.lease))])
 
 
@@ -99,7 +99,7 @@ def _claim(view: View, seq: int, ctx: Ctx) -> Decision:
     state = view.state
     assert state is not None
     claimed = replace(state, locked_by=ctx.instance_id, claim_token=ctx.token, claimed_seq=seq)
-    inconsistent = Decision("inconsistent", [log(logging.ERROR, "schedule.inconsistent", view, seq=seq)])
+    inconsistent = Decision(Verdict.INCONSISTENT, [log(logging.ERROR, "schedule.inconsistent", view, seq=seq)])
     if state.mode is Mode.FORWARD:
         step = view.step_at(state.step_index)
         if step is None or step.state is StepState.DONE:
@@ -116,8 +116,8 @@ def _claim(view: View, seq: int, ctx: Ctx) -> Decision:
         send = compensation_request(view, running, ctx)
         claimed_event = compensation_dispatched(running)
     else:
-        return Decision("ignored", [info("schedule.ignored", view, seq=seq, mode=state.mode)])
-    return Decision("claimed", [
+        return Decision(Verdict.IGNORED, [info("schedule.ignored", view, seq=seq, mode=state.mode)])
+    return Decision(Verdict.CLAIMED, [
         # No index write: the order's row covers this deadline (>= now + floor).
         # The claim: LockedBy/CompleteBy/Processing + step Running (attempt n) in ONE transaction.
         # Lost ETag race -> another instance owns the order: nothing after this runs.
@@ -132,11 +132,11 @@ def _claim(view: View, seq: int, ctx: Ctx) -> Decision:
 def decide_reply(view: View, reply: ReplyMessage, ctx: Ctx) -> Decision:
     """An agent's reply, for a step or a compensation."""
     if view.state is None or view.order is None:
-        return Decision("poison", [Log(logging.ERROR, "reply.unknown_order", reply.orderId, None,
+        return Decision(Verdict.POISON, [Log(logging.ERROR, "reply.unknown_order", reply.orderId, None,
                                        {"step": reply.step, "attempt": reply.attempt})])
     step = view.step(reply.step)
     if step is None:
-        return Decision("poison", [log(logging.ERROR, "reply.unknown_step", view, step=reply.step)])
+        return Decision(Verdict.POISON, [log(logging.ERROR, "reply.unknown_step", view, step=reply.step)])
     if reply.kind == "step":
         return _step_reply(view, step, reply, ctx)
     return compensation_reply(view, step, reply, ctx)
@@ -164,8 +164,8 @@ def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Dec
         resend = inflight_request(view, ctx)
         if resend is not None:
             effects.append(resend)
-        return Decision("duplicate", effects)
-    return Decision("stale", [log(logging.WARNING, "reply.stale", view, step=reply.step, attempt=reply.attempt,
+        return Decision(Verdict.DUPLICATE, effects)
+    return Decision(Verdict.STALE, [log(logging.WARNING, "reply.stale", view, step=reply.step, attempt=reply.attempt,
                                   currentAttempt=step.attempt, stepState=step.state, lease=str(state.lease))])
 
 
@@ -178,7 +178,7 @@ def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx) -> D
     if following is not None:
         # the claim (LockedBy) carries on to the next step
         running, new_state = dispatch_step(following, state, ctx)
-        return Decision("step-done", [
+        return Decision(Verdict.STEP_DONE, [
             # No index write: the order's row covers the next deadline (>= now + floor).
             # Step Done (+result) and next step Running and state, ONE transaction.
             # Crash after this: the redelivered reply is a duplicate of a Done step and
@@ -193,7 +193,7 @@ def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx) -> D
     new_state = replace(state, process_state=ProcessState.PROCESSED, mode=Mode.FINISHED, outcome=Outcome.PROCESSED,
                         locked_by=None, claim_token=None, complete_by=None, lease=None, updated_at=ctx.now,
                         finished_at=ctx.now)
-    return Decision("processed", [
+    return Decision(Verdict.PROCESSED, [
         # Crash after this: the order is Processed; status messages may be missing (best-effort);
         # its index row is deleted next (best effort), else lazily by the sweep.
         commit(view, new_state, [done.replacing(step)], [step_done, event(EventKind.PROCESSED)], ctx,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from shared.core.statemachine.config import Ctx, Decision, Rejected
+from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
 from shared.core.statemachine.deadlines import drop_index, hand_off
 from shared.core.statemachine.dispatch import to_compensate
 from shared.core.statemachine.history import Event, EventKind, commit, event
@@ -63,7 +63,7 @@ def decide_retry(view: View, ctx: Ctx) -> Decision:
                                            "can be retried"))
 
 
-def _resume(view: View, new_state: StateRow, ops: list, events: list[Event], verdict: str, ctx: Ctx,
+def _resume(view: View, new_state: StateRow, ops: list, events: list[Event], verdict: Verdict, ctx: Ctx,
             note: str) -> Decision:
     """Hand the order (held or finished: no deadline row) to a scheduler, and record why."""
     state = view.state
@@ -90,7 +90,7 @@ def _retry_held(view: View, state: StateRow, ctx: Ctx) -> Decision:
                         retried_at=ctx.now)
     pending = replace(failed, state=StepState.PENDING, finished_at=None)
     return _resume(view, new_state, [pending.replacing(failed)], [event(EventKind.RETRIED, failed.name)],
-                   "retried", ctx, "operator retry")
+                   Verdict.RETRIED, ctx, "operator retry")
 
 
 def _restart(view: View, state: StateRow, ctx: Ctx) -> Decision:
@@ -101,7 +101,7 @@ def _restart(view: View, state: StateRow, ctx: Ctx) -> Decision:
                         comp_index=-1, comp_failure_count=0, compensation_state=None, finished_at=None,
                         retried_at=ctx.now, generation=generation)
     ops = [row.replacing(old) for row, old in zip(fresh, view.steps, strict=True)]
-    return _resume(view, new_state, ops, [event(EventKind.RESTARTED, generation=generation)], "restarted", ctx,
+    return _resume(view, new_state, ops, [event(EventKind.RESTARTED, generation=generation)], Verdict.RESTARTED, ctx,
                    "operator restart")
 
 
@@ -120,7 +120,7 @@ def _redrive_compensations(view: View, state: StateRow, ctx: Ctx) -> Decision:
                         compensation_state=OrderCompensation.RUNNING, finished_at=None, retried_at=ctx.now)
     ops = [row.replacing(old) for row, old in zip(again, failed, strict=True)]
     events = [event(EventKind.RETRIED, retry="compensation", steps=[s.name for s in failed])]
-    return _resume(view, new_state, ops, events, "compensation-redriven", ctx, "operator compensation redrive")
+    return _resume(view, new_state, ops, events, Verdict.COMPENSATION_REDRIVEN, ctx, "operator compensation redrive")
 
 
 def decide_cancel(view: View, ctx: Ctx) -> Decision:
@@ -142,7 +142,7 @@ def decide_cancel(view: View, ctx: Ctx) -> Decision:
         new_state = replace(base, mode=Mode.FINISHED, complete_by=None, lease=None,
                             compensation_state=state.compensation_state or OrderCompensation.NONE,
                             finished_at=ctx.now)  # retention counts from the decision
-        return Decision("cancelled", [
+        return Decision(Verdict.CANCELLED, [
             # Crash after this: final. A schedule message still in flight finds nothing to claim.
             commit(view, new_state, [], [recorded], ctx, note="operator cancel"),
             *status_sends(view, "cancelled", ctx, processState=ProcessState.ERROR),
@@ -150,10 +150,11 @@ def decide_cancel(view: View, ctx: Ctx) -> Decision:
             *reindex(view.order, state, new_state),
             *drop_index(state),
         ])
-    return compensate_all(view, base, comps, recorded, "cancelling", ctx, needs_cover=not pending, status="cancelled")
+    return compensate_all(view, base, comps, recorded, Verdict.CANCELLING, ctx, needs_cover=not pending,
+                          status="cancelled")
 
 
-def compensate_all(view: View, base: StateRow, comps: list[StepRow], recorded: Event, verdict: str, ctx: Ctx, *,
+def compensate_all(view: View, base: StateRow, comps: list[StepRow], recorded: Event, verdict: Verdict, ctx: Ctx, *,
                    needs_cover: bool, status: str, fenced: StepRow | None = None) -> Decision:
     """Compensate ``comps`` (in that order), handing the order to a scheduler; ``fenced``: the
     step row the action changed too (terminate)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from shared.core.statemachine.config import Ctx, Decision, Rejected
+from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
 from shared.core.statemachine.deadlines import drop_index
 from shared.core.statemachine.dispatch import to_compensate
 from shared.core.statemachine.history import EventKind, commit, event
@@ -52,12 +52,12 @@ def decide_terminate(view: View, ctx: Ctx) -> Decision:
                      compensations=len(comps))
     base = replace(base, outcome=Outcome.TERMINATED)
     if comps:
-        return compensate_all(view, base, comps, recorded, "terminating", ctx, needs_cover=False,
+        return compensate_all(view, base, comps, recorded, Verdict.TERMINATING, ctx, needs_cover=False,
                               status="terminated", fenced=fenced)
     new_state = replace(base, mode=Mode.FINISHED, complete_by=None, lease=None,
                         compensation_state=OrderCompensation.NONE, finished_at=ctx.now)
     ops = [fenced.replacing(current)] if fenced is not None and current is not None and fenced != current else []
-    return Decision("terminated", [
+    return Decision(Verdict.TERMINATED, [
         # Crash after this: final; a late reply is stale (the lease moved on).
         commit(view, new_state, ops, [recorded], ctx, note="operator terminate"),
         *status_sends(view, "terminated", ctx, processState=ProcessState.ERROR),
@@ -86,7 +86,7 @@ def _hold(view: View, base: StateRow, fenced: StepRow, ctx: Ctx) -> Decision:
     reason = (f"terminated while {fenced.name} was in flight: its outcome is unknown and it cannot be "
               "compensated; retry it (its idempotency key is replayed) or cancel")
     new_state = replace(base, mode=Mode.HELD, outcome=Outcome.HELD, complete_by=None, lease=None, reason=reason)
-    return Decision("held", [
+    return Decision(Verdict.HELD, [
         # Crash after this: held for an operator; a late reply is stale (the lease moved on).
         commit(view, new_state, [fenced.replacing(current)],
                [event(EventKind.TERMINATED, fenced.name, fenced.attempt, held=True),

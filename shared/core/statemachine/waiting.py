@@ -23,7 +23,7 @@ from datetime import timedelta
 from shared.core.breaker.waiting import WaitingStep, resume_message
 from shared.core.effects import Effect, Send, iso
 from shared.core.messages import ReplyMessage, ResumeMessage
-from shared.core.statemachine.config import Ctx, Decision
+from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, dispatch_step, dispatched
 from shared.core.statemachine.history import EventKind, commit, event
 from shared.core.statemachine.lease import Lease
@@ -41,7 +41,7 @@ def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> D
     wake = _wake(view, step, reply, ctx)
     if step.waiting_on is not None:
         # Recorded already (a redelivered reply): only the wake-up again (same id: deduplicated).
-        return Decision("waiting-duplicate", [*wake, info("step.waiting_duplicate", view, step=step.name,
+        return Decision(Verdict.WAITING_DUPLICATE, [*wake, info("step.waiting_duplicate", view, step=step.name,
                                                           attempt=reply.attempt)])
     since = step.waiting_since or ctx.now
     complete_by = max(since + timedelta(seconds=ctx.config.breaker_max_wait_seconds), ctx.now)
@@ -53,7 +53,7 @@ def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> D
     kind = EventKind.STEP_WAITING
     detail = {"breaker": reply.breaker, "until": iso(reply.until) if reply.until else None,
               "since": iso(since), "completeBy": iso(complete_by), "compensation": compensation or None}
-    return Decision("waiting", [
+    return Decision(Verdict.WAITING, [
         # No index write: the order's deadline row fires at the old CompleteBy or earlier, and the
         # Supervisor then finds the later CompleteBy and moves it.
         # Crash after this: the wake-up below is not sent; the Supervisor sends it for an open
@@ -83,10 +83,10 @@ def decide_resume(view: View, msg: ResumeMessage, ctx: Ctx) -> Decision:
     """Re-dispatch the waiting attempt ``msg`` names, if it is still the order's lease."""
     state = view.state
     if state is None or view.order is None:
-        return Decision("unknown-order", [log(logging.ERROR, "resume.unknown_order", None, order_id=msg.orderId)])
+        return Decision(Verdict.UNKNOWN_ORDER, [log(logging.ERROR, "resume.unknown_order", None, order_id=msg.orderId)])
     step = view.step(msg.step)
     if step is None:
-        return Decision("ignored", [log(logging.WARNING, "resume.unknown_step", view, step=msg.step)])
+        return Decision(Verdict.IGNORED, [log(logging.WARNING, "resume.unknown_step", view, step=msg.step)])
     if msg.target == "compensation":
         live = (state.mode is Mode.COMPENSATE and state.claimed
                 and state.lease == Lease.for_compensation(msg.step, msg.attempt)
@@ -95,8 +95,8 @@ def decide_resume(view: View, msg: ResumeMessage, ctx: Ctx) -> Decision:
         live = (state.mode is Mode.FORWARD and state.claimed and state.lease == Lease.for_step(msg.step, msg.attempt)
                 and step.state is StepState.RUNNING and step.attempt == msg.attempt)
     if not live:
-        return Decision("stale", [info("resume.stale", view, step=msg.step, attempt=msg.attempt, target=msg.target,
-                                       lease=str(state.lease))])
+        return Decision(Verdict.STALE, [info("resume.stale", view, step=msg.step, attempt=msg.attempt,
+                                             target=msg.target, lease=str(state.lease))])
     resumed = event(EventKind.RESUMED, step.name, msg.attempt, breaker=step.waiting_on,
                     compensation=True if msg.target == "compensation" else None)
     if msg.target == "compensation":
@@ -109,7 +109,7 @@ def decide_resume(view: View, msg: ResumeMessage, ctx: Ctx) -> Decision:
         running = replace(running, waiting_since=step.waiting_since)
         send = step_request(view.with_steps(running).with_state(new_state), running, ctx)
         dispatch_event = dispatched(running)
-    return Decision("resumed", [
+    return Decision(Verdict.RESUMED, [
         # Step (or compensation) Running with the next attempt, ONE transaction; the deadline
         # (now + step timeout) is covered by the order's index row like any dispatch.
         # Crash after this: the request is not sent; the Supervisor expires the lease at its
