@@ -59,7 +59,7 @@ def _customer(i: int) -> str:
 def finished_order(i: int, now: datetime) -> tuple[Any, Any]:
     """(OrderRow, StateRow) of the ``i``-th finished order (deterministic in ``i`` and ``now``)."""
     from shared.core.statemachine import OrderRow, StateRow
-    from shared.core.statemachine.states import Mode, Outcome, ProcessState
+    from shared.core.states import Mode, Outcome, ProcessState
 
     rng = random.Random(i)
     created = now - timedelta(seconds=rng.uniform(3600, SPAN_DAYS * 86400))
@@ -77,7 +77,7 @@ def live_order(kind: str, i: int, now: datetime) -> tuple[Any, Any]:
     """(OrderRow, StateRow) of an order that is ``held``, ``failed`` (compensated, waiting for
     an operator's decision) or ``inFlight`` (charging the payment)."""
     from shared.core.statemachine import Lease, OrderRow, StateRow
-    from shared.core.statemachine.states import Mode, OrderCompensation, Outcome, ProcessState
+    from shared.core.states import Mode, OrderCompensation, Outcome, ProcessState
 
     rng = random.Random(f"{kind}-{i}")
     created = now - timedelta(seconds=rng.uniform(600, SPAN_DAYS * 86400))

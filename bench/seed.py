@@ -96,7 +96,8 @@ def order_entities(template: Template, new_id: str) -> list[dict[str, Any]]:
 
 
 def leftover_index_row(new_id: str, due: datetime) -> dict[str, Any]:
-    from shared.core.effects import PutIndex, iso
+    from shared.core.effects import PutIndex
+    from shared.core.times import iso
 
     put = PutIndex(new_id, due)
     return {"PartitionKey": put.bucket, "RowKey": put.row_key, "OrderId": new_id, "Due": iso(due)}

@@ -48,8 +48,8 @@ from shared.core.breaker.state import (
     decide_wake,
 )
 from shared.core.breaker.watch import Watch, confirming_watch, opening_watch
-from shared.core.effects import iso
 from shared.core.messages import Bus, OutMessage
+from shared.core.times import iso
 from shared.observability import telemetry
 from shared.observability.logs import log_event
 from shared.storage.breakers import apply

@@ -34,8 +34,8 @@ from shared.agent.parsing import ReceivedRequest, Workflows, as_registry, parse_
 from shared.agent.remote import DeadlineReached, RemoteAnswer, RemotePost, RetriesExhausted, RetryPolicy, pool_for
 from shared.agent.replies import Outcome, build_reply, reply_message
 from shared.core.breaker.waiting import WaitingStep
-from shared.core.effects import iso
 from shared.core.messages import Bus
+from shared.core.times import iso
 from shared.observability import telemetry
 from shared.observability.logs import log_event
 

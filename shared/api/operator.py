@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from shared.api.http import HttpResult, problem, resolve_id
 from shared.core.effects import Transact
+from shared.core.rows import STATE_ROW
 from shared.core.statemachine import Rejected, View, bound, decide_cancel, decide_retry, decide_terminate
-from shared.core.statemachine.rows import STATE_ROW
 from shared.core.workflows import UnknownWorkflow
 from shared.observability import telemetry
 from shared.runtime import Runtime

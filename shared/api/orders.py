@@ -42,8 +42,8 @@ from shared.core.orders import (
     order_id_for_key,
     validation_errors,
 )
+from shared.core.rows import STATE_ROW
 from shared.core.statemachine import EventRow, View, bound, inflight_request, plan_submission, schedule_message
-from shared.core.statemachine.rows import STATE_ROW
 from shared.core.workflows import UnknownWorkflow
 from shared.observability import metrics, telemetry
 from shared.observability.logs import log_event

@@ -21,11 +21,11 @@ from typing import Any
 
 from shared.api.http import HttpResult, problem
 from shared.api.tokens import InvalidToken, issue, redeem
-from shared.core.effects import iso
 from shared.core.orders import MAX_ID_LENGTH, SAFE_ID
+from shared.core.rows import STATE_ROW
 from shared.core.statemachine import Category, StateRow, category_of
-from shared.core.statemachine.rows import STATE_ROW
 from shared.core.statemachine.search_index import customer_key, rev
+from shared.core.times import iso
 from shared.runtime import Runtime
 from shared.runtime.reindex import reindex_from_state
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from shared.core.effects import iso
 from shared.core.statemachine import CompensationState, Mode, OrderCompensation, StepRow, View, category_of
+from shared.core.times import iso
 
 
 def _time(value: datetime | None) -> str | None:

@@ -19,24 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from shared.core.messages import OutMessage
-
-ETAG = "_etag"  # where an entity read from the store carries its ETag
-
-
-@dataclass(frozen=True)
-class Op:
-    """One write of a transaction. ``row`` holds RowKey and properties (no PartitionKey)."""
-
-    kind: Literal["create", "replace", "delete"]
-    row: dict[str, Any]
-    etag: str | None = None  # required for replace/delete: the ETag the decision was made on
-
-    @property
-    def row_key(self) -> str:
-        return str(self.row["RowKey"])
+from shared.core.rows import Op
+from shared.core.times import iso
 
 
 def bucket_of(due: datetime) -> str:
@@ -144,12 +131,3 @@ class Log:
 Effect = PutIndex | DeleteIndex | Transact | Reindex | Send | Alert | Log
 
 
-
-def iso(dt: datetime) -> str:
-    return dt.isoformat(timespec="microseconds")
-
-
-def parse_iso(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value)

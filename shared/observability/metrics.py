@@ -21,8 +21,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from shared.core.effects import Op
-from shared.core.statemachine.rows import HISTORY_PREFIX, STATE_ROW
+from shared.core.rows import HISTORY_PREFIX, STATE_ROW, Op
 
 _meter = metrics.get_meter("orders")
 

@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shared.core.effects import ETAG, Alert, DeleteIndex, Effect, Log, PutIndex, Reindex, Send, Transact
+from shared.core.effects import Alert, DeleteIndex, Effect, Log, PutIndex, Reindex, Send, Transact
 from shared.core.messages import Bus, OutMessage
-from shared.core.statemachine.rows import STATE_ROW
+from shared.core.rows import ETAG, STATE_ROW
 from shared.observability import metrics, telemetry
 from shared.observability.figures import record_committed
 from shared.observability.logs import log_event

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from shared.core.breaker.state import BreakerDecision, BreakerRow
-from shared.core.effects import Op
+from shared.core.rows import Op
 from shared.storage.store import Conflict, Store
 
 BREAKER_PARTITION = "breakers"

@@ -10,7 +10,7 @@ loses (412, ``Conflict``) and the Scheduler reads and decides again. A token is 
 trusted beyond that: it only saves the read when the read would have returned the same rows.
 
 A token is base64url of a 16-byte MAC and the zlib-compressed JSON ``{"o": orderId, "r":
-{RowKey: entity}}`` (each entity with its ETag under ``shared.core.statemachine.rows.ETAG``). The MAC (a fixed
+{RowKey: entity}}`` (each entity with its ETag under ``shared.core.rows.ETAG``). The MAC (a fixed
 key, like ``shared.api.tokens``) refuses a corrupted, cut or foreign token; it does not keep the
 rows secret (the request already carries the order), and since its key is in the code it does
 not authenticate the sender: whoever may send to the replies queue may also send requests to the
@@ -28,8 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.core import sealed
-from shared.core.effects import ETAG
-from shared.core.statemachine.rows import ORDER_ROW, STATE_ROW
+from shared.core.rows import ETAG, ORDER_ROW, STATE_ROW
 
 _KEY = b"orders-fencing-token-v1"
 MAX_FENCE_LENGTH = 32 * 1024  # characters of the encoded token (the request and reply carry it)

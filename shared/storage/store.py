@@ -51,7 +51,7 @@ Concurrency: every update is a REPLACE conditioned on the ETag read
 
 This module: the ``Store`` protocol, its errors and the limits; the in-memory twin is
 ``shared.storage.memory.MemoryStore``, the Table Storage store ``shared.storage.table_store.TableStore``
-(its tables: ``shared.storage.tables``). The row keys are the core's (``shared.core.statemachine.rows``).
+(its tables: ``shared.storage.tables``). The row keys are the core's (``shared.core.rows``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from shared.core.effects import Op
+from shared.core.rows import Op
 
 INDEX_PARTITION = "orders"  # the one partition of the search index (OrderIndexTable)
 STATS_PARTITION = "stats"  # the console's per-process figures (OrderIndexTable, ``shared.observability.figures``)

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.core.effects import ETAG, Op
-from shared.core.statemachine.rows import HISTORY_END, LIVE_ROWS_FROM, history_row_key
+from shared.core.rows import ETAG, HISTORY_END, LIVE_ROWS_FROM, Op, history_row_key
 from shared.observability.figures import ConsoleStats
 from shared.storage.store import (
     INDEX_PARTITION,

@@ -2,7 +2,7 @@
 
 ``Table`` is every request the store makes: a point read, a query (paged, at most ``limit``
 rows), an entity-group transaction on one partition, an upsert and a delete. Entities are dicts
-of their properties with ``PartitionKey``, ``RowKey`` and their ETag under ``shared.core.statemachine.rows.ETAG``.
+of their properties with ``PartitionKey``, ``RowKey`` and their ETag under ``shared.core.rows.ETAG``.
 
 * :class:`RestTable` sends the Table service's documented REST requests (Query Entities,
   Insert Or Replace Entity, Delete Entity, and ``$batch``: one changeset, an ``application/http``
@@ -59,7 +59,7 @@ from azure.core.pipeline.transport import RequestsTransport
 from azure.core.rest import HttpRequest
 from azure.data.tables import RequestTooLargeError, TableTransactionError, UpdateMode
 
-from shared.core.effects import ETAG
+from shared.core.rows import ETAG
 from shared.storage.store import Conflict, TooLarge
 
 Entity = dict[str, Any]

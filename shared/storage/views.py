@@ -14,9 +14,9 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage
 from shared.core.statemachine import View
-from shared.core.statemachine.lease import Lease
 from shared.observability.logs import log_event
 from shared.storage import fence
 from shared.storage.store import Store

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from shared.core.breaker.waiting import MAX_LISTED, WaitingStep, waiting_partition
-from shared.core.effects import Op, iso
+from shared.core.rows import Op
+from shared.core.times import iso
 from shared.storage.store import MAX_BATCH_OPS, Conflict, Store
 
 

@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.core.effects import ETAG, Op
+from shared.core.rows import ETAG, STATE_ROW, Op
 from shared.core.statemachine import Category, StateRow, category_of
-from shared.core.statemachine.rows import STATE_ROW
 from shared.core.statemachine.search_index import listing_keys
 from shared.observability.figures import hour_stamp, minute_stamp
 from shared.observability.logs import log_event

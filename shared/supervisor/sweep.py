@@ -40,6 +40,7 @@ from typing import Any
 
 from shared.core.breaker.watch import Watch
 from shared.core.effects import PutIndex
+from shared.core.rows import STATE_ROW
 from shared.core.statemachine import (
     IndexRow,
     IndexVerdict,
@@ -50,7 +51,6 @@ from shared.core.statemachine import (
     decide_for_order,
     index_verdict,
 )
-from shared.core.statemachine.rows import STATE_ROW
 from shared.observability import figures as console_stats
 from shared.observability import metrics, telemetry
 from shared.observability.logs import log_event

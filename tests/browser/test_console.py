@@ -235,7 +235,7 @@ def test_overview_shows_each_remote_breaker_as_a_chip(seeded: Seeded, driver: An
 
     from shared.core.breaker.state import BreakerRow, BreakerState
     from shared.core.breaker.waiting import WaitingStep
-    from shared.core.effects import Op
+    from shared.core.rows import Op
     from shared.storage.breakers import BREAKER_PARTITION, read_breaker, write_breaker
     from shared.storage.table_store import TableStore
     from shared.storage.waiting import forget_waiting, register_waiting

@@ -194,7 +194,7 @@ def fresh_store(request: pytest.FixtureRequest, hostile_stack: Any) -> Iterator[
 
 @pytest.mark.integration
 def test_store_queries_are_parameterised(fresh_store: Any) -> None:
-    from shared.core.effects import Op
+    from shared.core.rows import Op
 
     ids = [uuid.uuid4().hex for _ in range(3)]
     for oid in ids:

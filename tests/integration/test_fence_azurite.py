@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from shared.core.effects import Op
+from shared.core.rows import Op
 from shared.scheduler import handle_reply
 from shared.storage import fence
 from shared.storage.store import Conflict

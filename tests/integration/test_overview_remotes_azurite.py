@@ -16,7 +16,7 @@ from shared.console.overview import get_overview
 from shared.console.remotes import WAITING_COUNT_CAP
 from shared.core.breaker.state import BreakerPolicy, decide_failure
 from shared.core.breaker.waiting import WaitingStep, waiting_partition
-from shared.core.effects import Op
+from shared.core.rows import Op
 from shared.core.workflows.catalog import AGENTS
 from shared.storage.breakers import read_breaker, write_breaker
 from shared.storage.store import MAX_BATCH_OPS

@@ -13,8 +13,9 @@ import pytest
 
 from shared.api.operator import cancel_order, retry_order
 from shared.api.orders import get_order
-from shared.core.effects import Op, Transact
+from shared.core.effects import Transact
 from shared.core.orders import order_id_for_key
+from shared.core.rows import Op
 from shared.core.statemachine import View, plan_submission
 from shared.scheduler import handle_reply, handle_schedule
 from shared.supervisor import sweep

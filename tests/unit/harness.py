@@ -15,10 +15,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.api.orders import submit
-from shared.core.effects import ETAG, Effect
+from shared.core.effects import Effect
 from shared.core.messages import OutMessage
+from shared.core.rows import ETAG, STATE_ROW
 from shared.core.statemachine import Config
-from shared.core.statemachine.rows import STATE_ROW
 from shared.core.workflows import DEFAULT_WORKFLOW, LEGACY_VERSION, Registry, Step, load_registry
 from shared.core.workflows.lanes import PRIORITIES
 from shared.messaging import MemoryBus

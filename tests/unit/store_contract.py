@@ -8,8 +8,7 @@ import uuid
 
 import pytest
 
-from shared.core.effects import ETAG, Op
-from shared.core.statemachine.rows import history_row_key
+from shared.core.rows import ETAG, Op, history_row_key
 from shared.storage.store import Conflict, Store
 
 

@@ -11,7 +11,7 @@ from shared.agent.gate import BreakerGate
 from shared.agent.guard import hold
 from shared.core.breaker.state import BreakerPolicy, BreakerState, decide_admit, decide_success
 from shared.core.breaker.waiting import WaitingStep, waiting_partition
-from shared.core.effects import Op
+from shared.core.rows import Op
 from shared.messaging import MemoryBus
 from shared.storage.breakers import apply, read_breaker
 from shared.storage.memory import MemoryStore

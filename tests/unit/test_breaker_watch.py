@@ -34,7 +34,7 @@ def watches(store: MemoryStore) -> list[Watch]:
 
 
 def _due(row: dict[str, Any]) -> Any:
-    from shared.core.effects import parse_iso
+    from shared.core.times import parse_iso
     return parse_iso(row.get("Due"))
 
 

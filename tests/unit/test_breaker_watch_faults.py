@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from shared.agent.gate import BreakerGate
 from shared.agent.guard import hold
 from shared.core.breaker.state import BreakerState
-from shared.core.effects import Op
+from shared.core.rows import Op
 from shared.storage.breakers import read_breaker
 from shared.storage.memory import MemoryStore
 from shared.storage.waiting import waiting_steps

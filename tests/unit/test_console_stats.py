@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from shared.core.effects import Op, Transact
-from shared.core.statemachine.rows import history_row_key
+from shared.core.effects import Transact
+from shared.core.rows import Op, history_row_key
 from shared.observability.figures import LATENCY_BOUNDS, ConsoleStats, Figures, Histogram, bucket_middle, process_id
 from shared.observability.metrics import parse_committed
 from shared.runtime.executor import execute

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from shared.core.effects import ETAG, Op, Send, Transact
+from shared.core.effects import Send, Transact
 from shared.core.messages import OutMessage
+from shared.core.rows import ETAG, Op
 from shared.messaging import MemoryBus
 from shared.runtime.executor import execute
 from shared.storage import fence

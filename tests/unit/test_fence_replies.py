@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from shared.api.operator import retry_order, terminate_order
-from shared.core.effects import ETAG, Op
 from shared.core.messages import OutMessage, PoisonMessage
+from shared.core.rows import ETAG, Op
 from shared.scheduler import handle_reply
 from shared.storage import fence
 from shared.storage.memory import MemoryStore

@@ -15,10 +15,9 @@ from shared.api.operator import cancel_order, retry_order, terminate_order
 from shared.api.orders import HISTORY_PAGE, get_history, get_order
 from shared.api.search import search_orders
 from shared.api.tokens import issue
-from shared.core.effects import Op
 from shared.core.messages import OutMessage
+from shared.core.rows import HISTORY_PREFIX, STATE_ROW, Op, history_row_key
 from shared.core.statemachine import EventKind, View, decide_expired
-from shared.core.statemachine.rows import HISTORY_PREFIX, STATE_ROW, history_row_key
 from shared.scheduler import handle_reply
 from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep

@@ -110,7 +110,7 @@ def test_query_endpoints() -> None:
 
 def test_enums_are_the_ones_the_code_uses() -> None:
     from shared.core.statemachine.history import EventKind
-    from shared.core.statemachine.states import Category
+    from shared.core.states import Category
 
     schemas = _doc()["components"]["schemas"]
     assert schemas["Category"]["enum"] == [c.value for c in Category]

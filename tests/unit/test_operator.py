@@ -23,8 +23,8 @@ from shared.api.http import HttpResult
 from shared.api.operator import cancel_order, retry_order, terminate_order
 from shared.api.orders import get_history, get_order
 from shared.api.search import search_orders
-from shared.core.effects import Op
 from shared.core.messages import OutMessage
+from shared.core.rows import Op
 from shared.core.statemachine import Category, StateRow, View, category_of, index_rows
 from shared.core.workflows import Step
 from shared.messaging import MemoryBus

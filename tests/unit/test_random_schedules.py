@@ -73,7 +73,7 @@ def check_rows(rt: Any, oid: str) -> None:
         assert all(s["State"] == "Done" for s in steps) and not state.get("LockedBy")
     # the index covers whatever is in flight: a row of the order due no later than its deadline
     if state.get("LeaseKey"):
-        from shared.core.effects import parse_iso
+        from shared.core.times import parse_iso
 
         dues = [parse_iso(r["Due"]) for r in rt.store.index_rows() if r["OrderId"] == oid]
         deadline = parse_iso(state["CompleteBy"])

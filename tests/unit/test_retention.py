@@ -8,8 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from shared.api.orders import get_order
-from shared.core.effects import Op
-from shared.core.statemachine.rows import STATE_ROW, history_row_key
+from shared.core.rows import STATE_ROW, Op, history_row_key
 from shared.supervisor.retention import purge
 from tests.unit.harness import T0, Crash, state
 from tests.unit.test_search import (

@@ -19,8 +19,10 @@ from shared.api.http import HttpResult
 from shared.api.operator import cancel_order, retry_order, terminate_order
 from shared.api.orders import get_order
 from shared.api.search import DEFAULT_LIMIT, MAX_LIMIT, SearchQuery, parse_query, search_orders
-from shared.core.effects import ETAG, Effect, Op, Reindex, iso
+from shared.core.effects import Effect, Reindex
+from shared.core.rows import ETAG, Op
 from shared.core.statemachine import Category, View, index_rows
+from shared.core.times import iso
 from shared.runtime.executor import Outcome
 from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep

@@ -14,11 +14,11 @@ import pytest
 from shared.api.operator import cancel_order, retry_order, terminate_order
 from shared.api.orders import get_order
 from shared.core.effects import Reindex
+from shared.core.lease import Lease
+from shared.core.rows import OrderRow, StateRow
 from shared.core.statemachine import Category, View, category_of, index_rows
-from shared.core.statemachine.lease import Lease
-from shared.core.statemachine.rows import OrderRow, StateRow
 from shared.core.statemachine.search_index import category_key, customer_key, finished_key, listing_keys, reindex, rev
-from shared.core.statemachine.states import Mode, OrderCompensation, Outcome, ProcessState
+from shared.core.states import Mode, OrderCompensation, Outcome, ProcessState
 from tests.unit.harness import T0, post
 from tests.unit.test_search import REJECTS, Agents, Probe, make, new_order, probe, settle
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.core.effects import Op
+from shared.core.rows import Op
 from shared.storage.memory import MemoryStore
 from shared.storage.store import TooLarge
 from tests.unit import store_contract

@@ -17,7 +17,7 @@ from azure.core.exceptions import HttpResponseError, ServiceRequestError
 from azure.core.pipeline.transport import HttpTransport
 from azure.data.tables import TableClient
 
-from shared.core.effects import ETAG
+from shared.core.rows import ETAG
 from shared.storage.store import Conflict, TooLarge
 from shared.storage.tables import (
     Page,

@@ -20,7 +20,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
-from shared.core.effects import ETAG, iso, parse_iso
+from shared.core.rows import ETAG
+from shared.core.times import iso, parse_iso
 
 
 class BreakerState(StrEnum):

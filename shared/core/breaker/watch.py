@@ -34,7 +34,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from shared.core.breaker.state import BreakerRow, BreakerState
-from shared.core.effects import bucket_of, iso
+from shared.core.effects import bucket_of
+from shared.core.times import iso
 
 WATCH_PREFIX = "breaker:"
 WAKE_GRACE = timedelta(seconds=5)  # a wake-up overdue by this much is taken as lost

@@ -7,16 +7,15 @@ ETag-conditioned transaction; every index row is written before the state write 
 the deadline it guards. Next to each effect, a comment names the crash point it is safe
 against: what a crash right AFTER that effect leaves, and who completes it.
 
+It decides over the core's typed rows (``shared.core.rows``: order, state, step, history,
+index rows; ``shared.core.states``: their enums; ``shared.core.lease``: what is in flight).
 By concern:
 
 ===============  ==========================================================================
-``states``       the enums: ProcessState, Mode, Outcome, StepState, CompensationState
-``lease``        what is in flight (``Lease``), stored as ``LeaseKey`` text
-``rows``         typed rows (order, state, step, index), converted at the store boundary
 ``view``         one order's partition (``View``)
-``config``       ``Config`` (settings, workflow), ``Ctx`` (now, instance), ``Decision``, ``Rejected``
+``config``       ``Config`` (settings, workflow), ``Ctx`` (now, instance), ``Decision``, ``Verdict``, ``Rejected``
 ``binding``      each order runs its own workflow (name, version); an order whose version is gone is held
-``messages``     agent requests, schedule notices, status messages, alerts, logs
+``outbox``       what a decision sends: agent requests, schedule notices, status messages, alerts, logs
 ``deadlines``    the deadline index, and the hand-off of an order to a scheduler, later
 ``dispatch``     putting a step or compensation in flight; what is in flight now
 ``forward``      the submission, a scheduler's claim, a step's reply
@@ -65,6 +64,8 @@ Waiting on a breaker (``waiting``): an agent whose remote's circuit breaker is o
 A ``resume`` message re-dispatches the attempt once the breaker closes (``decide_resume``).
 """
 
+from shared.core.lease import Lease, LeaseKind
+from shared.core.rows import EventRow, IndexRow, OrderRow, StateRow, StepRow
 from shared.core.statemachine.binding import bound, decide_for_order
 from shared.core.statemachine.config import OPERATOR_RESULTS, Config, Ctx, Decision, Rejected, Verdict
 from shared.core.statemachine.deadlines import ORPHAN_INDEX_AGE, IndexVerdict, index_verdict
@@ -72,23 +73,13 @@ from shared.core.statemachine.dispatch import inflight_request
 from shared.core.statemachine.expiry import decide_expired
 from shared.core.statemachine.forward import decide_reply, decide_schedule, plan_submission
 from shared.core.statemachine.history import EventKind
-from shared.core.statemachine.lease import Lease, LeaseKind
 from shared.core.statemachine.operator import decide_cancel, decide_retry
 from shared.core.statemachine.outbox import schedule_message
-from shared.core.statemachine.rows import EventRow, IndexRow, OrderRow, StateRow, StepRow
 from shared.core.statemachine.search_index import category_of, index_rows
-from shared.core.statemachine.states import (
-    Category,
-    CompensationState,
-    Mode,
-    OrderCompensation,
-    Outcome,
-    ProcessState,
-    StepState,
-)
 from shared.core.statemachine.terminate import decide_terminate
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import decide_resume
+from shared.core.states import Category, CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
 
 __all__ = [
     "bound", "Category", "category_of", "CompensationState", "Config", "Ctx", "decide_cancel", "decide_expired",

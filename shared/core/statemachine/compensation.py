@@ -12,18 +12,18 @@ import logging
 from dataclasses import replace
 
 from shared.core.effects import Alert, Effect
+from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage
+from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import drop_index, hand_off
 from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, inflight_request
 from shared.core.statemachine.history import Event, EventKind, commit, event
-from shared.core.statemachine.lease import Lease
 from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends
-from shared.core.statemachine.rows import StateRow, StepRow
 from shared.core.statemachine.search_index import reindex
-from shared.core.statemachine.states import CompensationState, Mode, OrderCompensation
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import waiting_reply
+from shared.core.states import CompensationState, Mode, OrderCompensation
 
 
 def compensation_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Decision:

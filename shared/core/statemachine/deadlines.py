@@ -25,10 +25,10 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from shared.core.effects import DeleteIndex, Effect, PutIndex, Send, bucket_of, index_row_key
+from shared.core.lease import Lease
+from shared.core.rows import StateRow
 from shared.core.statemachine.config import Ctx
-from shared.core.statemachine.lease import Lease
 from shared.core.statemachine.outbox import schedule_message
-from shared.core.statemachine.rows import StateRow
 from shared.core.statemachine.view import View
 
 # A due index row whose order has no state row is kept this long: the submission writes its

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from shared.core.effects import Send, iso
+from shared.core.effects import Send
+from shared.core.lease import Lease, LeaseKind
+from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.history import Event, EventKind, event
-from shared.core.statemachine.lease import Lease, LeaseKind
 from shared.core.statemachine.outbox import compensation_request, step_request
-from shared.core.statemachine.rows import StateRow, StepRow
-from shared.core.statemachine.states import CompensationState, StepState
 from shared.core.statemachine.view import View
+from shared.core.states import CompensationState, StepState
+from shared.core.times import iso
 
 
 def dispatch_step(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[StepRow, StateRow]:

@@ -11,16 +11,16 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from shared.core.lease import LeaseKind
+from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.compensation import next_compensation
 from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import cover, hand_off
 from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.history import EventKind, commit, event
-from shared.core.statemachine.lease import LeaseKind
 from shared.core.statemachine.outbox import alert, log
-from shared.core.statemachine.rows import StateRow, StepRow
-from shared.core.statemachine.states import CompensationState, ProcessState, StepState
 from shared.core.statemachine.view import View
+from shared.core.states import CompensationState, ProcessState, StepState
 
 
 def decide_expired(view: View, ctx: Ctx) -> Decision:

@@ -20,23 +20,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from shared.core.effects import Alert, Effect, Op
+from shared.core.effects import Alert, Effect
+from shared.core.rows import Op, StateRow, StepRow
 from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import drop_index, hand_off
 from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, to_compensate
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import alert, compensation_request, status_sends
-from shared.core.statemachine.rows import StateRow, StepRow
 from shared.core.statemachine.search_index import reindex
-from shared.core.statemachine.states import (
-    CompensationState,
-    Mode,
-    OrderCompensation,
-    Outcome,
-    ProcessState,
-    StepState,
-)
 from shared.core.statemachine.view import View
+from shared.core.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
 
 
 def fail_step(view: View, step: StepRow, reason: str, ctx: Ctx, *, timed_out: bool,

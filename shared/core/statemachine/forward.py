@@ -7,7 +7,9 @@ from dataclasses import replace
 from typing import Any
 
 from shared.core.effects import Effect, Log
+from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage
+from shared.core.rows import OrderRow, StateRow, StepRow
 from shared.core.statemachine.compensation import compensation_reply
 from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import cover, drop_index
@@ -20,20 +22,11 @@ from shared.core.statemachine.dispatch import (
 )
 from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.history import EventKind, commit, event
-from shared.core.statemachine.lease import Lease
 from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends, step_request
-from shared.core.statemachine.rows import OrderRow, StateRow, StepRow
 from shared.core.statemachine.search_index import reindex
-from shared.core.statemachine.states import (
-    TERMINATED_REASON,
-    CompensationState,
-    Mode,
-    Outcome,
-    ProcessState,
-    StepState,
-)
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import waiting_reply
+from shared.core.states import TERMINATED_REASON, CompensationState, Mode, Outcome, ProcessState, StepState
 
 
 def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, body_hash: str,

@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from shared.core.effects import Op, Transact
+from shared.core.effects import Transact
+from shared.core.rows import EventRow, Op, StateRow
 from shared.core.statemachine.config import Ctx
-from shared.core.statemachine.rows import EventRow, StateRow
 from shared.core.statemachine.view import View
 from shared.core.workflows.bounds import MAX_EVENTS_PER_WRITE
 

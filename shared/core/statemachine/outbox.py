@@ -10,12 +10,13 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.core.effects import ETAG, Alert, Effect, Log, Send, iso
+from shared.core.effects import Alert, Effect, Log, Send
 from shared.core.messages import AgentRequest, CompensationTarget, Kind, OutMessage
+from shared.core.rows import ETAG, StepRow
 from shared.core.statemachine.config import Ctx
-from shared.core.statemachine.rows import StepRow
-from shared.core.statemachine.states import StepState
 from shared.core.statemachine.view import View
+from shared.core.states import StepState
+from shared.core.times import iso
 
 
 def step_request(view: View, step: StepRow, ctx: Ctx) -> Send:

@@ -35,9 +35,10 @@ import hashlib
 from datetime import datetime
 from typing import Any
 
-from shared.core.effects import Reindex, iso
-from shared.core.statemachine.rows import OrderRow, StateRow
-from shared.core.statemachine.states import Category, Mode, OrderCompensation, Outcome
+from shared.core.effects import Reindex
+from shared.core.rows import OrderRow, StateRow
+from shared.core.states import Category, Mode, OrderCompensation, Outcome
+from shared.core.times import iso
 
 _REV_BASE = 10 ** 17
 

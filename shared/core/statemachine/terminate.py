@@ -15,23 +15,16 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
 from shared.core.statemachine.deadlines import drop_index
 from shared.core.statemachine.dispatch import to_compensate
 from shared.core.statemachine.history import EventKind, commit, event
 from shared.core.statemachine.operator import compensate_all, why_not
 from shared.core.statemachine.outbox import log, status_sends
-from shared.core.statemachine.rows import StateRow, StepRow
 from shared.core.statemachine.search_index import reindex
-from shared.core.statemachine.states import (
-    TERMINATED_REASON,
-    Mode,
-    OrderCompensation,
-    Outcome,
-    ProcessState,
-    StepState,
-)
 from shared.core.statemachine.view import View
+from shared.core.states import TERMINATED_REASON, Mode, OrderCompensation, Outcome, ProcessState, StepState
 
 
 def decide_terminate(view: View, ctx: Ctx) -> Decision:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shared.core.statemachine.rows import ORDER_ROW, STATE_ROW, OrderRow, StateRow, StepRow
+from shared.core.rows import ORDER_ROW, STATE_ROW, OrderRow, StateRow, StepRow
 
 
 @dataclass(frozen=True)

@@ -21,16 +21,17 @@ from dataclasses import replace
 from datetime import timedelta
 
 from shared.core.breaker.waiting import WaitingStep, resume_message
-from shared.core.effects import Effect, Send, iso
+from shared.core.effects import Effect, Send
+from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage, ResumeMessage
+from shared.core.rows import StepRow
 from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, dispatch_step, dispatched
 from shared.core.statemachine.history import EventKind, commit, event
-from shared.core.statemachine.lease import Lease
 from shared.core.statemachine.outbox import compensation_request, info, log, step_request
-from shared.core.statemachine.rows import StepRow
-from shared.core.statemachine.states import CompensationState, Mode, StepState
 from shared.core.statemachine.view import View
+from shared.core.states import CompensationState, Mode, StepState
+from shared.core.times import iso
 
 
 def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Decision:

@@ -1,7 +1,7 @@
 """Typed rows of the state store, converted at the store boundary.
 
 The store speaks entities (dicts of Table Storage properties, ``PascalCase``, times as
-ISO-8601 text, JSON as text, the ETag under ``shared.core.statemachine.rows.ETAG``). The core speaks these
+ISO-8601 text, JSON as text, the ETag under ``shared.core.rows.ETAG``). The core speaks these
 frozen dataclasses: each row reads itself with ``from_entity`` and writes itself with
 ``to_entity`` (no ``None`` written: absent means null). A change is ``dataclasses.replace``.
 The layout of the table is described in ``shared.storage.store``.
@@ -12,19 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
-from shared.core.effects import ETAG, Op, iso, parse_iso
 from shared.core.jsonio import dumps, loads
-from shared.core.statemachine.lease import Lease
-from shared.core.statemachine.states import (
-    CompensationState,
-    Mode,
-    OrderCompensation,
-    Outcome,
-    ProcessState,
-    StepState,
-)
+from shared.core.lease import Lease
+from shared.core.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
+from shared.core.times import iso, parse_iso
 from shared.core.workflows import DEFAULT_WORKFLOW, LEGACY_VERSION
 
 Entity = dict[str, Any]
@@ -73,6 +66,22 @@ LEASE = Codec(Lease.parse, str)
 # An order written before workflows were recorded has neither property: it ran order v1.
 WORKFLOW_NAME = Codec(lambda v: v or DEFAULT_WORKFLOW, str)
 WORKFLOW_VERSION = Codec(lambda v: LEGACY_VERSION if v is None else int(v), int)
+
+
+ETAG = "_etag"  # where an entity read from the store carries its ETag
+
+
+@dataclass(frozen=True)
+class Op:
+    """One write of a transaction. ``row`` holds RowKey and properties (no PartitionKey)."""
+
+    kind: Literal["create", "replace", "delete"]
+    row: dict[str, Any]
+    etag: str | None = None  # required for replace/delete: the ETag the decision was made on
+
+    @property
+    def row_key(self) -> str:
+        return str(self.row["RowKey"])
 
 
 class Row:
