@@ -181,18 +181,18 @@ def seed_stats(store: CountedStore, now: datetime, processes: int = STATS_PROCES
             f.latency.add(0.8 + 0.1 * (k % 13))
         return f
 
-    rows = []
+    rows: list[tuple[str, Figures]] = []
     for p in range(processes):
         proc = f"bench-{p}"
         for m in range(-60, hours * 60):
             t = now - timedelta(minutes=m)
-            rows.append(figures(t, 3).to_row(row_key("m", minute_stamp(t), proc)))
+            rows.append((row_key("m", minute_stamp(t), proc), figures(t, 3)))
         for h in range(-1, hours):
             t = now - timedelta(hours=h)
-            rows.append(figures(t, 180).to_row(row_key("h", hour_stamp(t), proc)))
+            rows.append((row_key("h", hour_stamp(t), proc), figures(t, 180)))
     t0 = time.perf_counter()
     for i in range(0, len(rows), INDEX_BATCH):
-        store.table_store.put_stats(rows[i:i + INDEX_BATCH])
+        store.table_store.put_stats(dict(rows[i:i + INDEX_BATCH]))
     return {"processes": processes, "hours": hours, "rows": len(rows), "seconds": round(time.perf_counter() - t0, 1)}
 
 

@@ -103,7 +103,7 @@ def index_entities(order: Any, state: Any) -> list[dict[str, Any]]:
     from shared.core.statemachine import index_rows
     from shared.storage.store import INDEX_PARTITION
 
-    return [_odata({**row, "PartitionKey": INDEX_PARTITION}) for row in index_rows(order, state)]
+    return [_odata({**row.to_entity(), "PartitionKey": INDEX_PARTITION}) for row in index_rows(order, state)]
 
 
 def _finished_entities(lo: int, hi: int, now: datetime) -> list[dict[str, Any]]:

@@ -171,13 +171,13 @@ class BreakerGate:
         so that no breaker is ever open unwatched. If this put fails, the breaker is not opened."""
         if Effect.OPENED in decision.effects and decision.row is not None:
             watch = opening_watch(decision.row)
-            self.store.put_index(watch.bucket, watch.row_key, watch.props())
+            self.store.put_index(watch.row)
 
     def _put_watch(self, watch: Watch) -> None:
         """After an open write won: its second watch, in case the Supervisor dropped the first as a
         stray while the write was late. Best effort: the first one covers every other case."""
         try:
-            self.store.put_index(watch.bucket, watch.row_key, watch.props())
+            self.store.put_index(watch.row)
         except Exception as exc:  # noqa: BLE001 - the breaker never stops the agent
             log_event(logging.WARNING, "breaker.watch_failed", remote=self.remote, error=repr(exc))
 

@@ -43,7 +43,7 @@ from shared.core.orders import (
     validation_errors,
 )
 from shared.core.rows import STATE_ROW
-from shared.core.statemachine import EventRow, View, bound, inflight_request, plan_submission, schedule_message
+from shared.core.statemachine import View, bound, inflight_request, plan_submission, schedule_message
 from shared.core.workflows import UnknownWorkflow
 from shared.observability import metrics, telemetry
 from shared.observability.logs import log_event
@@ -168,7 +168,7 @@ def get_order(rt: Runtime, raw_id: str | None) -> HttpResult:
 
 def _history_page(rt: Runtime, order_id: str, after: int, limit: int) -> tuple[list[dict[str, Any]], str | None]:
     """Up to ``limit`` events after event ``after``, and the token for the rest (if any)."""
-    rows = [EventRow.from_entity(e) for e in rt.store.read_history(order_id, after, limit + 1)]
+    rows = rt.store.read_history(order_id, after, limit + 1)
     more = len(rows) > limit
     page = rows[:limit]
     token = issue(f"history:{order_id}", {"after": page[-1].seq}) if more and page else None

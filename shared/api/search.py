@@ -15,16 +15,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time
 from typing import Any
 
 from shared.api.http import HttpResult, problem
 from shared.api.tokens import InvalidToken, issue, redeem
 from shared.core.orders import MAX_ID_LENGTH, SAFE_ID
-from shared.core.rows import STATE_ROW
+from shared.core.rows import STATE_ROW, SearchRow
 from shared.core.statemachine import Category, StateRow, category_of
 from shared.core.statemachine.search_index import customer_key, rev
+from shared.core.states import Outcome, ProcessState
 from shared.core.times import iso
 from shared.runtime import Runtime
 from shared.runtime.reindex import reindex_from_state
@@ -133,50 +134,63 @@ def search_orders(rt: Runtime, params: Mapping[str, str]) -> HttpResult:
             return _bad("continuationToken", "not a token this search issued (out of range)")
         low = after
     rows = rt.store.query_index(low, high, query.limit + 1)
-    following = rows[query.limit]["RowKey"] if len(rows) > query.limit else None
-    orders = [o for o in _current(rt, rows[:query.limit]) if _matches(o, query)]
-    return HttpResult(200, {"orders": orders,
+    following = rows[query.limit].row_key if len(rows) > query.limit else None
+    orders = [o for o in _current(rt, rows[:query.limit]) if query.category is None or o.category is query.category]
+    return HttpResult(200, {"orders": [o.to_json() for o in orders],
                             "continuationToken": issue(query.scope, {"k": following}) if following else None})
 
 
-def _matches(order: dict[str, Any], query: SearchQuery) -> bool:
-    return query.category is None or order["category"] == query.category
+@dataclass(frozen=True)
+class Found:
+    """An order as a search result shows it."""
+
+    order_id: str
+    process_state: ProcessState | None
+    outcome: Outcome | None
+    customer_id: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+    failure_count: int
+    priority: str | None
+    category: Category
+
+    @classmethod
+    def of(cls, row: SearchRow) -> Found:
+        return cls(row.order_id, row.process_state, row.outcome, row.customer_id, row.created_at, row.updated_at,
+                   row.failure_count or 0, row.priority, row.category)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"orderId": self.order_id, "processState": self.process_state, "outcome": self.outcome,
+                "customerId": self.customer_id, "createdAt": iso(self.created_at) if self.created_at else None,
+                "updatedAt": iso(self.updated_at) if self.updated_at else None, "failureCount": self.failure_count,
+                "priority": self.priority, "category": self.category}
 
 
-def _current(rt: Runtime, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _current(rt: Runtime, rows: list[SearchRow]) -> list[Found]:
     """The rows as results; those of a changing category checked against their state row."""
-    changing = [r for r in rows if not Category(r.get("Category", Category.IN_FLIGHT)).final]
-    checked: dict[str, dict[str, Any] | None] = {}
+    changing = [r for r in rows if not r.category.final]
+    checked: dict[str, Found | None] = {}
     if changing:
         with ThreadPoolExecutor(max_workers=min(VERIFY_WORKERS, len(changing))) as pool:
             for row, result in zip(changing, pool.map(lambda r: _check(rt, r), changing), strict=True):
-                checked[row["RowKey"]] = result
+                checked[row.row_key] = result
     out = []
     for row in rows:
-        result = checked[row["RowKey"]] if row["RowKey"] in checked else _result(row)
+        result = checked[row.row_key] if row.row_key in checked else Found.of(row)
         if result is not None:
             out.append(result)
     return out
 
 
-def _result(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {"orderId": row.get("OrderId"), "processState": row.get("ProcessState"), "outcome": row.get("Outcome"),
-            "customerId": row.get("CustomerId"), "createdAt": row.get("CreatedAt"), "updatedAt": row.get("UpdatedAt"),
-            "failureCount": row.get("FailureCount", 0), "priority": row.get("Priority"),
-            "category": row.get("Category")}
-
-
-def _check(rt: Runtime, row: dict[str, Any]) -> dict[str, Any] | None:
+def _check(rt: Runtime, row: SearchRow) -> Found | None:
     """The row as the order is now (None: the order is gone); a stale row is repaired."""
-    entity = rt.store.read_row(str(row["OrderId"]), STATE_ROW)
+    entity = rt.store.read_row(row.order_id, STATE_ROW)
     if entity is None:  # purged while its index rows were being deleted: drop this one too
-        rt.store.write_index([], [str(row["RowKey"])])
+        rt.store.write_index([], [row.row_key])
         return None
     state = StateRow.from_entity(entity)
     category = category_of(state)
-    if category != row.get("Category"):
-        reindex_from_state(rt, state.order_id, Category(row.get("Category", Category.IN_FLIGHT)))
-    now = {**row, "ProcessState": str(state.process_state), "FailureCount": state.failure_count,
-           "Outcome": str(state.outcome) if state.outcome else None, "Category": str(category),
-           "UpdatedAt": iso(state.updated_at) if state.updated_at else None}
-    return _result(now)
+    if category is not row.category:
+        reindex_from_state(rt, state.order_id, row.category)
+    return replace(Found.of(row), process_state=state.process_state, failure_count=state.failure_count,
+                   outcome=state.outcome, category=category, updated_at=state.updated_at)

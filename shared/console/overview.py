@@ -74,8 +74,8 @@ def merged_by_stamp(store: Store, kind: str, first: str, end: str) -> dict[str, 
     """Every process's ``kind`` rows (``m``/``h``) of stamps ``first`` <= stamp < ``end``,
     merged per stamp."""
     merged: dict[str, Figures] = {}
-    for row in store.query_stats(f"{kind}-{first}", f"{kind}-{end}", MAX_STATS_ROWS):
-        merged.setdefault(stamp_of(str(row["RowKey"])), Figures()).merge(Figures.from_row(row))
+    for key, figures in store.query_stats(f"{kind}-{first}", f"{kind}-{end}", MAX_STATS_ROWS).items():
+        merged.setdefault(stamp_of(key), Figures()).merge(figures)
     return merged
 
 

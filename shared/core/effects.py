@@ -22,8 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.core.messages import OutMessage
-from shared.core.rows import Op
-from shared.core.times import iso
+from shared.core.rows import IndexRow, Op, SearchRow
 
 
 def bucket_of(due: datetime) -> str:
@@ -56,9 +55,8 @@ class PutIndex:
         return index_row_key(self.order_id, self.due)
 
     @property
-    def props(self) -> dict[str, Any]:
-        """The row's properties (what the sweep reads back)."""
-        return {"OrderId": self.order_id, "Due": iso(self.due)}
+    def row(self) -> IndexRow:
+        return IndexRow(self.bucket, self.row_key, self.order_id, self.due)
 
 
 @dataclass(frozen=True)
@@ -86,7 +84,7 @@ class Reindex:
     Supervisor re-indexes the order when that row falls due."""
 
     order_id: str
-    puts: tuple[dict[str, Any], ...]
+    puts: tuple[SearchRow, ...]
     deletes: tuple[str, ...] = ()
     stale: tuple[str, ...] = ()  # rows that may not be there: deleted one by one, apart from the rest
 

@@ -16,7 +16,15 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from shared.core.jsonio import dumps, loads
 from shared.core.lease import Lease
-from shared.core.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
+from shared.core.states import (
+    Category,
+    CompensationState,
+    Mode,
+    OrderCompensation,
+    Outcome,
+    ProcessState,
+    StepState,
+)
 from shared.core.times import iso, parse_iso
 from shared.core.workflows import DEFAULT_WORKFLOW, LEGACY_VERSION
 
@@ -59,6 +67,7 @@ def _enum(kind: Callable[[Any], Any], absent: Any = None) -> Codec:
 
 TEXT = Codec(_same, _same)
 INT = Codec(lambda v: int(v) if v is not None else 0, int)
+OPTIONAL_INT = Codec(lambda v: None if v is None else int(v), int)
 FLAG = Codec(bool, bool)
 TIME = Codec(parse_iso, iso)
 JSON = Codec(lambda v: loads(v) if v else None, dumps)
@@ -299,14 +308,15 @@ class EventRow(Row):
 
 EventRow.PROPS = _props(EventRow, {
     "seq": ("Seq", INT), "at": ("At", TIME), "event": ("Event", TEXT), "step": ("Step", TEXT),
-    "attempt": ("Attempt", Codec(lambda v: None if v is None else int(v), int)), "detail": ("Detail", JSON),
+    "attempt": ("Attempt", OPTIONAL_INT), "detail": ("Detail", JSON),
     "instance": ("Instance", TEXT), "trace_id": ("TraceId", TEXT),
 })
 
 
 @dataclass(frozen=True, slots=True)
 class IndexRow:
-    """A deadline index row (DeadlineTable): the Supervisor looks at the order at ``due``."""
+    """A deadline index row (DeadlineTable, PartitionKey = the due minute): the Supervisor looks
+    at the order at ``due``. A breaker's watch is one too, with no order id."""
 
     bucket: str
     row_key: str
@@ -317,3 +327,47 @@ class IndexRow:
     def from_entity(cls, entity: Mapping[str, Any]) -> IndexRow:
         return cls(str(entity["PartitionKey"]), str(entity["RowKey"]), entity.get("OrderId"),
                    parse_iso(entity.get("Due")))
+
+    def props(self) -> Entity:
+        """The row's properties (what the sweep reads back)."""
+        out: Entity = {}
+        if self.order_id is not None:
+            out["OrderId"] = self.order_id
+        if self.due is not None:
+            out["Due"] = iso(self.due)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRow(Row):
+    """A row of the search index (OrderIndexTable, partition ``orders``; the keys are
+    ``shared.core.statemachine.search_index``'s). The ``all-``, ``cust-`` and ``cat-`` rows carry
+    a summary of the order, as its state was when the row was written; a ``fin-`` row (a finished
+    order, by finish day, for retention) carries what is needed to find those rows again."""
+
+    key: str
+    order_id: str
+    category: Category = Category.IN_FLIGHT
+    customer_id: str | None = None
+    created_at: datetime | None = None
+    process_state: ProcessState | None = None
+    failure_count: int | None = None
+    priority: str | None = None
+    updated_at: datetime | None = None
+    outcome: Outcome | None = None
+    rev: str | None = None  # fin- rows: the order's inverted creation time
+    customer_key: str | None = None  # fin- rows: the order's customer, as a key
+    etag: str | None = None
+
+    @property
+    def row_key(self) -> str:
+        return self.key
+
+
+SearchRow.PROPS = _props(SearchRow, {
+    "key": ("RowKey", TEXT), "order_id": ("OrderId", TEXT),
+    "category": ("Category", _enum(Category, Category.IN_FLIGHT)), "customer_id": ("CustomerId", TEXT),
+    "created_at": ("CreatedAt", TIME), "process_state": ("ProcessState", _enum(ProcessState)),
+    "failure_count": ("FailureCount", OPTIONAL_INT), "priority": ("Priority", TEXT), "updated_at": ("UpdatedAt", TIME),
+    "outcome": ("Outcome", _enum(Outcome)), "rev": ("Rev", TEXT), "customer_key": ("CustomerKey", TEXT),
+})

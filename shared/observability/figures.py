@@ -29,12 +29,13 @@ store); the in-memory store of the unit tests does not unless a test gives it on
 from __future__ import annotations
 
 import bisect
+import copy
 import logging
 import math
 import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -204,7 +205,7 @@ def process_id(instance: str | None = None, pid: int | None = None) -> str:
 
 
 # ---- the recorder ------------------------------------------------------------------------------
-Put = Callable[[Sequence[dict[str, Any]]], None]  # one transaction of upserts (``Store.put_stats``)
+Put = Callable[[Mapping[str, Figures]], None]  # one transaction of upserts (``Store.put_stats``): row key -> figures
 
 
 class ConsoleStats:
@@ -279,7 +280,7 @@ class ConsoleStats:
                     self._dirty.update(self._idle)
                     self._idle.clear()
                 keys = sorted(self._dirty, key=stamp_of)[:MAX_ROWS_PER_FLUSH]
-                rows = [self._figures[k].to_row(k) for k in keys]
+                rows = {k: copy.deepcopy(self._figures[k]) for k in keys}
                 self._dirty.difference_update(keys)
             if not rows:
                 return 0

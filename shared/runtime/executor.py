@@ -95,7 +95,7 @@ class _Run:
     written: _Written = field(default_factory=_Written)
 
     def put_index(self, eff: PutIndex) -> None:
-        self.store.put_index(eff.bucket, eff.row_key, eff.props)
+        self.store.put_index(eff.row)
 
     def delete_index(self, eff: DeleteIndex) -> None:
         if self.out.index_failed:  # kept: the sweep re-indexes the order when it deletes the row

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shared.core.rows import ETAG, HISTORY_END, LIVE_ROWS_FROM, Op, history_row_key
-from shared.observability.figures import ConsoleStats
+from shared.core.rows import ETAG, HISTORY_END, LIVE_ROWS_FROM, EventRow, IndexRow, Op, SearchRow, history_row_key
+from shared.observability.figures import ConsoleStats, Figures
 from shared.storage.store import (
     INDEX_PARTITION,
     MAX_BATCH_OPS,
@@ -55,11 +55,11 @@ class MemoryStore:
         with self._lock:
             return self._partition(order_id, LIVE_ROWS_FROM, "\uffff")
 
-    def read_history(self, order_id: str, after: int, limit: int) -> list[dict[str, Any]]:
+    def read_history(self, order_id: str, after: int, limit: int) -> list[EventRow]:
         with self._lock:
             self.reads.append(("history", order_id))
             rows = self._partition(order_id, history_row_key(after + 1), HISTORY_END)
-            return list(rows.values())[:limit]
+            return [EventRow.from_entity(e) for e in list(rows.values())[:limit]]
 
     def partition_keys(self, order_id: str, limit: int) -> list[tuple[str, str]]:
         with self._lock:
@@ -118,9 +118,9 @@ class MemoryStore:
             return etags
 
     # deadline index ---------------------------------------------------------------------------
-    def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None:
+    def put_index(self, row: IndexRow) -> None:
         with self._lock:
-            self._rows[("deadline", bucket, row_key)] = ({**clean(props), "RowKey": row_key}, self._etag())
+            self._rows[("deadline", row.bucket, row.row_key)] = ({**row.props(), "RowKey": row.row_key}, self._etag())
             self.writes += 1
 
     def delete_index(self, bucket: str, row_key: str) -> None:
@@ -128,30 +128,31 @@ class MemoryStore:
             self._rows.pop(("deadline", bucket, row_key), None)
             self.writes += 1
 
-    def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]:
+    def due_index(self, bucket: str, limit: int) -> list[IndexRow]:
         with self._lock:
             self.reads.append(("deadline", bucket))
             rows = sorted(((pk, rk), props) for (t, pk, rk), (props, _e) in self._rows.items()
                           if t == "deadline" and pk <= bucket)
-            return [{**props, "PartitionKey": pk, "RowKey": rk} for (pk, rk), props in rows[:limit]]
+            return [IndexRow.from_entity({**props, "PartitionKey": pk, "RowKey": rk})
+                    for (pk, rk), props in rows[:limit]]
 
     # search index -------------------------------------------------------------------------------
-    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *,
+    def write_index(self, puts: Sequence[SearchRow], deletes: Sequence[str], *,
                     stale: Sequence[str] = ()) -> None:
         deletes = [*deletes, *stale]
         with self._lock:
             for row in puts:
-                self._rows[("search", INDEX_PARTITION, str(row["RowKey"]))] = (clean(row), self._etag())
+                self._rows[("search", INDEX_PARTITION, row.row_key)] = (row.to_entity(), self._etag())
             for rk in deletes:
                 self._rows.pop(("search", INDEX_PARTITION, rk), None)
             self.writes += 1
 
-    def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+    def query_index(self, low: str, high: str, limit: int) -> list[SearchRow]:
         with self._lock:
             self.reads.append(("search", low))
             rows = sorted((rk, props) for (t, _pk, rk), (props, _e) in self._rows.items()
                           if t == "search" and low <= rk < high)
-            return [{**props, "RowKey": rk} for rk, props in rows[:limit]]
+            return [SearchRow.from_entity({**props, "RowKey": rk}) for rk, props in rows[:limit]]
 
     def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
         with self._lock:
@@ -160,22 +161,23 @@ class MemoryStore:
             return min(n, cap), n > cap
 
     # console stats (partition ``stats``) ------------------------------------------------------
-    def put_stats(self, rows: Sequence[dict[str, Any]]) -> None:
+    def put_stats(self, rows: Mapping[str, Figures]) -> None:
         if len(rows) > MAX_BATCH_OPS:
             raise TooLarge(f"{len(rows)} operations in one transaction")
-        for row in rows:
-            check_entity(row)
+        entities = [figures.to_row(key) for key, figures in rows.items()]
+        for entity in entities:
+            check_entity(entity)
         with self._lock:
-            for row in rows:
-                self._rows[("stats", STATS_PARTITION, str(row["RowKey"]))] = (clean(row), self._etag())
+            for entity in entities:
+                self._rows[("stats", STATS_PARTITION, str(entity["RowKey"]))] = (clean(entity), self._etag())
             self.writes += 1
 
-    def query_stats(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+    def query_stats(self, low: str, high: str, limit: int) -> dict[str, Figures]:
         with self._lock:
             self.reads.append(("stats", low))
             rows = sorted((rk, props) for (t, _pk, rk), (props, _e) in self._rows.items()
                           if t == "stats" and low <= rk < high)
-            return [{**props, "RowKey": rk} for rk, props in rows[:limit]]
+            return {rk: Figures.from_row(props) for rk, props in rows[:limit]}
 
     def delete_stats(self, row_keys: Sequence[str]) -> None:
         with self._lock:

@@ -56,13 +56,18 @@ This module: the ``Store`` protocol, its errors and the limits; the in-memory tw
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from shared.core.rows import Op
+from shared.core.rows import EventRow, IndexRow, Op, SearchRow
+from shared.observability.figures import Figures
 
 INDEX_PARTITION = "orders"  # the one partition of the search index (OrderIndexTable)
 STATS_PARTITION = "stats"  # the console's per-process figures (OrderIndexTable, ``shared.observability.figures``)
+
+# An entity as the state table stores it: its properties, PartitionKey and RowKey, and its ETag
+# under ``shared.core.rows.ETAG``. The core reads its own rows from these (``shared.core.rows``).
+Entity = dict[str, Any]
 
 
 class Conflict(Exception):
@@ -73,44 +78,68 @@ class TooLarge(Exception):
     """An entity or transaction exceeds Table Storage limits."""
 
 
-def clean(row: dict[str, Any]) -> dict[str, Any]:
+def clean(row: Mapping[str, Any]) -> Entity:
     """Properties to write: no metadata, no None (absent = null)."""
     return {k: v for k, v in row.items() if not k.startswith("_") and v is not None and k != "PartitionKey"}
 
 
-class Store(Protocol):
-    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+class StateTable(Protocol):
+    """StateTable: a partition per order (its live rows and its history), and the circuit
+    breakers' partitions (``breakers``, ``waiting-{remote}``)."""
+
+    def read_partition(self, order_id: str) -> dict[str, Entity]:
         """The order's live rows (``order``, ``state``, ``step-*``): never its history."""
-    def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None: ...
-    def read_rows(self, partition: str, limit: int) -> dict[str, dict[str, Any]]:
+    def read_row(self, partition: str, row_key: str) -> Entity | None: ...
+    def read_rows(self, partition: str, limit: int) -> dict[str, Entity]:
         """Up to ``limit`` rows of ``partition`` (every RowKey, each with its ETag), by RowKey: ONE
         query (``shared.storage.breakers.read_breakers``: every breaker an agent instance holds)."""
-    def read_history(self, order_id: str, after: int, limit: int) -> list[dict[str, Any]]:
-        """Up to ``limit`` history rows after event ``after``, oldest first."""
-    def partition_keys(self, order_id: str, limit: int) -> list[tuple[str, str]]:
-        """Up to ``limit`` (RowKey, ETag) of every row of the order (retention)."""
-    def transact(self, order_id: str, ops: Sequence[Op]) -> dict[str, str]:
+    def read_history(self, order_id: str, after: int, limit: int) -> list[EventRow]:
+        """Up to ``limit`` history events after event ``after``, oldest first."""
+    def partition_keys(self, partition: str, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` (RowKey, ETag) of every row of the partition (retention, waiting steps)."""
+    def transact(self, partition: str, ops: Sequence[Op]) -> dict[str, str]:
         """All of ``ops`` or none (``Conflict``): the new ETag of each created/replaced row
         (RowKey -> ETag); a row whose ETag the service did not return is left out."""
-    def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None: ...
-    def delete_index(self, bucket: str, row_key: str) -> None: ...
-    def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]: ...
-    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *,
+
+
+class DeadlineIndex(Protocol):
+    """DeadlineTable: the Supervisor's index of deadlines, a partition per due minute."""
+
+    def put_index(self, row: IndexRow) -> None: ...
+    def delete_index(self, bucket: str, row_key: str) -> None:
+        """Delete a row (a row already gone is fine)."""
+    def due_index(self, bucket: str, limit: int) -> list[IndexRow]:
+        """Up to ``limit`` rows of the buckets up to ``bucket``: ONE query."""
+
+
+class SearchIndex(Protocol):
+    """OrderIndexTable's partition ``orders``: the search index."""
+
+    def write_index(self, puts: Sequence[SearchRow], deletes: Sequence[str], *,
                     stale: Sequence[str] = ()) -> None:
         """Upsert ``puts`` and delete ``deletes`` (RowKeys) in the search index (a missing row is
         fine), committed when it returns. ``stale``: rows that may well not be there, deleted one
         by one apart from the rest."""
-    def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
+    def query_index(self, low: str, high: str, limit: int) -> list[SearchRow]:
         """Search index rows with ``low <= RowKey < high``, ascending, at most ``limit``."""
     def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
         """(rows with ``low <= RowKey < high`` counted up to ``cap``, whether there may be more):
         ONE request, RowKeys only."""
-    def put_stats(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Upsert (replace) stats rows (RowKey + properties, at most 100) in ONE transaction."""
-    def query_stats(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
-        """Stats rows with ``low <= RowKey < high``, ascending, at most ``limit``."""
+
+
+class StatsTable(Protocol):
+    """OrderIndexTable's partition ``stats``: the console's figures, a row per process and minute or hour."""
+
+    def put_stats(self, rows: Mapping[str, Figures]) -> None:
+        """Upsert (replace) rows (RowKey -> figures, at most 100) in ONE transaction."""
+    def query_stats(self, low: str, high: str, limit: int) -> dict[str, Figures]:
+        """Rows with ``low <= RowKey < high``, ascending, at most ``limit``."""
     def delete_stats(self, row_keys: Sequence[str]) -> None:
-        """Delete stats rows (at most 100; a missing row is fine)."""
+        """Delete rows (at most 100; a missing row is fine)."""
+
+
+class Store(StateTable, DeadlineIndex, SearchIndex, StatsTable, Protocol):
+    """Every table the app keeps (``MemoryStore`` and ``TableStore`` implement them all)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,17 +9,18 @@ for it and has returned when the call returns: nothing is queued for later.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.core.rows import ETAG, HISTORY_END, LIVE_ROWS_FROM, Op, history_row_key
-from shared.observability.figures import ConsoleStats
+from shared.core.rows import ETAG, HISTORY_END, LIVE_ROWS_FROM, EventRow, IndexRow, Op, SearchRow, history_row_key
+from shared.observability.figures import ConsoleStats, Figures
 from shared.storage.store import (
     INDEX_PARTITION,
     MAX_BATCH_OPS,
     STATS_PARTITION,
     Conflict,
+    Entity,
     TooLarge,
     check_entity,
     clean,
@@ -57,23 +58,24 @@ class TableStore:
         """``rest`` or ``sdk``: how this store reaches its state table."""
         return "sdk" if isinstance(self.state, SdkTable) else "rest"
 
-    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+    def read_partition(self, order_id: str) -> dict[str, Entity]:
         rows = self.state.query("PartitionKey eq @pk and RowKey ge @live", {"pk": order_id, "live": LIVE_ROWS_FROM},
                                 limit=MAX_PAGE).rows
         return {str(e["RowKey"]): e for e in rows}
 
-    def read_history(self, order_id: str, after: int, limit: int) -> list[dict[str, Any]]:
-        return self.state.query(RANGE, {"pk": order_id, "low": history_row_key(after + 1), "high": HISTORY_END},
+    def read_history(self, order_id: str, after: int, limit: int) -> list[EventRow]:
+        rows = self.state.query(RANGE, {"pk": order_id, "low": history_row_key(after + 1), "high": HISTORY_END},
                                 limit=limit).rows
+        return [EventRow.from_entity(e) for e in rows]
 
-    def partition_keys(self, order_id: str, limit: int) -> list[tuple[str, str]]:
-        rows = self.state.query("PartitionKey eq @pk", {"pk": order_id}, limit=limit, select=["RowKey"]).rows
+    def partition_keys(self, partition: str, limit: int) -> list[tuple[str, str]]:
+        rows = self.state.query("PartitionKey eq @pk", {"pk": partition}, limit=limit, select=["RowKey"]).rows
         return [(str(e["RowKey"]), str(e[ETAG])) for e in rows]
 
-    def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None:
-        return self.state.get(order_id, row_key)
+    def read_row(self, partition: str, row_key: str) -> Entity | None:
+        return self.state.get(partition, row_key)
 
-    def read_rows(self, partition: str, limit: int) -> dict[str, dict[str, Any]]:
+    def read_rows(self, partition: str, limit: int) -> dict[str, Entity]:
         """One query of the whole partition (one page: ``limit`` at most 1000)."""
         return {str(e["RowKey"]): e for e in self.state.query("PartitionKey eq @pk", {"pk": partition},
                                                              limit=limit).rows}
@@ -93,22 +95,23 @@ class TableStore:
         return self.state.transact(order_id, [Write(op.kind, op.row_key, {} if op.kind == "delete" else clean(op.row),
                                            op.etag) for op in ops])
 
-    def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None:
-        self.deadlines.upsert({**clean(props), "PartitionKey": bucket, "RowKey": row_key})
+    def put_index(self, row: IndexRow) -> None:
+        self.deadlines.upsert({**row.props(), "PartitionKey": row.bucket, "RowKey": row.row_key})
 
     def delete_index(self, bucket: str, row_key: str) -> None:
         self.deadlines.delete(bucket, row_key)
 
-    def due_index(self, bucket: str, limit: int) -> list[dict[str, Any]]:
-        return self.deadlines.query("PartitionKey le @bucket", {"bucket": bucket}, limit=limit,
+    def due_index(self, bucket: str, limit: int) -> list[IndexRow]:
+        rows = self.deadlines.query("PartitionKey le @bucket", {"bucket": bucket}, limit=limit,
                                     select=["PartitionKey", "RowKey", "OrderId", "Due"]).rows
+        return [IndexRow.from_entity(e) for e in rows]
 
-    def write_index(self, puts: Sequence[dict[str, Any]], deletes: Sequence[str], *,
+    def write_index(self, puts: Sequence[SearchRow], deletes: Sequence[str], *,
                     stale: Sequence[str] = ()) -> None:
         """One transaction of the puts and deletes; if a delete finds nothing (the transaction
         fails), the puts again alone and the deletes one by one. ``stale``: one by one, apart."""
         search = self._searched()
-        writes = [*(Write("upsert", str(r["RowKey"]), clean(r)) for r in puts), *(Write("delete", k) for k in deletes)]
+        writes = [*(Write("upsert", r.row_key, r.to_entity()) for r in puts), *(Write("delete", k) for k in deletes)]
         for i in range(0, len(writes), MAX_BATCH_OPS):
             chunk = writes[i:i + MAX_BATCH_OPS]
             try:
@@ -126,8 +129,9 @@ class TableStore:
             raise RuntimeError("this store has no search index table (OrderIndexTable)")
         return self.search
 
-    def query_index(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
-        return self._searched().query(RANGE, {"pk": INDEX_PARTITION, "low": low, "high": high}, limit=limit).rows
+    def query_index(self, low: str, high: str, limit: int) -> list[SearchRow]:
+        rows = self._searched().query(RANGE, {"pk": INDEX_PARTITION, "low": low, "high": high}, limit=limit).rows
+        return [SearchRow.from_entity(e) for e in rows]
 
     def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
         """One page of RowKeys (``cap`` at most 1000: one request): capped if there may be more."""
@@ -135,11 +139,13 @@ class TableStore:
                                       limit=min(cap, MAX_PAGE), select=["RowKey"])
         return len(page.rows), page.more
 
-    def put_stats(self, rows: Sequence[dict[str, Any]]) -> None:
-        self._searched().transact(STATS_PARTITION, [Write("upsert", str(r["RowKey"]), clean(r)) for r in rows])
+    def put_stats(self, rows: Mapping[str, Figures]) -> None:
+        self._searched().transact(STATS_PARTITION, [Write("upsert", key, clean(figures.to_row(key)))
+                                                    for key, figures in rows.items()])
 
-    def query_stats(self, low: str, high: str, limit: int) -> list[dict[str, Any]]:
-        return self._searched().query(RANGE, {"pk": STATS_PARTITION, "low": low, "high": high}, limit=limit).rows
+    def query_stats(self, low: str, high: str, limit: int) -> dict[str, Figures]:
+        rows = self._searched().query(RANGE, {"pk": STATS_PARTITION, "low": low, "high": high}, limit=limit).rows
+        return {str(e["RowKey"]): Figures.from_row(e) for e in rows}
 
     def delete_stats(self, row_keys: Sequence[str]) -> None:
         search = self._searched()

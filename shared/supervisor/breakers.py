@@ -44,7 +44,7 @@ __all__ = ["WAKE_GRACE", "full_pass", "handle_watch", "probe_overdue", "put_watc
 
 
 def put_watch(store: Store, watch: Watch) -> None:
-    store.put_index(watch.bucket, watch.row_key, watch.props())
+    store.put_index(watch.row)
 
 
 def handle_watch(store: Store, bus: Bus, scheduler_queue: str, watch: Watch, now: datetime,

@@ -29,10 +29,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from shared.core.rows import ETAG, STATE_ROW, Op
-from shared.core.statemachine import Category, StateRow, category_of
+from shared.core.rows import ETAG, STATE_ROW, Op, SearchRow
+from shared.core.statemachine import StateRow, category_of
 from shared.core.statemachine.search_index import listing_keys
 from shared.observability.figures import hour_stamp, minute_stamp
 from shared.observability.logs import log_event
@@ -89,7 +88,7 @@ def purge_stats(rt: Runtime, cutoff: datetime, *, batch: int = PURGE_BATCH, dead
     deleted = 0
     for kind, stamp in (("m", minute_stamp(cutoff)), ("h", hour_stamp(cutoff))):
         while deadline is None or time.monotonic() < deadline:
-            keys = [str(r["RowKey"]) for r in rt.store.query_stats(f"{kind}-", f"{kind}-{stamp}", min(batch, 100))]
+            keys = list(rt.store.query_stats(f"{kind}-", f"{kind}-{stamp}", min(batch, 100)))
             if keys:
                 rt.store.delete_stats(keys)
                 deleted += len(keys)
@@ -98,8 +97,8 @@ def purge_stats(rt: Runtime, cutoff: datetime, *, batch: int = PURGE_BATCH, dead
     return deleted
 
 
-def _purge_one(rt: Runtime, fin: dict[str, Any], cutoff: datetime, report: PurgeReport) -> None:
-    order_id = str(fin["OrderId"])
+def _purge_one(rt: Runtime, fin: SearchRow, cutoff: datetime, report: PurgeReport) -> None:
+    order_id = fin.order_id
     try:
         entity = rt.store.read_row(order_id, STATE_ROW)
         if entity is not None:
@@ -107,7 +106,7 @@ def _purge_one(rt: Runtime, fin: dict[str, Any], cutoff: datetime, report: Purge
             if not category_of(state).final or state.finished_at is None or state.finished_at >= cutoff:
                 report.skipped += 1
                 if not category_of(state).final:  # retried since: its next final transition indexes it again
-                    rt.store.write_index([], [str(fin["RowKey"])])
+                    rt.store.write_index([], [fin.row_key])
                 return
             _delete_listing_rows(rt, fin)  # first: search never lists an order that is gone
             try:
@@ -118,7 +117,7 @@ def _purge_one(rt: Runtime, fin: dict[str, Any], cutoff: datetime, report: Purge
         else:
             _delete_listing_rows(rt, fin)  # gone already: a run that crashed went this far
         _delete_rows(rt, order_id, state_etag=None, report=report)
-        rt.store.write_index([], [str(fin["RowKey"])])  # last: while it exists, the purge is not done
+        rt.store.write_index([], [fin.row_key])  # last: while it exists, the purge is not done
         report.purged += 1
         report.orders.append(order_id)
     except Conflict:
@@ -146,7 +145,5 @@ def _delete_rows(rt: Runtime, order_id: str, *, state_etag: str | None, report: 
         report.rows_deleted += len(keys)
 
 
-def _delete_listing_rows(rt: Runtime, fin: dict[str, Any]) -> None:
-    category = Category(str(fin.get("Category", Category.PROCESSED)))
-    rt.store.write_index([], list(listing_keys(str(fin["OrderId"]), str(fin.get("Rev", "")),
-                                               str(fin.get("CustomerKey", "")), category)))
+def _delete_listing_rows(rt: Runtime, fin: SearchRow) -> None:
+    rt.store.write_index([], list(listing_keys(fin.order_id, fin.rev or "", fin.customer_key or "", fin.category)))

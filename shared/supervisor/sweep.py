@@ -139,16 +139,16 @@ def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> Swee
     bucket = now.strftime("%Y%m%d%H%M")
     deadline = time.monotonic() + budget_seconds
 
-    def handle(entity: dict[str, Any]) -> None:
+    def handle(row: IndexRow) -> None:
         if time.monotonic() > deadline:
             report.count("deferred")  # still due: the next tick takes it
             return
         try:
-            _handle_due_row(rt, IndexRow.from_entity(entity), now, report)
+            _handle_due_row(rt, row, now, report)
         except Exception as exc:  # one bad row must not stop the sweep; it stays for next time
             report.count("errors")
-            log_event(logging.ERROR, "supervisor.row_failed", order_id=entity.get("OrderId"),
-                      row=entity.get("RowKey"), error=repr(exc))
+            log_event(logging.ERROR, "supervisor.row_failed", order_id=row.order_id, row=row.row_key,
+                      error=repr(exc))
 
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="sweep") as pool:
         futures = []

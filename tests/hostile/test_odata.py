@@ -194,13 +194,13 @@ def fresh_store(request: pytest.FixtureRequest, hostile_stack: Any) -> Iterator[
 
 @pytest.mark.integration
 def test_store_queries_are_parameterised(fresh_store: Any) -> None:
-    from shared.core.rows import Op
+    from shared.core.rows import IndexRow, Op
 
     ids = [uuid.uuid4().hex for _ in range(3)]
     for oid in ids:
         fresh_store.transact(oid, [Op("create", {"RowKey": "order", "CustomerId": f"c-{oid[:4]}"}),
                                    Op("create", {"RowKey": "state", "ProcessState": "Pending"})])
-        fresh_store.put_index("202611220700", f"{oid}:unclaimed", {"OrderId": oid, "Lease": "unclaimed"})
+        fresh_store.put_index(IndexRow("202611220700", f"{oid}:unclaimed", oid, None))
     # What a concatenated filter would return for the same payloads (the attack works on these tables):
     leaked = fresh_store.state.query("PartitionKey eq 'x' or PartitionKey ne ''", {}, limit=100).rows
     assert len(leaked) == 6

@@ -12,6 +12,7 @@ import pytest
 
 from bench.search_cost import CountedStore, _diff
 from shared.console.overview import LIVE_COUNT_CAP, get_overview
+from shared.core.rows import SearchRow
 from tests.unit.test_console_stats import check_count_index_capped, check_stats_rows
 
 pytestmark = pytest.mark.integration
@@ -50,7 +51,7 @@ def test_count_index_capped(counted: CountedStore) -> None:
 
 def test_a_count_over_the_cap_is_one_request_of_row_keys(counted: CountedStore) -> None:
     store = counted.table_store
-    rows = [{"RowKey": f"cat-inFlight-{i:017d}-o{i}", "OrderId": f"o{i}", "CustomerId": "c" * 200}
+    rows = [SearchRow(f"cat-inFlight-{i:017d}-o{i}", f"o{i}", customer_id="c" * 200)
             for i in range(LIVE_COUNT_CAP + 1)]
     for i in range(0, len(rows), 100):
         store.write_index(rows[i:i + 100], [])
@@ -58,7 +59,7 @@ def test_a_count_over_the_cap_is_one_request_of_row_keys(counted: CountedStore) 
     assert store.count_index("cat-inFlight-", "cat-inFlight.", LIVE_COUNT_CAP) == (LIVE_COUNT_CAP, True)
     # one request (the counter counts entities by their PartitionKey, which a RowKey-only select leaves out)
     assert {kind: n for kind, (n, _entities) in requests_of(counted, before).items()} == {"query": 1}
-    store.write_index([], [str(rows[-1]["RowKey"])])
+    store.write_index([], [rows[-1].row_key])
     assert store.count_index("cat-inFlight-", "cat-inFlight.", LIVE_COUNT_CAP) == (LIVE_COUNT_CAP, False)
 
 

@@ -20,6 +20,8 @@ import pytest
 from shared.api.operator import cancel_order, retry_order, terminate_order
 from shared.api.orders import get_history, get_order
 from shared.api.search import search_orders
+from shared.core.rows import SearchRow
+from shared.core.states import Category
 from shared.scheduler import handle_reply
 from shared.storage.table_store import TableStore
 from shared.supervisor import sweep
@@ -52,7 +54,7 @@ def index_snapshot(rt: Any) -> dict[str, dict[str, dict[str, Any]]]:
     """Every search index row, by order (the tables are per test, so one read is small)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rt.store.query_index("", "~", 100_000):
-        out.setdefault(str(row.get("OrderId")), {})[row["RowKey"]] = row
+        out.setdefault(row.order_id, {})[row.row_key] = row.to_entity()
     return out
 
 
@@ -387,7 +389,8 @@ def test_search_repairs_a_stale_index_row(table_runtime) -> None:  # type: ignor
     assert retry_order(rt, held).status == 202
     assert drive(rt, held, agents)["ProcessState"] == "Processed"
     expect_index(rt, held, "processed", finished=True)
-    rt.store.write_index([rows[stale_key]], [])  # as if the index writes after the retry were lost
+    # as if the index writes after the retry were lost
+    rt.store.write_index([SearchRow.from_entity(rows[stale_key])], [])
     assert page_through(rt, {"state": "attention"}, 50)[0] == [other]
     expect_index(rt, held, "processed", finished=True)  # the stale row is gone
 
@@ -679,8 +682,7 @@ def test_retention_skips_an_order_retried_since_it_was_listed(table_runtime) -> 
     agents = AgentSim(rt, reject={"create-shipment": "undeliverable"})
     oid = post(rt).body["orderId"]
     drive(rt, oid, agents)  # failed and compensated: attention, no finish-day row
-    stale = {"RowKey": f"fin-{T0.strftime('%Y%m%d')}-{oid}", "OrderId": oid, "Rev": "0", "CustomerKey": "x",
-             "Category": "processed"}
+    stale = SearchRow(f"fin-{T0.strftime('%Y%m%d')}-{oid}", oid, Category.PROCESSED, rev="0", customer_key="x")
     rt.store.write_index([stale], [])
     rt.clock.advance((rt.config.retention_days + 2) * 24 * HOUR)
     report = purge(rt)

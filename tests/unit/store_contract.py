@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import threading
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 
-from shared.core.rows import ETAG, Op, history_row_key
+from shared.core.rows import ETAG, IndexRow, Op, SearchRow, history_row_key
 from shared.storage.store import Conflict, Store
 
 
@@ -60,15 +61,17 @@ def check_replace_missing_row_conflicts(store: Store) -> None:
 
 def check_index(store: Store) -> None:
     tag = _pk()[:6]
-    store.put_index("202611220800", f"{tag}:a", {"OrderId": tag, "Lease": "x", "Due": "2026-11-22T08:00:00+00:00"})
-    store.put_index("202611220801", f"{tag}:b", {"OrderId": tag, "Lease": "y", "Due": "2026-11-22T08:01:00+00:00"})
-    store.put_index("202611220900", f"{tag}:c", {"OrderId": tag, "Lease": "z", "Due": "2026-11-22T09:00:00+00:00"})
-    due = [r["RowKey"] for r in store.due_index("202611220801", 100) if r["RowKey"].startswith(tag)]
-    assert due == [f"{tag}:a", f"{tag}:b"]
+    for bucket, key in (("202611220800", "a"), ("202611220801", "b"), ("202611220900", "c")):
+        due_at = datetime.strptime(bucket, "%Y%m%d%H%M").replace(tzinfo=UTC)
+        store.put_index(IndexRow(bucket, f"{tag}:{key}", tag, due_at))
+    due = [r for r in store.due_index("202611220801", 100) if r.row_key.startswith(tag)]
+    assert [(r.bucket, r.row_key, r.order_id) for r in due] == [("202611220800", f"{tag}:a", tag),
+                                                                ("202611220801", f"{tag}:b", tag)]
+    assert due[1].due == datetime(2026, 11, 22, 8, 1, tzinfo=UTC)
     store.delete_index("202611220800", f"{tag}:a")
     store.delete_index("202611220800", f"{tag}:a")  # idempotent
-    due = [r["RowKey"] for r in store.due_index("202611220801", 100) if r["RowKey"].startswith(tag)]
-    assert due == [f"{tag}:b"]
+    due_keys = [r.row_key for r in store.due_index("202611220801", 100) if r.row_key.startswith(tag)]
+    assert due_keys == [f"{tag}:b"]
     store.delete_index("202611220801", f"{tag}:b")
     store.delete_index("202611220900", f"{tag}:c")
 
@@ -122,7 +125,7 @@ def check_index_many_rows_of_one_bucket(store: Store) -> None:
     def put(rk: str) -> None:
         barrier.wait()
         try:
-            store.put_index(bucket, rk, {"OrderId": tag, "Due": "2026-11-22T10:00:00+00:00"})
+            store.put_index(IndexRow(bucket, rk, tag, datetime(2026, 11, 22, 10, tzinfo=UTC)))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -132,11 +135,11 @@ def check_index_many_rows_of_one_bucket(store: Store) -> None:
     for t in threads:
         t.join()
     assert errors == []
-    due = [r for r in store.due_index(bucket, 1000) if r["RowKey"].startswith(tag)]
-    assert [r["RowKey"] for r in due] == keys and all(r["OrderId"] == tag for r in due)
+    due = [r for r in store.due_index(bucket, 1000) if r.row_key.startswith(tag)]
+    assert [r.row_key for r in due] == keys and all(r.order_id == tag for r in due)
     for rk in keys[:10]:
         store.delete_index(bucket, rk)
-    assert [r["RowKey"] for r in store.due_index(bucket, 1000) if r["RowKey"].startswith(tag)] == keys[10:]
+    assert [r.row_key for r in store.due_index(bucket, 1000) if r.row_key.startswith(tag)] == keys[10:]
     for rk in keys[10:]:
         store.delete_index(bucket, rk)
 
@@ -148,9 +151,9 @@ def check_history_is_apart_from_live_rows(store: Store) -> None:
     store.transact(pk, [Op("create", {"RowKey": "order"}), Op("create", {"RowKey": "state"}), *events])
     assert set(store.read_partition(pk)) == {"order", "state"}
     first = store.read_history(pk, 0, 3)
-    assert [r["Seq"] for r in first] == [1, 2, 3]
+    assert [r.seq for r in first] == [1, 2, 3]
     rest = store.read_history(pk, 3, 100)
-    assert [r["Seq"] for r in rest] == [4, 5, 6, 7]
+    assert [r.seq for r in rest] == [4, 5, 6, 7]
     assert store.read_history(pk, 7, 100) == []
     keys = store.partition_keys(pk, 100)
     assert {k for k, _e in keys} == {"order", "state", *(history_row_key(n) for n in range(1, 8))}
@@ -168,7 +171,8 @@ def check_search_index(store: Store) -> None:
     def write(n: int) -> None:
         barrier.wait()
         try:
-            store.write_index([{"RowKey": f"t-{tag}-{n:02d}", "N": n}, {"RowKey": f"u-{tag}-{n:02d}", "N": n}],
+            store.write_index([SearchRow(f"t-{tag}-{n:02d}", "o", failure_count=n),
+                               SearchRow(f"u-{tag}-{n:02d}", "o", failure_count=n)],
                               [f"t-{tag}-missing-{n}"] if n == 3 else [])
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
@@ -180,12 +184,12 @@ def check_search_index(store: Store) -> None:
         t.join()
     assert errors == []
     rows = store.query_index(f"t-{tag}-", f"t-{tag}.", 100)
-    assert [r["N"] for r in rows] == list(range(10))
-    assert [r["N"] for r in store.query_index(f"t-{tag}-04", f"t-{tag}.", 3)] == [4, 5, 6]
-    store.write_index([{"RowKey": f"t-{tag}-04", "N": 40}], [f"t-{tag}-05", f"u-{tag}-05"])
-    assert [r["N"] for r in store.query_index(f"t-{tag}-03", f"t-{tag}-07", 100)] == [3, 40, 6]
+    assert [r.failure_count for r in rows] == list(range(10))
+    assert [r.failure_count for r in store.query_index(f"t-{tag}-04", f"t-{tag}.", 3)] == [4, 5, 6]
+    store.write_index([SearchRow(f"t-{tag}-04", "o", failure_count=40)], [f"t-{tag}-05", f"u-{tag}-05"])
+    assert [r.failure_count for r in store.query_index(f"t-{tag}-03", f"t-{tag}-07", 100)] == [3, 40, 6]
     assert len(store.query_index(f"u-{tag}-", f"u-{tag}.", 100)) == 9
-    store.write_index([], [r["RowKey"] for r in store.query_index(f"t-{tag}-", f"u-{tag}.", 100)])
+    store.write_index([], [r.row_key for r in store.query_index(f"t-{tag}-", f"u-{tag}.", 100)])
     assert store.query_index(f"t-{tag}-", f"u-{tag}.", 100) == []
 
 
@@ -205,7 +209,7 @@ def check_transact_returns_the_etags_a_read_returns(store: Store) -> None:
     after = store.read_partition(pk)
     history = store.read_history(pk, 0, 10)
     assert etags == {"state": after["state"][ETAG], "step-00-a": after["step-00-a"][ETAG],
-                     history_row_key(1): history[0][ETAG]}  # the deleted row has none
+                     history_row_key(1): history[0].etag}  # the deleted row has none
     assert etags["state"] != read["state"][ETAG]
     assert after["order"][ETAG] == read["order"][ETAG]  # not written: unchanged
 

@@ -15,6 +15,7 @@ from shared.agent.guard import hold
 from shared.core.breaker.state import BreakerPolicy, BreakerRow, BreakerState
 from shared.core.breaker.waiting import WaitingStep, waiting_partition
 from shared.core.breaker.watch import WAKE_GRACE, Watch, WatchVerdict, confirming_watch, decide_watch, opening_watch
+from shared.core.rows import IndexRow
 from shared.storage.breakers import read_breaker, write_breaker
 from shared.storage.memory import MemoryStore
 from shared.storage.waiting import register_waiting, waiting_steps
@@ -29,13 +30,8 @@ STEP = WaitingStep("0" * 32, 1, "create-shipment")
 
 
 def watches(store: MemoryStore) -> list[Watch]:
-    rows = [Watch.from_row(r["RowKey"], _due(r)) for r in store.due_index(ALL, 1000)]
+    rows = [Watch.from_row(r.row_key, r.due) for r in store.due_index(ALL, 1000)]
     return [w for w in rows if w is not None]
-
-
-def _due(row: dict[str, Any]) -> Any:
-    from shared.core.times import parse_iso
-    return parse_iso(row.get("Due"))
 
 
 def requests(store: MemoryStore, run: Any) -> tuple[list[tuple[str, str]], int]:
@@ -103,7 +99,7 @@ def test_the_opening_puts_its_watch_before_the_open_write_and_a_second_one_after
 
 
 class NoIndex(MemoryStore):
-    def put_index(self, bucket: str, row_key: str, props: dict[str, Any]) -> None:
+    def put_index(self, row: IndexRow) -> None:
         raise OSError("deadline table down")
 
 

@@ -4,14 +4,13 @@ methods behind them (``check_*`` run on Azurite too: tests/integration/test_cons
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
 from shared.core.effects import Transact
-from shared.core.rows import Op, history_row_key
+from shared.core.rows import Op, SearchRow, history_row_key
 from shared.observability.figures import LATENCY_BOUNDS, ConsoleStats, Figures, Histogram, bucket_middle, process_id
 from shared.observability.metrics import parse_committed
 from shared.runtime.executor import execute
@@ -173,9 +172,9 @@ class FlakyPut:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
         self.fail = 0
-        self.calls: list[list[dict[str, Any]]] = []
+        self.calls: list[list[str]] = []
 
-    def __call__(self, rows: Sequence[dict[str, Any]]) -> None:
+    def __call__(self, rows: Mapping[str, Figures]) -> None:
         self.calls.append(list(rows))
         if self.fail:
             self.fail -= 1
@@ -196,8 +195,8 @@ def test_a_flush_sends_the_changed_rows_in_one_transaction_then_nothing() -> Non
     assert stats.flush() == 2 and len(put.calls) == 1 and store.writes == 1  # the minute and the hour row
     assert stats.flush() == 0 and len(put.calls) == 1  # nothing changed: nothing sent
     rows = store.query_stats("", "\uffff", 10)
-    assert [r["RowKey"] for r in rows] == ["h-2026112208-p", "m-202611220800-p"]
-    assert all(r["Sweeps"] == 2 for r in rows)
+    assert list(rows) == ["h-2026112208-p", "m-202611220800-p"]
+    assert all(r.sweeps == 2 for r in rows.values())
 
 
 def test_a_failed_flush_keeps_the_figures_for_the_next() -> None:
@@ -208,10 +207,10 @@ def test_a_failed_flush_keeps_the_figures_for_the_next() -> None:
     put.fail = 1
     with pytest.raises(OSError):
         stats.flush()
-    assert store.query_stats("", "\uffff", 10) == []
+    assert store.query_stats("", "\uffff", 10) == {}
     _sweeps(stats, 1)
     assert stats.flush() == 2
-    assert [r["Sweeps"] for r in store.query_stats("", "\uffff", 10)] == [2, 2]  # the totals, not the last delta
+    assert [r.sweeps for r in store.query_stats("", "\uffff", 10).values()] == [2, 2]  # the totals, not the last delta
 
 
 def test_rows_are_replaced_with_running_totals_and_old_periods_forgotten() -> None:
@@ -222,7 +221,7 @@ def test_rows_are_replaced_with_running_totals_and_old_periods_forgotten() -> No
     clock.advance(60)
     _sweeps(stats, 1)
     stats.flush()
-    rows = {r["RowKey"]: r["Sweeps"] for r in store.query_stats("", "\uffff", 10)}
+    rows = {k: r.sweeps for k, r in store.query_stats("", "\uffff", 10).items()}
     assert rows == {"h-2026112208-p": 2, "m-202611220800-p": 1, "m-202611220801-p": 1}
     clock.advance(3 * 3600)
     _sweeps(stats, 1)
@@ -267,11 +266,11 @@ def test_retention_deletes_stats_rows_older_than_48_hours_paged() -> None:
         stats.record_sweep(0)
         stats.flush()
         clock.advance(60)
-    keys = [r["RowKey"] for r in rt.store.query_stats("", "\uffff", 10_000)]
+    keys = list(rt.store.query_stats("", "\uffff", 10_000))
     assert len(keys) == 13 * 60 + 13
     rt.clock = Clock(T0)  # type: ignore[assignment]
     deleted = purge_stats(rt, T0 - timedelta(hours=48), batch=50)
-    left = [r["RowKey"] for r in rt.store.query_stats("", "\uffff", 10_000)]
+    left = list(rt.store.query_stats("", "\uffff", 10_000))
     assert deleted == len(keys) - len(left)
     assert [k for k in left if k.startswith("h-")] == ["h-2026112008-p1"]  # the hours that ended before it: gone
     assert min(k for k in left if k.startswith("m-")) == "m-202611200800-p1"  # minutes from the cut-off on
@@ -285,27 +284,26 @@ def test_the_retention_run_purges_stats_too() -> None:
     stats.record_sweep(0)
     stats.flush()
     rt.clock = Clock(T0)  # type: ignore[assignment]
-    assert purge(rt).stats_deleted == 2 and rt.store.query_stats("", "\uffff", 10) == []
+    assert purge(rt).stats_deleted == 2 and rt.store.query_stats("", "\uffff", 10) == {}
 
 
 # ---- the store methods (also on Azurite) ---------------------------------------------------------
 def check_stats_rows(store: Store) -> None:
-    rows = [{"RowKey": f"m-20261122080{i}-p", "Submitted": i, "Latency": "3:1"} for i in range(5)]
+    rows = {f"m-20261122080{i}-p": Figures(submitted=i, latency=Histogram({3: 1})) for i in range(5)}
     store.put_stats(rows)
-    store.put_stats([{"RowKey": "m-202611220801-p", "Submitted": 9}])  # replace: Latency gone
+    store.put_stats({"m-202611220801-p": Figures(submitted=9)})  # replace: its latency gone
     got = store.query_stats("m-202611220801", "m-202611220804", 100)
-    assert [(r["RowKey"], r["Submitted"], r.get("Latency")) for r in got] == [
-        ("m-202611220801-p", 9, None), ("m-202611220802-p", 2, "3:1"), ("m-202611220803-p", 3, "3:1")]
+    assert [(k, r.submitted, r.latency.encode()) for k, r in got.items()] == [
+        ("m-202611220801-p", 9, ""), ("m-202611220802-p", 2, "3:1"), ("m-202611220803-p", 3, "3:1")]
     assert len(store.query_stats("m-", "m.", 2)) == 2
     store.delete_stats(["m-202611220800-p", "m-202611220801-p", "m-nothing"])  # a missing row is fine
-    assert [r["RowKey"] for r in store.query_stats("m-", "m.", 100)] == ["m-202611220802-p", "m-202611220803-p",
-                                                                       "m-202611220804-p"]
+    assert list(store.query_stats("m-", "m.", 100)) == ["m-202611220802-p", "m-202611220803-p", "m-202611220804-p"]
     assert store.query_index("", "\uffff", 100) == []  # not in the search index's partition
 
 
 def check_count_index_capped(store: Store) -> None:
     keys = [f"cat-inFlight-{i:05d}-o{i}" for i in range(12)] + ["cat-inFlighx-1", "cat-attention-1-o"]
-    store.write_index([{"RowKey": k, "OrderId": "o"} for k in keys], [])
+    store.write_index([SearchRow(k, "o") for k in keys], [])
     assert store.count_index("cat-inFlight-", "cat-inFlight.", 100) == (12, False)
     assert store.count_index("cat-inFlight-", "cat-inFlight.", 12) == (12, False)
     assert store.count_index("cat-inFlight-", "cat-inFlight.", 5) == (5, True)

@@ -3,13 +3,13 @@ rows once per heartbeat, not after every sweep, and no sweep is ever lost from t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from shared.observability.figures import IDLE_SWEEP_HEARTBEAT, ConsoleStats
+from shared.observability.figures import IDLE_SWEEP_HEARTBEAT, ConsoleStats, Figures
 from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
 from tests.unit.harness import Clock, make_runtime
@@ -18,10 +18,10 @@ from tests.unit.harness import Clock, make_runtime
 class Put:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
-        self.calls: list[list[dict[str, Any]]] = []
+        self.calls: list[list[str]] = []
         self.fail = False
 
-    def __call__(self, rows: Sequence[dict[str, Any]]) -> None:
+    def __call__(self, rows: Mapping[str, Figures]) -> None:
         self.calls.append(list(rows))
         if self.fail:
             raise OSError("injected")
@@ -35,7 +35,7 @@ def setup() -> tuple[MemoryStore, Clock, Put, ConsoleStats]:
 
 
 def stored(store: MemoryStore) -> dict[str, int]:
-    return {r["RowKey"]: r["Sweeps"] for r in store.query_stats("", "\uffff", 100)}
+    return {k: r.sweeps for k, r in store.query_stats("", "\uffff", 100).items()}
 
 
 def test_idle_sweeps_are_written_once_per_heartbeat() -> None:

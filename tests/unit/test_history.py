@@ -18,6 +18,7 @@ from shared.api.tokens import issue
 from shared.core.messages import OutMessage
 from shared.core.rows import HISTORY_PREFIX, STATE_ROW, Op, history_row_key
 from shared.core.statemachine import EventKind, View, decide_expired
+from shared.core.times import iso
 from shared.scheduler import handle_reply
 from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
@@ -424,7 +425,7 @@ def test_events_exist_if_and_only_if_their_change_committed(sc: Any) -> None:
         new_seq = history_matches_state(rt, oid)
         assert (after["_etag"] != before["_etag"]) == (new_seq > seq), (k, before, after)
         at = rt.clock().isoformat(timespec="microseconds")
-        assert all(row["At"] == at for row in rt.store.read_history(oid, seq, 100)), k
+        assert all(iso(row.at) == at for row in rt.store.read_history(oid, seq, 100)), k
         trigger()  # redelivered (or called again): the same holds after it
         history_matches_state(rt, oid)
         if rt.crash_exhausted:

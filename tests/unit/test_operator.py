@@ -171,7 +171,7 @@ def assert_index_settled(rt: Any, oid: str) -> None:
         search_orders(rt, {**params, "limit": "200"})
     view = View.from_entities(rt.store.read_partition(oid))
     assert view.order is not None and view.state is not None
-    expected = {r["RowKey"]: r for r in index_rows(view.order, view.state)}
+    expected = {r.row_key: r.to_entity() for r in index_rows(view.order, view.state)}
     actual = search_rows(rt, oid)
     assert set(actual) == set(expected), (sorted(actual), sorted(expected))
     for key, row in expected.items():

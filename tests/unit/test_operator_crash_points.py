@@ -192,7 +192,7 @@ SCENARIOS = [
 def history_matches_state(rt: CrashRuntime, oid: str) -> int:
     """The history rows are exactly history-1..EventSeq (read straight from the store)."""
     seq = int(state(rt, oid).get("EventSeq", 0))
-    stored = [r["Seq"] for r in rt.store.read_history(oid, 0, 10_000)]
+    stored = [r.seq for r in rt.store.read_history(oid, 0, 10_000)]
     assert stored == list(range(1, seq + 1)), (stored, seq)
     return seq
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from shared.console.overview import LIVE_COUNT_CAP, QUEUE_CAP, SERIES_MINUTES, get_overview
+from shared.core.rows import SearchRow
 from shared.observability.figures import ConsoleStats, Figures, hour_stamp, minute_stamp
 from shared.runtime import Runtime
 from shared.storage.memory import MemoryStore
@@ -32,7 +33,7 @@ def put(store: MemoryStore, key: str, *, latencies: tuple[float, ...] = (), **fi
     f = Figures(**figures)
     for seconds in latencies:
         f.latency.add(seconds)
-    store.put_stats([f.to_row(key)])
+    store.put_stats({key: f})
 
 
 def overview(rt: Any, queues: Any = no_queues) -> dict[str, Any]:
@@ -114,8 +115,8 @@ def test_the_last_sweep_of_the_day_when_none_in_the_hour() -> None:
 @pytest.mark.parametrize(("rows", "expected"), [(999, (999, False)), (1000, (1000, False)), (1001, (1000, True))])
 def test_live_counts_are_capped(rows: int, expected: tuple[int, bool]) -> None:
     rt = runtime()
-    rt.store.write_index([{"RowKey": f"cat-inFlight-{i:017d}-o{i}"} for i in range(rows)]
-                         + [{"RowKey": "cat-attention-1-o"}, {"RowKey": "cat-processed-1-o"}], [])
+    rt.store.write_index([SearchRow(f"cat-inFlight-{i:017d}-o{i}", f"o{i}") for i in range(rows)]
+                         + [SearchRow("cat-attention-1-o", "o"), SearchRow("cat-processed-1-o", "o")], [])
     live = overview(rt)["live"]
     assert LIVE_COUNT_CAP == 1000
     assert (live["inFlight"]["count"], live["inFlight"]["capped"]) == expected

@@ -8,7 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 from shared.api.orders import get_order
-from shared.core.rows import STATE_ROW, Op, history_row_key
+from shared.core.rows import STATE_ROW, Op, SearchRow, history_row_key
+from shared.core.states import Category
 from shared.supervisor.retention import purge
 from tests.unit.harness import T0, Crash, state
 from tests.unit.test_search import (
@@ -103,7 +104,7 @@ def _big(rt: LossyRuntime, agents: Agents, extra_events: int = 150) -> str:
     """A processed order with more rows than one transaction takes (a long history)."""
     oid = new_order(rt, agents, "processed")
     st = state(rt, oid)
-    last = rt.store.read_history(oid, st["EventSeq"] - 1, 1)[0]
+    last = rt.store.read_history(oid, st["EventSeq"] - 1, 1)[0].to_entity()
     rows = [{**{k: v for k, v in last.items() if not k.startswith("_") and k != "PartitionKey"},
              "RowKey": history_row_key(st["EventSeq"] + n), "Seq": st["EventSeq"] + n}
             for n in range(1, extra_events + 1)]
@@ -209,8 +210,7 @@ def test_a_finish_day_row_of_an_order_no_longer_final_is_dropped_not_purged() ->
     rt = make(retention_days=30)
     oid = new_order(rt, Agents(rt), "held")
     store = probe(rt)
-    store.write_index([{"RowKey": f"fin-{T0:%Y%m%d}-{oid}", "OrderId": oid, "Rev": "x", "CustomerKey": "y",
-                        "Category": "processed"}], [])
+    store.write_index([SearchRow(f"fin-{T0:%Y%m%d}-{oid}", oid, Category.PROCESSED, rev="x", customer_key="y")], [])
     rt.clock.advance(40 * 86400)
     report = purge(rt)
     assert (report.purged, report.skipped) == (0, 1)

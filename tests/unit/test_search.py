@@ -232,7 +232,8 @@ _ids = itertools.count(1)
 
 def template(rt: CrashRuntime, order_id: str) -> dict[str, dict[str, Any]]:
     """Every row of an order (history included), to ``clone``."""
-    return {**rt.store.read_partition(order_id), **{e["RowKey"]: e for e in rt.store.read_history(order_id, 0, 1000)}}
+    history = {e.row_key: e.to_entity() for e in rt.store.read_history(order_id, 0, 1000)}
+    return {**rt.store.read_partition(order_id), **history}
 
 
 def clone(rt: CrashRuntime, entities: dict[str, dict[str, Any]], created: datetime,
@@ -543,7 +544,7 @@ def _keys(rt: CrashRuntime, oid: str) -> set[str]:
 def _assert_index_matches_state(rt: CrashRuntime, oid: str) -> None:
     view = View.from_entities(rt.store.read_partition(oid))
     assert view.order is not None and view.state is not None
-    expected = {r["RowKey"]: r for r in index_rows(view.order, view.state)}
+    expected = {r.row_key: r.to_entity() for r in index_rows(view.order, view.state)}
     assert probe(rt).rows_of(oid) == expected
 
 

@@ -99,7 +99,7 @@ def test_keys() -> None:
 def test_rows_of_a_finished_order() -> None:
     done = T0 + timedelta(minutes=3)
     state = _state(ProcessState.PROCESSED, F, Outcome.PROCESSED, updated_at=done, finished_at=done, failure_count=1)
-    rows = {r["RowKey"]: r for r in index_rows(ORDER, state)}
+    rows = {r.row_key: r.to_entity() for r in index_rows(ORDER, state)}
     r, ck = rev(T0), customer_key("c-1")
     summary = {"OrderId": OID, "CustomerId": "c-1", "CreatedAt": T0.isoformat(timespec="microseconds"),
                "UpdatedAt": done.isoformat(timespec="microseconds"), "ProcessState": "Processed",
@@ -116,11 +116,11 @@ def test_rows_of_a_finished_order() -> None:
 @pytest.mark.parametrize(("state", "category"), CASES)
 def test_only_final_orders_have_a_finish_day_row(state: StateRow, category: Category) -> None:
     finished = replace(state, finished_at=T0)
-    keys = [r["RowKey"] for r in index_rows(ORDER, finished)]
+    keys = [r.row_key for r in index_rows(ORDER, finished)]
     assert len(keys) == (4 if category.final else 3)
     assert any(k.startswith(f"cat-{category}-") for k in keys)
     # no finish time: no finish-day row (nothing to purge by)
-    assert not any(k.startswith("fin-") for k in (r["RowKey"] for r in index_rows(ORDER, state)))
+    assert not any(k.startswith("fin-") for k in (r.row_key for r in index_rows(ORDER, state)))
 
 
 def test_reindex_only_when_the_category_changes() -> None:
@@ -132,7 +132,7 @@ def test_reindex_only_when_the_category_changes() -> None:
     assert reindex(ORDER, flying, pending) == []  # inFlight -> inFlight: no write
     [accepted] = reindex(ORDER, None, flying)
     assert isinstance(accepted, Reindex) and accepted.deletes == ()
-    assert {r["RowKey"].split("-")[0] for r in accepted.puts} == {"all", "cust", "cat"}
+    assert {r.row_key.split("-")[0] for r in accepted.puts} == {"all", "cust", "cat"}
     [ended] = reindex(ORDER, flying, done)
     assert ended.deletes == (category_key(Category.IN_FLIGHT, T0, OID),)
     assert len(ended.puts) == 4
@@ -151,7 +151,7 @@ def _assert_indexed(store: Probe, rt: Any, oid: str, category: str, summary: boo
     view = View.from_entities(rt.store.read_partition(oid))
     assert view.order is not None and view.state is not None
     assert str(category_of(view.state)) == category
-    expected = {r["RowKey"]: r for r in index_rows(view.order, view.state)}
+    expected = {r.row_key: r.to_entity() for r in index_rows(view.order, view.state)}
     if summary:
         assert store.rows_of(oid) == expected
     else:

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from shared.core.effects import bucket_of
+from shared.core.rows import IndexRow
 from shared.core.statemachine import StateRow, View, decide_expired, index_verdict
 from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
@@ -224,9 +225,8 @@ def test_a_later_step_with_a_shorter_timeout_is_supervised_on_time() -> None:
 
 def test_orphan_index_rows_are_deleted_lazily() -> None:
     rt = make_runtime()
-    rt.store.put_index(bucket_of(T0), f"{'f' * 32}:20261122T080000000000", {"OrderId": "f" * 32,
-                                                                          "Due": T0.isoformat()})
-    rt.store.put_index(bucket_of(T0), "broken", {})
+    rt.store.put_index(IndexRow(bucket_of(T0), f"{'f' * 32}:20261122T080000000000", "f" * 32, T0))
+    rt.store.put_index(IndexRow(bucket_of(T0), "broken", None, None))
     rt.clock.advance(400)
     report = sweep(rt)
     assert report.deleted == 2 and rt.store.index_rows() == []

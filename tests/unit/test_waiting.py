@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -191,7 +191,7 @@ def test_a_closer_that_dies_before_its_resumes_leaves_them_to_the_supervisor() -
     rt.clock.advance(10)  # the watch falls due: the next sweep resends the resumes and drops the watch
     assert sweep(rt).breakers == {"resume-all": 1}
     assert waiting_steps(rt.store, "shipping") == []
-    assert watch.row_key not in {r["RowKey"] for r in rt.store.due_index("299912312359", 100)}
+    assert watch.row_key not in {r.row_key for r in rt.store.due_index("299912312359", 100)}
     # sent twice (a second Supervisor run, or the closer's own resume after all): the queue drops
     # the copy; one delivered after the duplicate-detection window is stale
     membus(rt).send(resume_message(WaitingStep(oid, 1, S), "scheduler"))
@@ -213,8 +213,8 @@ def test_a_watch_leaves_a_cooling_breaker_and_an_awake_one_alone() -> None:
     write_breaker(rt.store, replace(awake, etag=read_breaker(rt.store, "shipping").etag))
     # due, but a probe is out: the watch moves to the end of its lease + grace
     assert handle_watch(rt.store, rt.bus, "scheduler", watch, now + timedelta(seconds=12)) == (WatchVerdict.MOVE, 0)
-    [moved] = [Watch.from_row(r["RowKey"], datetime.fromisoformat(r["Due"]))
-               for r in rt.store.due_index("299912312359", 100) if r["RowKey"].startswith("breaker:")]
+    [moved] = [Watch.from_row(r.row_key, r.due)
+               for r in rt.store.due_index("299912312359", 100) if r.row_key.startswith("breaker:")]
     assert moved is not None and moved.due > now + timedelta(seconds=15) and moved.opening == 1
     assert handle_watch(rt.store, rt.bus, "scheduler", moved, now + timedelta(seconds=16)) == (WatchVerdict.WAKE, 1)
     assert events(rt, oid)[-1]["event"] == "dispatched"  # nothing happened to the order itself

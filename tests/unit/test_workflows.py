@@ -403,7 +403,7 @@ def test_a_crash_while_holding_for_a_missing_version_converges(crash_after: int)
     st = state(gone, oid)
     assert (st["ProcessState"], st["Mode"], st["Outcome"]) == ("Error", "held", "held")
     assert len(gone.bus.peek("alerts")) == 1
-    events = [r["Event"] for r in gone.store.read_history(oid, 0, 100)]
+    events = [r.event for r in gone.store.read_history(oid, 0, 100)]
     assert events.count("held") == 1
     assert [r for r in gone.store.index_rows() if r["OrderId"] == oid] == []
     assert get_order(gone, oid).body["category"] == "attention"

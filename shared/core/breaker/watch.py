@@ -35,7 +35,7 @@ from enum import StrEnum
 
 from shared.core.breaker.state import BreakerRow, BreakerState
 from shared.core.effects import bucket_of
-from shared.core.times import iso
+from shared.core.rows import IndexRow
 
 WATCH_PREFIX = "breaker:"
 WAKE_GRACE = timedelta(seconds=5)  # a wake-up overdue by this much is taken as lost
@@ -61,9 +61,10 @@ class Watch:
     def row_key(self) -> str:
         return f"{WATCH_PREFIX}{self.remote}:{self.opening:06d}:{self.due.strftime(_STAMP)}"
 
-    def props(self) -> dict[str, str]:
-        """The index row's properties (RowKey apart): ``Due`` as the order rows have it."""
-        return {"Due": iso(self.due)}
+    @property
+    def row(self) -> IndexRow:
+        """The watch's row in the deadline index (no order id)."""
+        return IndexRow(self.bucket, self.row_key, None, self.due)
 
     @classmethod
     def from_row(cls, row_key: str, due: datetime | None) -> Watch | None:

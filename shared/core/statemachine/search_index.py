@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Any
 
 from shared.core.effects import Reindex
-from shared.core.rows import OrderRow, StateRow
+from shared.core.rows import OrderRow, SearchRow, StateRow
 from shared.core.states import Category, Mode, OrderCompensation, Outcome
-from shared.core.times import iso
 
 _REV_BASE = 10 ** 17
 
@@ -79,30 +77,23 @@ def finished_key(finished_at: datetime, order_id: str) -> str:
     return f"fin-{finished_at.strftime('%Y%m%d')}-{order_id}"
 
 
-def summary(order: OrderRow, state: StateRow) -> dict[str, Any]:
-    """The properties of the all/cust/cat rows: what a search result shows."""
-    props: dict[str, Any] = {
-        "OrderId": state.order_id, "CustomerId": order.customer_id, "CreatedAt": iso(order.created_at),
-        "ProcessState": str(state.process_state), "FailureCount": state.failure_count, "Priority": order.priority,
-        "Category": str(category_of(state)),
-    }
-    if state.updated_at is not None:
-        props["UpdatedAt"] = iso(state.updated_at)
-    if state.outcome is not None:
-        props["Outcome"] = str(state.outcome)
-    return props
+def summary(order: OrderRow, state: StateRow, key: str) -> SearchRow:
+    """The ``all-``/``cust-``/``cat-`` row ``key`` of the order: what a search result shows."""
+    return SearchRow(key, state.order_id, category_of(state), customer_id=order.customer_id,
+                     created_at=order.created_at, process_state=state.process_state,
+                     failure_count=state.failure_count, priority=order.priority, updated_at=state.updated_at,
+                     outcome=state.outcome)
 
 
-def index_rows(order: OrderRow, state: StateRow) -> list[dict[str, Any]]:
-    """Every index row the order in ``state`` has (RowKey + properties)."""
+def index_rows(order: OrderRow, state: StateRow) -> list[SearchRow]:
+    """Every index row the order in ``state`` has."""
     created, oid = order.created_at, state.order_id
     category = category_of(state)
-    props = summary(order, state)
-    rows = [{"RowKey": key, **props}
+    rows = [summary(order, state, key)
             for key in listing_keys(oid, rev(created), customer_key(order.customer_id), category)]
     if category.final and state.finished_at is not None:
-        rows.append({"RowKey": finished_key(state.finished_at, oid), "OrderId": oid, "Rev": rev(created),
-                     "CustomerKey": customer_key(order.customer_id), "Category": str(category)})
+        rows.append(SearchRow(finished_key(state.finished_at, oid), oid, category, rev=rev(created),
+                              customer_key=customer_key(order.customer_id)))
     return rows
 
 
