@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry import metrics
 
@@ -48,7 +48,7 @@ from shared.core.breaker.state import (
     decide_wake,
 )
 from shared.core.breaker.watch import Watch, confirming_watch, opening_watch
-from shared.core.messages import Bus, OutMessage
+from shared.core.messages import BreakerAlert, Bus, OutMessage
 from shared.core.times import iso
 from shared.observability import telemetry
 from shared.observability.logs import log_event
@@ -199,13 +199,12 @@ class BreakerGate:
                               action="the Supervisor resumes the waiting steps at its next run")
 
     def _alert(self, effect: Effect, row: BreakerRow, now: datetime) -> None:
-        state = "open" if effect is Effect.OPENED else "closed"
-        body: dict[str, Any] = {"kind": "breaker", "remote": self.remote, "state": state, "at": iso(now),
-                                "opens": row.opens, "reason": row.last_fault}
-        if effect is Effect.OPENED:
-            body.update(failures=row.failures, retryAt=iso(row.retry_at) if row.retry_at else None)
-        elif row.opened_at is not None:
-            body["openSeconds"] = round((now - row.opened_at).total_seconds(), 3)
+        state: Literal["open", "closed"] = "open" if effect is Effect.OPENED else "closed"
+        opened = effect is Effect.OPENED
+        body = BreakerAlert(remote=self.remote, state=state, at=now, opens=row.opens, reason=row.last_fault,
+                            failures=row.failures if opened else None, retry_at=row.retry_at if opened else None,
+                            open_seconds=None if opened or row.opened_at is None else
+                            round((now - row.opened_at).total_seconds(), 3)).to_body()
         # one message id per opening and state: a replay is dropped by duplicate detection
         message = OutMessage(queue=self.alerts_queue, body=body, subject="alert",
                              message_id=f"breaker:{self.remote}:{row.opens}:{state}")

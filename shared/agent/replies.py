@@ -8,10 +8,11 @@ sends it (``shared.observability.telemetry.send``), in the agent's consumer span
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from shared.agent.parsing import ReceivedRequest
-from shared.core.messages import OutMessage
+from shared.core.messages import OutMessage, ReplyMessage
 
 Outcome = Literal["success", "error", "waiting"]
 
@@ -20,29 +21,21 @@ def reply_message_id(request_message_id: str) -> str:
     return f"reply:{request_message_id}"
 
 
-def build_reply(request: ReceivedRequest, outcome: Outcome, result: dict[str, Any] | None,
-                reason: str | None) -> dict[str, Any]:
-    """The reply body: the request's coordinates, the outcome, and its result or reason; the
-    request's fencing token, unchanged, when it had one (``shared.storage.fence``)."""
-    reply: dict[str, Any] = {
-        "kind": request.kind,
-        "orderId": request.order_id,
-        "step": request.step,
-        "attempt": request.attempt,
-        "outcome": outcome,
-        "result": result,
-        "reason": reason,
-    }
-    if request.fence is not None:
-        reply["fence"] = request.fence
-    return reply
+def build_reply(request: ReceivedRequest, outcome: Outcome, result: dict[str, Any] | None, reason: str | None,
+                *, breaker: str | None = None, until: datetime | None = None, wake: bool = False) -> ReplyMessage:
+    """The reply: the request's coordinates, the outcome, and its result or reason; the request's
+    fencing token, unchanged, when it had one (``shared.storage.fence``). Built as sent, without
+    validation: the Scheduler validates what it receives."""
+    return ReplyMessage.model_construct(kind=request.kind, orderId=request.order_id, step=request.step,
+                                        attempt=request.attempt, outcome=outcome, result=result, reason=reason,
+                                        breaker=breaker, until=until, wake=wake, fence=request.fence)
 
 
-def reply_message(request: ReceivedRequest, reply: dict[str, Any]) -> OutMessage:
+def reply_message(request: ReceivedRequest, reply: ReplyMessage) -> OutMessage:
     """``reply`` addressed to the request's reply queue (the sender adds the trace context)."""
     return OutMessage(
         queue=request.envelope.reply_to,
-        body=reply,
+        body=reply.to_body(),
         message_id=reply_message_id(request.envelope.message_id),
         correlation_id=request.envelope.message_id,
     )

@@ -34,7 +34,7 @@ from shared.agent.parsing import ReceivedRequest, Workflows, as_registry, parse_
 from shared.agent.remote import DeadlineReached, RemoteAnswer, RemotePost, RetriesExhausted, RetryPolicy, pool_for
 from shared.agent.replies import Outcome, build_reply, reply_message
 from shared.core.breaker.waiting import WaitingStep
-from shared.core.messages import Bus
+from shared.core.messages import Bus, ReplyMessage
 from shared.core.times import iso
 from shared.observability import telemetry
 from shared.observability.logs import log_event
@@ -56,7 +56,7 @@ class AgentResult:
 
     status: Status
     outcome: Outcome | None = None
-    reply: dict[str, Any] | None = None
+    reply: ReplyMessage | None = None
     calls: int = 0
     detail: str = ""
     statuses: tuple[int | str, ...] = field(default_factory=tuple)  # per call: HTTP status or fault
@@ -163,17 +163,17 @@ class AgentRuntime:
         else:
             reply = build_reply(request, "error", None, answer.payload)
         telemetry.send(self.bus, reply_message(request, reply))
-        note(logging.INFO if reply["outcome"] == "success" else logging.WARNING, "agent.replied",
-             outcome=reply["outcome"], reason=reply["reason"], calls=len(statuses), status=answer.status)
-        return AgentResult("replied", outcome=reply["outcome"], reply=reply, calls=len(statuses), statuses=statuses)
+        note(logging.INFO if reply.outcome == "success" else logging.WARNING, "agent.replied",
+             outcome=reply.outcome, reason=reply.reason, calls=len(statuses), status=answer.status)
+        return AgentResult("replied", outcome=reply.outcome, reply=reply, calls=len(statuses), statuses=statuses)
 
     def _reply_waiting(self, request: ReceivedRequest, wait: BreakerWait, statuses: tuple[int | str, ...],
                        note: RequestLog) -> AgentResult:
         """The remote's breaker is open: tell the scheduler the step waits (not a failure)."""
-        reply = build_reply(request, "waiting", None, wait.verdict)
-        reply.update(breaker=wait.remote, until=iso(wait.until), wake=wait.wake)
+        reply = build_reply(request, "waiting", None, wait.verdict, breaker=wait.remote, until=wait.until,
+                            wake=wait.wake)
         telemetry.send(self.bus, reply_message(request, reply))
-        note(logging.WARNING, "agent.waiting", breaker=wait.remote, until=reply["until"], wake=wait.wake,
+        note(logging.WARNING, "agent.waiting", breaker=wait.remote, until=iso(wait.until), wake=wait.wake,
              reason=wait.verdict, calls=len(statuses))
         return AgentResult("replied", outcome="waiting", reply=reply, calls=len(statuses), statuses=statuses)
 

@@ -10,6 +10,8 @@ import json
 from decimal import Decimal
 from typing import Any
 
+JsonObject = dict[str, Any]  # a JSON object, as ``loads`` makes it and ``dumps`` writes it
+
 
 class DuplicateKeyError(ValueError):
     pass

@@ -34,9 +34,11 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from shared.core.jsonio import dumps
+from shared.core.jsonio import JsonObject, dumps
 from shared.core.orders import ORDER_ID
+from shared.core.states import OrderCompensation, Outcome, ProcessState
 
+Body = JsonObject  # a message's JSON body (every one is made by a model's ``to_body()``)
 MAX_FENCE_LENGTH = 32 * 1024  # characters of a fencing token (``shared.storage.fence``) a request may carry
 
 Kind = Literal["step", "compensation"]
@@ -106,7 +108,7 @@ def _names_a_step(value: object) -> object:
 
 NonBlank = Annotated[str, BeforeValidator(_non_blank)]
 OperationName = Annotated[str, BeforeValidator(_operation_name)]
-JsonObject = Annotated[dict[str, Any], BeforeValidator(_json_object)]
+ObjectField = Annotated[JsonObject, BeforeValidator(_json_object)]
 
 _MESSAGE_CONFIG = ConfigDict(frozen=True, extra="ignore", alias_generator=to_camel,
                              validate_by_name=True, validate_by_alias=True)
@@ -139,8 +141,8 @@ class AgentRequest(BaseModel):
     attempt: Annotated[int, BeforeValidator(_attempt)]
     idempotency_key: NonBlank  # ORDERID:STEP, or ORDERID:STEP:compensate
     complete_by: Annotated[datetime, BeforeValidator(_aware_timestamp)]  # timezone-aware
-    order: JsonObject  # {"customerId", "currency", "total", "items"}
-    context: Annotated[dict[str, Any], BeforeValidator(_json_object_or_empty)] = Field(default_factory=dict)
+    order: ObjectField  # {"customerId", "currency", "total", "items"}
+    context: Annotated[JsonObject, BeforeValidator(_json_object_or_empty)] = Field(default_factory=dict)
     compensates: CompensationTarget | None = None  # a compensation's target (None for a step)
     # The workflow the order runs: the agent applies its step's retry policy. Absent (a request
     # sent before orders named one): order v1.
@@ -181,7 +183,7 @@ class AgentRequest(BaseModel):
     def _iso_utc(self, value: datetime) -> str:
         return value.astimezone(UTC).isoformat(timespec="microseconds")
 
-    def to_body(self) -> dict[str, Any]:
+    def to_body(self) -> Body:
         """The message body: camelCase keys, ``completeBy`` ISO-8601 UTC, ``compensates`` and
         ``fence`` only when there is one. Amounts stay Decimal (``shared.core.jsonio.dumps`` writes them as strings)."""
         absent = {name for name in ("compensates", "fence") if getattr(self, name) is None}
@@ -212,14 +214,21 @@ def _reraisable(error: ValidationError) -> list[InitErrorDetails]:
 # --------------------------------------------------------------------------- Scheduler queue and replies
 
 
+def _iso(value: datetime) -> str:
+    return value.isoformat(timespec="microseconds")
+
+
 class ScheduleMessage(BaseModel):
     """Scheduler queue: 'dispatch whatever this order needs next'."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    kind: Literal["schedule"]
+    kind: Literal["schedule"] = "schedule"
     orderId: Annotated[str, Field(pattern=ORDER_ID.pattern)]  # noqa: N815
     seq: Annotated[StrictInt, Field(ge=0)]
+
+    def to_body(self) -> Body:
+        return self.model_dump()
 
 
 def _usable_fence(value: object) -> str | None:
@@ -238,7 +247,7 @@ class ReplyMessage(BaseModel):
     step: Annotated[str, Field(min_length=1, max_length=100)]
     attempt: Annotated[StrictInt, Field(ge=1)]
     outcome: Literal["success", "error", "waiting"]
-    result: dict[str, Any] | None = None
+    result: JsonObject | None = None
     reason: str | None = None
     # outcome "waiting": the remote's breaker is open; no call was made. ``until``: when the
     # breaker is looked at again; ``wake``: this step is the one to re-dispatch then.
@@ -249,17 +258,107 @@ class ReplyMessage(BaseModel):
     # instead of reading them. Checked there; a token it cannot use is ignored, never poison.
     fence: Annotated[str | None, BeforeValidator(_usable_fence)] = None
 
+    @field_serializer("until")
+    def _until(self, value: datetime | None) -> str | None:
+        return None if value is None else _iso(value)
+
+    def to_body(self) -> Body:
+        """The reply as sent: ``result`` and ``reason`` always; the breaker's fields only on a
+        ``waiting`` reply; the token only when the request had one."""
+        absent = {"fence"} if self.fence is None else set()
+        if self.outcome != "waiting":
+            absent |= {"breaker", "until", "wake"}
+        return self.model_dump(exclude=absent)
+
 
 class ResumeMessage(BaseModel):
     """Scheduler queue: re-dispatch a step (or compensation) attempt that waits on a breaker."""
 
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
-    kind: Literal["resume"]
+    kind: Literal["resume"] = "resume"
     orderId: Annotated[str, Field(pattern=ORDER_ID.pattern)]  # noqa: N815
     step: Annotated[str, Field(min_length=1, max_length=100)]
     attempt: Annotated[StrictInt, Field(ge=1)]
     target: Literal["step", "compensation"] = Field("step", alias="for")
+
+    def to_body(self) -> Body:
+        return self.model_dump(by_alias=True)
+
+
+# --------------------------------------------------------------------------- what operators and clients receive
+
+_OUT = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, validate_by_name=True, validate_by_alias=True)
+
+
+class StatusMessage(BaseModel):
+    """A change of an order, sent to the ``statusQueue`` the order named (docs/contracts.md):
+    ``received``, ``step-done`` per step, and how it ended (``processed``, ``failed``,
+    ``compensated``, ``cancelled``, ``terminated``, ``held``)."""
+
+    model_config = _OUT
+
+    kind: Literal["status"] = "status"
+    order_id: str
+    event: str
+    at: datetime
+    step: str | None = None
+    process_state: ProcessState | None = None
+    reason: str | None = None
+    outcome: Outcome | None = None
+    compensation: OrderCompensation | None = None
+
+    @field_serializer("at")
+    def _at(self, value: datetime) -> str:
+        return _iso(value)
+
+    def to_body(self) -> Body:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class AlertMessage(BaseModel):
+    """An operator alert about an order (the alerts queue): a step failed for good, a
+    compensation failed, or its workflow is gone."""
+
+    model_config = _OUT
+
+    kind: Literal["alert"] = "alert"
+    order_id: str
+    step: str | None
+    reason: str
+    failure_count: int
+    at: datetime
+
+    @field_serializer("at")
+    def _at(self, value: datetime) -> str:
+        return _iso(value)
+
+    def to_body(self) -> Body:
+        return self.model_dump(by_alias=True)
+
+
+class BreakerAlert(BaseModel):
+    """An operator alert about a remote (the alerts queue): its circuit breaker opened or closed."""
+
+    model_config = _OUT
+
+    kind: Literal["breaker"] = "breaker"
+    remote: str
+    state: Literal["open", "closed"]
+    at: datetime
+    opens: int
+    reason: str | None
+    failures: int | None = None  # opened: the failures that opened it
+    retry_at: datetime | None = None  # opened: when one instance probes
+    open_seconds: float | None = None  # closed: how long it was open
+
+    @field_serializer("at", "retry_at")
+    def _times(self, value: datetime | None) -> str | None:
+        return None if value is None else _iso(value)
+
+    def to_body(self) -> Body:
+        absent = {name for name in ("failures", "retry_at", "open_seconds") if getattr(self, name) is None}
+        return self.model_dump(by_alias=True, exclude=absent)
 
 
 # --------------------------------------------------------------------------- a message to send
@@ -272,7 +371,7 @@ class OutMessage:
     decimals as strings)."""
 
     queue: str  # the queue's name (already resolved from its setting)
-    body: dict[str, Any]
+    body: Body  # the JSON body, as a message model's ``to_body()`` makes it
     message_id: str
     correlation_id: str | None = None
     reply_to: str | None = None

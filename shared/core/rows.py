@@ -28,6 +28,8 @@ from shared.core.states import (
 from shared.core.times import iso, parse_iso
 from shared.core.workflows import DEFAULT_WORKFLOW, LEGACY_VERSION
 
+# An entity as the store reads and writes it: its properties (PascalCase), PartitionKey and RowKey,
+# and its ETag under ETAG. Each typed row below reads itself from one and writes itself to one.
 Entity = dict[str, Any]
 R = TypeVar("R", bound="Row")
 
@@ -85,7 +87,7 @@ class Op:
     """One write of a transaction. ``row`` holds RowKey and properties (no PartitionKey)."""
 
     kind: Literal["create", "replace", "delete"]
-    row: dict[str, Any]
+    row: Entity
     etag: str | None = None  # required for replace/delete: the ETag the decision was made on
 
     @property

@@ -5,9 +5,18 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from shared.core.rows import ETAG, HISTORY_END, LIVE_ROWS_FROM, EventRow, IndexRow, Op, SearchRow, history_row_key
+from shared.core.rows import (
+    ETAG,
+    HISTORY_END,
+    LIVE_ROWS_FROM,
+    Entity,
+    EventRow,
+    IndexRow,
+    Op,
+    SearchRow,
+    history_row_key,
+)
 from shared.observability.figures import ConsoleStats, Figures
 from shared.storage.store import (
     INDEX_PARTITION,
@@ -30,7 +39,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._rows: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {}
+        self._rows: dict[tuple[str, str, str], tuple[Entity, str]] = {}
         self._etags = itertools.count(1)
         self.writes = 0  # number of successful write requests (tests of cost)
         self.reads: list[tuple[str, str]] = []  # (table, partition) of every read
@@ -40,17 +49,17 @@ class MemoryStore:
         return f'W/"{next(self._etags)}"'
 
     # state table ------------------------------------------------------------------------------
-    def _partition(self, order_id: str, low: str, high: str) -> dict[str, dict[str, Any]]:
+    def _partition(self, order_id: str, low: str, high: str) -> dict[str, Entity]:
         return {rk: {**props, "PartitionKey": pk, "RowKey": rk, ETAG: etag}
                 for (t, pk, rk), (props, etag) in sorted(self._rows.items())
                 if t == "state" and pk == order_id and low <= rk < high}
 
-    def read_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+    def read_partition(self, order_id: str) -> dict[str, Entity]:
         with self._lock:
             self.reads.append(("state", order_id))
             return self._partition(order_id, LIVE_ROWS_FROM, "\uffff")
 
-    def peek_partition(self, order_id: str) -> dict[str, dict[str, Any]]:
+    def peek_partition(self, order_id: str) -> dict[str, Entity]:
         """The live rows as ``read_partition`` returns them, not counted in ``reads`` (tests' checks)."""
         with self._lock:
             return self._partition(order_id, LIVE_ROWS_FROM, "\uffff")
@@ -66,7 +75,7 @@ class MemoryStore:
             self.reads.append(("state", order_id))
             return [(rk, e[ETAG]) for rk, e in self._partition(order_id, "", "\uffff").items()][:limit]
 
-    def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None:
+    def read_row(self, order_id: str, row_key: str) -> Entity | None:
         with self._lock:
             self.reads.append(("state", order_id))
             hit = self._rows.get(("state", order_id, row_key))
@@ -75,7 +84,7 @@ class MemoryStore:
             props, etag = hit
             return {**props, "PartitionKey": order_id, "RowKey": row_key, ETAG: etag}
 
-    def read_rows(self, partition: str, limit: int) -> dict[str, dict[str, Any]]:
+    def read_rows(self, partition: str, limit: int) -> dict[str, Entity]:
         with self._lock:
             self.reads.append(("state", partition))
             return dict(itertools.islice(self._partition(partition, "", "\uffff").items(), limit))
@@ -185,11 +194,11 @@ class MemoryStore:
                 self._rows.pop(("stats", STATS_PARTITION, rk), None)
             self.writes += 1
 
-    def index_rows(self) -> list[dict[str, Any]]:
+    def index_rows(self) -> list[Entity]:
         with self._lock:
             return [{**props, "PartitionKey": pk} for (t, pk, _rk), (props, _e) in sorted(self._rows.items())
                     if t == "deadline"]
 
-    def snapshot(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+    def snapshot(self) -> dict[tuple[str, str, str], Entity]:
         with self._lock:
             return {k: dict(v[0]) for k, v in self._rows.items()}

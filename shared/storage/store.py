@@ -59,15 +59,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from shared.core.rows import EventRow, IndexRow, Op, SearchRow
+from shared.core.rows import Entity, EventRow, IndexRow, Op, SearchRow
 from shared.observability.figures import Figures
 
 INDEX_PARTITION = "orders"  # the one partition of the search index (OrderIndexTable)
 STATS_PARTITION = "stats"  # the console's per-process figures (OrderIndexTable, ``shared.observability.figures``)
-
-# An entity as the state table stores it: its properties, PartitionKey and RowKey, and its ETag
-# under ``shared.core.rows.ETAG``. The core reads its own rows from these (``shared.core.rows``).
-Entity = dict[str, Any]
 
 
 class Conflict(Exception):
@@ -149,7 +145,7 @@ MAX_STRING_BYTES = 64 * 1024  # a String property is at most 64 KiB (UTF-16)
 MAX_PROPERTIES = 252
 
 
-def check_entity(row: dict[str, Any]) -> None:
+def check_entity(row: Entity) -> None:
     """Raise ``TooLarge`` if ``row`` breaks Table Storage's entity limits."""
     props = clean(row)
     if len(props) > MAX_PROPERTIES:

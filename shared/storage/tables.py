@@ -59,10 +59,9 @@ from azure.core.pipeline.transport import RequestsTransport
 from azure.core.rest import HttpRequest
 from azure.data.tables import RequestTooLargeError, TableTransactionError, UpdateMode
 
-from shared.core.rows import ETAG
+from shared.core.rows import ETAG, Entity
 from shared.storage.store import Conflict, TooLarge
 
-Entity = dict[str, Any]
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 API_VERSION = "2019-02-02"
 MAX_PAGE = 1000  # rows a query returns per request at most (the service's own limit)
@@ -133,9 +132,9 @@ _BOUNDARY_COUNTER = itertools.count()
 _INT32 = range(-2 ** 31, 2 ** 31)
 
 
-def to_json(entity: Mapping[str, Any]) -> dict[str, Any]:
+def to_json(entity: Mapping[str, Any]) -> Entity:
     """An entity in the REST JSON format: a type annotation where JSON alone would be read otherwise."""
-    out: dict[str, Any] = {}
+    out: Entity = {}
     for key, value in entity.items():
         if value is None:
             continue

@@ -378,7 +378,7 @@ def test_money_is_decimal_end_to_end(remote: Scripted) -> None:
     sent_order = loads(remote.requests[0]["raw"])["order"]
     assert Decimal(sent_order["items"][0]["unitPrice"]) == Decimal("1234567890123456.01")
     assert sent_order["total"] == "19.98"
-    assert result.reply is not None and result.reply["result"]["amount"] == Decimal("12345678901234567.89")
+    assert result.reply is not None and result.reply.result["amount"] == Decimal("12345678901234567.89")
     reply = loads(sender.replies[0].encoded())
     assert Decimal(reply["result"]["amount"]) == Decimal("12345678901234567.89")
     assert reply["result"]["fee"] == "0.10"
@@ -415,7 +415,7 @@ def test_compensation_passes_compensates_through_to_the_remote(remote: Scripted)
     sent = json.loads(call["raw"])
     assert sent == {"orderId": body["orderId"], "order": body["order"], "context": {}, "compensates": target}
     assert call["headers"]["Idempotency-Key"] == f"{body['orderId']}:reserve-inventory:compensate"
-    assert result.outcome == "success" and result.reply["result"] == {"released": None, "nothingToUndo": True}
+    assert result.outcome == "success" and result.reply.result == {"released": None, "nothingToUndo": True}
 
 
 def test_step_request_body_has_no_compensates(remote: Scripted) -> None:

@@ -125,7 +125,7 @@ def test_a_compensation_waits_too_and_is_resumed_as_one(remote: Scripted) -> Non
     body = request_body(seconds=1.5, kind="compensation", operation="release", attempt=2,
                         compensates={"step": "reserve-inventory", "idempotencyKey": "k"})
     result = a.handle(make_request(body))
-    assert result.outcome == "waiting" and result.reply is not None and result.reply["kind"] == "compensation"
+    assert result.outcome == "waiting" and result.reply is not None and result.reply.kind == "compensation"
     assert WaitingStep(body["orderId"], 2, "reserve-inventory", "compensation") in waiting_steps(store, "inventory")
 
 

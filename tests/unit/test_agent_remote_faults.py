@@ -91,7 +91,7 @@ def test_a_connection_closed_before_or_during_the_answer_is_transient_and_named(
     result = AgentRuntime("inventory", raw.base, sender, policy=FAST).handle(make_request(request_body(seconds=3)))
     assert result.statuses == (name, 200)
     assert result.outcome == "success" and result.reply is not None
-    assert result.reply["result"] == {"reservationId": "r-1"}
+    assert result.reply.result == {"reservationId": "r-1"}
     assert raw.seen == [fault, "ok"]
 
 

@@ -85,7 +85,7 @@ def test_whole_order_and_its_compensations(rc: RemotesClient) -> None:
 
     r1 = inv.handle(request(oid, "reserve-inventory", "reserve", agent="inventory"))
     r2 = pay.handle(request(oid, "charge-payment", "charge", agent="payment",
-                            context={"reserve-inventory": r1.reply["result"]}))  # type: ignore[index]
+                            context={"reserve-inventory": r1.reply.result}))
     assert (r1.outcome, r2.outcome) == ("success", "success")
     charge = s.replies[1]["body"]["result"]
     assert Decimal(charge["amount"]) == Decimal("19.98") and charge["amount"] == "19.98"
@@ -171,7 +171,7 @@ def test_compensation_by_key_undoes_an_effect_whose_reply_was_lost(rc: RemotesCl
     s = Sender()
     result = rt(rc, "payment", s).handle(request(oid, "charge-payment", "refund", kind="compensation",
                                                  agent="payment", compensates=True))
-    assert result.outcome == "success" and result.reply["result"]["refundId"]  # type: ignore[index]
+    assert result.outcome == "success" and result.reply.result["refundId"]
     charge, refund = rc.ledger(order_id=oid)
     assert (charge["operation"], refund["operation"]) == ("charge", "refund")
     assert refund["paymentId"] == charge["result"]["paymentId"]
@@ -185,7 +185,7 @@ def test_compensation_of_nothing_then_the_late_original_is_an_error_reply(rc: Re
     inv = rt(rc, "inventory", s)
     c = inv.handle(request(oid, "reserve-inventory", "release", kind="compensation", agent="inventory",
                            compensates=True))
-    assert c.outcome == "success" and c.reply["result"] == {"released": None, "nothingToUndo": True}  # type: ignore[index]
+    assert c.outcome == "success" and c.reply.result == {"released": None, "nothingToUndo": True}
     late = inv.handle(request(oid, "reserve-inventory", "reserve", agent="inventory", attempt=2))
     assert (late.outcome, late.calls) == ("error", 1)  # 409: permanent, not retried
     assert s.replies[-1]["body"]["reason"] == "compensated"

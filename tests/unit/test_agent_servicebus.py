@@ -110,4 +110,4 @@ def test_request_in_reply_out_and_duplicate_reply_dropped(client: ServiceBusClie
     assert trace_id(props["traceparent"]) == trace_id(TRACEPARENT)
     payload = loads(b"".join(reply.body))
     assert payload == {"kind": "step", "orderId": oid, "step": "reserve-inventory", "attempt": 1,
-                       "outcome": "success", "result": result.reply["result"], "reason": None}  # type: ignore[index]
+                       "outcome": "success", "result": result.reply.result, "reason": None}

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
-from shared.core.rows import ETAG
+from shared.core.rows import ETAG, Entity
 from shared.core.times import iso, parse_iso
 
 
@@ -98,9 +98,9 @@ class BreakerRow:
     wake_at: datetime | None = None  # a waiting step is due to be re-dispatched then (see decide_wake)
     etag: str | None = None
 
-    def to_props(self) -> dict[str, Any]:
+    def to_props(self) -> Entity:
         """Properties to store (RowKey included; absent values left out)."""
-        props: dict[str, Any] = {"RowKey": self.remote, "State": self.state.value, "Failures": self.failures,
+        props: Entity = {"RowKey": self.remote, "State": self.state.value, "Failures": self.failures,
                                  "Opens": self.opens, "ProbeId": self.probe_id, "ProbeBy": self.probe_by,
                                  "LastFault": self.last_fault}
         for name, value in (("WindowStart", self.window_start), ("OpenedAt", self.opened_at),
@@ -111,7 +111,7 @@ class BreakerRow:
         return props
 
     @classmethod
-    def from_props(cls, remote: str, props: dict[str, Any] | None) -> BreakerRow:
+    def from_props(cls, remote: str, props: Entity | None) -> BreakerRow:
         """The stored row (``None``: never written -> closed)."""
         if props is None:
             return cls(remote)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from shared.core.messages import OutMessage
+from shared.core.messages import OutMessage, ResumeMessage
 
 WAITING_PREFIX = "waiting-"
 MAX_LISTED = 5000  # rows the closer lists per pass (the rest: the next pass, see the design)
@@ -48,8 +48,8 @@ def resume_message(step: WaitingStep, queue: str, *, not_before: datetime | None
     """The SchedulerQueue message that re-dispatches ``step`` if it still waits on that attempt.
     Its id names the attempt (and ``tag``, e.g. a wake): duplicates are dropped."""
     message_id = f"resume:{step.row_key}" + (f":{tag}" if tag else "")
-    body = {"kind": "resume", "orderId": step.order_id, "step": step.step, "attempt": step.attempt,
-            "for": step.kind}
+    body = ResumeMessage.model_validate({"orderId": step.order_id, "step": step.step, "attempt": step.attempt,
+                                         "for": step.kind}).to_body()
     return OutMessage(queue=queue, body=body, message_id=message_id, correlation_id=step.order_id,
                       subject="resume", scheduled_enqueue_time=not_before,
                       application_properties={"kind": "resume"})

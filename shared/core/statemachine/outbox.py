@@ -11,12 +11,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.core.effects import Alert, Effect, Log, Send
-from shared.core.messages import AgentRequest, CompensationTarget, Kind, OutMessage
+from shared.core.messages import (
+    AgentRequest,
+    AlertMessage,
+    CompensationTarget,
+    Kind,
+    OutMessage,
+    ScheduleMessage,
+    StatusMessage,
+)
 from shared.core.rows import ETAG, StepRow
 from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.view import View
 from shared.core.states import StepState
-from shared.core.times import iso
 
 
 def step_request(view: View, step: StepRow, ctx: Ctx) -> Send:
@@ -96,7 +103,7 @@ def schedule_message(order_id: str, seq: int, ctx: Ctx, traceparent: str | None,
     scheduler queue of the order's lane (``priority``: the order row's)."""
     message_id = f"{order_id}:schedule:{seq}"
     return OutMessage(queue=ctx.config.lane_queue("SchedulerQueue", priority),
-                      body={"kind": "schedule", "orderId": order_id, "seq": seq},
+                      body=ScheduleMessage(orderId=order_id, seq=seq).to_body(),
                       message_id=message_id, correlation_id=order_id, subject="schedule",
                       scheduled_enqueue_time=not_before if not_before and not_before > ctx.now else None,
                       application_properties=trace_properties(traceparent, "schedule"))
@@ -109,10 +116,7 @@ def status_sends(view: View, event: str, ctx: Ctx, *, step: str | None = None, *
     if not queue or view.state is None:
         return []
     order_id = view.order_id
-    body: dict[str, Any] = {"kind": "status", "orderId": order_id, "event": event, "at": iso(ctx.now)}
-    if step:
-        body["step"] = step
-    body.update({k: v for k, v in extra.items() if v is not None})
+    body = StatusMessage(order_id=order_id, event=event, at=ctx.now, step=step or None, **extra).to_body()
     generation = view.state.generation
     message_id = (f"{order_id}:status:{event}" + (f":{step}" if step else "")
                   + (f":g{generation}" if generation else ""))
@@ -124,8 +128,7 @@ def status_sends(view: View, event: str, ctx: Ctx, *, step: str | None = None, *
 def alert(view: View, step: str | None, reason: str, failure_count: int, key: str, ctx: Ctx) -> Alert:
     """An operator alert; ``key`` makes its message id unique to what it is about."""
     order_id = view.order_id
-    body = {"kind": "alert", "orderId": order_id, "step": step, "reason": reason, "failureCount": failure_count,
-            "at": iso(ctx.now)}
+    body = AlertMessage(order_id=order_id, step=step, reason=reason, failure_count=failure_count, at=ctx.now).to_body()
     message = OutMessage(queue=ctx.config.queues["AlertsQueue"], body=body, message_id=f"{order_id}:alert:{key}",
                          correlation_id=order_id, subject="alert",
                          application_properties=trace_properties(view.traceparent, "alert"))
