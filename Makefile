@@ -46,6 +46,7 @@ bench: setup
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) node_modules .local .pytest_cache

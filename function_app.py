@@ -1,10 +1,10 @@
-"""The one FunctionApp: registers the blueprints of functions/ (submission, scheduler, agents,
+"""The one FunctionApp: registers the blueprints of functions/ (orders, scheduler, agents,
 supervisor, retention, the operator console, and the OpenAPI document of the HTTP API). All logic
 lives in shared/."""
 
 import azure.functions as func
 
-from functions import agents, console, openapi, retention, scheduler, submission, supervisor
+from functions import agents, console, openapi, orders, retention, scheduler, supervisor
 from shared.core.workflows import load_registry
 from shared.observability import telemetry
 from shared.settings import Settings
@@ -19,7 +19,7 @@ telemetry.setup()
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
-app.register_functions(submission.bp)
+app.register_functions(orders.bp)
 app.register_functions(scheduler.bp)
 app.register_functions(agents.bp)
 app.register_functions(supervisor.bp)

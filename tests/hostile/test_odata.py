@@ -218,7 +218,7 @@ def test_store_queries_are_parameterised(fresh_store: Any) -> None:
 
 QUERY_METHODS = {"query_entities", "list_entities", "query"}  # the SDK's, and ``shared.storage.tables.Table.query``
 # The two ``Table`` implementations pass their caller's filter on: its parameters are quoted there
-# (the REST path's own quoting: tests/unit/test_tables.py), and every caller is checked here.
+# (the REST path's own quoting: tests/unit/storage/test_tables.py), and every caller is checked here.
 FORWARDS_FILTERS = "shared/storage/tables.py"
 FILTER_KWARGS = {"query_filter", "filter"}
 

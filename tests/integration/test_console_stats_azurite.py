@@ -13,7 +13,7 @@ import pytest
 from bench.search_cost import CountedStore, _diff
 from shared.console.overview import LIVE_COUNT_CAP, get_overview
 from shared.core.rows import SearchRow
-from tests.unit.test_console_stats import check_count_index_capped, check_stats_rows
+from tests.unit.observability.test_figures import check_count_index_capped, check_stats_rows
 
 pytestmark = pytest.mark.integration
 

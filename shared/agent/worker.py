@@ -1,0 +1,111 @@
+"""An agent in a Functions worker: one ``AgentRuntime`` per agent (``runtime_for``), and one
+request message handled with the trigger's settlement rules (``handle_message``).
+
+Settlement (the trigger auto-completes on return and abandons on an exception):
+
+* **Poison messages** (not JSON, wrong schema, no reply_to, a step/operation this agent does
+  not serve) are logged at ERROR with the reason, the message id and a body excerpt, and
+  re-raised, so they never reach the remote service and the broker dead-letters them after
+  MaxDeliveryCount (see ``shared.core.messages.PoisonMessage``): the dead-letter queue keeps the
+  message for inspection and replay, and the dead-letter alert sees it. The order does not wait
+  on it: the Supervisor times the step out and redrives or alerts on it.
+* **An open circuit breaker** (the remote's, shared by every instance: ``shared.agent.guard``):
+  no call; the runtime replies ``waiting`` and the message completes. The step is re-dispatched
+  when the breaker closes.
+* **Transient failures** are retried inside the invocation until completeBy (tenacity, in the
+  runtime); running out of time means the step is the Supervisor's and nothing is sent. If the
+  runtime gives up while time is still left (``exhausted``: an attempt cap) or the reply cannot
+  be sent, it raises: the message is abandoned and redelivered while its TTL (which ends at
+  completeBy) lasts. That is safe, because the remote call is idempotent on the request's
+  Idempotency-Key and the reply's message_id is deterministic (the replies queue's duplicate
+  detection drops a second copy); each redelivery re-checks completeBy on arrival.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from shared.agent.board import BreakerBoard
+from shared.agent.guard import breaker_for
+from shared.agent.parsing import parse_request
+from shared.agent.runtime import AgentResult, AgentRuntime, TransientFailure
+from shared.core.messages import PoisonMessage
+from shared.core.workflows.catalog import Agent
+from shared.messaging import ServiceBusBus
+from shared.observability.logs import log_event
+from shared.observability.telemetry import valid_traceparent
+from shared.runtime import get_runtime
+from shared.runtime.clients import get_clients
+from shared.settings import instance_id
+
+_lock = threading.Lock()
+_runtimes: dict[str, AgentRuntime] = {}
+_board: BreakerBoard | None = None  # the worker's gates' breakers, refreshed by one query (with the first gate)
+
+
+def runtime_for(agent: Agent) -> AgentRuntime:
+    """The worker's runtime for ``agent``: created on first use, then reused by every thread."""
+    global _board
+    rt = _runtimes.get(agent.name)
+    if rt is not None:
+        return rt
+    with _lock:
+        rt = _runtimes.get(agent.name)
+        if rt is None:
+            clients = get_clients()  # the worker's one ServiceBusClient and per-queue senders
+            bus = ServiceBusBus(clients.sender)
+            # the remote's circuit breaker: its row in the state table, shared by every instance;
+            # this worker's gates are refreshed together (one query of every breaker per BreakerCacheSeconds)
+            store = get_runtime().store
+            if _board is None:
+                _board = BreakerBoard(store)
+            gate = breaker_for(agent.name, store, bus, clients.settings, instance_id(), board=_board)
+            rt = AgentRuntime(agent.name, clients.settings[agent.service_url_setting], bus, breaker=gate)
+            _runtimes[agent.name] = rt
+        return rt
+
+
+def handle_message(agent: Agent, body: bytes, *, message_id: str | None, reply_to: str | None,
+                   application_properties: Mapping[Any, Any] | None, delivery_count: int | None = None,
+                   runtime: AgentRuntime | None = None) -> AgentResult:
+    """Handle one request message (module docstring: settlement). ``runtime``: the worker's
+    (``runtime_for``) unless one is given."""
+    try:
+        request = parse_request(
+            body,
+            message_id=message_id,
+            reply_to=reply_to,
+            application_properties=application_properties,
+            agent=agent.name,
+            # Every loaded workflow: a request names its own (order v1 when it names none).
+            workflow=runtime.workflow if runtime is not None else None,
+        )
+    except PoisonMessage as e:
+        props = application_properties or {}
+        log_event(
+            logging.ERROR, "agent.poison", order_id=_order_id(body),
+            traceparent=valid_traceparent(props.get("traceparent")), agent=agent.name, messageId=message_id,
+            reason=str(e), deliveryCount=delivery_count, bodyStart=bytes(body[:200]).decode("utf-8", "replace"),
+            action="abandoned; dead-lettered after MaxDeliveryCount",
+        )
+        raise
+    rt = runtime or runtime_for(agent)
+    result = rt.handle(request)
+    if result.status == "exhausted":
+        # Abandon: Service Bus redelivers while the message's TTL (<= completeBy) lasts.
+        raise TransientFailure(f"agent {agent.name}: {result.detail} (order {request.order_id}, "
+                               f"step {request.step}, attempt {request.attempt}); abandoning for redelivery")
+    return result
+
+
+def _order_id(body: bytes) -> str | None:
+    """Best effort: the order id of a poison message, for the log line (None if unreadable)."""
+    try:
+        value = json.loads(body).get("orderId")
+    except Exception:  # noqa: BLE001 - it is poison; any failure just means no order id
+        return None
+    return value if isinstance(value, str) else None

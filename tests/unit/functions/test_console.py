@@ -1,0 +1,133 @@
+"""functions/console.py: the page, the static files' allow-list (only what manifest.json lists;
+traversal in any spelling is a 404), content types, Cache-Control and the sha256 ETag, 304;
+and that the two JSON routes hand their query to shared/ (tests/unit/console/test_deadletters.py tests
+what they answer)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import azure.functions as func
+import pytest
+
+from functions import console
+
+STATIC = console.STATIC_DIR
+
+
+def _asset(name: str, headers: dict[str, str] | None = None) -> func.HttpResponse:
+    req = func.HttpRequest("GET", f"http://localhost/api/console/assets/{name}", body=b"",
+                           route_params={"name": name}, headers=headers or {})
+    return console.console_asset(req)
+
+
+def _listed() -> list[str]:
+    return list(json.loads((STATIC / "manifest.json").read_text(encoding="utf-8"))["files"])
+
+
+def test_the_page_is_the_index_html_with_its_headers() -> None:
+    resp = console.console(func.HttpRequest("GET", "http://localhost/api/console?code=k", body=b""))
+    assert resp.status_code == 200
+    assert resp.mimetype == "text/html" and resp.charset == "utf-8"
+    assert resp.get_body() == (STATIC / "index.html").read_bytes()
+    assert resp.headers["Cache-Control"] == "no-store"
+    assert resp.headers["Referrer-Policy"] == "no-referrer"  # its URL may hold ?code=
+    csp = resp.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "http" not in csp
+
+
+def test_every_listed_file_is_served_with_its_type_cache_and_etag() -> None:
+    listed = _listed()
+    assert "app.js" in listed
+    for name in listed:
+        resp = _asset(name)
+        body = (STATIC / name).read_bytes()
+        assert resp.status_code == 200, name
+        assert resp.get_body() == body
+        assert resp.mimetype == console.content_type_of(name)
+        assert resp.headers["Cache-Control"] == "public, max-age=300"
+        assert resp.headers["ETag"] == f'"{hashlib.sha256(body).hexdigest()}"'
+
+
+@pytest.mark.parametrize(("name", "content_type"), [
+    ("app.js", "text/javascript"), ("x.MJS", "text/javascript"), ("console.css", "text/css"),
+    ("logo.svg", "image/svg+xml"), ("shot.png", "image/png"), ("index.html", "text/html"),
+    ("manifest.json", "application/json"), ("noext", "application/octet-stream"),
+])
+def test_content_type_by_extension(name: str, content_type: str) -> None:
+    assert console.content_type_of(name) == content_type
+
+
+@pytest.mark.parametrize("name", [
+    "", ".", "..", "../console.py", "..%2fconsole.py", "..%2F..%2Fshared%2Fsettings.py", "..\\console.py",
+    "%2e%2e/console.py", "/etc/passwd", "console_static/app.js", "./app.js", "APP.JS", "app.js ", "app.js%00",
+    "app.js/", "nope.js", "__init__.py", "console.py", "..%2fsettings.py",
+])
+def test_anything_not_listed_is_a_404_problem(name: str) -> None:
+    resp = _asset(name)
+    assert resp.status_code == 404
+    assert resp.mimetype == "application/problem+json"
+    assert json.loads(resp.get_body())["status"] == 404
+
+
+def test_a_listed_name_is_never_a_path(tmp_path: Path) -> None:
+    """A manifest entry naming a file outside the folder serves nothing: only the folder's own
+    entries are read."""
+    (tmp_path / "manifest.json").write_text(json.dumps({"files": {"a.js": {}, "../secret.txt": {}, "gone.css": {},
+                                                                    "sub/b.js": {}}}))
+    (tmp_path / "a.js").write_text("export {};")
+    (tmp_path.parent / "secret.txt").write_text("secret")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.js").write_text("x")
+    assert set(console.load_assets(tmp_path)) == {"a.js"}
+
+
+def test_a_matching_if_none_match_is_a_304() -> None:
+    etag = _asset("app.js").headers["ETag"]
+    for held in (etag, f'"other", {etag}', "*"):
+        resp = _asset("app.js", {"If-None-Match": held})
+        assert resp.status_code == 304 and resp.get_body() == b"" and resp.headers["ETag"] == etag
+    assert _asset("app.js", {"If-None-Match": '"other"'}).status_code == 200
+
+
+def test_the_json_routes_pass_the_runtime_and_query_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    from shared.api.http import HttpResult
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(console, "get_runtime", lambda: "rt")
+
+    def dead(rt: Any, params: dict[str, str]) -> HttpResult:
+        seen["dead"] = (rt, params)
+        return HttpResult(200, {"queue": "alerts"})
+
+    monkeypatch.setattr(console, "get_dead_letters", dead)
+    def overview(rt: Any) -> HttpResult:
+        seen["overview"] = rt
+        return HttpResult(200, {"asOf": "x"})
+
+    fake_overview = types.ModuleType("shared.console.overview")
+    fake_overview.get_overview = overview  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "shared.console.overview", fake_overview)
+    resp = console.deadletters(func.HttpRequest("GET", "http://localhost/api/deadletters", body=b"",
+                                                params={"queue": "alerts", "limit": "5"}))
+    assert resp.status_code == 200 and json.loads(resp.get_body()) == {"queue": "alerts"}
+    assert seen["dead"] == ("rt", {"queue": "alerts", "limit": "5"})
+    resp = console.overview(func.HttpRequest("GET", "http://localhost/api/overview", body=b""))
+    assert resp.status_code == 200 and json.loads(resp.get_body()) == {"asOf": "x"} and seen["overview"] == "rt"
+
+
+def test_the_static_files_ship_in_the_publish_package() -> None:
+    """.funcignore (what publish leaves out) keeps the page, the manifest and every listed file."""
+    import pathspec
+
+    root = STATIC.parents[1]
+    spec = pathspec.GitIgnoreSpec.from_lines((root / ".funcignore").read_text(encoding="utf-8").splitlines())
+    for name in ["index.html", "manifest.json", *_listed()]:
+        assert not spec.match_file(f"functions/console_static/{name}"), name
+    assert spec.match_file("tests/unit/functions/test_console.py")  # the spec is the real one
