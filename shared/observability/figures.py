@@ -13,10 +13,11 @@ committed, so a lost race or a replayed message never counts) and its Supervisor
 
 They are rows of partition ``stats`` of ``OrderIndexTable``: RowKey ``m-{yyyymmddHHMM}-{proc}``
 and ``h-{yyyymmddHH}-{proc}``. A process owns its rows: it replaces them with its running
-totals, the rows that changed in ONE transaction every ``interval`` (5 s) while anything
-changed, from a daemon thread. A sweep with no due row changes only the sweep
-figures: those go with the next rows sent, or at the latest :data:`IDLE_SWEEP_HEARTBEAT` (60 s)
-after the last send, so an idle app writes one stats transaction a minute, not one per sweep.
+totals, the rows that changed in ONE transaction at most every ``interval`` (5 s) while anything
+changed, sent by the invocation (an order's, or the Supervisor's sweep) that records something
+once that time has passed: no thread. A sweep with no due row changes only the sweep figures:
+those go with the next rows sent, or at the latest :data:`IDLE_SWEEP_HEARTBEAT` (60 s) after the
+last send, so an idle app writes one stats transaction a minute, not one per sweep.
 A flush that fails keeps everything for the next one; a killed process loses at most its last
 5 s (and its idle sweeps of the last minute): telemetry, not the ledger. Figures are put in the
 minute and hour of the process's clock when recorded. Retention deletes rows after 48 h
@@ -35,14 +36,16 @@ import math
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+
 from shared.observability.logs import log_event
 from shared.observability.metrics import Committed, parse_time
-from shared.observability.periodic import Periodic
 from shared.settings import instance_id
 
 FLUSH_SECONDS = 5.0
@@ -209,22 +212,26 @@ Put = Callable[[Mapping[str, Figures]], None]  # one transaction of upserts (``S
 
 
 class ConsoleStats:
-    """This process's figures by minute and hour, flushed to the stats rows by a daemon thread."""
+    """This process's figures by minute and hour, flushed to the stats rows by the invocation that
+    records something once the last flush is ``interval`` seconds old (no thread: an instance may
+    be frozen as soon as no invocation runs; what it had not sent yet is lost with it)."""
 
     def __init__(self, put: Put, *, proc: str | None = None, clock: Callable[[], datetime] | None = None,
-                 interval: float = FLUSH_SECONDS, background: bool = True) -> None:
+                 interval: float = FLUSH_SECONDS, auto_flush: bool = True,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.put = put
+        self.monotonic = monotonic
         self.proc = proc or process_id()
         self.clock = clock or (lambda: datetime.now(UTC))
         self.interval = interval
-        self.background = background  # False: only explicit flush() calls send (tests)
+        self.auto_flush = auto_flush  # False: only explicit flush() calls send (tests)
+        self._next_flush = 0.0  # time.monotonic() from which a recording invocation flushes
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
         self._figures: dict[str, Figures] = {}  # row key -> running totals
         self._dirty: set[str] = set()
         self._idle: set[str] = set()  # rows changed by idle sweeps only: sent with the next, or by the heartbeat
         self._sent_at: datetime | None = None  # the clock at the last send
-        self._periodic = Periodic(self.flush, interval, name="console-stats", event="stats.flush_failed")
 
     def record(self, committed: Committed) -> None:
         """Count a committed transaction's order events (and the latency of a processed one)."""
@@ -243,7 +250,7 @@ class ConsoleStats:
                     setattr(figures, name, getattr(figures, name) + 1)
                 if latency is not None:
                     figures.latency.add(latency)
-        self._started()
+        self._flush_if_due()
 
     def record_sweep(self, due_rows: int) -> None:
         """Count one Supervisor sweep that read ``due_rows`` due rows. An idle one (none) is sent
@@ -253,7 +260,7 @@ class ConsoleStats:
             for figures in self._current(now, idle=due_rows == 0):
                 figures.sweeps += 1
                 figures.last_sweep_at, figures.last_due_rows = now, due_rows
-        self._started()
+        self._flush_if_due()
 
     def _current(self, now: datetime | None = None, *, idle: bool = False) -> list[Figures]:
         """The figures of this minute and this hour (marked changed, or changed by an idle sweep);
@@ -263,9 +270,21 @@ class ConsoleStats:
         (self._idle if idle else self._dirty).update(keys)
         return [self._figures.setdefault(k, Figures()) for k in keys]
 
-    def _started(self) -> None:
-        if self.background:
-            self._periodic.start()
+    def _flush_if_due(self) -> None:
+        """Flush from this invocation if the last flush is ``interval`` old (one at a time)."""
+        if not self.auto_flush:
+            return
+        with self._lock:
+            if self.monotonic() < self._next_flush:
+                return
+            self._next_flush = self.monotonic() + self.interval
+        try:
+            # The figures belong to no order: their table request is not traced (it would be a
+            # CLIENT span in whichever order's trace happened to flush).
+            with suppress_instrumentation():
+                self.flush()
+        except Exception as exc:  # noqa: BLE001 - kept for the next flush; never fails the invocation
+            log_event(logging.WARNING, "stats.flush_failed", error=repr(exc))
 
     def flush(self, *, force: bool = False) -> int:
         """Replace the rows that changed since the last flush (at most 100, oldest first; the

@@ -31,7 +31,7 @@ class Put:
 def setup() -> tuple[MemoryStore, Clock, Put, ConsoleStats]:
     store, clock = MemoryStore(), Clock()
     put = Put(store)
-    return store, clock, put, ConsoleStats(put, proc="p", clock=clock, background=False)
+    return store, clock, put, ConsoleStats(put, proc="p", clock=clock, auto_flush=False)
 
 
 def stored(store: MemoryStore) -> dict[str, int]:
@@ -123,7 +123,7 @@ def test_an_idle_supervisor_writes_no_stats_row_between_heartbeats() -> None:
     clock = Clock()
     rt = make_runtime(clock=clock)
     store: MemoryStore = rt.store  # type: ignore[assignment]
-    store.stats = ConsoleStats(store.put_stats, proc="p", clock=clock, background=False)
+    store.stats = ConsoleStats(store.put_stats, proc="p", clock=clock, auto_flush=False)
     sweep(rt)
     store.stats.flush()
     writes = store.writes
