@@ -8,9 +8,8 @@ of their properties with ``PartitionKey``, ``RowKey`` and their ETag under ``sha
   Insert Or Replace Entity, Delete Entity, and ``$batch``: one changeset, an ``application/http``
   part per write, ``If-Match`` the ETag a decision was made on) through azure-core's public
   ``PipelineClient`` with public policies, signed with the documented Shared Key Lite scheme for
-  an account key, or a bearer token for an Entra ID credential. Its entities are the REST JSON
-  format read and written here (strings, booleans, Int32, and Int64/Double/DateTime/Binary by
-  their ``@odata.type``).
+  an account key, or a bearer token for an Entra ID credential. The wire format (entities as
+  JSON, the ``$batch`` response's ETags) is :mod:`shared.storage.odata`.
 * :class:`SdkTable` is the same through azure-data-tables' public ``TableClient`` methods
   (``submit_transaction``...): the fallback, for a credential :func:`table_for` cannot sign (a SAS
   in the URL), and the reference both are tested against (``tests/unit/store_contract.py`` on
@@ -28,11 +27,9 @@ import hashlib
 import hmac
 import itertools
 import json
-import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from email.utils import formatdate
 from typing import Any, Literal, Protocol
 from urllib.parse import quote, urlencode, urlsplit
@@ -60,13 +57,22 @@ from azure.core.rest import HttpRequest
 from azure.data.tables import RequestTooLargeError, TableTransactionError, UpdateMode
 
 from shared.core.rows import ETAG, Entity
+from shared.storage.odata import (
+    ACCEPT,
+    PART_HEADERS,
+    batch_etags,
+    bind,
+    failed_statuses,
+    from_json,
+    key_path,
+    to_json,
+)
 from shared.storage.store import Conflict, TooLarge
 
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 API_VERSION = "2019-02-02"
 MAX_PAGE = 1000  # rows a query returns per request at most (the service's own limit)
 POOL_SIZE = 64  # connections per worker: the sync thread pool's threads, with room to spare
-_JSON = "application/json;odata=minimalmetadata"
 
 
 @dataclass(frozen=True)
@@ -120,88 +126,14 @@ def entity_of(partition_key: str, write: Write) -> Entity:
 
 # ---------------------------------------------------------------------------------------------
 # The REST path
-_PART_STATUS = re.compile(rb"\r\nHTTP/1\.1 (\d{3}) ")
-_BOUNDARY_LINE = re.compile(rb"\r\n--[^\r\n]*")
-_CONTENT_ID = re.compile(rb"^content-id:\s*(\d+)\s*$", re.IGNORECASE | re.MULTILINE)
-_ETAG_HEADER = re.compile(rb"^etag:[ \t]*([^\r\n]+?)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
-_PART_HEADERS = "DataServiceVersion: 3.0\r\nAccept: application/json;odata=minimalmetadata\r\n"
-_PARAMETER = re.compile(r"@(\w+)")
 # Multipart boundaries need only differ from the body's text: a per-process prefix and a counter.
 _BOUNDARY_PREFIX = secrets.token_hex(12)
 _BOUNDARY_COUNTER = itertools.count()
-_INT32 = range(-2 ** 31, 2 ** 31)
-
-
-def to_json(entity: Mapping[str, Any]) -> Entity:
-    """An entity in the REST JSON format: a type annotation where JSON alone would be read otherwise."""
-    out: Entity = {}
-    for key, value in entity.items():
-        if value is None:
-            continue
-        if isinstance(value, bool) or isinstance(value, str):
-            out[key] = value
-        elif isinstance(value, int):
-            if value in _INT32:
-                out[key] = value
-            else:
-                out[key], out[f"{key}@odata.type"] = str(value), "Edm.Int64"
-        elif isinstance(value, float):
-            out[key], out[f"{key}@odata.type"] = value, "Edm.Double"
-        elif isinstance(value, datetime):
-            out[key], out[f"{key}@odata.type"] = value.isoformat(), "Edm.DateTime"
-        elif isinstance(value, bytes):
-            out[key], out[f"{key}@odata.type"] = base64.b64encode(value).decode("ascii"), "Edm.Binary"
-        else:
-            raise TypeError(f"property {key}: a {type(value).__name__} cannot be stored")
-    return out
-
-
-def from_json(data: Mapping[str, Any]) -> Entity:
-    """An entity read back (minimal metadata): typed by its annotations, with its ETag."""
-    out: Entity = {}
-    for key, value in data.items():
-        if key.startswith("odata.") or "@odata." in key or key == "Timestamp":
-            continue
-        kind = data.get(f"{key}@odata.type")
-        if kind == "Edm.Int64":
-            value = int(value)
-        elif kind == "Edm.Double":
-            value = float(value)
-        elif kind == "Edm.DateTime":
-            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        elif kind == "Edm.Binary":
-            value = base64.b64decode(value)
-        out[key] = value
-    out[ETAG] = data.get("odata.etag")
-    return out
-
-
-def odata_literal(value: str) -> str:
-    """A string as an OData literal: quoted, quotes doubled."""
-    return "'" + value.replace("'", "''") + "'"
-
-
-def key_path(partition_key: str, row_key: str) -> str:
-    pk, rk = (quote(key.replace("'", "''"), safe="") for key in (partition_key, row_key))
-    return f"(PartitionKey='{pk}',RowKey='{rk}')"
 
 
 def etags_of(body: bytes, writes: Sequence[Write]) -> dict[str, str]:
-    """The new ETags in a successful ``$batch`` response: one ``application/http`` part per write,
-    in the order of the request (a part that names its ``Content-ID`` is placed by it)."""
-    found: list[str | None] = [None] * len(writes)
-    parts = [p for p in _BOUNDARY_LINE.split(b"\r\n" + body) if b"HTTP/1.1 " in p]
-    if len(parts) != len(writes):
-        return {}
-    for position, part in enumerate(parts):
-        mime, _sep, http = part.partition(b"HTTP/1.1 ")
-        cid = _CONTENT_ID.search(mime)
-        index = int(cid.group(1)) if cid else position
-        etag = _ETAG_HEADER.search(http.split(b"\r\n\r\n", 1)[0])
-        if not 0 <= index < len(writes) or found[index] is not None:
-            return {}
-        found[index] = etag.group(1).decode("latin-1") if etag else None
-    return new_etags(writes, found)
+    """The new ETags in a successful ``$batch`` response (RowKey -> ETag)."""
+    return new_etags(writes, batch_etags(body, len(writes)))
 
 
 class SharedKeyLite(SansIOHTTPPolicy):  # type: ignore[type-arg]
@@ -235,7 +167,7 @@ class RestTable:
         if params:  # azure-core would put them in the URL as they are: each is percent-encoded here
             url = f"{url}?{urlencode(params, quote_via=quote)}"
         request = HttpRequest(method, url, content=body,
-                              headers={"Accept": _JSON, "DataServiceVersion": "3.0", **(headers or {})})
+                              headers={"Accept": ACCEPT, "DataServiceVersion": "3.0", **(headers or {})})
         return self.send(request)
 
     @staticmethod
@@ -252,7 +184,7 @@ class RestTable:
 
     def query(self, filter: str, parameters: Mapping[str, str], *, limit: int,
               select: Sequence[str] | None = None) -> Page:
-        params = {"$filter": _PARAMETER.sub(lambda m: odata_literal(parameters[m.group(1)]), filter)}
+        params = {"$filter": bind(filter, parameters)}
         if select:
             params["$select"] = ",".join(select)
         rows: list[Entity] = []
@@ -290,15 +222,15 @@ class RestTable:
         if write.kind == "create":
             body = json.dumps(to_json(entity_of(partition_key, write)))
             return (f"{head}POST {self.url} HTTP/1.1\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body.encode())}\r\nPrefer: return-no-content\r\n{_PART_HEADERS}\r\n"
+                    f"Content-Length: {len(body.encode())}\r\nPrefer: return-no-content\r\n{PART_HEADERS}\r\n"
                     f"{body}\r\n")
         url = self.url + key_path(partition_key, write.row_key)
         if_match = "" if write.kind == "upsert" else f"If-Match: {write.etag or '*'}\r\n"
         if write.kind == "delete":
-            return f"{head}DELETE {url} HTTP/1.1\r\n{if_match}{_PART_HEADERS}\r\n"
+            return f"{head}DELETE {url} HTTP/1.1\r\n{if_match}{PART_HEADERS}\r\n"
         body = json.dumps(to_json(entity_of(partition_key, write)))  # replace / upsert: PUT
         return (f"{head}PUT {url} HTTP/1.1\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body.encode())}\r\n{if_match}{_PART_HEADERS}\r\n{body}\r\n")
+                f"Content-Length: {len(body.encode())}\r\n{if_match}{PART_HEADERS}\r\n{body}\r\n")
 
     def transact(self, partition_key: str, writes: Sequence[Write]) -> dict[str, str]:
         unique = f"{_BOUNDARY_PREFIX}-{next(_BOUNDARY_COUNTER):x}"
@@ -312,7 +244,7 @@ class RestTable:
         status = response.status_code
         if status == 202:
             body = response.content
-            failed = [int(s) for s in _PART_STATUS.findall(body) if int(s) >= 300]
+            failed = failed_statuses(body)
             if not failed:
                 return etags_of(body, writes)
             status = failed[0]

@@ -18,6 +18,7 @@ from azure.core.pipeline.transport import HttpTransport
 from azure.data.tables import TableClient
 
 from shared.core.rows import ETAG
+from shared.storage.odata import from_json, odata_literal, to_json
 from shared.storage.store import Conflict, TooLarge
 from shared.storage.tables import (
     Page,
@@ -25,10 +26,7 @@ from shared.storage.tables import (
     SdkTable,
     Write,
     etags_of,
-    from_json,
-    odata_literal,
     table_for,
-    to_json,
 )
 
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
