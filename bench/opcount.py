@@ -4,11 +4,12 @@ The app knows nothing of it. When the benchmark starts the local stack, it gives
 processes (and only them) two environment variables (:func:`host_env`): ``PYTHONPATH`` with
 ``bench/startup`` first, whose ``sitecustomize.py`` Python runs at start-up, and
 ``BENCH_OPCOUNT_DIR``. The ``sitecustomize`` then calls :func:`install`, which wraps the
-``send`` of azure-core's ``RequestsTransport``, the app's table transport (its REST path and the
-SDK's both send through it): every HTTP request that leaves for the table service is counted at
-the transport boundary (so retries count too), by table and kind, with the number of entities
-each one carries or returns. In a host process the table clients are the only users of this
-transport (Service Bus speaks AMQP; the agents' remote calls use a urllib3 pool of their own). A thread writes
+``send`` of the store's table transport (``shared.storage.transport.Urllib3Transport``, as its
+module is imported) and of azure-core's ``RequestsTransport`` (the SDK clients'): every HTTP
+request that leaves for the table service is counted at the transport boundary (so retries
+count too), by table and kind, with the number of entities each one carries or returns. In a
+host process the table clients are the only users of these transports (Service Bus speaks AMQP;
+the agents' remote calls use a urllib3 pool of their own). A thread writes
 the totals to ``DIR/table-<pid>.json`` twice a second and at exit; the benchmark sums the
 files of every process (a SIGKILLed process leaves its last totals behind).
 
@@ -29,9 +30,12 @@ this file by its path, before the app's folder is on ``sys.path``.
 from __future__ import annotations
 
 import atexit
+import importlib.abc
+import importlib.machinery
 import json
 import os
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -224,6 +228,9 @@ def count_request(counter: Counter, request: Any, response: Any, seconds: float)
         pass
 
 
+APP_TRANSPORT = ("shared.storage.transport", "Urllib3Transport")
+
+
 def _count_sends(cls: Any, totals: Counter) -> None:
     """Wrap ``cls.send`` (once) so that every request it sends is added to ``totals``."""
     original = cls.__dict__.get("send", cls.send)
@@ -241,15 +248,46 @@ def _count_sends(cls: Any, totals: Counter) -> None:
     cls.send = send
 
 
+class _CountOnImport(importlib.abc.MetaPathFinder):
+    """Wraps the app transport's ``send`` as its module is imported: ``sitecustomize`` runs before
+    the app's folder is on ``sys.path``, so the module cannot be imported here."""
+
+    def __init__(self, totals: Counter) -> None:
+        self.totals = totals
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != APP_TRANSPORT[0]:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, totals = spec.loader, self.totals
+        load = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            load(module)
+            _count_sends(getattr(module, APP_TRANSPORT[1]), totals)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
 def install() -> bool:
-    """Count every request azure-core's ``RequestsTransport`` sends in this process (once).
+    """Count every request the store's table transport and azure-core's ``RequestsTransport`` send
+    in this process (once).
 
     Returns False (and changes nothing) if counting is not switched on (``BENCH_OPCOUNT_DIR``)."""
     if not enabled():
         return False
     from azure.core.pipeline.transport import RequestsTransport
 
-    _count_sends(RequestsTransport, counter())
+    totals = counter()
+    _count_sends(RequestsTransport, totals)
+    module = sys.modules.get(APP_TRANSPORT[0])
+    if module is not None:
+        _count_sends(getattr(module, APP_TRANSPORT[1]), totals)
+    elif not any(isinstance(f, _CountOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _CountOnImport(totals))
     return True
 
 

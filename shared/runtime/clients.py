@@ -7,7 +7,8 @@ under a lock and then shared:
   ``RequestsTransport`` (``shared.storage.tables.requests_transport``: one pooled session sized for the
   thread pool, no proxy settings read from the environment per call). Tables are created once per
   worker (``create_table_if_not_exists``) on first use. The store reaches them through
-  ``shared.storage.tables`` (the REST path over azure-core's public pipeline, on the same transport).
+  ``shared.storage.tables`` (the REST path over azure-core's public pipeline) on the worker's one
+  ``Urllib3Transport`` (``transport``), pooled for the thread pool too.
 * Service Bus: one ``ServiceBusClient``; one sender per queue, each behind its own lock
   (senders are not thread-safe). A sender that fails is closed and rebuilt on next use.
 
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.settings import Connection, Settings
-from shared.storage.tables import requests_transport
+from shared.storage.tables import POOL_SIZE, requests_transport
+from shared.storage.transport import Urllib3Transport
 
 
 def credential_for(conn: Connection) -> Any:
@@ -102,7 +104,7 @@ class Clients:
         self._lock = threading.Lock()
         self._tables: dict[str, Any] = {}
         self._table_service: Any = None
-        self.transport = requests_transport()  # the table clients' and the store's
+        self.transport = Urllib3Transport(POOL_SIZE)  # the store's table requests (the REST path)
         self._sb: Any = None
         self._senders: dict[str, LockedSender] = {}
 
@@ -113,7 +115,7 @@ class Clients:
                 if self._table_service is None:
                     if self.settings.state_storage is None:
                         raise KeyError("StateStorage (or StateStorage__tableServiceUri) is not set")
-                    self._table_service = table_service_client(self.settings.state_storage, self.transport)
+                    self._table_service = table_service_client(self.settings.state_storage)
         return self._table_service
 
     def table(self, setting: str) -> Any:

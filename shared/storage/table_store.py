@@ -25,7 +25,8 @@ from shared.storage.store import (
     check_entity,
     clean,
 )
-from shared.storage.tables import MAX_PAGE, SdkTable, Table, Write, requests_transport, table_for
+from shared.storage.tables import MAX_PAGE, POOL_SIZE, SdkTable, Table, Write, table_for
+from shared.storage.transport import Urllib3Transport
 
 RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
 
@@ -49,7 +50,7 @@ class TableStore:
            transport: Any | None = None) -> TableStore:
         """A store over azure-data-tables ``TableClient``\\ s, each reached by the REST path (``rest``,
         where its credential allows) or the SDK's (``shared.storage.tables.table_for``), on one transport."""
-        transport = transport or requests_transport()
+        transport = transport or Urllib3Transport(POOL_SIZE)
         return cls(table_for(state, transport, rest=rest), table_for(deadlines, transport, rest=rest),
                    None if search is None else table_for(search, transport, rest=rest))
 

@@ -7,7 +7,8 @@ of their properties with ``PartitionKey``, ``RowKey`` and their ETag under ``sha
 * :class:`RestTable` sends the Table service's documented REST requests (Query Entities,
   Insert Or Replace Entity, Delete Entity, and ``$batch``: one changeset, an ``application/http``
   part per write, ``If-Match`` the ETag a decision was made on) through azure-core's public
-  ``PipelineClient`` with public policies, signed with the documented Shared Key Lite scheme for
+  ``PipelineClient`` with public policies, on :class:`shared.storage.transport.Urllib3Transport`
+  (azure-core's transport interface on urllib3), signed with the documented Shared Key Lite scheme for
   an account key, or a bearer token for an Entra ID credential. The wire format (entities as
   JSON, the ``$batch`` response's ETags) is :mod:`shared.storage.odata`.
 * :class:`SdkTable` is the same through azure-data-tables' public ``TableClient`` methods
@@ -68,6 +69,7 @@ from shared.storage.odata import (
     to_json,
 )
 from shared.storage.store import Conflict, TooLarge
+from shared.storage.transport import Urllib3Transport
 
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 API_VERSION = "2019-02-02"
@@ -276,8 +278,8 @@ def rest_pipeline(client: Any, transport: Any) -> Any | None:
 
 def table_for(client: Any, transport: Any | None = None, *, rest: bool = True) -> Table:
     """``client`` (a ``TableClient``) as a :class:`Table`: the REST path when asked for and its
-    credential can be signed (over ``transport``, else a new :func:`requests_transport`), else the SDK's."""
-    pipeline = rest_pipeline(client, transport or requests_transport()) if rest else None
+    credential can be signed (over ``transport``, else a new ``Urllib3Transport``), else the SDK's."""
+    pipeline = rest_pipeline(client, transport or Urllib3Transport(POOL_SIZE)) if rest else None
     if pipeline is None:
         return SdkTable(client)
     return RestTable(client.url, client.table_name, pipeline.send_request)
@@ -285,7 +287,8 @@ def table_for(client: Any, transport: Any | None = None, *, rest: bool = True) -
 
 def requests_transport(pool_size: int = POOL_SIZE) -> Any:
     """azure-core's ``RequestsTransport`` on one pooled session (``pool_size`` connections, enough for
-    the worker's thread pool) that reads no proxy settings from the environment per call."""
+    the worker's thread pool) that reads no proxy settings from the environment per call: the SDK
+    clients' (table creation, the SDK path)."""
     session = requests.Session()
     session.trust_env = False
     adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)

@@ -33,11 +33,11 @@ STEP = WaitingStep("0" * 32, 1, "create-shipment")
 @pytest.fixture
 def counted() -> Iterator[opcount.Counter]:
     """Every table request this process sends, by ``table|kind`` (``bench.opcount``'s classification),
-    counted at the send of the app's table transport (azure-core's ``RequestsTransport``, which the
-    fixtures' stores use)."""
-    from azure.core.pipeline.transport import RequestsTransport
+    counted at the send of the store's table transport (``Urllib3Transport``, which the fixtures'
+    stores use)."""
+    from shared.storage.transport import Urllib3Transport
 
-    transport = RequestsTransport
+    transport = Urllib3Transport
     counter = opcount.Counter(None)
     original = transport.__dict__["send"]
 

@@ -67,21 +67,25 @@ def test_missing_connection_is_reported_on_use() -> None:
         clients.service_bus()
 
 
-def test_tables_share_one_pooled_requests_transport_that_reads_no_proxy_env() -> None:
-    """The table clients and the store's REST path send on the worker's one transport: azure-core's
-    RequestsTransport, pooled for the thread pool, verifying TLS, not reading proxies from the env."""
+def test_the_store_sends_on_one_pooled_transport_and_the_sdk_clients_read_no_proxy_env() -> None:
+    """The store's REST path sends on the worker's one Urllib3Transport, pooled for the thread pool;
+    the SDK clients (table creation) on a pooled RequestsTransport that reads no proxies from the
+    env and verifies TLS."""
     from azure.core.pipeline.transport import RequestsTransport
 
-    from shared.storage.tables import POOL_SIZE, RestTable
+    from shared.storage.tables import POOL_SIZE, RestTable, requests_transport
+    from shared.storage.transport import Urllib3Transport
 
     clients = C.Clients(Settings.from_env({**URLS, "StateStorage": AZURITE}))
     t = clients.transport
-    assert isinstance(t, RequestsTransport) and t.session.trust_env is False
-    assert t.session.get_adapter("https://x").poolmanager.connection_pool_kw["maxsize"] == POOL_SIZE >= 32
-    assert t.connection_config.verify is True
+    assert isinstance(t, Urllib3Transport) and t.pools.connection_pool_kw["maxsize"] == POOL_SIZE >= 32
     svc = clients.table_service()
     store = TableStore.of(svc.get_table_client("orders"), svc.get_table_client("deadlines"), transport=t)
     assert isinstance(store.state, RestTable) and store.path == "rest"
+    sdk = requests_transport()
+    assert isinstance(sdk, RequestsTransport) and sdk.session.trust_env is False
+    assert sdk.session.get_adapter("https://x").poolmanager.connection_pool_kw["maxsize"] == POOL_SIZE
+    assert sdk.connection_config.verify is True
 
 
 def test_clients_are_created_once_under_concurrency() -> None:

@@ -1,0 +1,152 @@
+"""The table requests' HTTP transport: azure-core's public ``HttpTransport`` interface on one
+urllib3 ``PoolManager``.
+
+azure-core lets a pipeline take any transport (its documented extension point; the Azure SDK
+team's "Custom transport in Python SDK" shows one on HTTPX). Its own sync transport,
+``RequestsTransport``, sends through ``requests.Session.request``, whose per-call work
+(``prepare_request``, settings merges, hooks, cookies, adapters) profiled at ~17% of the app's
+CPU at saturation, more than the urllib3 ``urlopen`` under it (bench/README.md, "Issue 27").
+This one does what :class:`shared.storage.tables.RestTable` needs and nothing else: its requests
+(``azure.core.rest.HttpRequest`` with a bytes body, read whole), one ``urlopen``, no redirects,
+no retries below the pipeline's ``RetryPolicy``, TLS verified (urllib3's defaults), no proxy.
+Connection errors become azure-core's ``ServiceRequestError`` (nothing was sent: retried) and
+``ServiceResponseError`` (the request may have arrived), as ``RequestsTransport`` maps them.
+Thread-safe: urllib3's pools are; over ``maxsize`` busy connections a thread opens one more
+(``block=False``) and it is dropped after use.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
+from azure.core.pipeline.transport import HttpTransport
+from azure.core.rest import HttpRequest, HttpResponse
+from urllib3 import BaseHTTPResponse, PoolManager, Timeout
+from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError
+
+CONNECT_SECONDS = 300.0  # azure-core's ConnectionConfiguration defaults
+READ_SECONDS = 300.0
+
+
+class Urllib3Transport(HttpTransport):  # type: ignore[type-arg]
+    """azure-core transport over one ``urllib3.PoolManager`` (see the module docstring)."""
+
+    def __init__(self, maxsize: int, *, connect: float = CONNECT_SECONDS, read: float = READ_SECONDS) -> None:
+        self.timeout = Timeout(connect=connect, read=read)
+        self.pools = PoolManager(num_pools=4, maxsize=maxsize, block=False, retries=False)
+
+    def __enter__(self) -> Urllib3Transport:
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Nothing to open: a pool connects on its first request."""
+
+    def close(self) -> None:
+        self.pools.clear()
+
+    def send(self, request: HttpRequest, **kwargs: Any) -> Response:  # type: ignore[override]
+        """Send ``request`` and read its response whole. ``connection_timeout`` / ``read_timeout``:
+        seconds, for this request."""
+        kwargs.pop("stream", None)  # every response is read whole: the table responses are small
+        timeout = self.timeout
+        if "connection_timeout" in kwargs or "read_timeout" in kwargs:
+            timeout = Timeout(connect=kwargs.pop("connection_timeout", CONNECT_SECONDS),
+                              read=kwargs.pop("read_timeout", READ_SECONDS))
+        if kwargs:
+            raise TypeError(f"Urllib3Transport.send() got unsupported keywords {sorted(kwargs)}")
+        try:
+            raw = self.pools.urlopen(request.method, request.url, body=request.content, headers=request.headers,
+                                     retries=False, redirect=False, timeout=timeout, preload_content=True)
+        except (NewConnectionError, ConnectTimeoutError) as exc:
+            raise ServiceRequestError(exc, error=exc) from exc
+        except HTTPError as exc:  # read timeout, connection reset, a broken response
+            raise ServiceResponseError(exc, error=exc) from exc
+        return Response(request, raw)
+
+
+class Response(HttpResponse):
+    """A response read whole: azure-core's public ``HttpResponse`` interface over urllib3's."""
+
+    def __init__(self, request: HttpRequest, raw: BaseHTTPResponse) -> None:
+        self._request = request
+        self.raw = raw
+        self._content: bytes = raw.data
+        self._encoding: str | None = None
+
+    @property
+    def request(self) -> HttpRequest:
+        return self._request
+
+    @property
+    def status_code(self) -> int:
+        return self.raw.status
+
+    @property
+    def headers(self) -> MutableMapping[str, str]:
+        return self.raw.headers  # urllib3's HTTPHeaderDict: case-insensitive
+
+    @property
+    def reason(self) -> str:
+        return self.raw.reason or ""
+
+    @property
+    def content_type(self) -> str | None:
+        return self.raw.headers.get("Content-Type")
+
+    @property
+    def is_closed(self) -> bool:
+        return True
+
+    @property
+    def is_stream_consumed(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str | None:
+        return self._encoding
+
+    @encoding.setter
+    def encoding(self, value: str | None) -> None:
+        self._encoding = value
+
+    @property
+    def url(self) -> str:
+        return self._request.url
+
+    @property
+    def content(self) -> bytes:
+        return self._content
+
+    def text(self, encoding: str | None = None) -> str:
+        return self._content.decode(encoding or self._encoding or "utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self._content)
+
+    def raise_for_status(self) -> None:
+        if self.status_code >= 400:
+            raise HttpResponseError(response=self)
+
+    def read(self) -> bytes:
+        return self._content
+
+    def iter_raw(self, **kwargs: Any) -> Iterator[bytes]:
+        yield self._content
+
+    def iter_bytes(self, **kwargs: Any) -> Iterator[bytes]:
+        yield self._content
+
+    def close(self) -> None:
+        """The body was read whole and the connection went back to its pool."""
+
+    def __enter__(self) -> Response:
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        self.close()
