@@ -97,7 +97,8 @@ class LockedSender:
 
 
 class Clients:
-    """The worker's clients, built on first use from ``settings``."""
+    """The worker's clients, built on first use from ``settings`` (the store's transport, which
+    connects on its first request, at once)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -163,6 +164,7 @@ class Clients:
                 pass
         if self._sb is not None:
             self._sb.close()
+        self.transport.close()
 
 
 _clients: Clients | None = None

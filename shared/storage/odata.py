@@ -92,8 +92,9 @@ def failed_statuses(body: bytes) -> list[int]:
 
 def batch_etags(body: bytes, count: int) -> list[str | None]:
     """The ETag of each of ``count`` writes in a successful ``$batch`` response, in the order of the
-    request (a part that names its ``Content-ID`` is placed by it; None: the part gave none), or an
-    empty list when the parts cannot be matched to the writes."""
+    request (a part that names its ``Content-ID``, among its MIME headers or, as the service
+    writes it, among its HTTP headers, is placed by it; None: the part gave none), or an empty
+    list when the parts cannot be matched to the writes."""
     found: list[str | None] = [None] * count
     parts = [p for p in _BOUNDARY_LINE.split(b"\r\n" + body) if b"HTTP/1.1 " in p]
     if len(parts) != count:
@@ -101,11 +102,12 @@ def batch_etags(body: bytes, count: int) -> list[str | None]:
     seen: set[int] = set()
     for position, part in enumerate(parts):
         mime, _sep, http = part.partition(b"HTTP/1.1 ")
-        cid = _CONTENT_ID.search(mime)
+        headers = http.split(b"\r\n\r\n", 1)[0]
+        cid = _CONTENT_ID.search(mime) or _CONTENT_ID.search(headers)
         index = int(cid.group(1)) if cid else position
         if not 0 <= index < count or index in seen:
             return []
         seen.add(index)
-        etag = _ETAG_HEADER.search(http.split(b"\r\n\r\n", 1)[0])
+        etag = _ETAG_HEADER.search(headers)
         found[index] = etag.group(1).decode("latin-1") if etag else None
     return found

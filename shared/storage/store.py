@@ -46,8 +46,9 @@ Times are stored as ISO-8601 UTC strings with microseconds (they sort as text), 
 decimal strings, absent values as absent properties (REPLACE writes the full entity).
 
 Concurrency: every update is a REPLACE conditioned on the ETag read
-(``MatchConditions.IfNotModified``); a 412 (or a 409 on create) is a lost race and surfaces as
-:class:`Conflict`. Multi-row writes are one entity-group transaction (same PartitionKey, atomic).
+(``MatchConditions.IfNotModified``); a 412 (or a 409 on create, a 404 on a replace or delete of
+a row gone) is a lost race and surfaces as :class:`Conflict`. Multi-row writes are one
+entity-group transaction (same PartitionKey, atomic).
 
 This module: the ``Store`` protocol, its errors and the limits; the in-memory twin is
 ``shared.storage.memory.MemoryStore``, the Table Storage store ``shared.storage.table_store.TableStore``
@@ -67,7 +68,7 @@ STATS_PARTITION = "stats"  # the console's per-process figures (OrderIndexTable,
 
 
 class Conflict(Exception):
-    """A conditional write lost: the row changed (412) or already exists (409)."""
+    """A conditional write lost: the row changed (412), already exists (409) or is gone (404)."""
 
 
 class TooLarge(Exception):

@@ -17,8 +17,8 @@ of their properties with ``PartitionKey``, ``RowKey`` and their ETag under ``sha
   Azurite, once per path).
 
 Why two: the SDK's ``submit_transaction`` builds and parses multipart bodies with the ``email``
-package and starts threads per batch: on Azurite it cost 8.0 ms of client CPU per 4-write
-transaction against 1.7 ms here (measured in "Table paths: public pipeline").
+package and starts threads per batch: on Azurite it costs several times the client CPU per
+transaction of the REST path (bench/README.md, "Issue 27: public APIs only, and what it cost").
 """
 
 from __future__ import annotations
@@ -243,18 +243,18 @@ class RestTable:
         response = self._request("POST", f"{self.endpoint}/$batch", body="".join(out).encode(),
                                  headers={"Content-Type": f"multipart/mixed; boundary={batch}",
                                           "MaxDataServiceVersion": "3.0;NetFx", "x-ms-client-request-id": unique})
-        status = response.status_code
+        status, what = response.status_code, f"transaction on {partition_key}"
         if status == 202:
             body = response.content
             failed = failed_statuses(body)
             if not failed:
                 return etags_of(body, writes)
-            status = failed[0]
+            status, what = failed[0], f"{what} (a part answered {failed[0]})"
         if status in (404, 409, 412):
             raise Conflict(f"{status} in transaction on {partition_key}")
         if status == 413:
             raise TooLarge(f"transaction on {partition_key}: 413")
-        raise self._failed(response, f"transaction on {partition_key}")
+        raise self._failed(response, what)
 
 
 def rest_pipeline(client: Any, transport: Any) -> Any | None:
@@ -285,13 +285,13 @@ def table_for(client: Any, transport: Any | None = None, *, rest: bool = True) -
     return RestTable(client.url, client.table_name, pipeline.send_request)
 
 
-def requests_transport(pool_size: int = POOL_SIZE) -> Any:
-    """azure-core's ``RequestsTransport`` on one pooled session (``pool_size`` connections, enough for
+def requests_transport() -> Any:
+    """azure-core's ``RequestsTransport`` on one pooled session (``POOL_SIZE`` connections, enough for
     the worker's thread pool) that reads no proxy settings from the environment per call: the SDK
     clients' (table creation, the SDK path)."""
     session = requests.Session()
     session.trust_env = False
-    adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
+    adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return RequestsTransport(session=session, session_owner=False, use_env_settings=False)

@@ -5,12 +5,15 @@ azure-core lets a pipeline take any transport (its documented extension point; t
 team's "Custom transport in Python SDK" shows one on HTTPX). Its own sync transport,
 ``RequestsTransport``, sends through ``requests.Session.request``, whose per-call work
 (``prepare_request``, settings merges, hooks, cookies, adapters) profiled at ~17% of the app's
-CPU at saturation, more than the urllib3 ``urlopen`` under it (bench/README.md, "Issue 27").
+CPU at saturation, more than the urllib3 ``urlopen`` under it (bench/README.md, "Issue 27: public
+APIs only, and what it cost").
 This one does what :class:`shared.storage.tables.RestTable` needs and nothing else: its requests
 (``azure.core.rest.HttpRequest`` with a bytes body, read whole), one ``urlopen``, no redirects,
 no retries below the pipeline's ``RetryPolicy``, TLS verified (urllib3's defaults), no proxy.
-Connection errors become azure-core's ``ServiceRequestError`` (nothing was sent: retried) and
-``ServiceResponseError`` (the request may have arrived), as ``RequestsTransport`` maps them.
+Errors become azure-core's, as ``RequestsTransport`` maps them: ``ServiceRequestError`` when the
+request did not go out (no connection, a connect timeout, TLS) and ``ServiceResponseError`` when
+it may have arrived (a read timeout, a connection broken after sending); the timeouts as their
+``...TimeoutError`` subclasses.
 Thread-safe: urllib3's pools are; over ``maxsize`` busy connections a thread opens one more
 (``block=False``) and it is dropped after use.
 """
@@ -21,11 +24,17 @@ import json
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
+from azure.core.exceptions import (
+    HttpResponseError,
+    ServiceRequestError,
+    ServiceRequestTimeoutError,
+    ServiceResponseError,
+    ServiceResponseTimeoutError,
+)
 from azure.core.pipeline.transport import HttpTransport
 from azure.core.rest import HttpRequest, HttpResponse
 from urllib3 import BaseHTTPResponse, PoolManager, Timeout
-from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError
+from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
 
 CONNECT_SECONDS = 300.0  # azure-core's ConnectionConfiguration defaults
 READ_SECONDS = 300.0
@@ -34,8 +43,7 @@ READ_SECONDS = 300.0
 class Urllib3Transport(HttpTransport):  # type: ignore[type-arg]
     """azure-core transport over one ``urllib3.PoolManager`` (see the module docstring)."""
 
-    def __init__(self, maxsize: int, *, connect: float = CONNECT_SECONDS, read: float = READ_SECONDS) -> None:
-        self.timeout = Timeout(connect=connect, read=read)
+    def __init__(self, maxsize: int) -> None:
         self.pools = PoolManager(num_pools=4, maxsize=maxsize, block=False, retries=False)
 
     def __enter__(self) -> Urllib3Transport:
@@ -52,21 +60,25 @@ class Urllib3Transport(HttpTransport):  # type: ignore[type-arg]
 
     def send(self, request: HttpRequest, **kwargs: Any) -> Response:  # type: ignore[override]
         """Send ``request`` and read its response whole. ``connection_timeout`` / ``read_timeout``:
-        seconds, for this request."""
+        seconds, for this request (300 each by default, as azure-core's)."""
         kwargs.pop("stream", None)  # every response is read whole: the table responses are small
-        timeout = self.timeout
-        if "connection_timeout" in kwargs or "read_timeout" in kwargs:
-            timeout = Timeout(connect=kwargs.pop("connection_timeout", CONNECT_SECONDS),
-                              read=kwargs.pop("read_timeout", READ_SECONDS))
+        timeout = Timeout(connect=kwargs.pop("connection_timeout", CONNECT_SECONDS),
+                          read=kwargs.pop("read_timeout", READ_SECONDS))
         if kwargs:
             raise TypeError(f"Urllib3Transport.send() got unsupported keywords {sorted(kwargs)}")
         try:
             raw = self.pools.urlopen(request.method, request.url, body=request.content, headers=request.headers,
                                      retries=False, redirect=False, timeout=timeout, preload_content=True)
-        except (NewConnectionError, ConnectTimeoutError) as exc:
+        except NewConnectionError as exc:  # refused, no such host (a ConnectTimeoutError subclass)
             raise ServiceRequestError(exc, error=exc) from exc
-        except HTTPError as exc:  # read timeout, connection reset, a broken response
+        except ConnectTimeoutError as exc:
+            raise ServiceRequestTimeoutError(exc, error=exc) from exc
+        except ReadTimeoutError as exc:
+            raise ServiceResponseTimeoutError(exc, error=exc) from exc
+        except ProtocolError as exc:  # the connection broke after the request went out
             raise ServiceResponseError(exc, error=exc) from exc
+        except HTTPError as exc:  # TLS and the rest: the request did not go out
+            raise ServiceRequestError(exc, error=exc) from exc
         return Response(request, raw)
 
 

@@ -9,7 +9,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from azure.core import PipelineClient
-from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
+from azure.core.exceptions import (
+    HttpResponseError,
+    ServiceRequestError,
+    ServiceResponseError,
+    ServiceResponseTimeoutError,
+)
 from azure.core.pipeline.policies import RetryPolicy
 from azure.core.rest import HttpRequest
 
@@ -86,8 +91,9 @@ def test_nothing_listening_is_a_request_error_the_pipeline_retries() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed when the block ends: nothing listens there
     transport = Urllib3Transport(4)
-    with pytest.raises(ServiceRequestError):
+    with pytest.raises(ServiceRequestError) as raised:
         transport.send(HttpRequest("GET", f"http://127.0.0.1:{port}/"))
+    assert type(raised.value) is ServiceRequestError  # refused: not a timeout
     tries: list[int] = []
     original = transport.send
 
@@ -103,11 +109,12 @@ def test_nothing_listening_is_a_request_error_the_pipeline_retries() -> None:
     assert len(tries) == 3
 
 
-@pytest.mark.parametrize("path", ["/drop", "/hang"])
-def test_a_dropped_or_late_response_is_a_response_error(server: str, path: str) -> None:
-    transport = Urllib3Transport(4)
-    with pytest.raises(ServiceResponseError):
-        transport.send(HttpRequest("GET", f"{server}{path}"), read_timeout=0.3)
+@pytest.mark.parametrize(("path", "error"), [("/drop", ServiceResponseError), ("/hang", ServiceResponseTimeoutError)])
+def test_a_dropped_or_late_response_is_a_response_error(server: str, path: str, error: type[Exception]) -> None:
+    """The request went out: a response error (a POST is not retried by the pipeline on it)."""
+    with pytest.raises(ServiceResponseError) as raised:
+        Urllib3Transport(4).send(HttpRequest("GET", f"{server}{path}"), read_timeout=0.3)
+    assert type(raised.value) is error
 
 
 def test_an_unknown_keyword_is_refused_not_ignored(server: str) -> None:
