@@ -14,8 +14,8 @@ committed, so a lost race or a replayed message never counts) and its Supervisor
 They are rows of partition ``stats`` of ``OrderIndexTable``: RowKey ``m-{yyyymmddHHMM}-{proc}``
 and ``h-{yyyymmddHH}-{proc}``. A process owns its rows: it replaces them with its running
 totals, the rows that changed in ONE transaction at most every ``interval`` (5 s) while anything
-changed, sent by the invocation (an order's, or the Supervisor's sweep) that records something
-once that time has passed: no thread. A sweep with no due row changes only the sweep figures:
+changed, sent by an invocation (an order's, or the Supervisor's sweep) after its own work, once
+that time has passed (:func:`flush_if_due`): no thread. A sweep with no due row changes only the sweep figures:
 those go with the next rows sent, or at the latest :data:`IDLE_SWEEP_HEARTBEAT` (60 s) after the
 last send, so an idle app writes one stats transaction a minute, not one per sweep.
 A flush that fails keeps everything for the next one; a killed process loses at most its last
@@ -212,9 +212,9 @@ Put = Callable[[Mapping[str, Figures]], None]  # one transaction of upserts (``S
 
 
 class ConsoleStats:
-    """This process's figures by minute and hour, flushed to the stats rows by the invocation that
-    records something once the last flush is ``interval`` seconds old (no thread: an instance may
-    be frozen as soon as no invocation runs; what it had not sent yet is lost with it)."""
+    """This process's figures by minute and hour, flushed to the stats rows by an invocation after
+    its own work once the last flush is ``interval`` seconds old (no thread: an instance may be
+    frozen as soon as no invocation runs; what it had not sent yet is lost with it)."""
 
     def __init__(self, put: Put, *, proc: str | None = None, clock: Callable[[], datetime] | None = None,
                  interval: float = FLUSH_SECONDS, auto_flush: bool = True,
@@ -224,7 +224,7 @@ class ConsoleStats:
         self.proc = proc or process_id()
         self.clock = clock or (lambda: datetime.now(UTC))
         self.interval = interval
-        self.auto_flush = auto_flush  # False: only explicit flush() calls send (tests)
+        self.auto_flush = auto_flush  # False: flush_if_due() sends nothing, only flush() (tests)
         self._next_flush = 0.0  # time.monotonic() from which a recording invocation flushes
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
@@ -250,7 +250,6 @@ class ConsoleStats:
                     setattr(figures, name, getattr(figures, name) + 1)
                 if latency is not None:
                     figures.latency.add(latency)
-        self._flush_if_due()
 
     def record_sweep(self, due_rows: int) -> None:
         """Count one Supervisor sweep that read ``due_rows`` due rows. An idle one (none) is sent
@@ -260,7 +259,6 @@ class ConsoleStats:
             for figures in self._current(now, idle=due_rows == 0):
                 figures.sweeps += 1
                 figures.last_sweep_at, figures.last_due_rows = now, due_rows
-        self._flush_if_due()
 
     def _current(self, now: datetime | None = None, *, idle: bool = False) -> list[Figures]:
         """The figures of this minute and this hour (marked changed, or changed by an idle sweep);
@@ -270,8 +268,9 @@ class ConsoleStats:
         (self._idle if idle else self._dirty).update(keys)
         return [self._figures.setdefault(k, Figures()) for k in keys]
 
-    def _flush_if_due(self) -> None:
-        """Flush from this invocation if the last flush is ``interval`` old (one at a time)."""
+    def flush_if_due(self) -> None:
+        """Flush if the last flush is ``interval`` old (one caller at a time); never raises. Called
+        by an invocation once its own work is done (:func:`flush_if_due`)."""
         if not self.auto_flush:
             return
         with self._lock:
@@ -344,6 +343,15 @@ def record_committed(store: object, committed: Committed) -> None:
             stats.record(committed)
         except Exception as exc:  # noqa: BLE001 - telemetry never fails the order's flow
             log_event(logging.WARNING, "stats.record_failed", error=repr(exc))
+
+
+def flush_if_due(store: object) -> None:
+    """Send ``store``'s recorder's changed rows if its interval has passed (see ``ConsoleStats``):
+    called by an invocation after its last effect, so that the figures' table request never
+    delays the order's own; never raises."""
+    stats = getattr(store, "stats", None)
+    if isinstance(stats, ConsoleStats):
+        stats.flush_if_due()
 
 
 def record_sweep(store: object, due_rows: int) -> None:

@@ -46,17 +46,18 @@ from shared.core.statemachine import (
     IndexVerdict,
     StateRow,
     Verdict,
-    View,
     decide_expired,
     decide_for_order,
     index_verdict,
 )
-from shared.observability import figures as console_stats
+from shared.core.workflows.catalog import AGENTS
 from shared.observability import metrics, telemetry
+from shared.observability.figures import flush_if_due, record_sweep
 from shared.observability.logs import log_event
 from shared.runtime import Runtime
 from shared.runtime.reindex import reindex_from_state
-from shared.supervisor.breakers import handle_watch
+from shared.storage.views import read_view
+from shared.supervisor.breakers import full_pass, handle_watch
 
 DEFAULT_BATCH = 500
 SWEEP_WORKERS = 8
@@ -99,7 +100,8 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
         span.set_attribute("orders.supervisor.due_rows", report.seen)
     metrics.sweep_duration.record(time.monotonic() - started)
     metrics.due_rows.record(report.seen)
-    console_stats.record_sweep(rt.store, report.seen)
+    record_sweep(rt.store, report.seen)
+    flush_if_due(rt.store)  # the console's figures, the sweep's own work done
     return report
 
 
@@ -113,9 +115,6 @@ def _first_breaker_pass(rt: Runtime) -> None:
     """Once per store and process, before its first sweep: read every breaker, watch the ones
     not closed and resume what waits on closed ones (``shared.supervisor.breakers.full_pass``).
     After that, breakers are looked at only when their watch rows fall due."""
-    from shared.core.workflows.catalog import AGENTS
-    from shared.supervisor.breakers import full_pass
-
     with _passed_lock:
         if _passed.get(id(rt.store)) is rt.store:
             return
@@ -195,7 +194,7 @@ def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepRepo
         rt.run([PutIndex(row.order_id, min(state.complete_by, now + rt.config.index_floor()), note="moved")])
         report.count("moved")
     elif verdict is IndexVerdict.ACT:
-        view = View.from_entities(rt.store.read_partition(row.order_id))
+        view = read_view(rt.store, row.order_id)
         with telemetry.order_span("supervisor.redrive", view.traceparent, **{"orders.order_id": row.order_id}):
             decision = decide_for_order(view, rt.ctx(), partial(decide_expired, view))
             outcome = rt.run(decision.effects)

@@ -244,10 +244,10 @@ def test_a_flush_sends_at_most_a_transaction_of_rows() -> None:
     assert max(len(c) for c in put.calls) == MAX_BATCH_OPS
 
 
-def test_the_recording_invocation_flushes_once_the_interval_has_passed_and_no_thread_runs() -> None:
-    """No thread: an invocation that records something sends the changed rows itself, at most
-    once per interval; a failing flush is logged, never raised into the order's invocation, and
-    its rows are sent by the next one. The flush's table request is not traced."""
+def test_an_invocation_flushes_once_the_interval_has_passed_and_no_thread_runs() -> None:
+    """No thread: an invocation sends the changed rows itself once its work is done, at most once
+    per interval; a failing flush is logged, never raised into the invocation, and its rows are
+    sent by the next one. The flush's table request is not traced."""
     import threading
 
     from shared.observability import telemetry
@@ -258,20 +258,40 @@ def test_the_recording_invocation_flushes_once_the_interval_has_passed_and_no_th
     threads = threading.active_count()
     ticks = [0.0]
     stats = ConsoleStats(put, proc="p", clock=Clock(), interval=5, monotonic=lambda: ticks[0])
-    stats.record_sweep(3)  # the first one flushes
+    stats.record_sweep(3)
+    assert put.calls == []  # recording sends nothing
+    stats.flush_if_due()  # the first one flushes
     assert len(store.query_stats("", "\uffff", 10)) == 2 and len(put.calls) == 1
-    stats.record_sweep(3)  # within the interval: kept for later
+    stats.record_sweep(3)
+    stats.flush_if_due()  # within the interval: kept for later
     assert len(put.calls) == 1 and threading.active_count() == threads
     ticks[0] = 5.0
     put.fail = 1
-    stats.record_sweep(3)  # due, fails: logged, kept
+    stats.record_sweep(3)
+    stats.flush_if_due()  # due, fails: logged, kept
     assert len(put.calls) == 2 and [r.sweeps for r in store.query_stats("", "\uffff", 10).values()] == [1, 1]
     ticks[0] = 10.0
     telemetry.setup({})
     with telemetry_support.capture() as exporter:
         stats.record_sweep(3)
+        stats.flush_if_due()
         assert exporter.get_finished_spans() == ()
     assert [r.sweeps for r in store.query_stats("", "\uffff", 10).values()] == [4, 4]
+
+
+def test_an_order_s_invocation_flushes_after_its_effects_never_between_them() -> None:
+    """The submission commits, then sends its first request: the figures go after the send."""
+    rt = make_runtime()
+    sent_at_flush: list[int] = []
+
+    def put(rows: Mapping[str, Figures]) -> None:
+        sent_at_flush.append(len(rt.bus.sent))  # type: ignore[attr-defined]
+        rt.store.put_stats(rows)
+
+    rt.store.stats = ConsoleStats(put, proc="p", clock=rt.clock)  # type: ignore[attr-defined]
+    assert post(rt).status == 202
+    assert sent_at_flush == [1]  # one flush, after the request to the first agent went out
+    assert [r.submitted for r in rt.store.query_stats("", "\uffff", 10).values()] == [1, 1]
 
 
 # ---- retention -------------------------------------------------------------------------------------
