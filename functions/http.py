@@ -1,4 +1,4 @@
-"""The one conversion of the core's ``HttpResult`` into the host's ``HttpResponse``."""
+"""The one conversion of ``shared.api.http.HttpResult`` into the host's ``HttpResponse``."""
 
 from __future__ import annotations
 

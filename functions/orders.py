@@ -1,6 +1,6 @@
 """HTTP functions: submission, order status and history, search, the loaded workflows, and the
-operator's retry, cancel and terminate. Thin adapters over ``shared.api.orders`` and ``shared.api.search``: parse the
-request, call the core, return its result."""
+operator's retry, cancel and terminate. Thin adapters over ``shared.api.orders``, ``.search`` and
+``.operator``: parse the request, call shared/, return its result."""
 
 from __future__ import annotations
 

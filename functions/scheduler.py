@@ -2,7 +2,7 @@
 each per priority lane (``shared.core.workflows.lanes``; a message is handled the same on every lane).
 Thin adapters over ``shared.scheduler``; settlement: auto-complete on return, abandon on
 raise (transient failures, and poison messages, which the broker dead-letters after
-MaxDeliveryCount; see shared/scheduler.py)."""
+MaxDeliveryCount; see shared/scheduler/handlers.py)."""
 
 from __future__ import annotations
 

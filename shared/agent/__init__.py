@@ -7,6 +7,10 @@ is ``shared.core.messages.AgentRequest`` (docs/contracts.md, "Agent messages").
 * ``remote``: the call to the agent's remote service and its retry policy (tenacity).
 * ``replies``: the reply message.
 * ``runtime``: ``AgentRuntime``, which ties them together.
+* ``worker``: the runtime per agent of a Functions worker, and one message handled with the
+  trigger's settlement rules.
+* ``guard``, ``gate``, ``board``, ``cache``: the remote's circuit breaker as the agent sees it
+  (its shared row in the state table, read through one cache per worker).
 
 Compensation requests (kind ``compensation``, operations ``release``/``refund``) take the same
 path, with their own idempotency key (``ORDERID:STEP:compensate``). Replies go out through the

@@ -60,7 +60,6 @@ transitions = _meter.create_counter("orders.breaker.transitions", unit="{transit
 held_back = _meter.create_counter("orders.breaker.held_back", unit="{call}",
                                   description="Calls not made because the remote's breaker was open")
 
-ANSWERED_NOT_FAILED = frozenset({425, 429})  # throttled: the remote is up
 
 
 def failure_of(status: int | str, *, final: bool = True) -> str | None:

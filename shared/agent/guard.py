@@ -51,7 +51,7 @@ class CallGuard:
 
     def before_call(self) -> None:
         """Admit the next call (a probe remembers its lease) or raise :class:`BreakerWait`."""
-        decision = hold(self.gate, self.gate.store, self.step)
+        decision = hold(self.gate, self.step)
         if decision.admission == "wait":
             until = decision.until or self.gate.now() + self.gate.policy.cool_down
             raise BreakerWait(self.gate.remote, until, decision.verdict, self.gate.claim_wake(until))
@@ -80,7 +80,7 @@ def breaker_for(remote: str, store: Store, bus: Bus, settings: Any, instance: st
                        settings["AlertsQueue"], on_closed=resume, board=board)
 
 
-def hold(gate: BreakerGate, store: Store, step: WaitingStep) -> BreakerDecision:
+def hold(gate: BreakerGate, step: WaitingStep) -> BreakerDecision:
     """Admit ``step``'s call, or register it as waiting: register, then read the breaker again.
 
     Returns the decision to act on: ``call``/``probe`` (not registered: the row, if written, is
@@ -88,8 +88,8 @@ def hold(gate: BreakerGate, store: Store, step: WaitingStep) -> BreakerDecision:
     first = gate.admit()
     if first.admission != "wait":
         return first
-    register_waiting(store, gate.remote, step, gate.now())
+    register_waiting(gate.store, gate.remote, step, gate.now())
     second = gate.admit()
     if second.admission != "wait":
-        forget_waiting(store, gate.remote, [step])
+        forget_waiting(gate.store, gate.remote, [step])
     return second

@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from shared.api.http import HttpResult, problem
+from shared.api.http import HttpResult, lower_headers, problem
 
 KEY = "key"
 APP_SERVICE = "appService"
@@ -42,7 +42,7 @@ def denied(mode: str, role: str, headers: Mapping[str, str]) -> HttpResult | Non
     """None when the request may use an operator route, else the 401/403 to answer."""
     if mode == KEY:
         return None  # the host checked the key before the function ran
-    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+    lowered = lower_headers(headers)
     raw = lowered.get(PRINCIPAL_HEADER)
     if not raw:
         return problem(401, "unauthenticated", "Sign-in required",

@@ -8,10 +8,11 @@ from __future__ import annotations
 from shared.api.http import HttpResult, problem, resolve_id
 from shared.core.effects import Transact
 from shared.core.rows import STATE_ROW
-from shared.core.statemachine import Rejected, View, bound, decide_cancel, decide_retry, decide_terminate
+from shared.core.statemachine import Rejected, bound, decide_cancel, decide_retry, decide_terminate
 from shared.core.workflows import UnknownWorkflow
 from shared.observability import telemetry
 from shared.runtime import Runtime
+from shared.storage.views import read_view
 
 OPERATOR_RACE_RETRIES = 3
 
@@ -22,7 +23,7 @@ def _operate(rt: Runtime, raw_id: str | None, action: str) -> HttpResult:
         return order_id
     decide = {"retry": decide_retry, "cancel": decide_cancel, "terminate": decide_terminate}[action]
     for _ in range(OPERATOR_RACE_RETRIES):
-        view = View.from_entities(rt.store.read_partition(order_id))
+        view = read_view(rt.store, order_id)
         if view.state is None:
             return problem(404, "not-found", "Order not found", f"no order {order_id}")
         with telemetry.order_span(f"operator.{action}", view.traceparent, **{"orders.order_id": order_id}):

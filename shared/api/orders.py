@@ -15,8 +15,7 @@
   version.
 * GET /api/orders/{id}: the order, its workflow (name, version), state, steps, compensation
   progress and the first page of its history; GET /api/orders/{id}/history pages through the rest.
-* POST /api/orders/{id}/retry | /cancel | /terminate (operator): 409 problem+json with the
-  reason when the order is in the wrong state. Search: ``shared.api.search``.
+* The operator's retry, cancel and terminate: ``shared.api.operator``. Search: ``shared.api.search``.
 Ids (32 lower-case hex, or a UUID with dashes in any case: the same order) are validated and
 brought to their stored form before any table call; Table filters are parameterised.
 """
@@ -48,6 +47,7 @@ from shared.core.workflows import UnknownWorkflow
 from shared.observability import metrics, telemetry
 from shared.observability.logs import log_event
 from shared.runtime import Runtime
+from shared.storage.views import read_view
 
 HISTORY_PAGE = 100
 MAX_HISTORY_PAGE = 1000
@@ -123,7 +123,7 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
 
 
 def _replay(rt: Runtime, order_id: str, body_hash: str, key: str | None) -> HttpResult:
-    view = View.from_entities(rt.store.read_partition(order_id))
+    view = read_view(rt.store, order_id)
     order, state = view.order, view.state
     if order is None or state is None or key is None:
         raise RuntimeError(f"order {order_id} conflicted but cannot be read")
@@ -159,7 +159,7 @@ def get_order(rt: Runtime, raw_id: str | None) -> HttpResult:
     order_id = resolve_id(raw_id)
     if isinstance(order_id, HttpResult):
         return order_id
-    view = View.from_entities(rt.store.read_partition(order_id))
+    view = read_view(rt.store, order_id)
     if view.state is None or view.order is None:
         return problem(404, "not-found", "Order not found", f"no order {order_id}")
     events, token = _history_page(rt, order_id, 0, HISTORY_PAGE)

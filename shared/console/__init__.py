@@ -1,2 +1,3 @@
-"""The operator console's back end: its overview (``overview``, ``remotes``), the dead letters
-(``deadletters``) and its static files (``assets``). The page itself is functions/console_static/."""
+"""The operator console's back end: its overview (``overview``, ``remotes``) and the dead letters
+(``deadletters``). The page and its static files are served by functions/console.py, from
+functions/console_static/."""

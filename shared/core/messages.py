@@ -37,6 +37,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from shared.core.jsonio import JsonObject, dumps
 from shared.core.orders import ORDER_ID
 from shared.core.states import OrderCompensation, Outcome, ProcessState
+from shared.core.times import iso
 
 Body = JsonObject  # a message's JSON body (every one is made by a model's ``to_body()``)
 MAX_FENCE_LENGTH = 32 * 1024  # characters of a fencing token (``shared.storage.fence``) a request may carry
@@ -200,9 +201,6 @@ class RequestRoute(BaseModel):
     operation: OperationName
     workflow: NonBlank = "order"
     workflow_version: Annotated[int, BeforeValidator(_attempt)] = 1
-    # The scheduler's fencing token (``shared.storage.fence``), opaque to the agent: echoed unchanged in
-    # the reply. Absent (a request sent before tokens, or when none could be issued): none back.
-    fence: Annotated[str, Field(min_length=1, max_length=MAX_FENCE_LENGTH)] | None = None
 
 
 def _reraisable(error: ValidationError) -> list[InitErrorDetails]:
@@ -214,16 +212,12 @@ def _reraisable(error: ValidationError) -> list[InitErrorDetails]:
 # --------------------------------------------------------------------------- Scheduler queue and replies
 
 
-def _iso(value: datetime) -> str:
-    return value.isoformat(timespec="microseconds")
-
-
 class ScheduleMessage(BaseModel):
     """Scheduler queue: 'dispatch whatever this order needs next'."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    kind: Literal["schedule"] = "schedule"
+    kind: Literal["schedule"]
     orderId: Annotated[str, Field(pattern=ORDER_ID.pattern)]  # noqa: N815
     seq: Annotated[StrictInt, Field(ge=0)]
 
@@ -260,7 +254,7 @@ class ReplyMessage(BaseModel):
 
     @field_serializer("until")
     def _until(self, value: datetime | None) -> str | None:
-        return None if value is None else _iso(value)
+        return None if value is None else iso(value)
 
     def to_body(self) -> Body:
         """The reply as sent: ``result`` and ``reason`` always; the breaker's fields only on a
@@ -276,7 +270,7 @@ class ResumeMessage(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
-    kind: Literal["resume"] = "resume"
+    kind: Literal["resume"]
     orderId: Annotated[str, Field(pattern=ORDER_ID.pattern)]  # noqa: N815
     step: Annotated[str, Field(min_length=1, max_length=100)]
     attempt: Annotated[StrictInt, Field(ge=1)]
@@ -310,7 +304,7 @@ class StatusMessage(BaseModel):
 
     @field_serializer("at")
     def _at(self, value: datetime) -> str:
-        return _iso(value)
+        return iso(value)
 
     def to_body(self) -> Body:
         return self.model_dump(by_alias=True, exclude_none=True)
@@ -331,7 +325,7 @@ class AlertMessage(BaseModel):
 
     @field_serializer("at")
     def _at(self, value: datetime) -> str:
-        return _iso(value)
+        return iso(value)
 
     def to_body(self) -> Body:
         return self.model_dump(by_alias=True)
@@ -354,7 +348,7 @@ class BreakerAlert(BaseModel):
 
     @field_serializer("at", "retry_at")
     def _times(self, value: datetime | None) -> str | None:
-        return None if value is None else _iso(value)
+        return None if value is None else iso(value)
 
     def to_body(self) -> Body:
         absent = {name for name in ("failures", "retry_at", "open_seconds") if getattr(self, name) is None}

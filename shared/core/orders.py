@@ -56,11 +56,6 @@ def order_id_for_key(key: str) -> str:
     return uuid.uuid5(IDEMPOTENCY_NAMESPACE, key).hex
 
 
-def is_order_id(value: str | None) -> bool:
-    """Whether ``value`` is an order id in its stored form (32 lower-case hex digits)."""
-    return bool(value) and ORDER_ID.fullmatch(value) is not None  # type: ignore[arg-type]
-
-
 def parse_order_id(value: str | None) -> str | None:
     """The stored form of an order id given in either API form (``ORDER_ID_FORMS``), else None."""
     if not value:

@@ -61,17 +61,14 @@ class ServiceBusBus:
 class MemoryBus:
     """Records sent messages per queue. ``fail`` makes sends to a queue raise (tests)."""
 
-    def __init__(self, known_queues: set[str] | None = None) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self.sent: dict[str, list[OutMessage]] = defaultdict(list)
         self.fail: set[str] = set()
-        self.known_queues = known_queues
 
     def send(self, message: OutMessage) -> None:
         if message.queue in self.fail:
             raise ConnectionError(f"send to {message.queue} failed (injected)")
-        if self.known_queues is not None and message.queue not in self.known_queues:
-            raise QueueNotFound(message.queue)
         with self._lock:
             self.sent[message.queue].append(message)
 

@@ -1,7 +1,7 @@
 """Rewrite an order's search index rows from its state: the one repair of the index.
 
-An index write follows its state change (``Reindex``, best effort, write-behind), so it can be
-lost with a dying worker, or overtaken by an earlier write. Three places notice and call this:
+An index write follows its state change (``Reindex``, best effort, in the same invocation), so it
+can be lost with a dying worker, or overtaken by an earlier write. Three places notice and call this:
 the Supervisor (an ended order whose deadline row is still there), a search (a result whose row
 is of another category than its state), and retention (a purge that found the order still
 there). The rows the state implies are put, and the order's rows of the other changing
@@ -13,9 +13,10 @@ one, apart from other orders' writes.
 from __future__ import annotations
 
 from shared.core.effects import Reindex
-from shared.core.statemachine import Category, View, category_of, index_rows
+from shared.core.statemachine import Category, category_of, index_rows
 from shared.core.statemachine.search_index import category_key
 from shared.runtime import Runtime
+from shared.storage.views import read_view
 
 CHANGING = (Category.IN_FLIGHT, Category.ATTENTION)  # the categories an order leaves
 
@@ -23,7 +24,7 @@ CHANGING = (Category.IN_FLIGHT, Category.ATTENTION)  # the categories an order l
 def reindex_from_state(rt: Runtime, order_id: str, listed: Category | None = None) -> bool:
     """Write the order's index rows as its state says (True also when the order is gone);
     False: the write failed."""
-    view = View.from_entities(rt.store.read_partition(order_id))
+    view = read_view(rt.store, order_id)
     if view.order is None or view.state is None:
         return True
     current = category_of(view.state)

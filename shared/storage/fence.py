@@ -28,10 +28,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.core import sealed
+from shared.core.messages import MAX_FENCE_LENGTH
 from shared.core.rows import ETAG, ORDER_ROW, STATE_ROW
 
 _KEY = b"orders-fencing-token-v1"
-MAX_FENCE_LENGTH = 32 * 1024  # characters of the encoded token (the request and reply carry it)
 _MAX_JSON_BYTES = 1024 * 1024  # decompressed: a bound against a crafted token
 # An ETag as Table Storage (and MemoryStore) issue them: weak, quoted. '*' would make the write
 # unconditional, so a token holding one is refused.

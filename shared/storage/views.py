@@ -34,7 +34,7 @@ def read_view(store: Store, order_id: str) -> View:
 
 
 def views_for_reply(store: Store, reply: ReplyMessage, *, reads: int,
-                    message_id: str | None = None) -> Iterator[SourcedView]:
+                    message_id: str | None) -> Iterator[SourcedView]:
     """The views to decide ``reply`` on, in turn: its token's rows first (no read), then up to
     ``reads`` fresh reads, each made only when the one before did not settle the reply."""
     token_view = token_view_of(reply, message_id)
@@ -44,7 +44,7 @@ def views_for_reply(store: Store, reply: ReplyMessage, *, reads: int,
         yield SourcedView(read_view(store, reply.orderId), confirmed=True)
 
 
-def token_view_of(reply: ReplyMessage, message_id: str | None = None) -> View | None:
+def token_view_of(reply: ReplyMessage, message_id: str | None) -> View | None:
     """The rows the reply's token carries, if it is one this app issued for this order and the
     attempt that replies held the lease when it was written; else None (a read decides)."""
     if reply.fence is None:

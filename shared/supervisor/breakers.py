@@ -36,9 +36,10 @@ from shared.core.breaker.waiting import MAX_LISTED, resume_message
 from shared.core.breaker.watch import IDLE_RECHECK, WAKE_GRACE, Watch, WatchVerdict, decide_watch, probe_overdue
 from shared.core.messages import Bus
 from shared.observability.logs import log_event
+from shared.runtime.resume import resume_waiting
 from shared.storage.breakers import read_breaker
 from shared.storage.store import Store
-from shared.storage.waiting import forget_waiting, waiting_steps
+from shared.storage.waiting import waiting_steps
 
 __all__ = ["WAKE_GRACE", "full_pass", "handle_watch", "probe_overdue", "put_watch"]
 
@@ -58,11 +59,7 @@ def handle_watch(store: Store, bus: Bus, scheduler_queue: str, watch: Watch, now
     if decision.verdict is WatchVerdict.KEEP:
         return decision.verdict, 0
     if decision.verdict is WatchVerdict.RESUME_ALL:
-        steps = waiting_steps(store, watch.remote, limit)
-        for step in steps:
-            bus.send(resume_message(step, scheduler_queue))
-        forget_waiting(store, watch.remote, steps)
-        sent = len(steps)
+        sent = resume_waiting(store, bus, scheduler_queue, watch.remote, limit)
         if sent >= limit:
             return decision.verdict, sent  # more to list: the watch stays due
     elif decision.verdict is WatchVerdict.WAKE:
@@ -95,12 +92,9 @@ def full_pass(store: Store, bus: Bus, scheduler_queue: str, remotes: Iterable[st
             continue
         if row.etag is None:
             continue  # never written: no step can have read it open, so none waits on it
-        steps = waiting_steps(store, remote)
-        for step in steps:
-            bus.send(resume_message(step, scheduler_queue))
-        forget_waiting(store, remote, steps)
-        if steps:
-            sent[remote] = len(steps)
+        resumed = resume_waiting(store, bus, scheduler_queue, remote)
+        if resumed:
+            sent[remote] = resumed
     if sent:
         log_event(logging.WARNING, "supervisor.breaker_resumes", sent=sent)
     return sent

@@ -101,7 +101,7 @@ def test_a_dead_closer_is_covered_by_its_watch_then_the_sweep_is_idle_again(
     gate.record("timeout")
     gate.record("timeout")
     assert read_breaker(rt.store, "shipping").state is BreakerState.OPEN
-    assert hold(gate, rt.store, STEP).admission == "wait"
+    assert hold(gate, STEP).admission == "wait"
     rt.clock.advance(5)
     probe = gate.admit()
     gate.record(200, probe_id=probe.probe_id)

@@ -48,8 +48,8 @@ def resume_message(step: WaitingStep, queue: str, *, not_before: datetime | None
     """The SchedulerQueue message that re-dispatches ``step`` if it still waits on that attempt.
     Its id names the attempt (and ``tag``, e.g. a wake): duplicates are dropped."""
     message_id = f"resume:{step.row_key}" + (f":{tag}" if tag else "")
-    body = ResumeMessage.model_validate({"orderId": step.order_id, "step": step.step, "attempt": step.attempt,
-                                         "for": step.kind}).to_body()
+    body = ResumeMessage.model_validate({"kind": "resume", "orderId": step.order_id, "step": step.step,
+                                         "attempt": step.attempt, "for": step.kind}).to_body()
     return OutMessage(queue=queue, body=body, message_id=message_id, correlation_id=step.order_id,
                       subject="resume", scheduled_enqueue_time=not_before,
                       application_properties={"kind": "resume"})

@@ -9,7 +9,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from shared.core.effects import Effect, PutIndex, Transact
+from shared.core.effects import Effect
 from shared.core.workflows import (
     AGENTS_BY_NAME,
     DEFAULT_WORKFLOW,
@@ -159,7 +159,7 @@ class Verdict(StrEnum):
     WAITING_DUPLICATE = "waiting-duplicate"  # the same waiting reply again
     LOST_RACE = "lost-race"  # another writer changed the order first, every time it was tried: nothing written
     POISON = "poison"  # the reply names an order or a step that does not exist (the message is poison)
-    UNKNOWN_ORDER = "unknown-order"  # the message names no order
+    UNKNOWN_ORDER = "unknown-order"  # the order the message names does not exist
     INCONSISTENT = "inconsistent"  # the order's rows contradict each other (logged; nothing written)
     # A step that failed for good, and compensation
     FAILED = "failed"  # a step failed for good and there is nothing to compensate: the order ends failed
@@ -194,10 +194,6 @@ class Decision:
 
     verdict: Verdict
     effects: list[Effect] = field(default_factory=list)
-
-    @property
-    def writes(self) -> list[Effect]:
-        return [e for e in self.effects if isinstance(e, (Transact, PutIndex))]
 
 
 class Rejected(Exception):

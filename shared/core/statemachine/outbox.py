@@ -86,7 +86,8 @@ def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: d
 
 def trace_properties(traceparent: str | None, kind: str) -> dict[str, str]:
     """A message's application properties: its kind, and the order's ``traceparent``, which the
-    sender (``shared.core.effects``) replaces with the context of the span that sends it."""
+    sender (``shared.observability.telemetry.send``, from the executor) replaces with the context of
+    the span that sends it."""
     return {"traceparent": traceparent, "kind": kind} if traceparent else {"kind": kind}
 
 
@@ -103,7 +104,7 @@ def schedule_message(order_id: str, seq: int, ctx: Ctx, traceparent: str | None,
     scheduler queue of the order's lane (``priority``: the order row's)."""
     message_id = f"{order_id}:schedule:{seq}"
     return OutMessage(queue=ctx.config.lane_queue("SchedulerQueue", priority),
-                      body=ScheduleMessage(orderId=order_id, seq=seq).to_body(),
+                      body=ScheduleMessage(kind="schedule", orderId=order_id, seq=seq).to_body(),
                       message_id=message_id, correlation_id=order_id, subject="schedule",
                       scheduled_enqueue_time=not_before if not_before and not_before > ctx.now else None,
                       application_properties=trace_properties(traceparent, "schedule"))

@@ -216,7 +216,7 @@ def test_hold_registers_a_waiting_step_from_a_fresh_read_not_the_cache() -> None
     a = gate(store, clock)
     open_it(store, clock.now)
     step = WaitingStep("0" * 32, 1, "ship")
-    assert hold(a, store, step).admission == "wait"
+    assert hold(a, step).admission == "wait"
     assert waiting_steps(store, "shipping") == [step]
 
 

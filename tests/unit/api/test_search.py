@@ -659,7 +659,8 @@ def test_supervisor_reindexes_a_held_order_whose_reindex_failed() -> None:
 
 
 def test_supervisor_keeps_the_deadline_row_when_its_reindex_fails_too() -> None:
-    """BUG (shared/supervisor.py ``reindex_from_state`` / ``_handle_due_row``): the sweep's
+    """BUG (shared/runtime/reindex.py ``reindex_from_state``, shared/supervisor/sweep.py
+    ``_handle_due_row``): the sweep's
     Reindex goes through ``rt.run``, which logs a failed index write and returns
     ``Outcome(index_failed=True)``; the outcome is ignored and the deadline row is deleted
     anyway. The order is then left listed in flight with no ``cat-processed`` and no ``fin``

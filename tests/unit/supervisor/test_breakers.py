@@ -160,7 +160,7 @@ def test_a_closer_that_dies_before_its_resumes_is_covered_by_the_watch() -> None
     sweep(rt)
     g = gate(rt, on_closed=lambda gate: (_ for _ in ()).throw(RuntimeError("died")))
     open_by_failures(g)
-    assert hold(g, rt.store, STEP).admission == "wait"
+    assert hold(g, STEP).admission == "wait"
     rt.clock.advance(5)
     probe = g.admit()
     g.record(200, probe_id=probe.probe_id)  # closed; the resumes are never sent
@@ -219,7 +219,7 @@ def test_a_step_that_waits_on_the_next_opening_is_watched_by_that_opening() -> N
     probe = g.admit()
     g.record(200, probe_id=probe.probe_id)  # closed (opening 1)
     open_by_failures(g)  # opening 2
-    assert hold(g, rt.store, STEP).admission == "wait"
+    assert hold(g, STEP).admission == "wait"
     assert handle_watch(rt.store, rt.bus, "scheduler", first, first.due) == (WatchVerdict.DELETE, 0)
     assert {w.opening for w in watches(rt.store)} == {1, 2}  # opening 1's second watch is not due yet
     assert waiting_steps(rt.store, "shipping") == [STEP]
@@ -302,7 +302,7 @@ def test_random_outages_leave_no_waiting_step_behind_and_no_watch(seed: int) -> 
         roll = rng.random()
         if roll < 0.4:
             step = WaitingStep(f"{i:032x}", 1, "create-shipment")
-            decision = hold(g, rt.store, step)
+            decision = hold(g, step)
             if decision.admission == "wait":
                 waited.add(step.row_key)
             else:

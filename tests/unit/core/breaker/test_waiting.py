@@ -73,14 +73,14 @@ def test_forgetting_more_than_a_transaction_holds_goes_in_chunks() -> None:
 def test_hold_while_closed_calls_and_registers_nothing() -> None:
     store = MemoryStore()
     gate = BreakerGate(store, "shipping", POLICY, "a", MemoryBus(), "alerts", now=lambda: T0)
-    assert hold(gate, store, STEP).admission == "call"
+    assert hold(gate, STEP).admission == "call"
     assert waiting_steps(store, "shipping") == []
 
 
 def test_hold_while_open_registers_the_step_for_the_closer() -> None:
     store = MemoryStore()
     gate = opened(store)
-    decision = hold(gate, store, STEP)
+    decision = hold(gate, STEP)
     assert decision.admission == "wait" and decision.until == T0 + POLICY.cool_down
     assert close_now(store) == [STEP]
 
@@ -108,7 +108,7 @@ def test_a_close_before_the_step_registers_is_seen_by_its_second_read() -> None:
     seen: list[list[WaitingStep]] = []
     store = BeforeRegistering(lambda s: seen.append(close_now(s)))
     gate = opened(store)
-    decision = hold(gate, store, STEP)
+    decision = hold(gate, STEP)
     assert seen == [[]]  # the closer listed nothing...
     assert decision.admission == "call"  # ...and the step goes on by itself
     assert waiting_steps(store, "shipping") == []
@@ -118,7 +118,7 @@ def test_a_close_after_the_step_registers_is_seen_by_the_closer() -> None:
     seen: list[list[WaitingStep]] = []
     store = BeforeRegistering(lambda s: seen.append(close_now(s)), after=True)
     gate = opened(store)
-    decision = hold(gate, store, STEP)
+    decision = hold(gate, STEP)
     assert seen == [[STEP]]  # the closer resumes it (and the scheduler's fencing drops the second go)
     assert decision.admission == "call"
     assert waiting_steps(store, "shipping") == []

@@ -54,7 +54,7 @@ def test_an_open_write_that_lands_after_the_supervisor_dropped_its_watch_still_l
     assert [w.opening for w in watches(rt.store)] == [1], "an open breaker without a watch"
     # what that costs: a step waits, the closer dies before its resumes, the Supervisor never knows
     rt.clock.advance(-7)  # back inside the cool-down (the open was decided at T0)
-    assert hold(g, rt.store, STEP).admission == "wait"
+    assert hold(g, STEP).admission == "wait"
     rt.clock.advance(2)
     probe = g.admit()
     g.record(200, probe_id=probe.probe_id)

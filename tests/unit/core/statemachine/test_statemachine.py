@@ -376,6 +376,13 @@ def test_poison_schedule_messages(body: bytes) -> None:
     assert rt.store.snapshot() == {}
 
 
+def test_a_schedule_message_without_its_kind_is_poison_even_for_a_live_order() -> None:
+    rt = make_runtime()
+    oid = _new(rt)
+    with pytest.raises(PoisonMessage, match="invalid schedule message"):
+        handle_schedule(rt, json.dumps({"orderId": oid, "seq": 0}).encode(), message_id="x")
+
+
 def test_status_queue_failure_does_not_break_processing() -> None:
     rt = make_runtime()
     rt.bus.fail.add("order-status")
