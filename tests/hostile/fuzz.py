@@ -297,7 +297,8 @@ class Steer:
                 query["customerId"] = bodies[self.customer_index % len(bodies)].get("customerId")
         tampered = None
         token = report.tokens.pick(self.token_index, None if self.token_mode == 2 else case.path)
-        if token is not None and self.token_mode in (0, 1, 2):
+        # Only to a path that takes one: /deadletters pages by ``from`` and ignores any other parameter.
+        if token is not None and self.token_mode in (0, 1, 2) and "continuationToken" in names:
             report.tokens_sent_back += 1
             if self.token_mode == 1:
                 token, tampered = tamper(token, self.tamper_how), self.tamper_how
