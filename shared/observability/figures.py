@@ -13,11 +13,10 @@ committed, so a lost race or a replayed message never counts) and its Supervisor
 
 They are rows of partition ``stats`` of ``OrderIndexTable``: RowKey ``m-{yyyymmddHHMM}-{proc}``
 and ``h-{yyyymmddHH}-{proc}``. A process owns its rows: it replaces them with its running
-totals, the rows that changed in ONE transaction at most every ``interval`` (5 s) while anything
-changed, sent by an invocation (an order's, or the Supervisor's sweep) after its own work, once
-that time has passed (:func:`flush_if_due`): no thread. A sweep with no due row changes only the sweep figures:
-those go with the next rows sent, or at the latest :data:`IDLE_SWEEP_HEARTBEAT` (60 s) after the
-last send, so an idle app writes one stats transaction a minute, not one per sweep.
+totals, the rows that changed in ONE transaction every ``interval`` (5 s) while anything
+changed, from a daemon thread. A sweep with no due row changes only the sweep
+figures: those go with the next rows sent, or at the latest :data:`IDLE_SWEEP_HEARTBEAT` (60 s)
+after the last send, so an idle app writes one stats transaction a minute, not one per sweep.
 A flush that fails keeps everything for the next one; a killed process loses at most its last
 5 s (and its idle sweeps of the last minute): telemetry, not the ledger. Figures are put in the
 minute and hour of the process's clock when recorded. Retention deletes rows after 48 h
@@ -36,16 +35,14 @@ import math
 import os
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from opentelemetry.instrumentation.utils import suppress_instrumentation
-
 from shared.observability.logs import log_event
 from shared.observability.metrics import Committed, parse_time
+from shared.observability.periodic import Periodic
 from shared.settings import instance_id
 
 FLUSH_SECONDS = 5.0
@@ -212,26 +209,22 @@ Put = Callable[[Mapping[str, Figures]], None]  # one transaction of upserts (``S
 
 
 class ConsoleStats:
-    """This process's figures by minute and hour, flushed to the stats rows by an invocation after
-    its own work once the last flush is ``interval`` seconds old (no thread: an instance may be
-    frozen as soon as no invocation runs; what it had not sent yet is lost with it)."""
+    """This process's figures by minute and hour, flushed to the stats rows by a daemon thread."""
 
     def __init__(self, put: Put, *, proc: str | None = None, clock: Callable[[], datetime] | None = None,
-                 interval: float = FLUSH_SECONDS, auto_flush: bool = True,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 interval: float = FLUSH_SECONDS, background: bool = True) -> None:
         self.put = put
-        self.monotonic = monotonic
         self.proc = proc or process_id()
         self.clock = clock or (lambda: datetime.now(UTC))
         self.interval = interval
-        self.auto_flush = auto_flush  # False: flush_if_due() sends nothing, only flush() (tests)
-        self._next_flush = 0.0  # time.monotonic() from which a recording invocation flushes
+        self.background = background  # False: only explicit flush() calls send (tests)
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
         self._figures: dict[str, Figures] = {}  # row key -> running totals
         self._dirty: set[str] = set()
         self._idle: set[str] = set()  # rows changed by idle sweeps only: sent with the next, or by the heartbeat
         self._sent_at: datetime | None = None  # the clock at the last send
+        self._periodic = Periodic(self.flush, interval, name="console-stats", event="stats.flush_failed")
 
     def record(self, committed: Committed) -> None:
         """Count a committed transaction's order events (and the latency of a processed one)."""
@@ -250,6 +243,7 @@ class ConsoleStats:
                     setattr(figures, name, getattr(figures, name) + 1)
                 if latency is not None:
                     figures.latency.add(latency)
+        self._started()
 
     def record_sweep(self, due_rows: int) -> None:
         """Count one Supervisor sweep that read ``due_rows`` due rows. An idle one (none) is sent
@@ -259,6 +253,7 @@ class ConsoleStats:
             for figures in self._current(now, idle=due_rows == 0):
                 figures.sweeps += 1
                 figures.last_sweep_at, figures.last_due_rows = now, due_rows
+        self._started()
 
     def _current(self, now: datetime | None = None, *, idle: bool = False) -> list[Figures]:
         """The figures of this minute and this hour (marked changed, or changed by an idle sweep);
@@ -268,22 +263,9 @@ class ConsoleStats:
         (self._idle if idle else self._dirty).update(keys)
         return [self._figures.setdefault(k, Figures()) for k in keys]
 
-    def flush_if_due(self) -> None:
-        """Flush if the last flush is ``interval`` old (one caller at a time); never raises. Called
-        by an invocation once its own work is done (:func:`flush_if_due`)."""
-        if not self.auto_flush:
-            return
-        with self._lock:
-            if self.monotonic() < self._next_flush:
-                return
-            self._next_flush = self.monotonic() + self.interval
-        try:
-            # The figures belong to no order: their table request is not traced (it would be a
-            # CLIENT span in whichever order's trace happened to flush).
-            with suppress_instrumentation():
-                self.flush()
-        except Exception as exc:  # noqa: BLE001 - kept for the next flush; never fails the invocation
-            log_event(logging.WARNING, "stats.flush_failed", error=repr(exc))
+    def _started(self) -> None:
+        if self.background:
+            self._periodic.start()
 
     def flush(self, *, force: bool = False) -> int:
         """Replace the rows that changed since the last flush (at most 100, oldest first; the
@@ -343,15 +325,6 @@ def record_committed(store: object, committed: Committed) -> None:
             stats.record(committed)
         except Exception as exc:  # noqa: BLE001 - telemetry never fails the order's flow
             log_event(logging.WARNING, "stats.record_failed", error=repr(exc))
-
-
-def flush_if_due(store: object) -> None:
-    """Send ``store``'s recorder's changed rows if its interval has passed (see ``ConsoleStats``):
-    called by an invocation after its last effect, so that the figures' table request never
-    delays the order's own; never raises."""
-    stats = getattr(store, "stats", None)
-    if isinstance(stats, ConsoleStats):
-        stats.flush_if_due()
 
 
 def record_sweep(store: object, due_rows: int) -> None:

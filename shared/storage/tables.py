@@ -18,7 +18,7 @@ of their properties with ``PartitionKey``, ``RowKey`` and their ETag under ``sha
 
 Why two: the SDK's ``submit_transaction`` builds and parses multipart bodies with the ``email``
 package and starts threads per batch: on Azurite it costs several times the client CPU per
-transaction of the REST path (bench/README.md, "Issue 27: public APIs only, and what it cost").
+transaction of the REST path (measured: docs/reliability.md, "Table requests").
 """
 
 from __future__ import annotations

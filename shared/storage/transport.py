@@ -5,8 +5,8 @@ azure-core lets a pipeline take any transport (its documented extension point; t
 team's "Custom transport in Python SDK" shows one on HTTPX). Its own sync transport,
 ``RequestsTransport``, sends through ``requests.Session.request``, whose per-call work
 (``prepare_request``, settings merges, hooks, cookies, adapters) profiled at ~17% of the app's
-CPU at saturation, more than the urllib3 ``urlopen`` under it (bench/README.md, "Issue 27: public
-APIs only, and what it cost").
+CPU at saturation, more than the urllib3 ``urlopen`` under it (measured: docs/reliability.md,
+"Table requests").
 This one does what :class:`shared.storage.tables.RestTable` needs and nothing else: its requests
 (``azure.core.rest.HttpRequest`` with a bytes body, read whole), one ``urlopen``, no redirects,
 no retries below the pipeline's ``RetryPolicy``, TLS verified (urllib3's defaults), no proxy.

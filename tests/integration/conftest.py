@@ -30,7 +30,8 @@ def table_store(table_service: Any) -> Iterator[TableStore]:
     search = table_service.create_table_if_not_exists(f"orderindex{suffix}")
     store = TableStore.of(state, deadlines, search)
     yield store
-    # The console's figures not sent yet go out now, into this test's own tables, before they go.
+    # The console's figures go out now, into this test's own tables: a background flush seconds
+    # later would land in the next test's counted window (or fail against deleted tables).
     if store.stats is not None:
         store.stats.flush(force=True)
     table_service.delete_table(f"orders{suffix}")

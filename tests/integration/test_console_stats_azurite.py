@@ -66,7 +66,7 @@ def test_a_count_over_the_cap_is_one_request_of_row_keys(counted: CountedStore) 
 def test_a_flush_is_one_transaction_and_the_overview_reads_it_back(counted: CountedStore) -> None:
     store = counted.table_store
     assert store.stats is not None
-    store.stats.auto_flush = False  # this test flushes
+    store.stats.background = False  # this test flushes
     store.stats.record_sweep(3)
     before = counted.counter.snapshot()
     assert store.stats.flush() == 2  # its minute and hour rows

@@ -150,8 +150,8 @@ def test_the_overview_reads_four_ranges_two_rows_per_remote_and_no_order() -> No
 def test_what_a_process_records_shows_in_the_overview() -> None:
     clock = Clock(NOW)
     rt = make_runtime(clock=clock)
-    rt.store.stats = ConsoleStats(rt.store.put_stats, proc="p", clock=clock, auto_flush=False)
-    other = ConsoleStats(rt.store.put_stats, proc="q", clock=clock, auto_flush=False)
+    rt.store.stats = ConsoleStats(rt.store.put_stats, proc="p", clock=clock, background=False)
+    other = ConsoleStats(rt.store.put_stats, proc="q", clock=clock, background=False)
     oid = post(rt).body["orderId"]
     drive(rt, oid, AgentSim(rt))
     other.record_sweep(5)

@@ -22,7 +22,7 @@ from tests.unit.harness import T0, AgentSim, Clock, DedupBus, drive, make_runtim
 
 
 def recorder(store: MemoryStore, clock: Clock, proc: str = "p1") -> ConsoleStats:
-    store.stats = ConsoleStats(store.put_stats, proc=proc, clock=clock, auto_flush=False)
+    store.stats = ConsoleStats(store.put_stats, proc=proc, clock=clock, background=False)
     return store.stats
 
 
@@ -128,7 +128,7 @@ def total(stats: ConsoleStats, kind: str, name: str) -> int:
 
 
 def test_the_latency_is_submit_to_processed() -> None:
-    stats = ConsoleStats(lambda rows: None, proc="p", clock=Clock(), auto_flush=False)
+    stats = ConsoleStats(lambda rows: None, proc="p", clock=Clock(), background=False)
     ops = [Op("replace", {"RowKey": "state", "CreatedAt": T0.isoformat()}, etag="*"),
            Op("create", {"RowKey": history_row_key(9), "Event": "processed",
                          "At": (T0 + timedelta(seconds=2.9)).isoformat()})]
@@ -190,7 +190,7 @@ def _sweeps(stats: ConsoleStats, n: int) -> None:
 def test_a_flush_sends_the_changed_rows_in_one_transaction_then_nothing() -> None:
     store, clock = MemoryStore(), Clock()
     put = FlakyPut(store)
-    stats = ConsoleStats(put, proc="p", clock=clock, auto_flush=False)
+    stats = ConsoleStats(put, proc="p", clock=clock, background=False)
     _sweeps(stats, 2)
     assert stats.flush() == 2 and len(put.calls) == 1 and store.writes == 1  # the minute and the hour row
     assert stats.flush() == 0 and len(put.calls) == 1  # nothing changed: nothing sent
@@ -202,7 +202,7 @@ def test_a_flush_sends_the_changed_rows_in_one_transaction_then_nothing() -> Non
 def test_a_failed_flush_keeps_the_figures_for_the_next() -> None:
     store, clock = MemoryStore(), Clock()
     put = FlakyPut(store)
-    stats = ConsoleStats(put, proc="p", clock=clock, auto_flush=False)
+    stats = ConsoleStats(put, proc="p", clock=clock, background=False)
     _sweeps(stats, 1)
     put.fail = 1
     with pytest.raises(OSError):
@@ -215,7 +215,7 @@ def test_a_failed_flush_keeps_the_figures_for_the_next() -> None:
 
 def test_rows_are_replaced_with_running_totals_and_old_periods_forgotten() -> None:
     store, clock = MemoryStore(), Clock()
-    stats = ConsoleStats(store.put_stats, proc="p", clock=clock, auto_flush=False)
+    stats = ConsoleStats(store.put_stats, proc="p", clock=clock, background=False)
     _sweeps(stats, 1)
     stats.flush()
     clock.advance(60)
@@ -232,7 +232,7 @@ def test_rows_are_replaced_with_running_totals_and_old_periods_forgotten() -> No
 def test_a_flush_sends_at_most_a_transaction_of_rows() -> None:
     store, clock = MemoryStore(), Clock()
     put = FlakyPut(store)
-    stats = ConsoleStats(put, proc="p", clock=clock, auto_flush=False)
+    stats = ConsoleStats(put, proc="p", clock=clock, background=False)
     put.fail = 10 ** 6
     for _ in range(120):  # two hours of a store that refuses everything
         _sweeps(stats, 1)
@@ -244,54 +244,17 @@ def test_a_flush_sends_at_most_a_transaction_of_rows() -> None:
     assert max(len(c) for c in put.calls) == MAX_BATCH_OPS
 
 
-def test_an_invocation_flushes_once_the_interval_has_passed_and_no_thread_runs() -> None:
-    """No thread: an invocation sends the changed rows itself once its work is done, at most once
-    per interval; a failing flush is logged, never raised into the invocation, and its rows are
-    sent by the next one. The flush's table request is not traced."""
-    import threading
-
-    from shared.observability import telemetry
-    from tests import telemetry_support
+def test_the_background_thread_flushes_while_dirty() -> None:
+    import time
 
     store = MemoryStore()
-    put = FlakyPut(store)
-    threads = threading.active_count()
-    ticks = [0.0]
-    stats = ConsoleStats(put, proc="p", clock=Clock(), interval=5, monotonic=lambda: ticks[0])
+    stats = ConsoleStats(store.put_stats, proc="p", interval=0.05)
     stats.record_sweep(3)
-    assert put.calls == []  # recording sends nothing
-    stats.flush_if_due()  # the first one flushes
-    assert len(store.query_stats("", "\uffff", 10)) == 2 and len(put.calls) == 1
-    stats.record_sweep(3)
-    stats.flush_if_due()  # within the interval: kept for later
-    assert len(put.calls) == 1 and threading.active_count() == threads
-    ticks[0] = 5.0
-    put.fail = 1
-    stats.record_sweep(3)
-    stats.flush_if_due()  # due, fails: logged, kept
-    assert len(put.calls) == 2 and [r.sweeps for r in store.query_stats("", "\uffff", 10).values()] == [1, 1]
-    ticks[0] = 10.0
-    telemetry.setup({})
-    with telemetry_support.capture() as exporter:
-        stats.record_sweep(3)
-        stats.flush_if_due()
-        assert exporter.get_finished_spans() == ()
-    assert [r.sweeps for r in store.query_stats("", "\uffff", 10).values()] == [4, 4]
-
-
-def test_an_order_s_invocation_flushes_after_its_effects_never_between_them() -> None:
-    """The submission commits, then sends its first request: the figures go after the send."""
-    rt = make_runtime()
-    sent_at_flush: list[int] = []
-
-    def put(rows: Mapping[str, Figures]) -> None:
-        sent_at_flush.append(len(rt.bus.sent))  # type: ignore[attr-defined]
-        rt.store.put_stats(rows)
-
-    rt.store.stats = ConsoleStats(put, proc="p", clock=rt.clock)  # type: ignore[attr-defined]
-    assert post(rt).status == 202
-    assert sent_at_flush == [1]  # one flush, after the request to the first agent went out
-    assert [r.submitted for r in rt.store.query_stats("", "\uffff", 10).values()] == [1, 1]
+    for _ in range(100):
+        if store.query_stats("", "\uffff", 10):
+            break
+        time.sleep(0.02)
+    assert len(store.query_stats("", "\uffff", 10)) == 2
 
 
 # ---- retention -------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ class Put:
 def setup() -> tuple[MemoryStore, Clock, Put, ConsoleStats]:
     store, clock = MemoryStore(), Clock()
     put = Put(store)
-    return store, clock, put, ConsoleStats(put, proc="p", clock=clock, auto_flush=False)
+    return store, clock, put, ConsoleStats(put, proc="p", clock=clock, background=False)
 
 
 def stored(store: MemoryStore) -> dict[str, int]:
@@ -98,7 +98,7 @@ def test_the_last_flush_sends_the_held_idle_sweeps() -> None:
     clock.advance(15)
     stats.record_sweep(0)
     assert stats.flush() == 0
-    assert stats.flush(force=True) == 2  # forced: the idle rows go too
+    assert stats.flush(force=True) == 2  # as at exit
     assert stored(store)["m-202611220800-p"] == 2
 
 
@@ -123,7 +123,7 @@ def test_an_idle_supervisor_writes_no_stats_row_between_heartbeats() -> None:
     clock = Clock()
     rt = make_runtime(clock=clock)
     store: MemoryStore = rt.store  # type: ignore[assignment]
-    store.stats = ConsoleStats(store.put_stats, proc="p", clock=clock, auto_flush=False)
+    store.stats = ConsoleStats(store.put_stats, proc="p", clock=clock, background=False)
     sweep(rt)
     store.stats.flush()
     writes = store.writes
