@@ -33,7 +33,7 @@ from shared.core.effects import Alert, DeleteIndex, Effect, Log, PutIndex, Reind
 from shared.core.messages import Bus, OutMessage
 from shared.core.rows import ETAG, STATE_ROW
 from shared.observability import metrics, telemetry
-from shared.observability.figures import flush_if_due, record_committed
+from shared.observability.figures import record_committed
 from shared.observability.logs import log_event
 from shared.storage import fence
 from shared.storage.store import Conflict, Store
@@ -150,23 +150,16 @@ class _Run:
 
 
 def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | None = None) -> Outcome:
-    """Run ``effects`` in order (only the first ``limit`` of them: a simulated crash), then send the
-    console's figures if they are due: after the order's effects, never between them."""
+    """Run ``effects`` in order (only the first ``limit`` of them: a simulated crash)."""
     run = _Run(store, bus)
-    _apply(run, effects, limit)
-    flush_if_due(store)
-    return run.out
-
-
-def _apply(run: _Run, effects: Sequence[Effect], limit: int | None) -> None:
     for n, eff in enumerate(effects):
         if limit is not None and n >= limit:
-            return
+            break
         match eff:
             case Transact():
                 if not run.transact(eff):
                     run.out.applied = n
-                    return
+                    return run.out
             case PutIndex():
                 run.put_index(eff)
             case DeleteIndex():
@@ -182,3 +175,4 @@ def _apply(run: _Run, effects: Sequence[Effect], limit: int | None) -> None:
             case _:
                 raise TypeError(f"unknown effect {eff!r}")
         run.out.applied = n + 1
+    return run.out

@@ -52,7 +52,7 @@ from shared.core.statemachine import (
 )
 from shared.core.workflows.catalog import AGENTS
 from shared.observability import metrics, telemetry
-from shared.observability.figures import flush_if_due, record_sweep
+from shared.observability.figures import record_sweep
 from shared.observability.logs import log_event
 from shared.runtime import Runtime
 from shared.runtime.reindex import reindex_from_state
@@ -101,7 +101,6 @@ def sweep(rt: Runtime, *, limit: int = DEFAULT_BATCH, workers: int = SWEEP_WORKE
     metrics.sweep_duration.record(time.monotonic() - started)
     metrics.due_rows.record(report.seen)
     record_sweep(rt.store, report.seen)
-    flush_if_due(rt.store)  # the console's figures, the sweep's own work done
     return report
 
 

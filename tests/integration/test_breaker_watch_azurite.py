@@ -69,7 +69,7 @@ def requests_of(counter: opcount.Counter, run: Callable[[], Any]) -> dict[str, i
 
 def quiet_runtime(table_runtime: Callable[..., Any]) -> Any:
     rt = table_runtime()
-    rt.store.stats = ConsoleStats(rt.store.put_stats, proc="p", clock=rt.clock, auto_flush=False)
+    rt.store.stats = ConsoleStats(rt.store.put_stats, proc="p", clock=rt.clock, background=False)
     return rt
 
 

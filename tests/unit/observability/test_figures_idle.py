@@ -98,7 +98,7 @@ def test_the_last_flush_sends_the_held_idle_sweeps() -> None:
     clock.advance(15)
     stats.record_sweep(0)
     assert stats.flush() == 0
-    assert stats.flush(force=True) == 2  # as at exit
+    assert stats.flush(force=True) == 2  # forced: the idle rows go too
     assert stored(store)["m-202611220800-p"] == 2
 
 
