@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from shared.api.http import HttpResult, lower_headers, parse_json_body, problem, resolve_id
 from shared.api.tokens import InvalidToken, issue, redeem
 from shared.api.views import order_view
-from shared.core.effects import Send
+from shared.core.effects import Effect, PutIndex, Send
 from shared.core.orders import (
     IDEMPOTENCY_KEY,
     MAX_IDEMPOTENCY_KEY_LENGTH,
@@ -113,6 +113,7 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
         result.headers["Retry-After"] = "5"
         return result
     if outcome.lost_race:  # the create conflicted: this order id exists already
+        _drop_own_index_row(rt, effects, order_id)
         return _replay(rt, order_id, body_hash, key)
     metrics.submitted.add(1)
     log_event(logging.INFO, "order.accepted", order_id=order_id, traceparent=traceparent,
@@ -120,6 +121,19 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
               workflow=workflow.label)
     return HttpResult(202, {"orderId": order_id, "processState": "Processing"},
                       headers={"Location": f"/api/orders/{order_id}"})
+
+
+def _drop_own_index_row(rt: Runtime, effects: list[Effect], order_id: str) -> None:
+    """A replay wrote a deadline row before its create conflicted: delete it (its key names this
+    request's due instant, so it is no row of the existing order's). Best effort: a row left
+    behind is the Supervisor's when it falls due, as after a crash at that point."""
+    for eff in effects:
+        if isinstance(eff, PutIndex):
+            try:
+                rt.store.delete_index(eff.bucket, eff.row_key)
+            except Exception as exc:  # noqa: BLE001 - the sweep deletes it later
+                log_event(logging.WARNING, "index.delete_failed", order_id=order_id, row=eff.row_key,
+                          error=repr(exc))
 
 
 def _replay(rt: Runtime, order_id: str, body_hash: str, key: str | None) -> HttpResult:

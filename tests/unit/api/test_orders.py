@@ -252,6 +252,23 @@ def test_idempotency_key_different_body_conflicts() -> None:
     assert {k: v for k, v in rt.store.snapshot().items() if k[0] == "state"} == before
 
 
+def test_a_replay_leaves_no_deadline_row_of_its_own() -> None:
+    """The submission puts its deadline row before its create; a replay's create conflicts, and
+    the row it put is deleted again: the existing order keeps only its own (none, once ended)."""
+    rt = make_runtime()
+    oid = post(rt, headers={"Idempotency-Key": "key-7"}).body["orderId"]
+    own = [(r["PartitionKey"], r["RowKey"]) for r in rt.store.index_rows()]
+    assert len(own) == 1 and own[0][1].startswith(oid)
+    rt.clock.advance(1)  # a later request: another due instant, another row key
+    assert post(rt, headers={"Idempotency-Key": "key-7"}).status == 200
+    assert post(rt, {**BODY, "currency": "USD"}, headers={"Idempotency-Key": "key-7"}).status == 409
+    assert [(r["PartitionKey"], r["RowKey"]) for r in rt.store.index_rows()] == own
+    rt.store.delete_index(*own[0])  # the order ended: its last transition deleted its row
+    rt.clock.advance(1)
+    assert post(rt, headers={"Idempotency-Key": "key-7"}).status == 200
+    assert rt.store.index_rows() == []
+
+
 def test_bad_idempotency_key() -> None:
     rt = make_runtime()
     r = post(rt, headers={"Idempotency-Key": "has space"})
