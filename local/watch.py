@@ -5,7 +5,8 @@ each operator alert as it arrives.
   by ``continuationToken``, every ``interval`` seconds. A category is counted up to
   ``COUNT_CAP`` orders (then shown as ``1000+``), so a large persistent store costs a few pages.
 * Alerts: received from the alerts queue (setting ``AlertsQueue``) with azure-servicebus, from
-  the stack's Service Bus (setting ``ServiceBusConnection``), printed, then completed.
+  the stack's Service Bus (setting ``ServiceBusConnection``), printed one line each (an order's
+  alert, a breaker's opening or closing: ``render_alert``), then completed.
 * On a terminal the count line is redrawn in place (``\\r``) and alerts print above it;
   otherwise a count line is printed only when the counts change.
 """
@@ -24,6 +25,9 @@ from typing import Any, Protocol, TextIO
 
 import requests
 from azure.servicebus import ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiver
+from pydantic import BaseModel, ValidationError
+
+from shared.core.messages import AlertMessage, BreakerAlert
 
 CATEGORIES = ("inFlight", "attention", "processed", "error")
 COUNT_CAP = 1000
@@ -87,26 +91,99 @@ def render_tally(t: Tally, at: datetime) -> str:
 
 
 def render_alert(body: bytes | str) -> str:
-    """``ALERT 12:03:04Z order o-1 step create-shipment (failures 3): reason``: ``at`` in UTC; the
-    failure count (the step's timeouts) when there were any; an unreadable body as it is."""
+    """One line per message of the alerts queue, by its ``kind`` (times in UTC):
+
+    * ``alert``, an order's (``AlertMessage``; also a body without a kind):
+      ``ALERT 12:03:04Z order o-1 step create-shipment (failures 3): reason``, with the failure
+      count (the step's timeouts) when there were any;
+    * ``breaker``, a remote's circuit breaker (``BreakerAlert``):
+      ``ALERT 12:03:04Z breaker payment opened (failures 5): reason; next probe 12:03:34Z``, and
+      ``ALERT 12:04:10Z breaker payment closed after 1 min 6 s open``;
+    * a kind not known here: ``ALERT (kind NAME)`` and the body.
+
+    A body is read with the app's model of its kind (fields the model does not know are left out);
+    one the model refuses (an older or partial one) is read field by field. Only a body that is not
+    a JSON object, or lacks what names its subject (an order's ``orderId``, a breaker's ``remote``
+    and ``state``), is ``ALERT (unreadable)`` and the body as it is."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
-        alert = json.loads(body)
-        order_id, reason = alert["orderId"], alert.get("reason") or "?"
-    except (ValueError, TypeError, KeyError):
-        raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-        return f"ALERT (unreadable) {raw[:200]}"
-    step = f" step {alert['step']}" if alert.get("step") else ""
-    failures = f" (failures {alert['failureCount']})" if alert.get("failureCount") else ""
-    return f"ALERT {_clock(alert.get('at'))}order {order_id}{step}{failures}: {reason}"
+        alert = json.loads(text)
+    except ValueError:
+        alert = None
+    if not isinstance(alert, dict) or not isinstance(kind := alert.get("kind", "alert"), str):
+        return f"ALERT (unreadable) {_one_line(text)[:200]}"
+    if kind not in ALERT_KINDS:
+        return f"ALERT (kind {_one_line(kind)}) {_one_line(text)[:200]}"
+    model, line = ALERT_KINDS[kind]
+    return line(alert_fields(model, alert)) or f"ALERT (unreadable) {_one_line(text)[:200]}"
+
+
+def alert_fields(model: type[BaseModel], alert: dict[str, Any]) -> dict[str, Any]:
+    """The body's values by the model's field names: as the model validates them, or, when it
+    refuses the body, as they are (a value may then be of any JSON type)."""
+    names = {}
+    for name, info in model.model_fields.items():
+        names[name] = names[info.alias or name] = name
+    known = {key: value for key, value in alert.items() if key in names}
+    try:
+        return dict(model.model_validate(known))
+    except ValidationError:
+        return {names[key]: value for key, value in known.items()}
+
+
+def _order_line(alert: dict[str, Any]) -> str | None:
+    if "order_id" not in alert:
+        return None
+    step = f" step {_one_line(alert['step'])}" if alert.get("step") else ""
+    failures = f" (failures {alert['failure_count']})" if alert.get("failure_count") else ""
+    return f"ALERT {_clock(alert.get('at'))}order {_one_line(alert['order_id'])}{step}{failures}: " \
+           f"{_one_line(alert.get('reason') or '?')}"
+
+
+def _breaker_line(alert: dict[str, Any]) -> str | None:
+    if "remote" not in alert or "state" not in alert:
+        return None
+    head = f"ALERT {_clock(alert.get('at'))}breaker {_one_line(alert['remote'])}"
+    if alert["state"] == "open":
+        failures = f" (failures {alert['failures']})" if alert.get("failures") is not None else ""
+        reason = f": {_one_line(alert['reason'])}" if alert.get("reason") else ""
+        probe = _clock(alert.get("retry_at")).strip()
+        return f"{head} opened{failures}{reason}" + (f"; next probe {probe}" if probe else "")
+    if alert["state"] == "closed":
+        seconds = alert.get("open_seconds")
+        return f"{head} closed" + (f" after {_duration(seconds)} open" if seconds is not None else "")
+    return f"{head} {_one_line(alert['state'])}"
+
+
+ALERT_KINDS: dict[str, tuple[type[BaseModel], Callable[[dict[str, Any]], str | None]]] = {
+    "alert": (AlertMessage, _order_line),
+    "breaker": (BreakerAlert, _breaker_line),
+}
 
 
 def _clock(at: Any) -> str:
-    """``12:03:04Z `` from an ISO time, or nothing."""
+    """``12:03:04Z `` from a time or an ISO time, or nothing."""
     try:
-        when = datetime.fromisoformat(str(at))
+        when = at if isinstance(at, datetime) else datetime.fromisoformat(str(at))
     except ValueError:
         return ""
     return (when.astimezone(UTC) if when.tzinfo else when).strftime("%H:%M:%SZ ")
+
+
+def _duration(seconds: Any) -> str:
+    """``12.3 s``, ``1 min 6 s``, ``2 h 5 min``; a value that is not a number as it is."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return _one_line(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min {secs} s"
+
+
+def _one_line(value: Any) -> str:
+    """A value as text on one line (a reason may hold line breaks)."""
+    return " ".join(str(value).split())
 
 
 class Terminal:

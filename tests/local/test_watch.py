@@ -20,6 +20,7 @@ from local.watch import (
     render_tally,
     tally,
 )
+from shared.core.messages import AlertMessage, BreakerAlert
 
 AT = datetime(2025, 3, 1, 12, 3, 4, tzinfo=UTC)
 ORDERS_URL = "http://127.0.0.1:1/api/orders"
@@ -95,9 +96,58 @@ def test_alert_line() -> None:
     assert render_alert(json.dumps(minimal)) == "ALERT order o-1: compensation failed: 422"
 
 
-@pytest.mark.parametrize("body", [b"not json", b'{"reason": "no order id"}', b"[1, 2]", b"\xff\xfe"])
+def test_an_order_alert_as_the_app_sends_it() -> None:
+    body = AlertMessage(order_id="o-7", step="create-shipment", reason="timed out (attempt 3)\nfailure count 3",
+                        failure_count=3, at=AT).to_body()
+    assert render_alert(json.dumps(body).encode()) == \
+        "ALERT 12:03:04Z order o-7 step create-shipment (failures 3): timed out (attempt 3) failure count 3"
+
+
+def test_a_breaker_that_opened() -> None:
+    body = BreakerAlert(remote="payment", state="open", at=AT, opens=2, reason="HTTP 503 from /charge",
+                        failures=5, retry_at=datetime(2025, 3, 1, 12, 3, 34, tzinfo=UTC)).to_body()
+    assert render_alert(json.dumps(body).encode()) == \
+        "ALERT 12:03:04Z breaker payment opened (failures 5): HTTP 503 from /charge; next probe 12:03:34Z"
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [(66.2, "1 min 6 s"), (12.345, "12.3 s"), (7501.0, "2 h 5 min")])
+def test_a_breaker_that_closed_says_how_long_it_was_open(seconds: float, shown: str) -> None:
+    body = BreakerAlert(remote="shipping", state="closed", at=AT, opens=1, reason="HTTP 503",
+                        open_seconds=seconds).to_body()
+    assert render_alert(json.dumps(body)) == f"ALERT 12:03:04Z breaker shipping closed after {shown} open"
+
+
+def test_a_field_the_model_does_not_know_changes_nothing() -> None:
+    body = {**BreakerAlert(remote="payment", state="open", at=AT, opens=1, reason="down", failures=3,
+                           retry_at=AT).to_body(), "region": "westeurope"}
+    assert render_alert(json.dumps(body)) == \
+        "ALERT 12:03:04Z breaker payment opened (failures 3): down; next probe 12:03:04Z"
+    order = {**AlertMessage(order_id="o-1", step=None, reason="gone", failure_count=0, at=AT).to_body(), "new": 1}
+    assert render_alert(json.dumps(order)) == "ALERT 12:03:04Z order o-1: gone"
+
+
+def test_a_partial_breaker_alert_is_read_field_by_field() -> None:
+    assert render_alert(json.dumps({"kind": "breaker", "remote": "inventory", "state": "open"})) == \
+        "ALERT breaker inventory opened"
+    assert render_alert(json.dumps({"kind": "breaker", "remote": "inventory", "state": "closed",
+                                    "openSeconds": "long"})) == "ALERT breaker inventory closed after long open"
+    assert render_alert(json.dumps({"kind": "breaker", "remote": "inventory", "state": "half-open"})) == \
+        "ALERT breaker inventory half-open"
+
+
+def test_an_alert_of_another_kind_is_shown_with_its_kind() -> None:
+    assert render_alert(json.dumps({"kind": "quota", "left": 3})) == 'ALERT (kind quota) {"kind": "quota", "left": 3}'
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"reason": "no order id"}', b"[1, 2]", b"\xff\xfe",
+                                  b'{"kind": "breaker", "state": "open"}', b'{"kind": "breaker", "remote": "x"}',
+                                  b'{"kind": ["breaker"], "remote": "x", "state": "open"}', b'"breaker"'])
 def test_an_unreadable_alert_is_shown_as_it_is(body: bytes) -> None:
     assert render_alert(body).startswith("ALERT (unreadable) ")
+
+
+def test_an_unreadable_alert_is_one_line() -> None:
+    assert render_alert(b"line one\nline two") == "ALERT (unreadable) line one line two"
 
 
 def test_terminal_redraws_in_place_and_prints_alerts_above() -> None:
