@@ -6,11 +6,13 @@ cannot remove it; a reader then finds the process that wrote it gone, or its hos
 answering. ``read_running`` raises ``StackNotRunning`` saying which, so nobody is handed the
 URL of a stack that is not there.
 
-    .venv/bin/python -m local.stackinfo [--key baseUrl] [--state-dir .local]
+    .venv/bin/python -m local.stackinfo [--key baseUrl | --remotes] [--state-dir .local]
 
-prints the running stack's base URL (or another top-level field of stack.json), or writes why
-the stack is not running to stderr and exits 1 (printing nothing, so ``BASE=$(...)`` stays
-empty). Standard library only: ``python3 -m local.stackinfo`` works outside the venv too.
+prints the running stack's base URL (or another field of stack.json: ``--key remotes`` prints
+that object as JSON, ``--key remotes.baseUrl`` one field of it; ``--remotes`` is the remote
+services simulator's base URL, the same as ``--key remotes.baseUrl``), or writes why the stack
+is not running to stderr and exits 1 (printing nothing, so ``BASE=$(...)`` stays empty). Standard
+library only: ``python3 -m local.stackinfo`` works outside the venv too.
 """
 
 from __future__ import annotations
@@ -86,9 +88,28 @@ def read_running(state_dir: Path | str = DEFAULT_STATE_DIR) -> dict[str, Any]:
     return data
 
 
+def field(data: dict[str, Any], key: str) -> Any:
+    """stack.json's field ``key``; ``a.b`` is field ``b`` of the object ``a``. KeyError saying what
+    there is instead when there is no such field."""
+    value: Any = data
+    path: list[str] = []
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            where = f"field {'.'.join(path)!r}" if path else "stack.json"
+            has = f"it has: {', '.join(sorted(value))}" if isinstance(value, dict) else "it is not an object"
+            raise KeyError(f"{where} has no field {part!r}; {has}")
+        value = value[part]
+        path.append(part)
+    return value
+
+
 def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=".venv/bin/python -m local.stackinfo", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--key", default="baseUrl", help="top-level field of stack.json to print (default baseUrl)")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--key", default="baseUrl",
+                       help="field of stack.json to print (default baseUrl); a.b: field b of object a")
+    which.add_argument("--remotes", dest="key", action="store_const", const="remotes.baseUrl",
+                       help="print the remote services simulator's base URL (--key remotes.baseUrl)")
     ap.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help="default .local")
     args = ap.parse_args(list(argv) if argv is not None else None)
     try:
@@ -96,10 +117,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     except StackNotRunning as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if args.key not in data:
-        print(f"error: stack.json has no field {args.key!r}; it has: {', '.join(sorted(data))}", file=sys.stderr)
+    try:
+        value = field(data, args.key)
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
         return 2
-    value = data[args.key]
     print(value if isinstance(value, str) else json.dumps(value))
     return 0
 

@@ -87,11 +87,48 @@ def test_cli_prints_the_url_or_only_an_error(tmp_path: Path, listening: str,
     assert "no field 'nope'" in capsys.readouterr().err
 
 
-def test_cli_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
+def test_cli_prints_the_remotes_base_url(tmp_path: Path, listening: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """`REMOTES=$(... --remotes)` in README.md: the URL alone, or nothing and why (exit 1)."""
+    assert main(["--state-dir", str(tmp_path), "--remotes"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: the local stack is not running")
+    remotes = {"baseUrl": "http://127.0.0.1:48643", "ledger": "http://127.0.0.1:48643/_ledger", "pid": 7}
+    _write(tmp_path, baseUrl=listening, remotes=remotes)
+    assert main(["--state-dir", str(tmp_path), "--remotes"]) == 0
+    assert capsys.readouterr().out == "http://127.0.0.1:48643\n"
+    assert main(["--state-dir", str(tmp_path), "--key", "remotes.ledger"]) == 0
+    assert capsys.readouterr().out == "http://127.0.0.1:48643/_ledger\n"
+    assert main(["--state-dir", str(tmp_path), "--key", "remotes"]) == 0  # the whole object, as before
+    assert json.loads(capsys.readouterr().out) == remotes
+
+
+@pytest.mark.parametrize(("key", "error"), [
+    ("remotes.nope", "field 'remotes' has no field 'nope'; it has: baseUrl"),
+    ("baseUrl.port", "field 'baseUrl' has no field 'port'; it is not an object"),
+    ("nope.baseUrl", "stack.json has no field 'nope'; it has: "),
+])
+def test_cli_names_a_missing_field(tmp_path: Path, listening: str, capsys: pytest.CaptureFixture[str],
+                                   key: str, error: str) -> None:
+    _write(tmp_path, baseUrl=listening, remotes={"baseUrl": "http://127.0.0.1:48643"})
+    assert main(["--state-dir", str(tmp_path), "--key", key]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: " + error), err
+
+
+def test_cli_takes_a_key_or_remotes_not_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--state-dir", str(tmp_path), "--remotes", "--key", "apiUrl"])
+    assert exited.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [[], ["--remotes"], ["--key", "remotes.baseUrl"]])
+def test_cli_runs_on_the_standard_library_alone(tmp_path: Path, args: list[str]) -> None:
     """`python3 -m local.stackinfo` from the repository, outside the venv (-S: no site-packages)."""
-    r = subprocess.run([sys.executable, "-S", "-m", "local.stackinfo", "--state-dir", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-S", "-m", "local.stackinfo", *args, "--state-dir", str(tmp_path)],
                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and r.stdout == "" and "not running" in r.stderr, r
+    assert "Traceback" not in r.stderr, r.stderr
 
 
 def test_stop_removes_the_stack_json_it_wrote(tmp_path: Path) -> None:
