@@ -5,7 +5,9 @@ defaults ``{name=value}``, catch-all ``{*rest}``, several parameters in one segm
 (``{a}.{b}``) and inline constraints: ``int long bool guid alpha datetime decimal double float
 minlength(n) maxlength(n) length(n) length(a,b) min(n) max(n) range(a,b) regex(expr)``,
 chained with ``:``. Routes are tried most specific first (literals before parameters,
-constrained before unconstrained, optional and catch-all last).
+constrained before unconstrained, optional and catch-all last). The real host tries them in the
+order of their functions' names instead (local/host/README.md, "Differences"). Methods are
+compared exactly, as the host's ``HttpMethodRouteConstraint`` does: a GET route does not take HEAD.
 """
 
 from __future__ import annotations
@@ -264,7 +266,7 @@ class RouteTable:
             values = r.match(path)
             if values is None:
                 continue
-            if r.methods is None or method in r.methods or (method == "HEAD" and "GET" in r.methods):
+            if r.methods is None or method in r.methods:
                 return r, values, None
             allowed |= r.methods
         return None, {}, (allowed or None)

@@ -82,8 +82,10 @@ def test_table_precedence_and_methods():
     assert (r.target, params) == ("by-id", {"id": "x"})
     r, _, _ = t.lookup("POST", "/api/items/7")
     assert r.target == "post"
-    r, _, _ = t.lookup("HEAD", "/api/items/7")  # HEAD is served by GET routes
-    assert r.target == "by-int"
+    # Methods are compared exactly, as the host's HttpMethodRouteConstraint does: a GET route
+    # does not take HEAD (the path matches, so it is a 405 listing the methods that routes take).
+    r, _, allowed = t.lookup("HEAD", "/api/items/7")
+    assert r is None and allowed == {"GET", "POST", "PATCH"}
     r, _, allowed = t.lookup("DELETE", "/api/items/7")
     assert r is None and allowed == {"GET", "POST", "PATCH"}  # the catch-all matches the path too
     r, _, allowed = t.lookup("GET", "/nope")
@@ -96,3 +98,25 @@ def test_no_methods_means_all():
     t = RouteTable([compile_route("x", "api", target="x", methods=None)])
     for method in ("GET", "POST", "DELETE", "OPTIONS"):
         assert t.lookup(method, "/api/x")[0].target == "x"
+
+
+def test_a_catch_all_of_every_method_comes_after_every_route_whatever_the_order_added():
+    """An app's fallback route ({*path}, every method) gets only what no other route takes: a path
+    no route matches, or a route's path with a method that route does not take."""
+    every = ["GET", "POST", "DELETE", "HEAD", "PATCH", "PUT", "OPTIONS"]
+    t = RouteTable()
+    t.add(compile_route("{*path}", "api", target="fallback", methods=every))
+    t.add(compile_route("orders", "api", target="submit", methods=["POST"]))
+    t.add(compile_route("orders/{id}", "api", target="get", methods=["GET"]))
+    t.add(compile_route("orders/{id}/history", "api", target="history", methods=["GET"]))
+    t.add(compile_route("orders", "api", target="search", methods=["GET"]))
+    assert t.lookup("POST", "/api/orders")[0].target == "submit"
+    assert t.lookup("GET", "/api/orders")[0].target == "search"
+    assert t.lookup("GET", "/api/orders/1/history")[0].target == "history"
+    for method, path, rest in [("PUT", "/api/orders", "orders"), ("DELETE", "/api/orders/1", "orders/1"),
+                               ("HEAD", "/api/orders/1", "orders/1"), ("OPTIONS", "/api/orders", "orders"),
+                               ("GET", "/api/order", "order"), ("GET", "/api/orders/1/x", "orders/1/x"),
+                               ("GET", "/api/", None), ("GET", "/api", None)]:
+        r, params, _ = t.lookup(method, path)
+        assert (r.target, params.get("path")) == ("fallback", rest), (method, path)
+    assert t.lookup("GET", "/other/orders") == (None, {}, None)  # outside the prefix: the host's 404
