@@ -21,8 +21,8 @@ A write that opens the breaker is preceded by the opening's watch row in the dea
 the Supervisor dropped the first as a stray): the Supervisor looks at the breaker only while one
 is due.
 
-When a write that closes the breaker wins, ``on_closed`` runs (the agent's: re-dispatch every
-step waiting on the remote, ``shared.runtime.resume.resume_waiting``).
+When a write that closes the breaker wins, ``on_closed(gate, opening)`` runs (the agent's: end the
+wait of every step waiting on the remote, ``shared.runtime.resume.resume_waiting``).
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ class BreakerGate:
 
     def __init__(self, store: Any, remote: str, policy: BreakerPolicy, instance: str, bus: Bus,
                  alerts_queue: str, now: Callable[[], datetime] = utcnow,
-                 on_closed: Callable[[BreakerGate], None] | None = None, board: BreakerBoard | None = None) -> None:
+                 on_closed: Callable[[BreakerGate, int], None] | None = None,
+                 board: BreakerBoard | None = None) -> None:
         self.on_closed = on_closed
         self.store = store
         self.remote = remote
@@ -192,7 +193,7 @@ class BreakerGate:
             self._alert(effect, row, now)
             if effect is Effect.CLOSED and self.on_closed is not None:
                 try:
-                    self.on_closed(self)
+                    self.on_closed(self, row.opens)
                 except Exception as exc:  # noqa: BLE001 - the Supervisor resumes them later
                     log_event(logging.ERROR, "breaker.resume_failed", remote=self.remote, error=repr(exc),
                               action="the Supervisor resumes the waiting steps at its next run")

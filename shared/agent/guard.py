@@ -73,8 +73,8 @@ def breaker_for(remote: str, store: Store, bus: Bus, settings: Any, instance: st
     all of its gates (None: this gate reads its own row when its copy is stale)."""
     scheduler_queue = settings["SchedulerQueue"]
 
-    def resume(gate: BreakerGate) -> None:
-        resume_waiting(store, bus, scheduler_queue, gate.remote)
+    def resume(gate: BreakerGate, opening: int) -> None:
+        resume_waiting(store, bus, scheduler_queue, gate.remote, opening)
 
     return BreakerGate(store, remote, BreakerPolicy.from_settings(settings), instance, bus,
                        settings["AlertsQueue"], on_closed=resume, board=board)

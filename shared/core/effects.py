@@ -11,6 +11,7 @@ One class per kind; ``Effect`` is their union:
 * :class:`PutIndex`, :class:`DeleteIndex`: a deadline index row (the Supervisor's cover).
 * :class:`Transact`: an ETag-conditioned transaction of :class:`Op` on one order's partition.
 * :class:`Reindex`: the order's search index rows, after the state write they reflect.
+* :class:`ForgetWaiting`: a step's row in its remote's waiting list, once its wait has ended.
 * :class:`Send`: a message; :class:`Alert`: an operator alert; :class:`Log`: a log line.
 """
 
@@ -90,6 +91,16 @@ class Reindex:
 
 
 @dataclass(frozen=True)
+class ForgetWaiting:
+    """Delete a step's row (``row_key``, see ``shared.core.breaker.waiting``) from the list of the
+    steps waiting on ``remote``, after the state write that ended its wait (or found the row
+    stale). Best effort: a row left behind only costs the closer a resume that is stale."""
+
+    remote: str
+    row_key: str
+
+
+@dataclass(frozen=True)
 class Send:
     """A message to send. ``critical``: a failure raises (the trigger's message is redelivered);
     otherwise it is logged and the rest goes on."""
@@ -126,6 +137,6 @@ class Log:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Effect = PutIndex | DeleteIndex | Transact | Reindex | Send | Alert | Log
+Effect = PutIndex | DeleteIndex | Transact | Reindex | ForgetWaiting | Send | Alert | Log
 
 

@@ -275,6 +275,14 @@ class ResumeMessage(BaseModel):
     step: Annotated[str, Field(min_length=1, max_length=100)]
     attempt: Annotated[StrictInt, Field(ge=1)]
     target: Literal["step", "compensation"] = Field("step", alias="for")
+    # ``closed``: the breaker closed, the wait ends. ``probe``: the breaker's cool-down is over and
+    # this waiting step carries the probe; it goes on waiting unless the probe succeeds.
+    why: Literal["closed", "probe"] = "closed"
+    # What makes this resume unique (the opening it ends, or the probe's time): the request it
+    # sends again is named by it, so a copy of the resume sends no second request.
+    tag: Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9.:-]*$")] = ""
+    # The remote whose waiting row names this step: a stale resume forgets that row.
+    remote: Annotated[str, Field(min_length=1, max_length=100)] | None = None
 
     def to_body(self) -> Body:
         return self.model_dump(by_alias=True)

@@ -203,6 +203,9 @@ class StateRow(Row):
     terminated_at: datetime | None = None
     event_seq: int = 0  # the last history event written (``history-{seq}``)
     generation: int = 0  # a retry of a failed, compensated order runs again as the next generation
+    # What is in flight waits on this remote's open breaker (as its step row says): for the search,
+    # which reads only state rows. Set by the decision that records a wait, cleared by every other.
+    waiting_on: str | None = None
     etag: str | None = None
 
     @property
@@ -230,6 +233,7 @@ StateRow.PROPS = _props(StateRow, {
     "created_at": ("CreatedAt", TIME), "updated_at": ("UpdatedAt", TIME), "finished_at": ("FinishedAt", TIME),
     "retried_at": ("RetriedAt", TIME), "cancelled_at": ("CancelledAt", TIME),
     "terminated_at": ("TerminatedAt", TIME), "event_seq": ("EventSeq", INT), "generation": ("Generation", INT),
+    "waiting_on": ("WaitingOn", TEXT),
 })
 
 
@@ -256,7 +260,8 @@ class StepRow(Row):
     compensation_result: Any = None
     compensation_reason: str | None = None
     # The attempt in flight waits on this remote's open breaker (a ``waiting`` reply), since
-    # ``waiting_since`` (the first wait of the step, kept while resumes re-dispatch it).
+    # ``waiting_since`` (the attempt's first wait: the longest wait counts from it, so it is kept
+    # when a wait ends, until the next attempt).
     waiting_on: str | None = None
     waiting_since: datetime | None = None
     etag: str | None = None

@@ -18,8 +18,8 @@ Failure handling per effect:
 * A ``Send`` with a ``fence`` (an agent request): the ETags the last ``Transact`` of this run
   returned are filled in and the fencing token (``shared.storage.fence``) goes in the body;
   when no ETag can be vouched for, the request goes without one (the reply path then reads).
-* Non-critical ``Send`` (status, schedule notices that an index row backs up), ``Alert`` and
-  ``DeleteIndex``: a failure is logged and the rest goes on.
+* Non-critical ``Send`` (status, schedule notices that an index row backs up), ``Alert``,
+  ``DeleteIndex`` and ``ForgetWaiting``: a failure is logged and the rest goes on.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shared.core.effects import Alert, DeleteIndex, Effect, Log, PutIndex, Reindex, Send, Transact
+from shared.core.effects import Alert, DeleteIndex, Effect, ForgetWaiting, Log, PutIndex, Reindex, Send, Transact
 from shared.core.messages import Bus, OutMessage
 from shared.core.rows import ETAG, STATE_ROW
 from shared.observability import metrics, telemetry
@@ -37,6 +37,7 @@ from shared.observability.figures import record_committed
 from shared.observability.logs import log_event
 from shared.storage import fence
 from shared.storage.store import Conflict, Store
+from shared.storage.waiting import forget_rows
 
 
 @dataclass
@@ -124,6 +125,12 @@ class _Run:
             self.out.index_failed = True
             log_event(logging.WARNING, "index.write_failed", order_id=eff.order_id, error=repr(exc))
 
+    def forget_waiting(self, eff: ForgetWaiting) -> None:
+        try:
+            forget_rows(self.store, eff.remote, [eff.row_key])
+        except Exception as exc:  # a stale resume or the closer forgets it later
+            log_event(logging.WARNING, "waiting.forget_failed", remote=eff.remote, row=eff.row_key, error=repr(exc))
+
     def send(self, eff: Send) -> None:
         message = eff.message if eff.fence is None else fenced(eff.message, eff.fence, self.written)
         try:
@@ -166,6 +173,8 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | N
                 run.delete_index(eff)
             case Reindex():
                 run.reindex(eff)
+            case ForgetWaiting():
+                run.forget_waiting(eff)
             case Send():
                 run.send(eff)
             case Alert():

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import logging
 
-from shared.core.breaker.waiting import MAX_LISTED, resume_message
+from shared.core.breaker.waiting import MAX_LISTED, closed_tag, resume_message
 from shared.core.messages import Bus
 from shared.observability.logs import log_event
 from shared.storage.store import Store
 from shared.storage.waiting import forget_waiting, waiting_steps
 
 
-def resume_waiting(store: Store, bus: Bus, queue: str, remote: str, limit: int = MAX_LISTED) -> int:
-    """Send a resume for every step waiting on ``remote``, then forget them: how many were sent.
-    A crash in between leaves rows behind: the Supervisor sends them again (same message ids)."""
+def resume_waiting(store: Store, bus: Bus, queue: str, remote: str, opening: int, limit: int = MAX_LISTED) -> int:
+    """Send a resume for every step waiting on ``remote``'s ``opening``, then forget them: how many
+    were sent. A crash in between leaves rows behind: the Supervisor sends them again (same ids)."""
     steps = waiting_steps(store, remote, limit)
     for step in steps:
-        bus.send(resume_message(step, queue))
+        bus.send(resume_message(step, queue, remote=remote, why="closed", tag=closed_tag(opening)))
     forget_waiting(store, remote, steps)
     if steps:
         log_event(logging.INFO, "breaker.resumed", remote=remote, steps=len(steps))

@@ -33,13 +33,20 @@ def waiting_steps(store: Store, remote: str, limit: int = MAX_LISTED) -> list[Wa
 
 def forget_waiting(store: Store, remote: str, steps: Sequence[WaitingStep]) -> None:
     """Delete the rows of ``steps`` (resumed, or going on after all); rows already gone are fine."""
+    forget_rows(store, remote, [s.row_key for s in steps])
+
+
+def forget_rows(store: Store, remote: str, row_keys: Sequence[str]) -> None:
+    """Delete these rows of ``remote``'s waiting list; rows already gone are fine."""
     partition = waiting_partition(remote)
-    keys = sorted({s.row_key for s in steps})
+    keys = sorted(set(row_keys))
     for i in range(0, len(keys), MAX_BATCH_OPS):
         chunk = keys[i:i + MAX_BATCH_OPS]
         try:
             store.transact(partition, [Op("delete", {"RowKey": k}, etag="*") for k in chunk])
-        except Conflict:  # one of them was gone: one by one
+        except Conflict:  # one of them was gone: the others one by one
+            if len(chunk) == 1:
+                continue
             for key in chunk:
                 try:
                     store.transact(partition, [Op("delete", {"RowKey": key}, etag="*")])

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from shared.core.breaker.state import BreakerState
-from shared.core.breaker.waiting import MAX_LISTED, resume_message
+from shared.core.breaker.waiting import MAX_LISTED, probe_tag, resume_message
 from shared.core.breaker.watch import IDLE_RECHECK, WAKE_GRACE, Watch, WatchVerdict, decide_watch, probe_overdue
 from shared.core.messages import Bus
 from shared.observability.logs import log_event
@@ -59,7 +59,7 @@ def handle_watch(store: Store, bus: Bus, scheduler_queue: str, watch: Watch, now
     if decision.verdict is WatchVerdict.KEEP:
         return decision.verdict, 0
     if decision.verdict is WatchVerdict.RESUME_ALL:
-        sent = resume_waiting(store, bus, scheduler_queue, watch.remote, limit)
+        sent = resume_waiting(store, bus, scheduler_queue, watch.remote, max(row.opens, watch.opening), limit)
         if sent >= limit:
             return decision.verdict, sent  # more to list: the watch stays due
     elif decision.verdict is WatchVerdict.WAKE:
@@ -69,7 +69,7 @@ def handle_watch(store: Store, bus: Bus, scheduler_queue: str, watch: Watch, now
             store.delete_index(watch.bucket, watch.row_key)
             return decision.verdict, 0
         oldest = min(steps, key=lambda s: s.attempt)
-        bus.send(resume_message(oldest, scheduler_queue, tag=f"probe-{now:%Y%m%d%H%M%S}"))
+        bus.send(resume_message(oldest, scheduler_queue, remote=watch.remote, why="probe", tag=probe_tag(now)))
         return decision.verdict, 1  # due again at the next sweep, until the breaker moves on
     elif decision.verdict is WatchVerdict.MOVE:
         assert decision.at is not None
@@ -92,7 +92,7 @@ def full_pass(store: Store, bus: Bus, scheduler_queue: str, remotes: Iterable[st
             continue
         if row.etag is None:
             continue  # never written: no step can have read it open, so none waits on it
-        resumed = resume_waiting(store, bus, scheduler_queue, remote)
+        resumed = resume_waiting(store, bus, scheduler_queue, remote, row.opens)
         if resumed:
             sent[remote] = resumed
     if sent:

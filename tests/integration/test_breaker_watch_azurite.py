@@ -94,7 +94,7 @@ def test_a_dead_closer_is_covered_by_its_watch_then_the_sweep_is_idle_again(
     rt = quiet_runtime(table_runtime)
     sweep_and_flush(rt)
 
-    def died(gate: BreakerGate) -> None:
+    def died(gate: BreakerGate, opening: int) -> None:
         raise RuntimeError("the closer died before its resumes")
 
     gate = BreakerGate(rt.store, "shipping", POLICY, "a", rt.bus, "alerts", now=rt.clock, on_closed=died)

@@ -60,8 +60,9 @@ carries no result in ``context``: it names the effect by the step's idempotency 
 original request is refused. An error reply is definitive: the failed step is not compensated.
 
 Waiting on a breaker (``waiting``): an agent whose remote's circuit breaker is open replies
-``waiting`` instead of calling. The lease stays; the step row says ``WaitingOn``; no FailureCount.
-A ``resume`` message re-dispatches the attempt once the breaker closes (``decide_resume``).
+``waiting`` instead of calling. The lease, the attempt and FailureCount stay; the step row says
+``WaitingOn``. Probes send the same attempt again and write nothing; the close ends the wait
+(``decide_resume``); past ``BreakerMaxWaitSeconds`` the step fails for good (``expiry``).
 """
 
 from shared.core.lease import Lease, LeaseKind

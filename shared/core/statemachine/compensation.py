@@ -9,6 +9,7 @@ hands the order to a scheduler instead.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 
 from shared.core.effects import Alert, Effect
@@ -22,7 +23,7 @@ from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends
 from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.view import View
-from shared.core.statemachine.waiting import waiting_reply
+from shared.core.statemachine.waiting import end_wait, waiting_reply
 from shared.core.states import CompensationState, Mode, OrderCompensation
 
 
@@ -34,18 +35,19 @@ def compensation_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx)
             and state.lease == Lease.for_compensation(reply.step, reply.attempt)
             and step.compensation is CompensationState.RUNNING and step.compensation_attempt == reply.attempt)
     if live:
+        if reply.outcome == "waiting":
+            return waiting_reply(view, step, reply, ctx)
+        step, resumed, forget = end_wait(view, step)  # a waiting attempt's probe got an answer
         if reply.outcome == "success":
             done = replace(step, compensation=CompensationState.DONE, compensation_result=reply.result or {},
                            compensation_finished_at=ctx.now, compensation_complete_by=None)
-            return next_compensation(view, step, done, ctx)
-        if reply.outcome == "waiting":
-            return waiting_reply(view, step, reply, ctx)
+            return next_compensation(view, step, done, ctx, before=resumed).then(*forget)
         reason = reply.reason or "rejected"
         failed = replace(step, compensation=CompensationState.FAILED, compensation_reason=reason,
                          compensation_finished_at=ctx.now, compensation_complete_by=None)
         warning = alert(view, step.name, f"compensation failed: {reason}", state.failure_count,
                         f"{step.name}:compensate:{reply.attempt}", ctx)
-        return next_compensation(view, step, failed, ctx, warning=warning)
+        return next_compensation(view, step, failed, ctx, warning=warning, before=resumed).then(*forget)
     if step.compensation_attempt == reply.attempt and step.compensation in (CompensationState.DONE,
                                                                              CompensationState.FAILED):
         effects: list[Effect] = [info("reply.duplicate", view, step=reply.step, attempt=reply.attempt,
@@ -59,15 +61,17 @@ def compensation_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx)
 
 
 def next_compensation(view: View, step: StepRow, ended: StepRow, ctx: Ctx, *, warning: Alert | None = None,
-                      by_supervisor: bool = False, comp_failure_count: int | None = None) -> Decision:
-    """After the compensation of ``step`` ended (``ended`` is its new row): the next one, or finish."""
+                      by_supervisor: bool = False, comp_failure_count: int | None = None,
+                      before: Sequence[Event] = ()) -> Decision:
+    """After the compensation of ``step`` ended (``ended`` is its new row): the next one, or finish.
+    ``before``: events to record ahead of its own (the end of the compensation's wait on a breaker)."""
     state = view.state
     assert state is not None
     state_now = state if comp_failure_count is None else replace(state, comp_failure_count=comp_failure_count)
     after = view.with_steps(ended)
     pending = [s for s in after.steps if s.compensation is CompensationState.PENDING and s.index < step.index]
     head: list[Effect] = [warning] if warning else []
-    events = _ended_events(step, ended, warning)
+    events = [*before, *_ended_events(step, ended, warning)]
     if not pending:
         return _compensated(view, step, ended, state_now, head, events, ctx)
     following = max(pending, key=lambda s: s.index)

@@ -149,14 +149,16 @@ class Verdict(StrEnum):
 
     # The Scheduler: schedule messages, resumes, replies
     CLAIMED = "claimed"  # a scheduler claimed the order and put its step (or compensation) in flight
-    RESUMED = "resumed"  # a redelivered message re-sent the request in flight, or a waited step went on
+    RESUMED = "resumed"  # a redelivered message re-sent the request in flight, or a step's wait on a breaker ended
     IGNORED = "ignored"  # nothing to do: the order is not waiting for what the message asks
     STEP_DONE = "step-done"  # a step's reply recorded, the next step dispatched
     PROCESSED = "processed"  # the last step's reply recorded: the order is done
     DUPLICATE = "duplicate"  # the reply of an attempt already recorded (the request in flight is re-sent)
     STALE = "stale"  # the reply of an attempt that is no longer the one in flight: nothing written
     WAITING = "waiting"  # the step waits on its remote's open breaker
-    WAITING_DUPLICATE = "waiting-duplicate"  # the same waiting reply again
+    WAITING_DUPLICATE = "waiting-duplicate"  # a waiting step's waiting reply again (a copy, or a failed probe's)
+    PROBING = "probing"  # a waiting step carries the breaker's probe: its request sent again, nothing written
+    RESENT = "resent"  # the breaker closed before the step's wait was recorded: its request sent again
     LOST_RACE = "lost-race"  # another writer changed the order first, every time it was tried: nothing written
     POISON = "poison"  # the reply names an order or a step that does not exist (the message is poison)
     UNKNOWN_ORDER = "unknown-order"  # the order the message names does not exist
@@ -194,6 +196,10 @@ class Decision:
 
     verdict: Verdict
     effects: list[Effect] = field(default_factory=list)
+
+    def then(self, *effects: Effect) -> Decision:
+        """The same decision with ``effects`` run after its own (after its write, if it wins)."""
+        return Decision(self.verdict, [*self.effects, *effects]) if effects else self
 
 
 class Rejected(Exception):

@@ -20,6 +20,7 @@ from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.history import EventKind, commit, event
 from shared.core.statemachine.outbox import alert, log
 from shared.core.statemachine.view import View
+from shared.core.statemachine.waiting import forget_wait
 from shared.core.states import CompensationState, ProcessState, StepState
 
 
@@ -65,7 +66,18 @@ def _reschedule(view: View, state: StateRow, ctx: Ctx) -> Decision:
     ])
 
 
+def _waited_too_long(step: StepRow, ctx: Ctx) -> str:
+    return (f"waited {ctx.config.breaker_max_wait_seconds:g} s on the open breaker of {step.waiting_on} "
+            f"(BreakerMaxWaitSeconds)")
+
+
 def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
+    if step.waiting_on is not None:
+        # The longest wait on a breaker is over: the step fails for good, once, whatever the
+        # number of probes (docs/breakers-and-lanes.md, "How long an order waits"). Its probes
+        # may have reached the remote: its outcome is unknown, as after a timeout.
+        return fail_step(view, replace(step, waiting_on=None), f"{_waited_too_long(step, ctx)}, attempt {step.attempt}",
+                         ctx, timed_out=True).then(*forget_wait(view.order_id, step))
     failures = state.failure_count + 1
     reason = f"timed out (attempt {step.attempt})"
     spec = ctx.config.spec(step.name)
@@ -97,8 +109,16 @@ def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decis
 
 
 def _compensation_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
-    failures = state.comp_failure_count + 1
     attempt = step.compensation_attempt
+    if step.waiting_on is not None:  # as a step's: the longest wait is over, the compensation fails for good
+        reason = f"compensation {_waited_too_long(step, ctx)}, attempt {attempt}"
+        failed = replace(step, compensation=CompensationState.FAILED, compensation_reason=reason,
+                         compensation_finished_at=ctx.now, compensation_complete_by=None, waiting_on=None)
+        warning = alert(view, step.name, f"compensation failed: {reason}", state.comp_failure_count,
+                        f"{step.name}:compensate:{attempt}", ctx)
+        return next_compensation(view, step, failed, ctx, warning=warning,
+                                 by_supervisor=True).then(*forget_wait(view.order_id, step))
+    failures = state.comp_failure_count + 1
     reason = f"compensation timed out (attempt {attempt})"
     spec = ctx.config.spec(step.name)
     if failures >= ctx.config.max_failures_of(spec):

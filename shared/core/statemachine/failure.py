@@ -18,6 +18,7 @@ Done steps in reverse order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from shared.core.effects import Alert, Effect
@@ -33,13 +34,14 @@ from shared.core.states import CompensationState, Mode, OrderCompensation, Outco
 
 
 def fail_step(view: View, step: StepRow, reason: str, ctx: Ctx, *, timed_out: bool,
-              failure_count: int | None = None) -> Decision:
-    """Apply the step's on-failure policy (module docstring)."""
+              failure_count: int | None = None, before: Sequence[Event] = ()) -> Decision:
+    """Apply the step's on-failure policy (module docstring). ``before``: events to record ahead
+    of the failure's (the end of the step's wait on a breaker)."""
     state = view.state
     assert state is not None
     spec = ctx.config.spec(step.name)
     failed = replace(step, state=StepState.FAILED, failure_reason=reason, finished_at=ctx.now, complete_by=None,
-                     outcome_unknown=timed_out)
+                     outcome_unknown=timed_out, waiting_on=None)
     count = state.failure_count if failure_count is None else failure_count
     # Alert first, with a deterministic id: a crash or lost race after it leads to the same
     # alert again, which the alerts queue's duplicate detection drops.
@@ -47,7 +49,8 @@ def fail_step(view: View, step: StepRow, reason: str, ctx: Ctx, *, timed_out: bo
     base = replace(state, failure_count=count, process_state=ProcessState.ERROR, failed_step=step.name, reason=reason,
                    updated_at=ctx.now)
     tail = status_sends(view, "failed", ctx, step=step.name, reason=reason, processState=ProcessState.ERROR)
-    events = [event(EventKind.STEP_FAILED, step.name, step.attempt, reason=reason, outcomeUnknown=timed_out or None),
+    events = [*before,
+              event(EventKind.STEP_FAILED, step.name, step.attempt, reason=reason, outcomeUnknown=timed_out or None),
               event(EventKind.ALERT, step.name, step.attempt, reason=reason, failureCount=count)]
     holds = spec.on_failure == "hold" or (timed_out and spec.compensation is None)
     if holds:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,11 +22,11 @@ from shared.core.statemachine.dispatch import (
     inflight_request,
 )
 from shared.core.statemachine.failure import fail_step
-from shared.core.statemachine.history import EventKind, commit, event
+from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends, step_request
 from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.view import View
-from shared.core.statemachine.waiting import waiting_reply
+from shared.core.statemachine.waiting import end_wait, waiting_reply
 from shared.core.states import TERMINATED_REASON, CompensationState, Mode, Outcome, ProcessState, StepState
 
 
@@ -141,12 +142,13 @@ def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Dec
     live = (state.mode is Mode.FORWARD and state.claimed and state.lease == Lease.for_step(reply.step, reply.attempt)
             and step.state is StepState.RUNNING and step.attempt == reply.attempt)
     if live:
-        if reply.outcome == "success":
-            return _step_done(view, step, reply.result or {}, ctx)
         if reply.outcome == "waiting":
             return waiting_reply(view, step, reply, ctx)
+        step, resumed, forget = end_wait(view, step)  # a waiting attempt's probe got an answer
+        if reply.outcome == "success":
+            return _step_done(view, step, reply.result or {}, ctx, before=resumed).then(*forget)
         # An error reply: the remote rejected the key and applied nothing under it.
-        return fail_step(view, step, reply.reason or "rejected", ctx, timed_out=False)
+        return fail_step(view, step, reply.reason or "rejected", ctx, timed_out=False, before=resumed).then(*forget)
     fenced = step.failure_reason == TERMINATED_REASON  # an attempt terminate stopped: its reply is late
     if step.attempt == reply.attempt and step.state in (StepState.DONE, StepState.FAILED) and not fenced:
         effects: list[Effect] = [info("reply.duplicate", view, step=reply.step, attempt=reply.attempt)]
@@ -162,7 +164,9 @@ def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Dec
                                   currentAttempt=step.attempt, stepState=step.state, lease=str(state.lease))])
 
 
-def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx) -> Decision:
+def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
+               before: Sequence[Event] = ()) -> Decision:
+    """``before``: events to record ahead of the step's own (the end of its wait on a breaker)."""
     state = view.state
     assert state is not None
     done = replace(step, state=StepState.DONE, result=result, finished_at=ctx.now, complete_by=None)
@@ -178,7 +182,7 @@ def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx) -> D
             # re-sends the next request (inflight_request); if the reply is not redelivered,
             # the Supervisor expires the next lease at CompleteBy and redrives.
             commit(view, new_state, [done.replacing(step), running.replacing(following)],
-                   [step_done, dispatched(running)], ctx, note="step done + next dispatched"),
+                   [*before, step_done, dispatched(running)], ctx, note="step done + next dispatched"),
             step_request(view.with_steps(done, running).with_state(new_state), running, ctx),
             *status_sends(view, "step-done", ctx, step=step.name),
             info("step.done", view, step=step.name, attempt=step.attempt, next=following.name),
@@ -189,7 +193,7 @@ def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx) -> D
     return Decision(Verdict.PROCESSED, [
         # Crash after this: the order is Processed; status messages may be missing (best-effort);
         # its index row is deleted next (best effort), else lazily by the sweep.
-        commit(view, new_state, [done.replacing(step)], [step_done, event(EventKind.PROCESSED)], ctx,
+        commit(view, new_state, [done.replacing(step)], [*before, step_done, event(EventKind.PROCESSED)], ctx,
                note="last step done"),
         *status_sends(view, "step-done", ctx, step=step.name),
         *status_sends(view, "processed", ctx, processState=ProcessState.PROCESSED),

@@ -49,8 +49,8 @@ class EventKind(StrEnum):
     RESTARTED = "restarted"
     CANCELLED = "cancelled"
     TERMINATED = "terminated"
-    STEP_WAITING = "stepWaiting"  # the remote's breaker is open: no call, no FailureCount
-    RESUMED = "resumed"  # a waiting attempt re-dispatched (the breaker closed, or a wake)
+    STEP_WAITING = "stepWaiting"  # the remote's breaker is open: the step waits (once per wait, not per probe)
+    RESUMED = "resumed"  # a step's wait ended: the breaker closed (or its probe answered)
 
 
 @dataclass(frozen=True)
@@ -70,14 +70,15 @@ def event(kind: EventKind, step: str | None = None, attempt: int | None = None, 
 
 
 def commit(view: View, new_state: StateRow, ops: Iterable[Op], events: Sequence[Event], ctx: Ctx, *,
-           note: str) -> Transact:
+           note: str, waiting_on: str | None = None) -> Transact:
     """The ONE transaction of a decision: ``new_state`` over the state row the decision read
     (ETag; created when the view has none), the other rows' ``ops``, and ``events`` appended
-    to the history (``EventSeq`` bumped)."""
+    to the history (``EventSeq`` bumped). The state row says ``WaitingOn`` only when the
+    decision records a wait (``waiting_on``): any other transition of the order ends it."""
     assert 0 < len(events) <= MAX_EVENTS_PER_WRITE, "every state change is recorded"
     old = view.state
     first = (old.event_seq if old is not None else new_state.event_seq) + 1
-    stamped = replace(new_state, event_seq=first + len(events) - 1)
+    stamped = replace(new_state, event_seq=first + len(events) - 1, waiting_on=waiting_on)
     trace = _trace_id(view.traceparent)
     rows = [EventRow(seq=first + n, at=ctx.now, event=e.kind, step=e.step, attempt=e.attempt, detail=e.detail,
                      instance=ctx.instance_id, trace_id=trace) for n, e in enumerate(events)]

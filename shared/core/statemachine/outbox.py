@@ -26,18 +26,19 @@ from shared.core.statemachine.view import View
 from shared.core.states import StepState
 
 
-def step_request(view: View, step: StepRow, ctx: Ctx) -> Send:
-    """The request for the step's current attempt (its CompleteBy is the request's deadline)."""
+def step_request(view: View, step: StepRow, ctx: Ctx, *, again: str = "") -> Send:
+    """The request for the step's current attempt (its CompleteBy is the request's deadline).
+    ``again``: the same attempt sent once more on that occasion (a resume's tag), under its own id."""
     assert step.complete_by is not None
-    return Send(_request(view, step, "step", step.attempt, step.complete_by, ctx), what="request",
+    return Send(_request(view, step, "step", step.attempt, step.complete_by, ctx, again), what="request",
                 fence=fence_rows(view.with_steps(step)))
 
 
-def compensation_request(view: View, step: StepRow, ctx: Ctx) -> Send:
+def compensation_request(view: View, step: StepRow, ctx: Ctx, *, again: str = "") -> Send:
     """The request for the current attempt of the step's compensation."""
     assert step.compensation_complete_by is not None
-    return Send(_request(view, step, "compensation", step.compensation_attempt, step.compensation_complete_by, ctx),
-                what="compensation", fence=fence_rows(view.with_steps(step)))
+    return Send(_request(view, step, "compensation", step.compensation_attempt, step.compensation_complete_by, ctx,
+                         again), what="compensation", fence=fence_rows(view.with_steps(step)))
 
 
 def fence_rows(view: View) -> dict[str, dict[str, Any]]:
@@ -48,7 +49,8 @@ def fence_rows(view: View) -> dict[str, dict[str, Any]]:
     return {r.row_key: {**r.to_entity(), ETAG: r.etag} for r in rows}
 
 
-def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: datetime, ctx: Ctx) -> OutMessage:
+def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: datetime, ctx: Ctx,
+             again: str = "") -> OutMessage:
     cfg = ctx.config
     spec = cfg.spec(step.name)
     order_id = view.order_id
@@ -67,6 +69,8 @@ def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: d
         # The step's result when it has one (a Done step); a step whose outcome is unknown
         # (timed out) has none: the remote finds the effect by the step's idempotency key.
         context = {spec.name: step.result} if step.result is not None else {}
+    if again:
+        message_id = f"{message_id}:{again}"
     target = None if kind == "step" else CompensationTarget(step=spec.name, idempotency_key=step_key)
     # ``compensates``: the effect to undo, addressed by the stable idempotency key every attempt
     # of the step was sent with. A remote with nothing applied under it answers "nothing to

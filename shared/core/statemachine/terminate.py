@@ -24,16 +24,23 @@ from shared.core.statemachine.operator import compensate_all, why_not
 from shared.core.statemachine.outbox import log, status_sends
 from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.view import View
+from shared.core.statemachine.waiting import forget_wait
 from shared.core.states import TERMINATED_REASON, Mode, OrderCompensation, Outcome, ProcessState, StepState
 
 
 def decide_terminate(view: View, ctx: Ctx) -> Decision:
-    """Terminate an order in flight (module docstring)."""
+    """Terminate an order in flight (module docstring). A step waiting on a breaker stops
+    waiting: its waiting row is forgotten after the write."""
     state = view.state
     assert state is not None
     if state.mode is not Mode.FORWARD or state.process_state not in (ProcessState.PENDING, ProcessState.PROCESSING):
         raise Rejected(why_not(state, "terminate", "only an order in flight (running its steps) can be terminated"))
     current = view.step_at(state.step_index)
+    forget = forget_wait(view.order_id, current) if current is not None else []
+    return _terminate(view, state, current, ctx).then(*forget)
+
+
+def _terminate(view: View, state: StateRow, current: StepRow | None, ctx: Ctx) -> Decision:
     fenced = _fence(current, ctx) if current is not None else None
     after = view.with_steps(fenced) if fenced is not None else view
     base = replace(state, process_state=ProcessState.ERROR, locked_by=None, claim_token=None, updated_at=ctx.now,
@@ -65,7 +72,7 @@ def _fence(step: StepRow, ctx: Ctx) -> StepRow:
     outcome unknown; a step never sent stays as it is."""
     if step.state is StepState.RUNNING:
         return replace(step, state=StepState.FAILED, failure_reason=TERMINATED_REASON, outcome_unknown=True,
-                       complete_by=None, finished_at=ctx.now)
+                       complete_by=None, finished_at=ctx.now, waiting_on=None)
     if step.state is StepState.PENDING and step.attempt > 0:
         return replace(step, state=StepState.FAILED, failure_reason=TERMINATED_REASON, finished_at=ctx.now)
     return step

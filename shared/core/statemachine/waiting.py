@@ -1,17 +1,28 @@
-"""Steps that wait on a remote's open circuit breaker, and their resume.
+"""Steps that wait on a remote's open circuit breaker: one state, from the first ``waiting`` reply
+to the resume that ends it, however many probes the breaker makes meanwhile.
 
-An agent whose remote's breaker is open makes no call: it registers the attempt as waiting
-(``shared.core.breaker.waiting``) and replies ``waiting``. That reply, when it is live (it names the
-lease), records the wait on the step row (``WaitingOn``, ``WaitingSince``) and moves the order's
-CompleteBy to the end of the longest wait allowed (``BreakerMaxWaitSeconds`` from the step's first
-wait). It is not a failure: no FailureCount, no new attempt. Past the longest wait the usual
-timeout path applies (the Supervisor expires the lease at CompleteBy).
+An agent whose remote's breaker is open makes no call: it registers the step as waiting (one row
+per waiting step, ``shared.core.breaker.waiting``) and replies ``waiting``. The first such reply of
+the attempt in flight records the wait: ``WaitingOn`` and ``WaitingSince`` on the step row,
+``WaitingOn`` on the state row, one ``stepWaiting`` event, and CompleteBy moved to the end of the
+longest wait (``BreakerMaxWaitSeconds`` from the attempt's first wait). The attempt, its
+idempotency key and FailureCount do not move while it waits.
 
-A ``resume`` message (sent by the instance that closed the breaker, by the Supervisor after a
-crash, or scheduled at the end of the cool-down for the one step that wakes the breaker up)
-re-dispatches the attempt it names as the next attempt, if the order's lease still names it.
-Otherwise it is stale and changes nothing. It is deliberately not conditioned on ``WaitingOn``: a
-resume may overtake the ``waiting`` reply, which then finds a newer lease and is stale.
+Resumes (:func:`decide_resume`) are of two kinds:
+
+* ``probe``: the breaker's cool-down is over and this step carries its probe (the wake-up its
+  reply claimed, or the Supervisor's when that one was lost). Its request is sent again, same
+  attempt, and nothing is written: a probe that fails brings another ``waiting`` reply, which
+  changes nothing but schedules the next wake-up.
+* ``closed``: the breaker closed. The wait ends: one ``resumed`` event, CompleteBy back to the
+  step's timeout, the request sent again. A live step whose wait is not recorded (yet) gets its
+  request again too: its ``waiting`` reply may be behind this resume, and a wait recorded that
+  late ends with that request's reply.
+
+A reply of the waiting attempt (done, or an error) ends the wait as well (:func:`end_wait`): its
+probe got an answer. Past the longest wait, the Supervisor fails the step for good
+(``shared.core.statemachine.expiry``), and a terminate stops it. Each end of a wait forgets the
+step's waiting row after the state write; a stale resume forgets the row that named it.
 """
 
 from __future__ import annotations
@@ -20,14 +31,13 @@ import logging
 from dataclasses import replace
 from datetime import timedelta
 
-from shared.core.breaker.waiting import WaitingStep, resume_message
-from shared.core.effects import Effect, Send
+from shared.core.breaker.waiting import WaitingStep, probe_tag, resume_message
+from shared.core.effects import Effect, ForgetWaiting, Send
 from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage, ResumeMessage
-from shared.core.rows import StepRow
+from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx, Decision, Verdict
-from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, dispatch_step, dispatched
-from shared.core.statemachine.history import EventKind, commit, event
+from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import compensation_request, info, log, step_request
 from shared.core.statemachine.view import View
 from shared.core.states import CompensationState, Mode, StepState
@@ -41,9 +51,10 @@ def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> D
     compensation = reply.kind == "compensation"
     wake = _wake(view, step, reply, ctx)
     if step.waiting_on is not None:
-        # Recorded already (a redelivered reply): only the wake-up again (same id: deduplicated).
+        # Recorded already (a copy of the reply, or the reply of a probe that failed): only the
+        # next wake-up, if this reply claimed it.
         return Decision(Verdict.WAITING_DUPLICATE, [*wake, info("step.waiting_duplicate", view, step=step.name,
-                                                          attempt=reply.attempt)])
+                                                                attempt=reply.attempt, wake=reply.wake)])
     since = step.waiting_since or ctx.now
     complete_by = max(since + timedelta(seconds=ctx.config.breaker_max_wait_seconds), ctx.now)
     if compensation:
@@ -51,7 +62,6 @@ def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> D
     else:
         waiting = replace(step, waiting_on=reply.breaker, waiting_since=since, complete_by=complete_by)
     new_state = replace(state, complete_by=complete_by, updated_at=ctx.now)
-    kind = EventKind.STEP_WAITING
     detail = {"breaker": reply.breaker, "until": iso(reply.until) if reply.until else None,
               "since": iso(since), "completeBy": iso(complete_by), "compensation": compensation or None}
     return Decision(Verdict.WAITING, [
@@ -60,8 +70,9 @@ def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> D
         # Crash after this: the wake-up below is not sent; the Supervisor sends it for an open
         # breaker whose wake time has passed (and the closer resumes every waiting step anyway).
         commit(view, new_state, [waiting.replacing(step)],
-               [event(kind, step.name, reply.attempt, **{k: v for k, v in detail.items() if v is not None})],
-               ctx, note="step waits on an open breaker"),
+               [event(EventKind.STEP_WAITING, step.name, reply.attempt,
+                      **{k: v for k, v in detail.items() if v is not None})],
+               ctx, note="step waits on an open breaker", waiting_on=reply.breaker),
         *wake,
         info("step.waiting", view, step=step.name, attempt=reply.attempt, breaker=reply.breaker,
              until=reply.until, completeBy=complete_by, wake=reply.wake),
@@ -69,54 +80,102 @@ def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> D
 
 
 def _wake(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> list[Effect]:
-    """The resume scheduled at ``until`` for the one step that wakes the breaker up."""
-    if not reply.wake or reply.until is None:
+    """The probe resume, at ``until``, of the one step that wakes the breaker up."""
+    if not reply.wake or reply.until is None or reply.breaker is None:
         return []
     target = WaitingStep(view.order_id, reply.attempt, step.name, reply.kind)
     not_before = reply.until if reply.until > ctx.now else None
     priority = view.order.priority if view.order is not None else None
     queue = ctx.config.lane_queue("SchedulerQueue", priority)  # the order's lane (shared.core.workflows.lanes)
-    return [Send(resume_message(target, queue, not_before=not_before, tag="wake"),
-                 what="resume (wake)")]
+    return [Send(resume_message(target, queue, remote=reply.breaker, why="probe", tag=probe_tag(reply.until),
+                                not_before=not_before), what="resume (probe)")]
 
 
 def decide_resume(view: View, msg: ResumeMessage, ctx: Ctx) -> Decision:
-    """Re-dispatch the waiting attempt ``msg`` names, if it is still the order's lease."""
+    """A resume of the attempt ``msg`` names (module docstring), if it is still the order's lease."""
     state = view.state
     if state is None or view.order is None:
         return Decision(Verdict.UNKNOWN_ORDER, [log(logging.ERROR, "resume.unknown_order", None, order_id=msg.orderId)])
     step = view.step(msg.step)
     if step is None:
         return Decision(Verdict.IGNORED, [log(logging.WARNING, "resume.unknown_step", view, step=msg.step)])
+    fields = {"step": msg.step, "attempt": msg.attempt, "target": msg.target, "why": msg.why}
+    if not _live(state, step, msg):
+        # The row that named this attempt can never be live again: forget it, or it would be
+        # resumed at every close (and picked for every probe the Supervisor sends).
+        forget = [ForgetWaiting(msg.remote, _waiting_step(view.order_id, msg).row_key)] if msg.remote else []
+        return Decision(Verdict.STALE, [*forget, info("resume.stale", view, lease=str(state.lease), **fields)])
+    if step.waiting_on is None:
+        if msg.why == "probe":  # its wait ended already: its request is under way
+            return Decision(Verdict.IGNORED, [info("resume.not_waiting", view, **fields)])
+        return Decision(Verdict.RESENT, [_request(view, step, msg, ctx), info("resume.resent", view, **fields)])
+    if msg.why == "probe":
+        return Decision(Verdict.PROBING, [_request(view, step, msg, ctx), info("step.probing", view, **fields)])
+    ended, new_state = _ended(step, state, msg.target == "compensation", ctx)
+    after = view.with_steps(ended).with_state(new_state)
+    return Decision(Verdict.RESUMED, [
+        # Crash after this: the request is not sent; the Supervisor expires the attempt at its
+        # CompleteBy (the step's timeout) and redrives it, as for any lost request. A copy of
+        # this resume finds the wait ended and sends the request again under the same id.
+        commit(view, new_state, [ended.replacing(step)], _resumed(step, msg.target == "compensation"), ctx,
+               note="wait ended"),
+        _request(after, ended, msg, ctx),
+        info("step.resumed", view, breaker=step.waiting_on, **fields),
+    ])
+
+
+def end_wait(view: View, step: StepRow) -> tuple[StepRow, list[Event], list[Effect]]:
+    """For a reply of a waiting attempt: the step without its wait, the ``resumed`` event to
+    record before the reply's own, and the forgetting of its waiting row (after the write)."""
+    if step.waiting_on is None:
+        return step, [], []
+    compensation = step.compensation is CompensationState.RUNNING
+    return replace(step, waiting_on=None), _resumed(step, compensation), forget_wait(view.order_id, step)
+
+
+def forget_wait(order_id: str, step: StepRow) -> list[Effect]:
+    """Forget ``step``'s waiting row, if it waits (after the write that ends its wait)."""
+    if step.waiting_on is None:
+        return []
+    compensation = step.compensation is CompensationState.RUNNING
+    waiting = WaitingStep(order_id, step.compensation_attempt if compensation else step.attempt, step.name,
+                          "compensation" if compensation else "step")
+    return [ForgetWaiting(step.waiting_on, waiting.row_key)]
+
+
+def _live(state: StateRow, step: StepRow, msg: ResumeMessage) -> bool:
+    """Whether the attempt ``msg`` names is the one in flight (the lease and the step agree)."""
     if msg.target == "compensation":
-        live = (state.mode is Mode.COMPENSATE and state.claimed
+        return (state.mode is Mode.COMPENSATE and state.claimed
                 and state.lease == Lease.for_compensation(msg.step, msg.attempt)
                 and step.compensation is CompensationState.RUNNING and step.compensation_attempt == msg.attempt)
+    return (state.mode is Mode.FORWARD and state.claimed and state.lease == Lease.for_step(msg.step, msg.attempt)
+            and step.state is StepState.RUNNING and step.attempt == msg.attempt)
+
+
+def _waiting_step(order_id: str, msg: ResumeMessage) -> WaitingStep:
+    return WaitingStep(order_id, msg.attempt, msg.step, msg.target)
+
+
+def _resumed(step: StepRow, compensation: bool) -> list[Event]:
+    attempt = step.compensation_attempt if compensation else step.attempt
+    return [event(EventKind.RESUMED, step.name, attempt, breaker=step.waiting_on, compensation=compensation or None)]
+
+
+def _ended(step: StepRow, state: StateRow, compensation: bool, ctx: Ctx) -> tuple[StepRow, StateRow]:
+    """The step without its wait, and its deadline back to the step's timeout (from now).
+    ``WaitingSince`` stays: a later wait of the same attempt counts its longest wait from it."""
+    complete_by = ctx.now + ctx.config.timeout(ctx.config.spec(step.name))
+    if compensation:
+        ended = replace(step, waiting_on=None, compensation_complete_by=complete_by)
     else:
-        live = (state.mode is Mode.FORWARD and state.claimed and state.lease == Lease.for_step(msg.step, msg.attempt)
-                and step.state is StepState.RUNNING and step.attempt == msg.attempt)
-    if not live:
-        return Decision(Verdict.STALE, [info("resume.stale", view, step=msg.step, attempt=msg.attempt,
-                                             target=msg.target, lease=str(state.lease))])
-    resumed = event(EventKind.RESUMED, step.name, msg.attempt, breaker=step.waiting_on,
-                    compensation=True if msg.target == "compensation" else None)
+        ended = replace(step, waiting_on=None, complete_by=complete_by)
+    return ended, replace(state, complete_by=complete_by, updated_at=ctx.now)
+
+
+def _request(view: View, step: StepRow, msg: ResumeMessage, ctx: Ctx) -> Send:
+    """The attempt's request once more, named after the resume (a copy of it sends no other)."""
+    again = msg.tag or msg.why
     if msg.target == "compensation":
-        running, new_state = dispatch_compensation(step, state, ctx)
-        running = replace(running, waiting_since=step.waiting_since)
-        send = compensation_request(view.with_steps(running), running, ctx)
-        dispatch_event = compensation_dispatched(running)
-    else:
-        running, new_state = dispatch_step(step, state, ctx)
-        running = replace(running, waiting_since=step.waiting_since)
-        send = step_request(view.with_steps(running).with_state(new_state), running, ctx)
-        dispatch_event = dispatched(running)
-    return Decision(Verdict.RESUMED, [
-        # Step (or compensation) Running with the next attempt, ONE transaction; the deadline
-        # (now + step timeout) is covered by the order's index row like any dispatch.
-        # Crash after this: the request is not sent; the Supervisor expires the lease at its
-        # CompleteBy and redrives (as for any lost request). A redelivered resume is stale.
-        commit(view, new_state, [running.replacing(step)], [resumed, dispatch_event], ctx, note="resume"),
-        send,
-        info("step.resumed", view, step=step.name, attempt=running.attempt if msg.target == "step"
-             else running.compensation_attempt, target=msg.target),
-    ])
+        return replace(compensation_request(view, step, ctx, again=again), what="compensation (resume)")
+    return replace(step_request(view, step, ctx, again=again), what="request (resume)")

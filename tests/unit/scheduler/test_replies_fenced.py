@@ -156,7 +156,7 @@ def test_a_late_reply_after_terminate_changes_nothing() -> None:
     assert (cost.reads, cost.committed, cost.lost) == (1, 0, 1)
 
 
-def test_a_waiting_reply_and_the_resumed_attempt_are_decided_without_a_read() -> None:
+def test_a_waiting_reply_is_decided_without_a_read_and_its_probe_on_one() -> None:
     rt, store, agents, oid = setup(breaker_open={"reserve-inventory": 1})
     waiting = next_reply(rt, agents)
     assert waiting.body["outcome"] == "waiting" and "fence" in waiting.body
@@ -164,10 +164,14 @@ def test_a_waiting_reply_and_the_resumed_attempt_are_decided_without_a_read() ->
     assert cost == Counts(reads=0, committed=1, lost=0), verdict
     assert steps(rt, oid)["reserve-inventory"].get("WaitingOn")
     rt.clock.advance(6)  # type: ignore[attr-defined]
-    reply = next_reply(rt, agents)  # the resume (a schedule message: read there) re-dispatched it
-    assert reply.body["outcome"] == "success" and "fence" in reply.body
+    # The probe resume (a schedule message: read there) sends the request again and writes
+    # nothing, so no ETag vouches for a token: its reply is decided on a read.
+    reply = next_reply(rt, agents)
+    assert reply.body["outcome"] == "success" and reply.body["attempt"] == 1 and "fence" not in reply.body
     verdict, cost = counted(store, lambda: deliver(rt, reply))
-    assert (verdict, cost) == ("step-done", Counts(reads=0, committed=1, lost=0))
+    # lost=1: the delete of its waiting row, which this simulated agent never registered
+    assert (verdict, cost) == ("step-done", Counts(reads=1, committed=1, lost=1))
+    assert "WaitingOn" not in steps(rt, oid)["reserve-inventory"]
 
 
 def test_compensation_replies_are_decided_without_a_read() -> None:

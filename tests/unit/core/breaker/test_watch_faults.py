@@ -40,8 +40,12 @@ def test_an_open_write_that_lands_after_the_supervisor_dropped_its_watch_still_l
     rt = make_runtime(store=store)
     sweep(rt)  # the first sweep's full pass is done
     died = []
-    g = BreakerGate(rt.store, "shipping", POLICY, "a", rt.bus, "alerts", now=rt.clock,
-                    on_closed=lambda gate: died.append(gate.remote) or (_ for _ in ()).throw(RuntimeError("died")))
+
+    def closer(gate: BreakerGate, opening: int) -> None:
+        died.append(gate.remote)
+        raise RuntimeError("died")
+
+    g = BreakerGate(rt.store, "shipping", POLICY, "a", rt.bus, "alerts", now=rt.clock, on_closed=closer)
     g.record("timeout")
 
     def supervisor_meanwhile() -> None:

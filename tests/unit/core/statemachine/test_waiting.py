@@ -1,7 +1,7 @@
 """Steps waiting on an open breaker (``shared.core.statemachine.waiting``) and their resume, on the
 pure core with the in-memory store and bus: a wait is not a failure, a resume is fenced by the
-lease, the longest wait hands the step to the usual timeout path, and a crash at any point
-leaves nothing waiting for ever (``shared.supervisor.breakers``)."""
+lease, probes write nothing, the longest wait fails the step once, every end of a wait forgets its
+row, and a crash at any point leaves nothing waiting for ever (``shared.supervisor.breakers``)."""
 
 from __future__ import annotations
 
@@ -49,9 +49,15 @@ def open_shipping(rt: Any, row: BreakerRow) -> Watch:
     return watch
 
 
-def resume(rt: Any, oid: str, attempt: int, target: str = "step", step: str = S) -> str:
-    msg = resume_message(WaitingStep(oid, attempt, step, target), "scheduler")  # type: ignore[arg-type]
+def resume(rt: Any, oid: str, attempt: int, target: str = "step", step: str = S, *, why: str = "closed",
+           tag: str = "o1") -> str:
+    msg = resume_message(WaitingStep(oid, attempt, step, target), "scheduler",  # type: ignore[arg-type]
+                         remote="shipping", why=why, tag=tag)  # type: ignore[arg-type]
     return handle_schedule(rt, json.dumps(msg.body).encode(), message_id=msg.message_id)
+
+
+def requests_of(rt: Any, oid: str) -> list[Any]:
+    return [m for m in membus(rt).peek("agent-shipping") if m.body["orderId"] == oid]
 
 
 def test_a_wait_is_recorded_without_a_failure_and_moves_the_deadline_to_the_longest_wait() -> None:
@@ -60,7 +66,7 @@ def test_a_wait_is_recorded_without_a_failure_and_moves_the_deadline_to_the_long
     assert handle_reply(rt, waiting_reply(oid, 1)) == "waiting"
     st, step = state(rt, oid), steps(rt, oid)[S]
     assert st["FailureCount"] == 0 and st["LeaseKey"] == f"{S}:1" and step["Attempt"] == 1
-    assert step["WaitingOn"] == "shipping"
+    assert step["WaitingOn"] == "shipping" and st["WaitingOn"] == "shipping"  # the state row, for the search
     assert step["WaitingSince"].startswith(rt.clock().strftime("%Y-%m-%dT%H:%M:%S"))
     assert st["CompleteBy"] > before["CompleteBy"]
     assert st["CompleteBy"].startswith((rt.clock() + timedelta(seconds=300)).strftime("%Y-%m-%dT%H:%M:%S"))
@@ -70,75 +76,149 @@ def test_a_wait_is_recorded_without_a_failure_and_moves_the_deadline_to_the_long
     assert kinds(rt, oid).count("stepWaiting") == 1
 
 
-def test_the_woken_step_gets_a_resume_scheduled_at_until() -> None:
+def test_the_woken_step_gets_a_probe_resume_scheduled_at_until() -> None:
     rt, _agents, oid = shipping_in_flight()
     until = rt.clock() + timedelta(seconds=5)
     handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until.isoformat()))
     [wake] = membus(rt).peek("scheduler")
-    assert wake.body == {"kind": "resume", "orderId": oid, "step": S, "attempt": 1, "for": "step"}
-    assert wake.scheduled_enqueue_time == until and wake.message_id.endswith(":wake")
+    assert wake.body == {"kind": "resume", "orderId": oid, "step": S, "attempt": 1, "for": "step", "why": "probe",
+                         "tag": "probe-20261122T080005000000", "remote": "shipping"}
+    assert wake.scheduled_enqueue_time == until and wake.message_id.endswith(":probe-20261122T080005000000")
 
 
-def test_a_resume_re_dispatches_the_next_attempt_with_the_same_key_and_the_first_wait_kept() -> None:
+def test_probes_send_the_same_attempt_again_and_write_nothing_until_the_breaker_closes() -> None:
     rt, agents, oid = shipping_in_flight()
-    handle_reply(rt, waiting_reply(oid, 1))
-    since = steps(rt, oid)[S]["WaitingSince"]
+    handle_reply(rt, waiting_reply(oid, 1, wake=True))
+    since, seq = steps(rt, oid)[S]["WaitingSince"], state(rt, oid)["EventSeq"]
+    for n in range(3):  # three probe cycles: each one's request fails, its reply says waiting again
+        rt.clock.advance(5)
+        etag = state(rt, oid)["etag"] if "etag" in state(rt, oid) else None
+        assert resume(rt, oid, 1, why="probe", tag=f"probe-{n}") == "probing"
+        assert handle_reply(rt, waiting_reply(oid, 1, wake=True)) == "waiting-duplicate"
+        assert state(rt, oid).get("etag") == etag
+    st, step = state(rt, oid), steps(rt, oid)[S]
+    assert (st["EventSeq"], st["FailureCount"], st["LeaseKey"], step["Attempt"]) == (seq, 0, f"{S}:1", 1)
+    probes = requests_of(rt, oid)[1:]
+    assert [m.body["attempt"] for m in probes] == [1, 1, 1]
+    assert {m.body["idempotencyKey"] for m in requests_of(rt, oid)} == {f"{oid}:{S}"}
+    assert [m.message_id for m in probes] == [f"{oid}:{S}:1:probe-{n}" for n in range(3)]
+    # the breaker closes: the wait ends (one resumed event), the deadline is the step's timeout again
     rt.clock.advance(20)
     assert resume(rt, oid, 1) == "resumed"
     st, step = state(rt, oid), steps(rt, oid)[S]
-    assert st["LeaseKey"] == f"{S}:2" and st["FailureCount"] == 0
-    assert step["WaitingSince"] == since and "WaitingOn" not in step  # the max wait counts from the first wait
-    [first, second] = [m for m in membus(rt).peek("agent-shipping") if m.body["orderId"] == oid]
-    assert (first.body["attempt"], second.body["attempt"]) == (1, 2)
-    assert first.body["idempotencyKey"] == second.body["idempotencyKey"]
-    assert kinds(rt, oid)[-2:] == ["resumed", "dispatched"]
-    # the same resume again, or one for another attempt, is stale
-    assert resume(rt, oid, 1) == "stale" and resume(rt, oid, 7) == "stale"
-    assert state(rt, oid)["LeaseKey"] == f"{S}:2"
+    assert st["LeaseKey"] == f"{S}:1" and "WaitingOn" not in step and "WaitingOn" not in st
+    assert step["WaitingSince"] == since  # a later wait of this attempt counts its longest wait from the first
+    assert st["CompleteBy"].startswith((rt.clock() + rt.config.timeout(rt.config.spec(S))).strftime("%Y-%m-%dT%H:%M"))
+    assert requests_of(rt, oid)[-1].message_id == f"{oid}:{S}:1:o1"
+    assert kinds(rt, oid)[-2:] == ["stepWaiting", "resumed"]
+    # a copy of the resume sends the same request (same id: the queue drops it); another attempt's is stale
+    assert resume(rt, oid, 1) == "resent" and requests_of(rt, oid)[-1].message_id == f"{oid}:{S}:1:o1"
+    assert resume(rt, oid, 7) == "stale"
     drive(rt, oid, agents)
     assert state(rt, oid)["ProcessState"] == "Processed" and state(rt, oid)["FailureCount"] == 0
+    assert kinds(rt, oid).count("stepWaiting") == 1 and kinds(rt, oid).count("resumed") == 1
 
 
-def test_a_resume_that_loses_its_race_to_the_waiting_reply_decides_again() -> None:
-    """Found by the chaos run: the closer's resume read the order, the waiting reply wrote first,
-    the resume's write lost (412) and the resume was dropped: the step waited its longest wait."""
+def test_a_probe_that_gets_an_answer_ends_the_wait_and_forgets_its_row() -> None:
     rt, agents, oid = shipping_in_flight()
-    stale = rt.store.read_partition(oid)
-    assert handle_reply(rt, waiting_reply(oid, 1)) == "waiting"  # wins the race
-    fresh, reads = rt.store.read_partition, []
-
-    def first_read_stale(partition: str) -> Any:
-        reads.append(partition)
-        return stale if len(reads) == 1 else fresh(partition)
-
-    rt.store.read_partition = first_read_stale  # type: ignore[method-assign]
-    assert resume(rt, oid, 1) == "resumed" and len(reads) == 2
-    rt.store.read_partition = fresh  # type: ignore[method-assign]
-    assert state(rt, oid)["LeaseKey"] == f"{S}:2"
+    register_waiting(rt.store, "shipping", WaitingStep(oid, 1, S), rt.clock())  # as the agent did
+    handle_reply(rt, waiting_reply(oid, 1, wake=True))
+    assert resume(rt, oid, 1, why="probe", tag="probe-1") == "probing"
     drive(rt, oid, agents)
     assert state(rt, oid)["ProcessState"] == "Processed" and state(rt, oid)["FailureCount"] == 0
+    assert kinds(rt, oid)[-4:] == ["stepWaiting", "resumed", "stepDone", "processed"]
+    assert waiting_steps(rt.store, "shipping") == []
+    # the closer's resume, late: stale (the order is done), and it would forget the row again
+    assert resume(rt, oid, 1) == "stale"
 
 
-def test_a_resume_that_overtakes_the_waiting_reply_makes_the_reply_stale() -> None:
+def test_a_closed_resume_ahead_of_the_waiting_reply_sends_the_request_again() -> None:
+    """The closer listed the step's row before its waiting reply was recorded: the resume finds no
+    wait and sends the request again; the wait recorded after it ends with that request's reply."""
+    rt, agents, oid = shipping_in_flight()
+    assert resume(rt, oid, 1) == "resent"
+    assert handle_reply(rt, waiting_reply(oid, 1)) == "waiting"  # late, and still the attempt in flight
+    assert steps(rt, oid)[S]["WaitingOn"] == "shipping"
+    drive(rt, oid, agents)  # the request sent again gets its answer
+    st = state(rt, oid)
+    assert st["ProcessState"] == "Processed" and st["FailureCount"] == 0 and steps(rt, oid)[S]["Attempt"] == 1
+    assert kinds(rt, oid)[-4:] == ["stepWaiting", "resumed", "stepDone", "processed"]
+
+
+def test_a_probe_for_a_step_that_no_longer_waits_is_ignored() -> None:
     rt, _agents, oid = shipping_in_flight()
+    handle_reply(rt, waiting_reply(oid, 1))
     assert resume(rt, oid, 1) == "resumed"
-    assert handle_reply(rt, waiting_reply(oid, 1)) == "stale"
-    assert "WaitingOn" not in steps(rt, oid)[S] and state(rt, oid)["LeaseKey"] == f"{S}:2"
+    sent = len(requests_of(rt, oid))
+    assert resume(rt, oid, 1, why="probe", tag="probe-9") == "ignored"
+    assert len(requests_of(rt, oid)) == sent
 
 
-def test_past_the_longest_wait_the_usual_timeout_path_applies() -> None:
+def test_a_stale_resume_forgets_the_row_that_named_it() -> None:
+    """A row left behind by a crash (its order moved on) would be resumed at every close and picked
+    for every probe the Supervisor sends: the first resume that finds it stale forgets it."""
     rt, _agents, oid = shipping_in_flight()
+    register_waiting(rt.store, "shipping", WaitingStep(oid, 7, S), rt.clock())
+    assert resume(rt, oid, 7, why="probe", tag="probe-1") == "stale"
+    assert waiting_steps(rt.store, "shipping") == []
+
+
+@pytest.mark.parametrize("crash_after", [None, 1])
+def test_past_the_longest_wait_the_step_fails_for_good_once(crash_after: int | None) -> None:
+    """The pivot (no compensation, its outcome unknown): held, BreakerMaxWaitSeconds after its
+    wait began, FailureCount unchanged, its waiting row forgotten (crash_after=1: the process died
+    after the write, before the forget; the closer's resume, stale, forgets it)."""
+    rt, _agents, oid = shipping_in_flight()
+    register_waiting(rt.store, "shipping", WaitingStep(oid, 1, S), rt.clock())
     handle_reply(rt, waiting_reply(oid, 1))
     for _ in range(29):  # 290 s: still waiting
         rt.clock.advance(10)
         sweep(rt)
     assert state(rt, oid)["FailureCount"] == 0 and state(rt, oid)["LeaseKey"] == f"{S}:1"
     rt.clock.advance(15)
-    sweep(rt)
-    assert state(rt, oid)["FailureCount"] == 1  # timed out like any step
-    # its next wait starts a new longest wait (the redrive is not a resume)
-    deliver_schedules(rt)
-    assert "WaitingSince" not in steps(rt, oid)[S]
+    if crash_after is None:
+        sweep(rt)
+    else:
+        crash_one_sweep(rt, crash_after)
+    st, step = state(rt, oid), steps(rt, oid)[S]
+    assert (st["Mode"], st["Outcome"], st["FailureCount"]) == ("held", "held", 0), st
+    assert "waited 300 s on the open breaker of shipping" in st["Reason"] and "WaitingOn" not in step
+    assert kinds(rt, oid)[-4:] == ["stepWaiting", "stepFailed", "alert", "held"]
+    if crash_after is not None:
+        assert waiting_steps(rt.store, "shipping") == [WaitingStep(oid, 1, S)]
+        assert resume(rt, oid, 1) == "stale"
+    assert waiting_steps(rt.store, "shipping") == []
+
+
+def crash_one_sweep(rt: Any, k: int) -> None:
+    """The Supervisor's decision on the overdue order runs only its first ``k`` effects."""
+    from shared.runtime.executor import execute
+
+    real = rt.run
+
+    def run(effects: Any, limit: Any = None) -> Any:
+        if any(type(e).__name__ == "ForgetWaiting" for e in effects):
+            rt.run = real
+            execute(effects, rt.store, rt.bus, limit=len(effects) - 1)  # all but the forget (last)
+            raise Crash("died before forgetting the waiting row")
+        return real(effects, limit)
+
+    rt.run = run
+    with pytest.raises(Crash):
+        sweep(rt)
+    rt.run = real
+
+
+def test_a_terminate_stops_the_wait_and_forgets_the_row() -> None:
+    from shared.api.operator import terminate_order
+
+    rt, _agents, oid = shipping_in_flight()
+    register_waiting(rt.store, "shipping", WaitingStep(oid, 1, S), rt.clock())
+    handle_reply(rt, waiting_reply(oid, 1))
+    assert terminate_order(rt, oid).status == 202  # terminating: its done steps are compensated
+    assert "WaitingOn" not in steps(rt, oid)[S] and "WaitingOn" not in state(rt, oid)
+    assert waiting_steps(rt.store, "shipping") == []
+    assert resume(rt, oid, 1) == "stale"
 
 
 def test_a_compensation_waits_and_is_resumed_as_a_compensation() -> None:
@@ -150,11 +230,28 @@ def test_a_compensation_waits_and_is_resumed_as_a_compensation() -> None:
     assert steps(rt, oid)["charge-payment"]["WaitingOn"] == "shipping"
     assert resume(rt, oid, 1, target="step", step="charge-payment") == "stale"  # not the lease's kind
     assert resume(rt, oid, 1, target="compensation", step="charge-payment") == "resumed"
-    assert state(rt, oid)["LeaseKey"] == "charge-payment:compensate:2"
+    assert state(rt, oid)["LeaseKey"] == "charge-payment:compensate:1"  # the attempt did not move
     agents.hang.clear()
     drive(rt, oid, agents)
     assert state(rt, oid)["CompensationState"] == "completed"
-    assert "stepWaiting" in kinds(rt, oid) and "resumed" in kinds(rt, oid)
+    assert kinds(rt, oid).count("stepWaiting") == 1 and kinds(rt, oid).count("resumed") == 1
+
+
+def test_a_compensation_past_the_longest_wait_fails_for_good_and_the_next_one_goes_on() -> None:
+    rt = make_runtime()
+    agents = AgentSim(rt, reject={S: "no address"}, hang={"charge-payment:compensate"})
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=lambda st: st.get("LeaseKey") == "charge-payment:compensate:1")
+    handle_reply(rt, waiting_reply(oid, 1, kind="compensation", step="charge-payment"))
+    agents.hang.clear()
+    rt.clock.advance(301)
+    sweep(rt)
+    step = steps(rt, oid)["charge-payment"]
+    assert step["Compensation"] == "Failed" and "waited 300 s" in step["CompensationReason"]
+    drive(rt, oid, agents)
+    st = state(rt, oid)
+    assert (st["Mode"], st["CompensationState"]) == ("finished", "failed")
+    assert steps(rt, oid)["reserve-inventory"]["Compensation"] == "Done"
 
 
 @pytest.mark.parametrize("crash_after", [0, 1])
@@ -194,9 +291,10 @@ def test_a_closer_that_dies_before_its_resumes_leaves_them_to_the_supervisor() -
     assert watch.row_key not in {r.row_key for r in rt.store.due_index("299912312359", 100)}
     # sent twice (a second Supervisor run, or the closer's own resume after all): the queue drops
     # the copy; one delivered after the duplicate-detection window is stale
-    membus(rt).send(resume_message(WaitingStep(oid, 1, S), "scheduler"))
+    membus(rt).send(resume_message(WaitingStep(oid, 1, S), "scheduler", remote="shipping", why="closed",
+                                   tag="o1"))
     assert deliver_schedules(rt) == ["resumed"]
-    assert resume(rt, oid, 1) == "stale"
+    assert resume(rt, oid, 1) == "resent"  # the wait ended: the same request again, under the same id
     drive(rt, oid, agents)
     assert state(rt, oid)["ProcessState"] == "Processed" and state(rt, oid)["FailureCount"] == 0
     assert kinds(rt, oid).count("resumed") == 1
