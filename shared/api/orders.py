@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from shared.api.http import HttpResult, lower_headers, parse_json_body, problem, resolve_id
 from shared.api.tokens import InvalidToken, issue, redeem
-from shared.api.views import order_view
+from shared.api.views import order_view, waiting_remote
 from shared.core.effects import Effect, PutIndex, Send
 from shared.core.orders import (
     IDEMPOTENCY_KEY,
@@ -47,6 +47,7 @@ from shared.core.workflows import UnknownWorkflow
 from shared.observability import metrics, telemetry
 from shared.observability.logs import log_event
 from shared.runtime import Runtime
+from shared.storage.breakers import read_breaker
 from shared.storage.views import read_view
 
 HISTORY_PAGE = 100
@@ -177,7 +178,9 @@ def get_order(rt: Runtime, raw_id: str | None) -> HttpResult:
     if view.state is None or view.order is None:
         return problem(404, "not-found", "Order not found", f"no order {order_id}")
     events, token = _history_page(rt, order_id, 0, HISTORY_PAGE)
-    return HttpResult(200, {**order_view(view), "history": events, "historyContinuationToken": token})
+    remote = waiting_remote(view)
+    breakers = {remote: read_breaker(rt.store, remote)} if remote is not None else {}  # one read, while it waits
+    return HttpResult(200, {**order_view(view, breakers), "history": events, "historyContinuationToken": token})
 
 
 def _history_page(rt: Runtime, order_id: str, after: int, limit: int) -> tuple[list[dict[str, Any]], str | None]:

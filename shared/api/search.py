@@ -5,7 +5,8 @@ the customer's range if ``customerId`` is given, else the category's if ``state`
 every order's; the creation-time bounds narrow the range (its keys are inverted creation
 times). A page reads at most ``limit + 1`` index rows, however many orders there are, plus
 the state row of each result whose category still changes (inFlight, attention), to show it
-as it is now and to repair a stale index row. With both ``customerId`` and ``state``, the
+as it is now (a step waiting on a breaker included, with one query of the breakers for the
+time of their next probe) and to repair a stale index row. With both ``customerId`` and ``state``, the
 customer's rows are filtered by category, so a page may hold fewer than ``limit`` orders and
 still have a continuation token: follow it.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 from shared.api.http import HttpResult, problem
 from shared.api.tokens import InvalidToken, issue, redeem
+from shared.api.views import next_probe
 from shared.core.orders import MAX_ID_LENGTH, SAFE_ID
 from shared.core.rows import STATE_ROW, SearchRow
 from shared.core.statemachine import Category, StateRow, category_of
@@ -29,6 +31,7 @@ from shared.core.states import Outcome, ProcessState
 from shared.core.times import iso
 from shared.runtime import Runtime
 from shared.runtime.reindex import reindex_from_state
+from shared.storage.breakers import read_breakers
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
@@ -153,6 +156,8 @@ class Found:
     failure_count: int
     priority: str | None
     category: Category
+    # its step in flight waits on a remote's open breaker: step, remote, giveUpAt, breaker, nextProbeAt
+    waiting: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, row: SearchRow) -> Found:
@@ -163,7 +168,7 @@ class Found:
         return {"orderId": self.order_id, "processState": self.process_state, "outcome": self.outcome,
                 "customerId": self.customer_id, "createdAt": iso(self.created_at) if self.created_at else None,
                 "updatedAt": iso(self.updated_at) if self.updated_at else None, "failureCount": self.failure_count,
-                "priority": self.priority, "category": self.category}
+                "priority": self.priority, "category": self.category, "waiting": self.waiting}
 
 
 def _current(rt: Runtime, rows: list[SearchRow]) -> list[Found]:
@@ -179,7 +184,17 @@ def _current(rt: Runtime, rows: list[SearchRow]) -> list[Found]:
         result = checked[row.row_key] if row.row_key in checked else Found.of(row)
         if result is not None:
             out.append(result)
-    return out
+    return _with_probes(rt, out)
+
+
+def _with_probes(rt: Runtime, found: list[Found]) -> list[Found]:
+    """The waiting results with their breaker's next probe: one query of the breakers, if any waits."""
+    remotes = {f.waiting["remote"] for f in found if f.waiting is not None}
+    if not remotes:
+        return found
+    breakers = read_breakers(rt.store, remotes)
+    return [replace(f, waiting={**f.waiting, **next_probe(breakers.get(f.waiting["remote"]))})
+            if f.waiting is not None else f for f in found]
 
 
 def _check(rt: Runtime, row: SearchRow) -> Found | None:
@@ -192,5 +207,9 @@ def _check(rt: Runtime, row: SearchRow) -> Found | None:
     category = category_of(state)
     if category is not row.category:
         reindex_from_state(rt, state.order_id, row.category)
+    waiting = None
+    if state.waiting_on is not None and state.lease is not None:
+        waiting = {"step": state.lease.step, "remote": state.waiting_on, "giveUpAt": iso(state.complete_by)
+                   if state.complete_by else None}
     return replace(Found.of(row), process_state=state.process_state, failure_count=state.failure_count,
-                   outcome=state.outcome, category=category, updated_at=state.updated_at)
+                   outcome=state.outcome, category=category, updated_at=state.updated_at, waiting=waiting)

@@ -2,37 +2,77 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from shared.core.breaker.state import BreakerRow, BreakerState
 from shared.core.statemachine import CompensationState, Mode, OrderCompensation, StepRow, View, category_of
+from shared.core.states import StepState
 from shared.core.times import iso
+
+WAITING = "Waiting"  # a step's (or compensation's) state as shown while it waits on a breaker
 
 
 def _time(value: datetime | None) -> str | None:
     return iso(value) if value is not None else None
 
 
-def _step_view(step: StepRow) -> dict[str, Any]:
+def next_probe(breaker: BreakerRow | None) -> dict[str, Any]:
+    """What a step waiting on ``breaker``'s remote can expect: the breaker's state and when it is
+    next probed (``nextProbeAt``: the end of its cool-down; None while a probe is out, or closed)."""
+    if breaker is None:
+        return {"breaker": None, "nextProbeAt": None}
+    at = breaker.retry_at if breaker.state is BreakerState.OPEN else None
+    return {"breaker": breaker.state.value, "nextProbeAt": _time(at)}
+
+
+def _waiting(step: StepRow, breakers: Mapping[str, BreakerRow]) -> dict[str, Any] | None:
+    """The wait of the step's attempt in flight (or its compensation's) on a breaker, or None."""
+    if step.waiting_on is None:
+        return None
+    return {"remote": step.waiting_on, "since": _time(step.waiting_since), **next_probe(breakers.get(step.waiting_on))}
+
+
+def _step_view(step: StepRow, breakers: Mapping[str, BreakerRow]) -> dict[str, Any]:
+    compensating = step.compensation is CompensationState.RUNNING
+    waiting = _waiting(step, breakers) if compensating or step.state is StepState.RUNNING else None
     compensation = None
     if step.compensation is not CompensationState.NONE:
-        compensation = {"state": step.compensation, "attempt": step.compensation_attempt,
+        compensation = {"state": WAITING if compensating and waiting else step.compensation,
+                        "attempt": step.compensation_attempt,
                         "startedAt": _time(step.compensation_started_at),
                         "finishedAt": _time(step.compensation_finished_at),
                         "completeBy": _time(step.compensation_complete_by), "result": step.compensation_result,
                         "reason": step.compensation_reason}
-    return {"name": step.name, "state": step.state, "attempt": step.attempt, "startedAt": _time(step.started_at),
+    state = WAITING if waiting and not compensating else step.state
+    return {"name": step.name, "state": state, "attempt": step.attempt, "startedAt": _time(step.started_at),
             "finishedAt": _time(step.finished_at), "completeBy": _time(step.complete_by), "result": step.result,
             "failureReason": step.failure_reason, "compensation": compensation,
-            # the attempt in flight waits on this remote's open circuit breaker (no call, no failure)
-            "waitingOn": step.waiting_on, "waitingSince": _time(step.waiting_since)}
+            # the attempt in flight (or its compensation) waits on this remote's open circuit breaker:
+            # no call, no failure, until the breaker closes or BreakerMaxWaitSeconds
+            "waiting": waiting, "waitingOn": waiting["remote"] if waiting else None,
+            "waitingSince": waiting["since"] if waiting else None}
 
 
-def order_view(view: View) -> dict[str, Any]:
-    """The order as ``GET /api/orders/{id}`` shows it."""
+def waiting_remote(view: View) -> str | None:
+    """The remote whose breaker the order's step in flight waits on, if it waits."""
+    state = view.state
+    if state is None or state.lease is None or state.lease.is_unclaimed:
+        return None
+    step = view.step(state.lease.step)
+    return step.waiting_on if step is not None else None
+
+
+def order_view(view: View, breakers: Mapping[str, BreakerRow] | None = None) -> dict[str, Any]:
+    """The order as ``GET /api/orders/{id}`` shows it. ``breakers``: the breaker of the remote
+    its step in flight waits on (``waiting_remote``), for the time of its next probe."""
     state, order = view.state, view.order
     assert state is not None and order is not None
-    steps = [_step_view(s) for s in view.steps]
+    steps = [_step_view(s, breakers or {}) for s in view.steps]
+    remote = waiting_remote(view)
+    current = next((s for s in steps if remote is not None and s["waiting"] is not None
+                    and state.lease is not None and s["name"] == state.lease.step), None)
     compensations = [s.compensation for s in view.steps if s.compensation is not CompensationState.NONE]
     return {
         "orderId": state.order_id,
@@ -51,6 +91,8 @@ def order_view(view: View) -> dict[str, Any]:
         "updatedAt": _time(state.updated_at),
         "order": {"customerId": order.customer_id, "currency": order.currency, "items": order.items,
                   "total": order.total, "priority": order.priority, "statusQueue": order.status_queue},
+        # the step in flight waits on a remote's open breaker (its step's ``waiting``, and its name)
+        "waiting": {"step": current["name"], **current["waiting"]} if current else None,
         "steps": steps,
         "compensation": {
             "state": state.compensation_state or OrderCompensation.NONE,

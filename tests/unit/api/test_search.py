@@ -383,7 +383,7 @@ def test_a_result_shows_the_contract_fields(catalogue: Any) -> None:
     st = state(rt, oid)
     assert o == {"orderId": oid, "processState": "Processed", "outcome": "processed", "customerId": customer,
                  "createdAt": iso(created), "updatedAt": st["UpdatedAt"], "failureCount": 0, "priority": "normal",
-                 "category": "processed"}
+                 "category": "processed", "waiting": None}
 
 
 def test_every_page_size_lists_every_order_once(catalogue: Any) -> None:
