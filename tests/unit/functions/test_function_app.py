@@ -41,6 +41,8 @@ def test_http_functions() -> None:
         (("GET",), "console/assets/{name}"): "ANONYMOUS",
         (("GET",), "overview"): "ADMIN",
         (("GET",), "deadletters"): "ADMIN",
+        # The fallback: every other request under /api (functions/fallback.py, tests/unit/functions/test_fallback.py).
+        (("GET", "POST", "DELETE", "HEAD", "PATCH", "PUT", "OPTIONS"), "{*path}"): "ANONYMOUS",
     }
 
 

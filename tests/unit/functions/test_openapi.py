@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from functions import fallback
 from local.procs import REPO_ROOT
 from tests.unit.functions.test_function_app import _functions, _trigger
 
@@ -30,11 +31,12 @@ def _doc() -> dict[str, Any]:
 
 def _http_functions() -> dict[tuple[str, str], str]:
     """(METHOD, /route) -> auth level, of every HTTP function function_app.py registers
-    (through test_function_app's cache: the app indexes its functions only once)."""
+    (through test_function_app's cache: the app indexes its functions only once), but the
+    fallback route, which is no operation (test_the_fallback_answers_are_described)."""
     out: dict[tuple[str, str], str] = {}
-    for fn in _functions().values():
+    for name, fn in _functions().items():
         trigger = _trigger(fn)
-        if trigger["type"] == "httpTrigger":
+        if trigger["type"] == "httpTrigger" and name != fallback.NAME:
             for method in trigger["methods"]:
                 out[(method.upper(), "/" + trigger["route"])] = trigger["authLevel"]
     return out
@@ -93,6 +95,20 @@ def test_every_error_is_problem_json() -> None:
             response = _resolve(response["$ref"]) if "$ref" in response else response
             if status.startswith(("4", "5")):
                 assert list(response["content"]) == ["application/problem+json"], (method, path, status)
+
+
+def test_the_fallback_answers_are_described() -> None:
+    """Every path no route matches, and every method a route does not take, are answered by the
+    fallback route (functions/fallback.py): the document says so, and describes both problems."""
+    assert fallback.NAME in {name for name, fn in _functions().items() if _trigger(fn)["type"] == "httpTrigger"}
+    text = _doc()["info"]["description"]
+    for phrase in ("404", "`no-route`", "405", "`method-not-allowed`", "`Allow`", "OPTIONS", "HEAD"):
+        assert phrase in text, phrase
+    responses = _doc()["components"]["responses"]
+    for name, status in (("NoRoute", "no-route"), ("MethodNotAllowed", "method-not-allowed")):
+        assert list(responses[name]["content"]) == ["application/problem+json"], name
+        assert status in responses[name]["description"], name
+    assert set(responses["MethodNotAllowed"]["headers"]) == {"Allow"}
 
 
 def test_query_endpoints() -> None:
