@@ -133,13 +133,13 @@ def test_hash_and_question_mark_end_the_path(hostile_stack: Any, tables: Tables,
 
 
 def test_unencoded_slash_in_id_matches_no_function(hostile_stack: Any, tables: Tables) -> None:
-    # An unencoded '/' makes a path no route matches: the host (not the app) answers a bare 404,
-    # as the Functions host does; nothing reaches the app or the store.
+    # An unencoded '/' makes a path no route matches: the app's fallback route answers 404
+    # problem+json naming the path (functions/fallback.py); nothing reaches the store.
     for path in ("/api/orders/a/b", "/api/orders/a/b/retry", "/api/orders/" + "0" * 32 + "/x/cancel",
                  "/api/orders/a/b/terminate", "/api/orders/a/b/history"):
         method = "POST" if path.endswith(("retry", "terminate")) else "GET"
-        r = assert_rejected(hostile_stack, tables, method, path, b"", [], {404, 405}, problem=False)
-        assert r.body == b""
+        r = assert_rejected(hostile_stack, tables, method, path, b"", [], 404)
+        assert r.json()["type"].endswith("/no-route") and path in r.json()["detail"], r.json()
 
 
 @pytest.mark.parametrize("route", sorted(ID_ROUTES))
@@ -481,13 +481,42 @@ def test_own_queue_in_another_case_is_rejected(hostile_stack: Any, tables: Table
 # ------------------------------------------------------------------ methods
 
 
-@pytest.mark.parametrize("method,path", [("PUT", "/api/orders"), ("DELETE", "/api/orders"),
-                                         ("DELETE", "/api/orders/" + "0" * 32),
-                                         ("GET", "/api/orders/" + "0" * 32 + "/retry"),
-                                         ("PATCH", "/api/orders/" + "0" * 32 + "/cancel"),
-                                         ("GET", "/api/orders/" + "0" * 32 + "/terminate"),
-                                         ("DELETE", "/api/orders/" + "0" * 32 + "/history"),
-                                         ("POST", "/api/orders/" + "0" * 32 + "/history")])
-def test_other_methods_write_nothing(hostile_stack: Any, tables: Tables, method: str, path: str) -> None:
-    # No function takes these: the host answers 404/405 itself (bare, as the Functions host does).
-    assert_rejected(hostile_stack, tables, method, path, body_of(GOOD_BODY), JSON, {404, 405}, problem=False)
+@pytest.mark.parametrize("method,path,allow", [("PUT", "/api/orders", "GET, POST"),
+                                               ("DELETE", "/api/orders", "GET, POST"),
+                                               ("DELETE", "/api/orders/" + "0" * 32, "GET"),
+                                               ("GET", "/api/orders/" + "0" * 32 + "/retry", "POST"),
+                                               ("PATCH", "/api/orders/" + "0" * 32 + "/cancel", "POST"),
+                                               ("GET", "/api/orders/" + "0" * 32 + "/terminate", "POST"),
+                                               ("DELETE", "/api/orders/" + "0" * 32 + "/history", "GET"),
+                                               ("POST", "/api/orders/" + "0" * 32 + "/history", "GET"),
+                                               ("PUT", "/api/Orders/", "GET, POST"),
+                                               ("POST", "/api/console", "GET"),
+                                               ("DELETE", "/api/openapi.yaml", "GET"),
+                                               ("HEAD", "/api/overview", "GET")])
+def test_other_methods_write_nothing(hostile_stack: Any, tables: Tables, method: str, path: str, allow: str) -> None:
+    # No function takes these: the app's fallback route answers 405 problem+json with the route's
+    # methods in Allow (HEAD too: the Functions host gives a GET route no HEAD).
+    r = assert_rejected(hostile_stack, tables, method, path, body_of(GOOD_BODY), JSON, 405,
+                        problem=method != "HEAD")
+    assert r.headers.get("allow") == allow, r.headers
+    if method == "HEAD":
+        assert r.is_problem and r.body == b"", (r.headers, r.body)
+
+
+@pytest.mark.parametrize("method,path", [("GET", "/api/order"), ("POST", "/api/order"), ("DELETE", "/api/nothing"),
+                                         ("GET", "/api"), ("GET", "/api/"), ("GET", "/api/orders//history"),
+                                         ("GET", "/api/console/assets"), ("OPTIONS", "/api/nowhere")])
+def test_a_path_no_route_matches_is_404_problem(hostile_stack: Any, tables: Tables, method: str, path: str) -> None:
+    r = assert_rejected(hostile_stack, tables, method, path, body_of(GOOD_BODY), JSON, 404)
+    doc = r.json()
+    assert doc["type"].endswith("/no-route") and path in doc["detail"] and "/api/openapi.yaml" in doc["detail"], doc
+    assert "allow" not in r.headers
+
+
+@pytest.mark.parametrize("path,allow", [("/api/orders", "GET, POST"), ("/api/orders/" + "0" * 32 + "/retry", "POST"),
+                                        ("/api/openapi.yaml", "GET")])
+def test_options_on_a_route_is_204_with_allow(hostile_stack: Any, tables: Tables, path: str, allow: str) -> None:
+    before = tables.snapshot()
+    r = send(hostile_stack, "OPTIONS", path)
+    assert (r.status, r.headers.get("allow"), r.body) == (204, allow, b""), (r.status, r.headers, r.body[:300])
+    assert before.new_rows(tables.snapshot()) == NOTHING_NEW
