@@ -1,12 +1,12 @@
-// Attention (#/attention): orders an operator must act on, with retry / cancel / terminate.
+// Attention (#/attention): orders an operator must act on, with the actions that apply to each.
 
-import { actionButtons } from "./actions.js";
+import { actionButtons, allowedActions } from "./actions.js";
 import { api } from "./api.js";
 import { describeError, h, orderLink, setChildren } from "./dom.js";
 import { COLUMNS, pagedOrders } from "./orderlist.js";
 
 const PAGE = 25;
-const REASON_FETCHES = 4; // order reads in parallel for the reason column
+const ORDER_FETCHES = 4; // order reads in parallel for the reason and actions columns
 
 export function render(main, ctx) {
   const status = h("p", { class: "status", role: "status", "aria-live": "polite", dataset: { testid: "action-status" } });
@@ -14,39 +14,56 @@ export function render(main, ctx) {
   setChildren(main,
     h("h1", {}, "Attention"),
     h("p", { class: "muted" }, "Held orders, failed orders not retried, and compensations that failed for good. " +
-      "Each action asks for confirmation; the API's answer is shown below."),
+      "Each row offers the actions the API accepts for it; each asks for confirmation, and the API's answer is " +
+      "shown below."),
     status, list);
   let paged = null;
   const done = (result) => {
     setChildren(status, status.textContent, " · ", orderLink(result.orderId));
     if (paged) paged.reload();
   };
+  const later = (what) => () => h("span", { class: `${what} muted` }, "…");
   const columns = [
     COLUMNS.id,
-    ["Reason", () => h("span", { class: "reason muted" }, "…")],
+    ["Reason", later("reason")],
     COLUMNS.state,
+    COLUMNS.outcome,
     COLUMNS.failureCount,
     COLUMNS.age,
-    ["Actions", (order) => actionButtons(order.orderId, ["retry", "cancel", "terminate"], status, done)],
+    ["Actions", later("actions")],
   ];
+  const cellOf = (header) => columns.findIndex(([name]) => name === header);
+  const cells = { reason: cellOf("Reason"), actions: cellOf("Actions") };
   paged = pagedOrders(list, ctx, { state: "attention", limit: PAGE }, columns,
-    (orders, tbody) => fillReasons(orders, tbody, ctx));
+    (orders, tbody) => fillFromOrders(orders, tbody, cells, ctx,
+      (order, actions) => actionButtons(order.orderId, actions, status, done)));
 }
 
-/** The reason is on the order, not in the search summary: read each order (a few at a time). */
-async function fillReasons(orders, tbody, ctx) {
-  const queue = orders.map((order, index) => [order.orderId, tbody.rows[index].cells[1]]);
+/**
+ * The reason and the actions come from the order itself, not the search summary (its compensation,
+ * steps and claim decide what applies): read each order, a few at a time.
+ */
+async function fillFromOrders(orders, tbody, cells, ctx, buttons) {
+  const queue = orders.map((order, index) => [order.orderId, tbody.rows[index]]);
   async function worker() {
     while (queue.length && ctx.alive()) {
-      const [orderId, cell] = queue.shift();
+      const [orderId, row] = queue.shift();
+      const [reasonCell, actionsCell] = [row.cells[cells.reason], row.cells[cells.actions]];
+      let order;
       try {
-        const order = await api(`/orders/${encodeURIComponent(orderId)}`);
-        const reason = order.reason || (order.failedStep ? `${order.failedStep} failed` : order.outcome || "—");
-        setChildren(cell, h("span", { class: "reason", dataset: { testid: "reason" } }, reason));
+        order = await api(`/orders/${encodeURIComponent(orderId)}`);
       } catch (error) {
-        setChildren(cell, h("span", { class: "error", role: "alert" }, describeError(error)));
+        setChildren(reasonCell, h("span", { class: "error", role: "alert" }, describeError(error)));
+        setChildren(actionsCell, "—");
+        continue;
       }
+      if (!ctx.alive()) return;
+      const reason = order.reason || (order.failedStep ? `${order.failedStep} failed` : order.outcome || "—");
+      setChildren(reasonCell, h("span", { class: "reason", dataset: { testid: "reason" } }, reason));
+      const actions = allowedActions(order);
+      setChildren(actionsCell, actions.length ? buttons(order, actions)
+        : h("span", { class: "muted", dataset: { testid: "no-actions" } }, "none: the order has moved on"));
     }
   }
-  await Promise.all(Array.from({ length: REASON_FETCHES }, worker));
+  await Promise.all(Array.from({ length: ORDER_FETCHES }, worker));
 }

@@ -1,7 +1,9 @@
 """The operator console (GET /api/console) in headless Chromium, against the real local stack.
 
-What a user sees must be what the API says: the overview's counts, the attention list and its
-retry button, the order page's steps and history; and the page logs no error while used.
+What a user sees must be what the API says: the overview's counts, the attention list (its
+outcomes, and only the actions the API accepts) and its retry button, the order page's steps,
+history and waiting steps; every route works however it is reached, with its tab highlighted; and
+the page logs no error while used.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ import time
 from typing import Any
 
 import pytest
+import requests
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from local.browser import console_url
-from tests.browser.conftest import Seeded
+from tests.browser.conftest import OUT_OF_STOCK, Seeded, failing_body_like, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -275,3 +278,153 @@ def test_overview_shows_each_remote_breaker_as_a_chip(seeded: Seeded, driver: An
         forget_waiting(store, remote, [step])
         store.transact(BREAKER_PARTITION, [Op("delete", {"RowKey": remote}, etag="*")])
         service.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 28: actions only where they apply, the attention list's outcome, the highlighted tab,
+# routes typed by hand, and the steps that wait on a remote's open breaker
+
+ACTIONS = ("retry", "cancel", "terminate")
+# actions.js's rule, run in the page on orders as GET /api/orders/{id} shows them
+ALLOWED_IN_PAGE = """
+const [orders, done] = [arguments[0], arguments[arguments.length - 1]];
+import(new URL("console/assets/actions.js", document.baseURI).href)
+  .then((m) => done(Object.fromEntries(Object.entries(orders).map(([name, o]) => [name, m.allowedActions(o)]))))
+  .catch((error) => done({ error: String(error) }));
+"""
+
+
+def post_action(seeded: Seeded, order_id: str, action: str) -> requests.Response:
+    return requests.post(f"{seeded.stack.api_url}/orders/{order_id}/{action}", timeout=30)
+
+
+def offered(scope: Any) -> set[str]:
+    """The action buttons shown in ``scope`` (a row, or the order page)."""
+    return {b.get_attribute("data-action") for b in scope.find_elements(By.CSS_SELECTOR, "button.action")}
+
+
+def attention_row(driver: Any, order_id: str, timeout: float = 60) -> Any:
+    """The attention list's row of the order once its order was read (reason and actions filled)."""
+    def filled(d: Any) -> Any:
+        rows = d.find_elements(By.XPATH, f"//table[@data-testid='orders']//tr[td/a[text()='{order_id}']]")
+        if rows and rows[0].find_elements(By.CSS_SELECTOR, "[data-testid='actions'], [data-testid='no-actions']"):
+            return rows[0]
+        return False
+    return WebDriverWait(driver, timeout, ignored_exceptions=[StaleElementReferenceException]).until(filled)
+
+
+HEADLINE = "p.headline"  # the order page's line with its state and actions
+
+
+def stable(driver: Any, read: Any, timeout: float = 30) -> Any:
+    """``read(driver)``, again while an element it reads is replaced (an order in flight re-renders
+    its page every 3 s)."""
+    return WebDriverWait(driver, timeout, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda d: (read(d),))[0]
+
+
+def page_actions(driver: Any) -> set[str]:
+    return set(stable(driver, lambda d: offered(d.find_element(By.CSS_SELECTOR, HEADLINE))))
+
+
+def order_page_actions(driver: Any, seeded: Seeded, order_id: str) -> set[str]:
+    """The actions the order page offers, once it shows the order."""
+    open_view(driver, seeded, f"/orders/{order_id}")
+    by_testid(driver, "summary")
+    return page_actions(driver)
+
+
+def click_action(driver: Any, scope: Any, order_id: str, action: str) -> str:
+    """Click ``action`` in ``scope`` (an element, or the CSS selector of one), confirm it, and
+    return the status line once the API answered."""
+    button = f"button[data-action='{action}']"
+    if isinstance(scope, str):
+        stable(driver, lambda d: d.find_element(By.CSS_SELECTOR, f"{scope} {button}").click())
+    else:
+        scope.find_element(By.CSS_SELECTOR, button).click()
+    dialog = driver.find_element(By.ID, "confirm-dialog")
+    WebDriverWait(driver, 10).until(lambda d: dialog.get_attribute("open") is not None)
+    dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
+    status = by_testid(driver, "action-status")
+    WebDriverWait(driver, 30).until(lambda d: "sending" not in status.text and status.text.strip())
+    return str(status.text)
+
+
+def test_the_actions_offered_are_those_the_api_accepts_in_every_state(seeded: Seeded, driver: Any) -> None:
+    """The console's one rule for actions (actions.js, used by the order page and the attention
+    list) against the API's own answer in every state of the operator unit tests' table (Pending,
+    Processing, compensating, held, failed and compensated, compensation failed, finished ...),
+    each built on the in-memory twin: every action is POSTed to a fresh copy of the state, and the
+    rule offers exactly those the API accepts (not 409)."""
+    import json
+
+    from shared.api.orders import get_order
+    from tests.unit.core.statemachine.test_operator import ACTIONS as API_ACTIONS
+    from tests.unit.core.statemachine.test_operator import STATES
+
+    views: dict[str, Any] = {}
+    accepted: dict[str, list[str]] = {}
+    for name, (build, _applies, _described) in STATES.items():
+        rt, _agents, order_id = build()
+        views[name] = json.loads(json.dumps(get_order(rt, order_id).body, default=str))
+        accepted[name] = []
+        for action in ACTIONS:
+            rt, _agents, order_id = build()
+            status = API_ACTIONS[action](rt, order_id).status
+            assert status in (202, 409), (name, action, status)
+            if status == 202:
+                accepted[name].append(action)
+    # the table has states where each action applies and where it does not
+    assert {a for names in accepted.values() for a in names} == set(ACTIONS)
+    assert any(not names for names in accepted.values())
+    open_view(driver, seeded, "/")
+    by_testid(driver, "overview-status")
+    shown = driver.execute_async_script(ALLOWED_IN_PAGE, views)
+    assert "error" not in shown, shown
+    assert shown == accepted
+
+
+def test_attention_offers_only_the_actions_the_api_accepts(seeded: Seeded, driver: Any) -> None:
+    """Two failed orders (out of stock, nothing to undo): each row offers retry and cancel, not
+    terminate. What is not offered the API refuses (409); what is offered it accepts, clicked
+    (retry on one, cancel on the other). The order page offers the same as the row; a Processed
+    order offers nothing and the API refuses everything."""
+    with seeded.stack.remotes as remotes:
+        remotes.set_faults("inventory", reject_skus=[OUT_OF_STOCK["sku"]])
+    body = {**failing_body_like(), "items": [OUT_OF_STOCK]}
+    retried, cancelled = (seeded.stack.post_order(body) for _ in range(2))
+    wait_until("the two orders in attention", lambda: all(
+        seeded.stack.get_order(o)["category"] == "attention" for o in (retried, cancelled)))
+    with seeded.stack.remotes as remotes:
+        remotes.set_faults("inventory")  # back in stock: the retry goes through
+    for order_id, action, result in ((retried, "retry", "restarted"), (cancelled, "cancel", "cancelled")):
+        assert order_page_actions(driver, seeded, order_id) == {"retry", "cancel"}
+        open_view(driver, seeded, "/attention")
+        row = attention_row(driver, order_id)
+        assert offered(row) == {"retry", "cancel"}, row.text
+        for refused in set(ACTIONS) - offered(row):
+            assert post_action(seeded, order_id, refused).status_code == 409, refused
+        status = click_action(driver, row, order_id, action)
+        assert f"{action} {order_id}: {result}" in status, status
+    wait_until("the retried order Processed, the cancelled one ended", lambda: (
+        seeded.stack.get_order(retried)["processState"] == "Processed"
+        and seeded.stack.get_order(cancelled)["outcome"] == "cancelled"))
+    processed = seeded.processed[2]
+    assert order_page_actions(driver, seeded, processed) == set()
+    for action in ACTIONS:
+        assert post_action(seeded, processed, action).status_code == 409, action
+
+
+def test_attention_shows_each_orders_outcome(seeded: Seeded, driver: Any) -> None:
+    """Held and failed orders are told apart: an Outcome column, as the search API says."""
+    open_view(driver, seeded, "/attention")
+    by_testid(driver, "orders")
+    headers = texts(driver, "[data-testid='orders'] thead th")
+    assert "Outcome" in headers, headers
+    column = headers.index("Outcome") + 1
+    api = {o["orderId"]: o["outcome"] for o in seeded.api("/orders", state="attention", limit=25)["orders"]}
+    assert api, "no order in attention"
+    shown = {r.find_element(By.CSS_SELECTOR, "td:first-child").text:
+             r.find_element(By.CSS_SELECTOR, f"td:nth-child({column})").text
+             for r in driver.find_elements(By.CSS_SELECTOR, "[data-testid='orders'] tbody tr")}
+    assert shown == {order_id: outcome or "—" for order_id, outcome in api.items()}
