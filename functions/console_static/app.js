@@ -1,4 +1,7 @@
 // The console's router: hash routes -> views. Each view renders into <main> and may return a clean-up.
+// A route works however it is reached: a click, typed into the address bar, or a reload (the page
+// routes its hash on load and on every change). The header's tab of the view is highlighted; an
+// order's page belongs to no tab (it is reached from several), so none is.
 
 import * as attention from "./attention.js";
 import * as deadletters from "./deadletters.js";
@@ -8,12 +11,14 @@ import * as overview from "./overview.js";
 import * as search from "./search.js";
 
 const ROUTES = [
-  [/^\/?$/, overview.render, "overview"],
+  [/^\/$/, overview.render, "overview"],
   [/^\/attention$/, attention.render, "attention"],
   [/^\/search$/, search.render, "search"],
-  [/^\/orders\/([^/]+)$/, order.render, "search"],
+  [/^\/orders\/([^/]+)$/, order.render, null],
   [/^\/deadletters\/([^/]+)$/, deadletters.render, "deadletters"],
 ];
+// Paths that name a section but not one of its pages: the address is replaced by its first page.
+const SECTIONS = { "/deadletters": "/deadletters/scheduler", "/orders": "/search" };
 
 const main = document.getElementById("main");
 let cleanup = null;
@@ -21,7 +26,13 @@ let generation = 0;
 
 function route() {
   const hash = window.location.hash.replace(/^#/, "") || "/";
-  const [path, queryString] = hash.split("?", 2);
+  const [raw, queryString] = hash.split("?", 2);
+  const path = `/${raw.replace(/^\/+|\/+$/g, "")}`; // "attention", "/attention/" -> "/attention"
+  if (SECTIONS[path]) {
+    window.history.replaceState(null, "", `#${SECTIONS[path]}${queryString ? `?${queryString}` : ""}`);
+    route();
+    return;
+  }
   if (cleanup) cleanup();
   cleanup = null;
   generation += 1;
@@ -31,8 +42,8 @@ function route() {
     const match = pattern.exec(path);
     if (!match) continue;
     markNav(nav);
-    const params = match.slice(1).map(decodeURIComponent);
     try {
+      const params = match.slice(1).map(decodeURIComponent); // may throw on a malformed %-escape
       cleanup = render(main, ctx, new URLSearchParams(queryString || ""), ...params) || null;
     } catch (error) {
       setChildren(main, errorBox("The console failed to show this page", error));

@@ -428,3 +428,65 @@ def test_attention_shows_each_orders_outcome(seeded: Seeded, driver: Any) -> Non
              r.find_element(By.CSS_SELECTOR, f"td:nth-child({column})").text
              for r in driver.find_elements(By.CSS_SELECTOR, "[data-testid='orders'] tbody tr")}
     assert shown == {order_id: outcome or "—" for order_id, outcome in api.items()}
+
+
+def current_tab(driver: Any) -> list[str]:
+    return [a.get_attribute("data-nav") for a in driver.find_elements(By.CSS_SELECTOR, "header nav a[aria-current]")]
+
+
+def test_the_highlighted_tab_is_the_pages_and_none_on_an_order(seeded: Seeded, driver: Any) -> None:
+    for route, tab, ready in [("/", "overview", "overview-status"), ("/attention", "attention", "orders"),
+                              ("/search", "search", "orders"), ("/deadletters/scheduler", "deadletters", "deadletters"),
+                              (f"/orders/{seeded.processed[0]}", None, "summary")]:
+        open_view(driver, seeded, route)
+        by_testid(driver, ready)
+        assert current_tab(driver) == ([tab] if tab else []), route
+    # An order reached from a tab's list belongs to no tab either.
+    open_view(driver, seeded, "/search?state=processed")
+    by_testid(driver, "orders")
+    assert current_tab(driver) == ["search"]
+    driver.find_element(By.CSS_SELECTOR, "[data-testid='orders'] tbody tr td a").click()
+    by_testid(driver, "summary")
+    assert current_tab(driver) == []
+    # Each tab, clicked, is highlighted (and only it).
+    for tab in ("overview", "attention", "search", "deadletters"):
+        driver.find_element(By.CSS_SELECTOR, f"header nav a[data-nav='{tab}']").click()
+        WebDriverWait(driver, 30).until(lambda d, tab=tab: current_tab(d) == [tab])
+
+
+def test_every_route_works_typed_and_reloaded(seeded: Seeded, driver: Any) -> None:
+    """Each hash route, typed into the address bar (a fresh load, and while another view is open)
+    and reloaded, shows its view: the same as a click shows."""
+    order_id = seeded.processed[0]
+    routes = [  # typed -> (h1, the route the address ends on, tab)
+        ("/deadletters", ("Dead letters of scheduler", "#/deadletters/scheduler", "deadletters")),
+        ("/deadletters/", ("Dead letters of scheduler", "#/deadletters/scheduler", "deadletters")),
+        ("/", ("Overview", "#/", "overview")),
+        ("", ("Overview", None, "overview")),
+        ("/attention", ("Attention", "#/attention", "attention")),
+        ("/attention/", ("Attention", "#/attention/", "attention")),
+        ("/search", ("Search", "#/search", "search")),
+        ("/search?state=processed", ("Search", "#/search?state=processed", "search")),
+        ("/orders", ("Search", "#/search", "search")),
+        (f"/orders/{order_id}", (f"Order {order_id}", f"#/orders/{order_id}", None)),
+        ("/deadletters/agent-payment", ("Dead letters of agent-payment", "#/deadletters/agent-payment", "deadletters")),
+    ]
+
+    def shows(route: str, h1: str, ends: str | None, tab: str | None) -> None:
+        WebDriverWait(driver, 30, ignored_exceptions=[StaleElementReferenceException]).until(
+            lambda d: [e.text for e in d.find_elements(By.TAG_NAME, "h1")] == [h1], message=f"{route}: h1 {h1!r}")
+        assert ends is None or driver.current_url.endswith(f"/console{ends}"), (route, driver.current_url)
+        assert current_tab(driver) == ([tab] if tab else []), route
+
+    for route, (h1, ends, tab) in routes:
+        driver.get("about:blank")
+        open_view(driver, seeded, route)  # typed, the console not open
+        shows(route, h1, ends, tab)
+        driver.refresh()
+        shows(route, h1, ends, tab)
+        open_view(driver, seeded, "/search?customerId=c-none")  # typed while another view is open
+        by_testid(driver, "search-results")
+        open_view(driver, seeded, route)
+        shows(route, h1, ends, tab)
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == [], severe
