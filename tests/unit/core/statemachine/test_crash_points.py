@@ -288,3 +288,98 @@ def test_submission_crash_points(k: int) -> None:
             sweep(rt)
             assert rt.store.index_rows() == []  # the orphan guard row is cleaned up
             assert rt.store.read_row(oid, "state") is None
+
+
+# ---- a wait on an open breaker --------------------------------------------------------------------
+WAIT_TRIGGERS = ["waiting-reply", "probe-resume", "closed-resume", "probe-reply", "wait-expired", "terminate"]
+
+
+def _waiting(rt: CrashRuntime, agents: AgentSim, trigger: str) -> tuple[str, Callable[[], Any]]:
+    """The shipping step in flight, its remote's breaker open (watched, as a gate opens it) and the
+    step registered as waiting, as the agent does; then what ``trigger`` names, ready to deliver."""
+    from datetime import timedelta
+
+    from shared.api.operator import terminate_order
+    from shared.core.breaker.state import BreakerRow, BreakerState
+    from shared.core.breaker.waiting import WaitingStep
+    from shared.runtime.resume import resume_waiting
+    from shared.storage.waiting import register_waiting
+    from tests.unit.core.statemachine.test_waiting import open_shipping, resume, waiting_reply
+
+    s = "create-shipment"
+    agents.hang.add(s)
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=lambda st: st.get("LeaseKey") == f"{s}:1")
+    agents.hang.clear()
+    open_shipping(rt, BreakerRow("shipping", BreakerState.OPEN, retry_at=rt.clock() + timedelta(seconds=5), opens=1))
+    register_waiting(rt.store, "shipping", WaitingStep(oid, 1, s), rt.clock())
+    until = (rt.clock() + timedelta(seconds=5)).isoformat()
+    if trigger == "waiting-reply":
+        return oid, lambda: handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until))
+    handle_reply(rt, waiting_reply(oid, 1, until=until))
+    rt.bus.take("scheduler")  # type: ignore[attr-defined]
+    if trigger == "probe-resume":
+        return oid, lambda: resume(rt, oid, 1, why="probe", tag="probe-1")
+    if trigger == "closed-resume":
+        _close(rt)
+        resume_waiting(rt.store, rt.bus, "scheduler", "shipping", 1)  # the closer: resumes sent, rows forgotten
+        return oid, _schedule_trigger(rt)
+    if trigger == "probe-reply":
+        resume(rt, oid, 1, why="probe", tag="probe-1")
+        return oid, _reply_trigger(rt, agents, s)
+    if trigger == "wait-expired":
+        rt.clock.advance(301)  # type: ignore[attr-defined]
+        return oid, lambda: sweep(rt)
+    return oid, lambda: terminate_order(rt, oid)
+
+
+def _close(rt: CrashRuntime) -> None:
+    from shared.core.breaker.state import BreakerRow, BreakerState
+    from shared.storage.breakers import read_breaker, write_breaker
+
+    row = read_breaker(rt.store, "shipping")
+    if row.state is not BreakerState.CLOSED:
+        write_breaker(rt.store, replace(BreakerRow("shipping", BreakerState.CLOSED, opens=1), etag=row.etag))
+
+
+@pytest.mark.parametrize("trigger", WAIT_TRIGGERS)
+def test_a_crash_around_a_wait_converges_with_one_wait_and_no_attempt_spent(trigger: str) -> None:
+    """Crash after every effect of each move of a wait, then the message again (Service Bus
+    redelivers it; the Supervisor's timer runs again). The breaker then closes and its closer
+    resumes what still waits. The order settles as without the crash: its step still on attempt
+    1, FailureCount 0, one ``stepWaiting`` and at most one ``resumed`` in its history, and never
+    more than one waiting row for it."""
+    from shared.core.breaker.waiting import WaitingStep
+    from shared.runtime.resume import resume_waiting
+    from shared.storage.waiting import waiting_steps
+    from tests.unit.core.statemachine.test_operator import kinds
+
+    k = 0
+    while True:
+        rt = make_runtime()
+        agents = AgentSim(rt)
+        oid, deliver = _waiting(rt, agents, trigger)
+        rt.crash_at = k
+        with pytest.raises(Crash):
+            deliver()
+        assert len(waiting_steps(rt.store, "shipping")) <= 1
+        if trigger != "terminate" or state(rt, oid)["Mode"] == "forward":
+            deliver()  # the same message again (a terminate that died before its write is asked again)
+        assert len(waiting_steps(rt.store, "shipping")) <= 1
+        _close(rt)
+        resume_waiting(rt.store, rt.bus, "scheduler", "shipping", 1)
+        st = drive(rt, oid, agents)
+        history = kinds(rt, oid)
+        if trigger in ("wait-expired", "terminate"):
+            assert (st["Mode"], st["Outcome"]) == ("held", "held"), st  # the pivot, its outcome unknown
+            assert "resumed" not in history
+        else:
+            assert (st["ProcessState"], st["Outcome"]) == ("Processed", "processed"), st
+            assert history.count("resumed") == 1, history
+        assert history.count("stepWaiting") == 1, history
+        assert steps(rt, oid)["create-shipment"]["Attempt"] == 1 and st["FailureCount"] == 0
+        assert WaitingStep(oid, 1, "create-shipment") not in waiting_steps(rt.store, "shipping")
+        if rt.crash_exhausted:
+            break
+        k += 1
+    assert k >= 1

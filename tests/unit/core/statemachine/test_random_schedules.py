@@ -19,7 +19,7 @@ from shared.core.statemachine import Lease, LeaseKind
 from shared.core.workflows import Registry, Workflow, load_registry
 from shared.scheduler import handle_reply, handle_schedule
 from shared.supervisor import sweep
-from tests.unit.harness import BODY, WORKFLOW, AgentSim, Crash, drive, make_runtime, post
+from tests.unit.harness import BODY, WORKFLOW, AgentSim, Crash, drive, make_runtime, post, state
 
 ACTIONS = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 7)), min_size=5, max_size=60)
 REJECT = st.sampled_from([{}, {}, {"create-shipment": "no"}, {"charge-payment": "declined"},
@@ -178,3 +178,129 @@ def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str
         workflow = rows["order"].get("Workflow", "order")
         event(f"{workflow}: final {final['ProcessState']}/{final.get('Outcome')}, "
               f"failures {min(final['FailureCount'], 1)}")
+
+
+# ---- waits on an open breaker ---------------------------------------------------------------------
+WAIT_ACTIONS = st.lists(st.tuples(st.integers(0, 10), st.integers(0, 7)), min_size=5, max_size=60)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=WAIT_ACTIONS)
+def test_random_waits_on_a_breaker_hold_one_wait_and_settle(actions: list[tuple[int, int]]) -> None:
+    """The shipping remote goes down and up at random while its agent registers each request
+    as waiting and replies ``waiting`` (claiming the wake-up), probes and closers' resumes come
+    late, twice or never, handlers crash, time jumps and the Supervisor sweeps. After every
+    action: a waiting step keeps the attempt it started waiting on, the state row names the wait
+    only while the step does, and no order has two waiting rows. Once the remote is back and the
+    closer has run, every order settles, and its history holds no more waits than there were
+    closes and redrives to start them: probes add nothing."""
+    from datetime import timedelta
+
+    from shared.core.breaker.waiting import WaitingStep, waiting_partition
+    from shared.runtime.resume import resume_waiting
+    from shared.storage.waiting import register_waiting
+    from tests.unit.core.statemachine.test_operator import kinds
+
+    s = "create-shipment"
+    rt = runtime({})
+    agents = AgentSim(rt)
+    orders = [post(rt).body["orderId"] for _ in range(2)]
+    down, closes = True, 0
+    waited_on: dict[str, int] = {}  # order -> the attempt its step started waiting on
+
+    def agent(msg: Any) -> None:
+        body = msg.body
+        if down and body["step"] == s and body["kind"] == "step":
+            register_waiting(rt.store, "shipping", WaitingStep(body["orderId"], body["attempt"], s), rt.clock())
+            until = rt.clock() + timedelta(seconds=5)
+            agents._reply(msg, {"outcome": "waiting", "breaker": "shipping", "until": until.isoformat(),
+                                "wake": True})
+        else:
+            agents._handle(msg, rt.clock())
+
+    def handle(queue: str, crash_at: int | None, keep: bool) -> None:
+        msgs = rt.bus.sent.get(queue) or []
+        if not msgs:
+            return
+        msg = msgs[0] if keep else msgs.pop(0)
+        if queue != "scheduler":
+            agent(msg)
+            return
+        rt.crash_at = crash_at
+        try:
+            handle_schedule(rt, json.dumps(msg.body).encode())
+        except Crash:
+            if not keep:
+                msgs.insert(0, msg)
+
+    def reply(crash_at: int | None, keep: bool) -> None:
+        if not agents.pending_replies:
+            return
+        msg = agents.pending_replies[0] if keep else agents.pending_replies.pop(0)
+        rt.crash_at = crash_at
+        try:
+            handle_reply(rt, json.dumps(msg.body).encode())
+        except Crash:
+            if not keep:
+                agents.pending_replies.insert(0, msg)
+
+    def close() -> None:
+        nonlocal closes
+        closes += 1
+        resume_waiting(rt.store, rt.bus, "scheduler", "shipping", closes)
+
+    queues = ["scheduler", "agent-shipping", "agent-inventory", "agent-payment"]
+    for _ in range(10):  # both orders up to their shipping request, left in its queue
+        for q in queues[2:]:
+            while rt.bus.sent.get(q):
+                agent(rt.bus.sent[q].pop(0))
+        agents.reply_all()
+    assert all(state(rt, oid)["LeaseKey"] == f"{s}:1" for oid in orders)
+    while rt.bus.sent.get("agent-shipping"):  # the remote is down: their waiting replies are pending
+        agent(rt.bus.sent["agent-shipping"].pop(0))
+    for action, arg in actions:
+        if action in (0, 1):
+            handle(queues[arg % len(queues)], None, keep=action == 1)
+        elif action in (2, 3):
+            reply(None, keep=action == 3)
+        elif action == 4:
+            q = queues[arg % len(queues)]
+            if rt.bus.sent.get(q):
+                rt.bus.sent[q].pop(0)  # lost
+        elif action == 5:
+            rt.clock.advance(arg * 20)
+        elif action == 6:
+            sweep(rt)
+        elif action == 7:
+            handle("scheduler", arg, keep=False)  # crash after arg effects
+        elif action == 8:
+            reply(arg, keep=False)
+        elif action == 9:
+            down = not down
+        elif not down:
+            close()
+        rt.crash_at = None
+        rows = [WaitingStep.from_row_key(k) for k, _ in rt.store.partition_keys(waiting_partition("shipping"), 100)]
+        for oid in orders:
+            check_rows(rt, oid)
+            step, st_row = rt.store.read_row(oid, "step-02-create-shipment"), state(rt, oid)
+            if step is not None and step.get("WaitingOn"):
+                assert step["Attempt"] == waited_on.setdefault(oid, step["Attempt"]), "a wait moved the attempt"
+            else:
+                waited_on.pop(oid, None)
+                assert not st_row.get("WaitingOn"), st_row
+            assert sum(1 for r in rows if r.order_id == oid) <= 1, rows
+
+    down = False
+    close()
+    for oid in orders:
+        final = drive(rt, oid, agents, max_rounds=400)
+        check_rows(rt, oid)
+        history = kinds(rt, oid)
+        redrives = sum(1 for e in history if e == "redriven")
+        assert history.count("stepWaiting") <= 1 + closes + redrives, history
+        assert final["Mode"] in ("finished", "held")
+        waits = min(history.count("stepWaiting"), 2)
+        event(f"waits: final {final['ProcessState']}/{final.get('Outcome')}, waits {waits}")
+    close()
+    assert rt.store.partition_keys(waiting_partition("shipping"), 100) == []
