@@ -25,7 +25,10 @@ reads, after the run:
    overlapped the outage (``attributable``: one of them met the dead service);
 4. ``drain``: the orders the outage touched (a ``stepWaiting`` on the remote's step during the
    outage, or an attempt of that step in flight during it) and the seconds from the remote's
-   return until the last of them ended (Processed, or failed/held/compensated).
+   return until the last of them ended (Processed, or failed/held/compensated);
+5. ``historyWhileWaiting``: the history events and waits of the orders that waited, during the
+   outage, per order, against the probe cycles it lasted (a wait is one state: they must not grow
+   with the outage's length).
 """
 
 from __future__ import annotations
@@ -319,6 +322,27 @@ def drain(histories: Histories, window: OutageWindow) -> dict[str, Any]:
             "p50Seconds": round(statistics.median(after), 2) if after else None}
 
 
+def history_while_waiting(histories: Histories, window: OutageWindow, breaker: BreakerSettings) -> dict[str, Any]:
+    """What the orders that waited on the remote wrote to their history during the outage: events
+    and waits (``stepWaiting`` on the remote's steps) per order, against the number of probe cycles
+    the outage lasted. A wait is one state, so neither grows with the outage's length: one wait per
+    opening of the breaker (or per attempt a timeout started), whatever the number of probes."""
+    waits: list[int] = []
+    events: list[int] = []
+    for _oid, (view, history) in sorted(histories.items()):
+        if _touched(view, history, window) != "waited":
+            continue
+        steps = outage_steps(view, window.service)
+        inside = [ev for ev in history if (t := parse_time(ev.get("at"))) is not None
+                  and window.start - SLACK <= t <= window.end + SLACK]
+        waits.append(sum(1 for ev in inside if ev.get("event") == "stepWaiting" and ev.get("step") in steps))
+        events.append(len(inside))
+    cycles = math.ceil(window.seconds / breaker.cool_down) if breaker.cool_down > 0 else 0
+    return {"orders": len(waits), "probeCycles": cycles,
+            "waitsMax": max(waits, default=0), "waitsP50": statistics.median(waits) if waits else 0,
+            "eventsMax": max(events, default=0), "eventsP50": statistics.median(events) if events else 0}
+
+
 def breaker_alerts(log_lines: Iterable[str], service: str) -> dict[str, Any]:
     """The breaker alerts the host log shows for ``service`` (one ``breaker.open``/``breaker.closed``
     line per alert the gate sent to the AlertsQueue)."""
@@ -369,6 +393,7 @@ def outage_report(window: OutageWindow | None, calls: list[dict[str, Any]], hist
             histories, window, index, [t for at in process_faults if (t := parse_time(at)) is not None]),
         "heldForOperator": held_for_operator(histories, window, index),
         "drain": drain(histories, window),
+        "historyWhileWaiting": history_while_waiting(histories, window, breaker),
         "breakerAlerts": alerts,
     }
 
@@ -394,6 +419,9 @@ def render_outage(outage: Mapping[str, Any]) -> list[str]:
         f"    waiting orders drained {d['seconds']}s after the remote's return (p50 {d['p50Seconds']}s): "
         f"{d['orders']} orders ({d['waited']} waited, {d['inFlight']} in flight), ended {d['endedAs']}, "
         f"not ended {d['notEnded']}",
+        *([f"    history of the {w['orders']} orders that waited, during the outage ({w['probeCycles']} probe "
+           f"cycles): at most {w['waitsMax']} waits (p50 {w['waitsP50']:g}) and {w['eventsMax']} events "
+           f"(p50 {w['eventsP50']:g}) per order"] if (w := outage.get("historyWhileWaiting")) else []),
         f"    breaker alerts ({a['source']}): open {a['open']} ({a['openedDuringOutage']} during the outage), "
         f"closed {a['closed']}; every remote's: "
         f"{a.get('everyRemote', {})}",

@@ -19,6 +19,7 @@ from bench.chaos_outage import (
     drain,
     failure_increments,
     held_for_operator,
+    history_while_waiting,
     index_calls,
     key_parts,
     outage_report,
@@ -221,7 +222,7 @@ def test_the_report_and_its_summary_lines() -> None:
     log = [f'[instance 0] x ERROR y: {{"event":"breaker.open","remote":"shipping","at":"{at(0.65)}","opens":1}}']
     report = outage_report(WINDOW, _journal(), histories, BREAKER, log)
     assert set(report) == {"service", "window", "breaker", "deadRemoteCalls", "failureCountIncrements",
-                           "heldForOperator", "drain", "breakerAlerts"}
+                           "heldForOperator", "drain", "historyWhileWaiting", "breakerAlerts"}
     assert report["deadRemoteCalls"]["calls"] == 3 and report["deadRemoteCalls"]["beforeOpen"] == 0
     lines = render_outage(report)
     assert "calls to the dead remote: 3 (bound 9)" in lines[1]
@@ -248,3 +249,18 @@ def _minimal_report(outage: dict[str, Any]) -> dict[str, Any]:
               "compensationsApplied": 0, "compensationsNeeded": 0}
     return {"checks": checks, "faults": faults, "orders": orders, "seed": 1, "replay": "", "ok": True,
             "outage": outage}
+
+
+def test_the_history_while_waiting_counts_waits_and_events_per_waiting_order() -> None:
+    """One wait that lasted the whole outage (4 probe cycles): 1 wait, its events; the old shape,
+    a wait per probe cycle, shows as many waits as cycles. An order that never waited is not counted."""
+    one = order("o-one", ev(1, "dispatched"), ev(2, "stepWaiting"), ev(25, "resumed"), ev(26, "stepDone"))
+    per_probe = order("o-probe", ev(1, "dispatched"), ev(2, "stepWaiting"), ev(7, "resumed"),
+                      ev(7, "dispatched", attempt=2),
+                      ev(8, "stepWaiting", attempt=2), ev(13, "resumed", attempt=2),
+                      ev(13, "dispatched", attempt=3), ev(14, "stepWaiting", attempt=3))
+    never = order("o-never", ev(1, "dispatched"), ev(2, "stepDone"))
+    histories = {"o-one": one, "o-probe": per_probe, "o-never": never}
+    report = history_while_waiting(histories, WINDOW, BREAKER)
+    assert report == {"orders": 2, "probeCycles": 4, "waitsMax": 3, "waitsP50": 2, "eventsMax": 8, "eventsP50": 5}
+    assert history_while_waiting({"o-one": one}, WINDOW, BREAKER)["waitsMax"] == 1

@@ -93,6 +93,11 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert outage["drain"]["notEnded"] == 0, outage["drain"]
     probes = [t for t in calls["offsetsAfterFirstThreshold"] if t > calls["openedAfterSeconds"] + 1.0]
     assert len(probes) <= math.ceil(calls["outageSeconds"] / calls["coolDownSeconds"]) + 1, calls
+    # A wait is one state (issue 28): a waiting order writes one wait per opening of the breaker
+    # (a redrive that a killed instance caused may start one more), not one per probe cycle.
+    waited = outage["historyWhileWaiting"]
+    assert waited["orders"] >= 1, waited
+    assert waited["waitsMax"] <= outage["breakerAlerts"]["openedDuringOutage"] + 1, waited
 
     # Every fault kind was really injected, so the checks above were exercised.
     f = report["faults"]
