@@ -72,6 +72,19 @@ export function fmtDuration(seconds) {
   return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
 }
 
+/** "08:30:24Z" of an ISO time (the time of day, UTC). */
+export function clock(iso) {
+  return fmtTime(iso).slice(11);
+}
+
+/** "in 4 s" or "4 s ago": an ISO time from `from` (an ISO time or epoch ms; default the browser's now). */
+export function relative(iso, from = Date.now()) {
+  const base = typeof from === "string" ? Date.parse(from) : from;
+  const seconds = (Date.parse(iso) - base) / 1000;
+  if (Number.isNaN(seconds)) return "—";
+  return seconds >= 0 ? `in ${fmtDuration(seconds)}` : `${fmtDuration(-seconds)} ago`;
+}
+
 /** Seconds since an ISO time (null if none). */
 export function ageSeconds(iso, now = Date.now()) {
   if (!iso) return null;

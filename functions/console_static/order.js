@@ -4,6 +4,7 @@ import { actionButtons, allowedActions } from "./actions.js";
 import { api } from "./api.js";
 import { errorBox, fmtTime, h, setChildren, table } from "./dom.js";
 import { buildTimeline, renderGantt, renderTrace } from "./timeline.js";
+import { compensationState, orderWaiting, stepState, stepWaiting, waitingBadge, waitingText, waitsIn } from "./waiting.js";
 
 const REFRESH_MS = 3000; // while the order is in flight
 const HISTORY_PAGE = 1000;
@@ -77,6 +78,7 @@ function page(order, history, status, reload, path) {
   return [
     h("p", { class: "headline" },
       h("span", { class: `state state-${order.processState}`, dataset: { testid: "process-state" } }, order.processState),
+      orderWaiting(order) ? [" ", waitingBadge(orderWaiting(order))] : null,
       ` ${order.category}${order.outcome ? ` · ${order.outcome}` : ""}`,
       actions.length ? [" ", actionButtons(order.orderId, actions, status, () => reload())] : null,
       " ", h("button", { type: "button", onclick: () => reload() }, "Refresh")),
@@ -119,13 +121,26 @@ function orderDetails(body) {
 
 function steps(list) {
   const rows = list.map((step) => [
-    step.name, h("span", { class: `state step-${step.state}` }, step.state), String(step.attempt),
+    step.name, stateCell(step), String(step.attempt),
     fmtTime(step.startedAt), fmtTime(step.finishedAt), step.failureReason || "—",
-    step.compensation ? `${step.compensation.state} (attempt ${step.compensation.attempt})` +
-      `${step.compensation.reason ? `: ${step.compensation.reason}` : ""}` : "—",
+    step.compensation ? [`${compensationState(step)} (attempt ${step.compensation.attempt})` +
+      `${step.compensation.reason ? `: ${step.compensation.reason}` : ""}`, waitLine(step, "compensation")] : "—",
   ]);
   return table(["Step", "State", "Attempt", "Started", "Finished", "Failure", "Compensation"], rows,
     { dataset: { testid: "steps" } });
+}
+
+/** The step's state; while it waits on a breaker, on which remote and when the next probe is due. */
+function stateCell(step) {
+  const state = stepState(step);
+  return [h("span", { class: `state step-${state}` }, state), waitLine(step, "step")];
+}
+
+/** The wait of the step's attempt (`what` "step") or of its compensation, if that is what waits. */
+function waitLine(step, what) {
+  const waiting = waitsIn(step) === what ? stepWaiting(step) : null;
+  return waiting ? h("div", { class: "waiting", dataset: { testid: `${what}-waiting`, remote: waiting.remote } },
+    waitingText(waiting)) : null;
 }
 
 function compensation(comp) {

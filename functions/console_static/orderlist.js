@@ -2,6 +2,7 @@
 
 import { api } from "./api.js";
 import { ageSeconds, errorBox, fmtDuration, fmtTime, h, orderLink, setChildren, table } from "./dom.js";
+import { orderWaiting, waitingBadge } from "./waiting.js";
 
 /**
  * Loads pages of `params` into `target`; `columns` is [[header, (order) => cell], ...].
@@ -39,7 +40,8 @@ export function pagedOrders(target, ctx, params, columns, afterPage) {
 
 export const COLUMNS = {
   id: ["Order", (order) => orderLink(order.orderId)],
-  state: ["State", (order) => h("span", { class: `state state-${order.processState}` }, order.processState)],
+  state: ["State", (order) => [h("span", { class: `state state-${order.processState}` }, order.processState),
+    orderWaiting(order) ? [" ", waitingBadge(orderWaiting(order))] : null]],
   category: ["Category", (order) => order.category],
   outcome: ["Outcome", (order) => order.outcome || "—"],
   customer: ["Customer", (order) => order.customerId],

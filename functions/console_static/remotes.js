@@ -1,7 +1,7 @@
 // The remote services' circuit breakers on the overview (GET /api/overview's remotes): one chip per
 // remote, its state as a word and a colour (closed green, half-open amber, open red).
 
-import { capped, errorBox, fmtDuration, fmtTime, h } from "./dom.js";
+import { capped, clock, errorBox, fmtTime, h, relative } from "./dom.js";
 
 export function remotes(data) {
   const list = data.remotes || [];
@@ -40,16 +40,4 @@ function details(remote) {
   if (remote.lastFault) lines.push(`last fault: ${remote.lastFault}`);
   if (remote.changedAt) lines.push(`changed ${fmtTime(remote.changedAt)}`);
   return lines.join("\n");
-}
-
-/** "08:30:24Z" of an ISO time. */
-function clock(iso) {
-  return fmtTime(iso).slice(11);
-}
-
-/** "in 4 s" or "4 s ago", from the overview's own time (not the browser's clock). */
-function relative(iso, asOf) {
-  const seconds = (Date.parse(iso) - Date.parse(asOf)) / 1000;
-  if (Number.isNaN(seconds)) return "—";
-  return seconds >= 0 ? `in ${fmtDuration(seconds)}` : `${fmtDuration(-seconds)} ago`;
 }

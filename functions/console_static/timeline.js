@@ -10,6 +10,8 @@ const CLOSES = {
   compensationDone: ["compensation", "done"], compensationFailed: ["compensation", "failed"],
   compensationRedriven: ["compensation", "timed out"],
 };
+// A step's wait on a remote's open breaker: the attempt in flight waits (no call) until resumed.
+const WAITS = { stepWaiting: "wait", resumed: "resume" };
 const ORDER_MARKS = new Set(["accepted", "processed", "failed", "compensated", "held", "retried", "restarted",
   "cancelled", "terminated", "rescheduled", "alert"]);
 
@@ -29,6 +31,17 @@ export function buildTimeline(events, stillRunning, now = Date.now()) {
       const bar = { start: at, end: null, attempt: event.attempt ?? 0, status: "running", reason: null };
       rows.get(key).bars.push(bar);
       open.set(key, bar);
+    } else if (WAITS[event.event] && event.step) {
+      const key = `${event.detail && event.detail.compensation ? "compensation" : "step"}:${event.step}`;
+      const bar = open.get(key);
+      const reason = event.detail && event.detail.breaker ? `on ${event.detail.breaker}` : null;
+      if (bar && WAITS[event.event] === "wait") {
+        bar.status = "waiting"; // drawn as waiting up to now, or up to its resume
+        bar.reason = reason;
+      } else if (bar && bar.status === "waiting") {
+        close(bar, at, "waiting", reason || bar.reason); // the resume dispatches the next attempt: a bar of its own
+        open.delete(key);
+      }
     } else if (CLOSES[event.event] && event.step) {
       const [kind, status] = CLOSES[event.event];
       const key = `${kind}:${event.step}`;
@@ -114,7 +127,7 @@ function groupMarks(timeline) {
 
 function legend() {
   return [
-    ...["done", "failed", "timed out", "running", "terminated", "superseded"].map((status) =>
+    ...["done", "failed", "timed out", "running", "waiting", "terminated", "superseded"].map((status) =>
       h("span", { class: "legend-item" }, h("span", { class: `swatch bar-${status.replace(" ", "-")}` }), status)),
     h("span", { class: "legend-item" }, h("span", { class: "swatch bar-compensated" }), "compensation done (↺ rows)"),
   ];

@@ -24,7 +24,10 @@ from local.procs import REPO_ROOT
 from local.stack import Stack, demo_order
 
 FAST = {"SupervisorSchedule": "*/2 * * * * *", "StepTimeoutSeconds": "5", "UnclaimedGraceSeconds": "5",
-        "BackoffBaseSeconds": "1"}
+        "BackoffBaseSeconds": "1",
+        # a remote taken down (``PUT /_faults/shipping {"down": true}``) opens its breaker at its first
+        # attempt's second failure, and its waiting step is probed every 10 s (no seeded order fails so)
+        "BreakerFailureThreshold": "2", "BreakerCoolDownSeconds": "10"}
 SCREENSHOTS = REPO_ROOT / ".local" / "screenshots"
 ORDINARY = 8
 OUT_OF_STOCK = {"sku": SOLD_OUT_SKU, "quantity": 2, "unitPrice": "5.00"}

@@ -490,3 +490,95 @@ def test_every_route_works_typed_and_reloaded(seeded: Seeded, driver: Any) -> No
         shows(route, h1, ends, tab)
     severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == [], severe
+
+
+def step_waits(order: dict[str, Any], step: str, remote: str) -> bool:
+    """The API shows ``step`` waiting on ``remote``."""
+    [row] = [s for s in order["steps"] if s["name"] == step]
+    return bool(row["waiting"]) and row["waiting"]["remote"] == remote
+
+
+def until_text(driver: Any, css: str, check: Any, what: str, timeout: float = 60) -> str:
+    """The text of the element at ``css`` once ``check(text)`` holds (the page re-renders itself)."""
+    def text(d: Any) -> Any:
+        found = d.find_elements(By.CSS_SELECTOR, css)
+        return found[0].text if found and check(found[0].text) else False
+    return str(WebDriverWait(driver, timeout, ignored_exceptions=[StaleElementReferenceException]).until(
+        text, message=what))
+
+
+def test_a_step_waiting_on_an_open_breaker_shows_its_remote_and_next_probe(seeded: Seeded, driver: Any) -> None:
+    """Shipping down: the order's create-shipment waits on the shipping breaker. The order page
+    shows the step Waiting, on which remote and when the next probe is due (as the API says), the
+    timeline draws the wait, the search list shows it. Its actions are what the API accepts:
+    terminate only (the step is in flight); terminated so, the pivot's outcome is unknown and the
+    order is held, which offers retry and cancel but not terminate; retried once shipping is
+    back, it is Processed, and the breaker closes."""
+    step, remote, customer = "create-shipment", "shipping", "c-waiting"
+    body = {"customerId": customer, "currency": "EUR", "priority": "normal", "statusQueue": None,
+            "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": "9.99"}]}
+    step_css = f"[data-testid='steps'] tbody tr:nth-child({STEPS.index(step) + 1})"
+    wait_css = f"{step_css} [data-testid='step-waiting']"
+    with seeded.stack.remotes as remotes:
+        remotes.set_faults(remote, down=True)
+    try:
+        order_id = seeded.stack.post_order(body)
+        wait_until(f"{step} waiting on {remote}", lambda: step_waits(seeded.stack.get_order(order_id), step, remote))
+        open_view(driver, seeded, f"/orders/{order_id}")
+        row = until_text(driver, step_css, lambda t: f"Waiting on {remote}" in t, "the step's wait shown")
+        assert f"{step} Waiting" in row, row
+        waiting = until_text(driver, wait_css, lambda t: "next probe" in t, "the next probe shown")
+        assert waiting.startswith(f"Waiting on {remote} — "), waiting
+        until_text(driver, f"{HEADLINE} [data-testid='waiting']", lambda t: t == f"Waiting on {remote}",
+                   "the wait next to the order's state")
+        # The timeline draws the wait, and its legend names it.
+        assert stable(driver, lambda d: d.find_elements(
+            By.CSS_SELECTOR, f"[data-testid='gantt-row'][data-step='{step}'] [data-status='waiting']"))
+        legend = stable(driver, lambda d: d.find_element(By.CSS_SELECTOR, "[data-testid='gantt'] .legend").text)
+        assert "waiting" in legend.split(), legend
+        # Only terminate applies to an order whose step is in flight; the others are refused.
+        assert page_actions(driver) == {"terminate"}
+        for refused in ("retry", "cancel"):
+            assert post_action(seeded, order_id, refused).status_code == 409, refused
+
+        # The page's step state and next probe are the API's (the probe time moves on with each
+        # failed probe: the page shows the one the API gives, once it refreshed).
+        order = seeded.stack.get_order(order_id)
+        [api_step] = [s for s in order["steps"] if s["name"] == step]
+        assert api_step["state"] == "Waiting", api_step
+        assert (order["waiting"]["step"], order["waiting"]["remote"]) == (step, remote), order["waiting"]
+
+        def shows_api_probe(text: str) -> bool:
+            now = seeded.stack.get_order(order_id)["waiting"]
+            at = now and now["nextProbeAt"]
+            return bool(at) and "next probe " in text and f"({at[11:19]}Z)" in text
+        until_text(driver, wait_css, shows_api_probe, "the API's next probe time", timeout=90)
+        # The search list shows the wait where it shows the state.
+        [found] = [o for o in seeded.api("/orders", customerId=customer)["orders"] if o["orderId"] == order_id]
+        assert found["waiting"]["remote"] == remote, found
+        open_view(driver, seeded, f"/search?customerId={customer}")
+        listed = until_text(driver, "[data-testid='orders'] tbody tr", lambda t: order_id in t, "the order listed")
+        assert f"Waiting on {remote}" in listed, listed
+
+        # Terminated with its click: held (the shipment's outcome is unknown and it has no compensation).
+        open_view(driver, seeded, f"/orders/{order_id}")
+        until_text(driver, wait_css, lambda t: "Waiting" in t, "the wait")
+        status = click_action(driver, HEADLINE, order_id, "terminate")
+        assert f"terminate {order_id}: held" in status, status
+        assert seeded.stack.get_order(order_id)["outcome"] == "held"
+        assert order_page_actions(driver, seeded, order_id) == {"retry", "cancel"}
+        open_view(driver, seeded, "/attention")
+        held = attention_row(driver, order_id)
+        headers = texts(driver, "[data-testid='orders'] thead th")
+        assert held.find_elements(By.TAG_NAME, "td")[headers.index("Outcome")].text == "held"
+        assert offered(held) == {"retry", "cancel"}, held.text
+        assert post_action(seeded, order_id, "terminate").status_code == 409
+    finally:
+        with seeded.stack.remotes as remotes:
+            remotes.set_faults(remote)  # shipping is back
+    status = click_action(driver, held, order_id, "retry")
+    assert f"retry {order_id}: retried" in status, status
+    wait_until("the held order, retried, Processed",
+               lambda: seeded.stack.get_order(order_id)["processState"] == "Processed", timeout=120)
+    wait_until(f"the {remote} breaker closed",
+               lambda: {r["name"]: r["state"] for r in seeded.api("/overview")["remotes"]}[remote] == "closed")

@@ -1,0 +1,67 @@
+// Steps that wait on a remote's open circuit breaker: which remote, since when, and when its next
+// probe is due. The API's `waiting` (a step's {remote, since, breaker, nextProbeAt}; an order's adds
+// `step`; a search result's is {step, remote, giveUpAt, breaker, nextProbeAt}) is used when present;
+// an API without it has only a step's `waitingOn` and `waitingSince`, and its state Running.
+
+import { clock, h, relative } from "./dom.js";
+
+/** A step's wait ({remote, since, nextProbeAt, breaker}), or null when it does not wait. */
+export function stepWaiting(step) {
+  if (step.waiting !== undefined) return step.waiting || null;
+  if (!step.waitingOn) return null;
+  return { remote: step.waitingOn, since: step.waitingSince || null, nextProbeAt: null, breaker: null };
+}
+
+/** An order's (or a search result's) wait, with the step that waits, or null. */
+export function orderWaiting(order) {
+  if (order.waiting !== undefined) return order.waiting || null;
+  for (const step of order.steps || []) {
+    const waiting = stepWaiting(step);
+    if (waiting) return { step: step.name, ...waiting };
+  }
+  return null;
+}
+
+/** What waits: "step" (its attempt in flight), "compensation" (the step's compensation), or null. */
+export function waitsIn(step) {
+  if (!stepWaiting(step)) return null;
+  return ["Running", "Waiting"].includes(step.state) ? "step" : "compensation";
+}
+
+/** The state a step shows: "Waiting" while its attempt waits (the API with `waiting` says so itself). */
+export function stepState(step) {
+  return waitsIn(step) === "step" ? "Waiting" : step.state;
+}
+
+/** The state its compensation shows: "Waiting" while it waits (likewise). */
+export function compensationState(step) {
+  return waitsIn(step) === "compensation" ? "Waiting" : step.compensation.state;
+}
+
+/** "next probe in 4 s (08:30:24Z)"; a probe out now, or none known, said as such. */
+export function nextProbe(waiting, now = Date.now()) {
+  const at = waiting.nextProbeAt;
+  if (at) {
+    const when = relative(at, now);
+    return `next probe ${when.endsWith(" ago") ? `due ${when}` : when} (${clock(at)})`;
+  }
+  if (waiting.breaker === "half-open") return "a probe is out now";
+  if (waiting.breaker === "closed") return "the breaker closed: resuming";
+  return "next probe time not known";
+}
+
+/** "Waiting on shipping — next probe in 4 s (08:30:24Z) · since 08:29:50Z (34 s ago)". */
+export function waitingText(waiting, now = Date.now()) {
+  const since = waiting.since ? ` · since ${clock(waiting.since)} (${relative(waiting.since, now)})` : "";
+  const breaker = waiting.breaker ? ` · breaker ${waiting.breaker}` : "";
+  const giveUp = waiting.giveUpAt ? ` · gives up ${relative(waiting.giveUpAt, now)} (${clock(waiting.giveUpAt)})` : "";
+  return `Waiting on ${waiting.remote} — ${nextProbe(waiting, now)}${since}${breaker}${giveUp}`;
+}
+
+/** The badge a list shows next to an order's state while one of its steps waits. */
+export function waitingBadge(waiting) {
+  if (!waiting) return null;
+  const title = `${waiting.step ? `${waiting.step}: ` : ""}${waitingText(waiting)}`;
+  return h("span", { class: "state state-Waiting", title, dataset: { testid: "waiting" } },
+    `Waiting on ${waiting.remote}`);
+}
