@@ -92,7 +92,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("BreakerProbeLeaseSeconds", "10",
                 "A probe that has not reported by then is replaced by another instance's"),
     SettingSpec("BreakerMaxWaitSeconds", "300",
-                "Longest a step waits on an open breaker before the usual timeout path applies"),
+                "Longest a step waits on an open breaker, from its first wait; then it fails for good, once"),
     SettingSpec("BreakerCacheSeconds", "1",
                 "How long an instance reuses a breaker row it read closed with no failure counted (0: read "
                 "it on every call); another instance's opening is seen up to this much later"),
