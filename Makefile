@@ -49,4 +49,4 @@ lint: setup
 	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) node_modules .local .pytest_cache
+	rm -rf $(VENV) node_modules .local .pytest_cache .import_linter_cache
