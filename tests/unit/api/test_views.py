@@ -14,7 +14,7 @@ from shared.core.breaker.state import BreakerRow, BreakerState
 from shared.core.times import iso
 from shared.scheduler import handle_reply
 from shared.storage.breakers import read_breaker, write_breaker
-from tests.unit.core.statemachine.test_waiting import S, resume, shipping_in_flight, waiting_reply
+from tests.unit.core.statemachine.test_waiting import S, refund_in_flight, resume, shipping_in_flight, waiting_reply
 
 
 def set_breaker(rt: Any, row: BreakerRow) -> None:
@@ -58,12 +58,7 @@ def test_a_waiting_step_shows_its_remote_and_the_next_probe_everywhere() -> None
 
 
 def test_a_waiting_compensation_shows_waiting_in_its_compensation() -> None:
-    from tests.unit.harness import AgentSim, drive, make_runtime, post
-
-    rt = make_runtime()
-    agents = AgentSim(rt, reject={S: "no address"}, hang={"charge-payment:compensate"})
-    oid = post(rt).body["orderId"]
-    drive(rt, oid, agents, until=lambda st: st.get("LeaseKey") == "charge-payment:compensate:1")
+    rt, _agents, oid = refund_in_flight()
     handle_reply(rt, waiting_reply(oid, 1, kind="compensation", step="charge-payment"))
     body = get_order(rt, oid).body
     [step] = [s for s in body["steps"] if s["name"] == "charge-payment"]

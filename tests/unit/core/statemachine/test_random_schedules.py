@@ -8,6 +8,7 @@ pivot and MaxFailureCount)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -48,6 +49,37 @@ def runtime(shape: dict[str, Any]) -> Any:
     order = Workflow("order", 1, shape.get("order", WORKFLOW))
     extra = {k: v for k, v in shape.items() if k != "order"}
     return make_runtime(max_failures=4, registry=Registry.of([order, DIGITAL]), **extra)
+
+
+def deliver(rt: Any, queue: str, crash_at: int | None, keep: bool, agent: Callable[[Any], None]) -> None:
+    """The first message of ``queue``: a request to ``agent``, or a scheduler message handled with
+    a crash after ``crash_at`` effects (then redelivered later, unless ``keep``: a duplicate)."""
+    msgs = rt.bus.sent.get(queue) or []
+    if not msgs:
+        return
+    msg = msgs[0] if keep else msgs.pop(0)
+    if queue != "scheduler":
+        agent(msg)
+        return
+    rt.crash_at = crash_at
+    try:
+        handle_schedule(rt, json.dumps(msg.body).encode())
+    except Crash:
+        if not keep:
+            msgs.insert(0, msg)  # crashed: the message is redelivered later
+
+
+def reply(rt: Any, agents: AgentSim, crash_at: int | None, keep: bool) -> None:
+    """The first pending reply, handled with a crash after ``crash_at`` effects (as ``deliver``)."""
+    if not agents.pending_replies:
+        return
+    msg = agents.pending_replies[0] if keep else agents.pending_replies.pop(0)
+    rt.crash_at = crash_at
+    try:
+        handle_reply(rt, json.dumps(msg.body).encode())
+    except Crash:
+        if not keep:
+            agents.pending_replies.insert(0, msg)
 
 
 def check_rows(rt: Any, oid: str) -> None:
@@ -93,30 +125,11 @@ def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str
     queues = QUEUES
 
     def deliver_one(queue: str, crash_at: int | None, keep: bool) -> None:
-        msgs = rt.bus.sent.get(queue) or []
-        if not msgs:
-            return
-        msg = msgs[0] if keep else msgs.pop(0)
-        if queue != "scheduler":
-            agents._handle(msg, rt.clock())  # checks the request's token (harness.check_token)
-            return
-        rt.crash_at = crash_at
-        try:
-            handle_schedule(rt, json.dumps(msg.body).encode())
-        except Crash:
-            if not keep:
-                msgs.insert(0, msg)  # crashed: the message is redelivered later
+        # an agent's request: checked for its token (harness.check_token)
+        deliver(rt, queue, crash_at, keep, lambda msg: agents._handle(msg, rt.clock()))
 
     def reply_one(crash_at: int | None, keep: bool) -> None:
-        if not agents.pending_replies:
-            return
-        msg = agents.pending_replies[0] if keep else agents.pending_replies.pop(0)
-        rt.crash_at = crash_at
-        try:
-            handle_reply(rt, json.dumps(msg.body).encode())
-        except Crash:
-            if not keep:
-                agents.pending_replies.insert(0, msg)
+        reply(rt, agents, crash_at, keep)
 
     for action, arg in actions:
         if action == 0:
@@ -219,30 +232,7 @@ def test_random_waits_on_a_breaker_hold_one_wait_and_settle(actions: list[tuple[
             agents._handle(msg, rt.clock())
 
     def handle(queue: str, crash_at: int | None, keep: bool) -> None:
-        msgs = rt.bus.sent.get(queue) or []
-        if not msgs:
-            return
-        msg = msgs[0] if keep else msgs.pop(0)
-        if queue != "scheduler":
-            agent(msg)
-            return
-        rt.crash_at = crash_at
-        try:
-            handle_schedule(rt, json.dumps(msg.body).encode())
-        except Crash:
-            if not keep:
-                msgs.insert(0, msg)
-
-    def reply(crash_at: int | None, keep: bool) -> None:
-        if not agents.pending_replies:
-            return
-        msg = agents.pending_replies[0] if keep else agents.pending_replies.pop(0)
-        rt.crash_at = crash_at
-        try:
-            handle_reply(rt, json.dumps(msg.body).encode())
-        except Crash:
-            if not keep:
-                agents.pending_replies.insert(0, msg)
+        deliver(rt, queue, crash_at, keep, agent)
 
     def close() -> None:
         nonlocal closes
@@ -262,7 +252,7 @@ def test_random_waits_on_a_breaker_hold_one_wait_and_settle(actions: list[tuple[
         if action in (0, 1):
             handle(queues[arg % len(queues)], None, keep=action == 1)
         elif action in (2, 3):
-            reply(None, keep=action == 3)
+            reply(rt, agents, None, keep=action == 3)
         elif action == 4:
             q = queues[arg % len(queues)]
             if rt.bus.sent.get(q):
@@ -274,7 +264,7 @@ def test_random_waits_on_a_breaker_hold_one_wait_and_settle(actions: list[tuple[
         elif action == 7:
             handle("scheduler", arg, keep=False)  # crash after arg effects
         elif action == 8:
-            reply(arg, keep=False)
+            reply(rt, agents, arg, keep=False)
         elif action == 9:
             down = not down
         elif not down:

@@ -221,11 +221,17 @@ def test_a_terminate_stops_the_wait_and_forgets_the_row() -> None:
     assert resume(rt, oid, 1) == "stale"
 
 
-def test_a_compensation_waits_and_is_resumed_as_a_compensation() -> None:
+def refund_in_flight() -> tuple[Any, AgentSim, str]:
+    """Shipping rejected: the refund (charge-payment's compensation, attempt 1) is in flight."""
     rt = make_runtime()
     agents = AgentSim(rt, reject={S: "no address"}, hang={"charge-payment:compensate"})
     oid = post(rt).body["orderId"]
     drive(rt, oid, agents, until=lambda st: st.get("LeaseKey") == "charge-payment:compensate:1")
+    return rt, agents, oid
+
+
+def test_a_compensation_waits_and_is_resumed_as_a_compensation() -> None:
+    rt, agents, oid = refund_in_flight()
     assert handle_reply(rt, waiting_reply(oid, 1, kind="compensation", step="charge-payment")) == "waiting"
     assert steps(rt, oid)["charge-payment"]["WaitingOn"] == "shipping"
     assert resume(rt, oid, 1, target="step", step="charge-payment") == "stale"  # not the lease's kind
@@ -238,10 +244,7 @@ def test_a_compensation_waits_and_is_resumed_as_a_compensation() -> None:
 
 
 def test_a_compensation_past_the_longest_wait_fails_for_good_and_the_next_one_goes_on() -> None:
-    rt = make_runtime()
-    agents = AgentSim(rt, reject={S: "no address"}, hang={"charge-payment:compensate"})
-    oid = post(rt).body["orderId"]
-    drive(rt, oid, agents, until=lambda st: st.get("LeaseKey") == "charge-payment:compensate:1")
+    rt, agents, oid = refund_in_flight()
     handle_reply(rt, waiting_reply(oid, 1, kind="compensation", step="charge-payment"))
     agents.hang.clear()
     rt.clock.advance(301)
