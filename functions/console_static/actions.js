@@ -58,32 +58,12 @@ async function runAction(button, orderId, action, status, onDone) {
 }
 
 /**
- * The operator actions the API accepts for `order` (as GET /api/orders/{id} shows it), by the API's
- * own rules (shared/core/statemachine/operator.py: retry, cancel; terminate.py: terminate). The
- * order page and the attention list both show these and no other: an action offered here is one
- * the API does not refuse with 409, unless the order moved meanwhile (it keeps the last word).
- *
- * The API decides on the state row's mode, which the view shows through these fields:
- * - held: outcome "held" (only a hold sets it; processState Error), and no instance holds a claim;
- * - finished: neither in flight nor held (category attention, processed or error);
- * - running its steps: in flight and Pending or Processing (a compensating order is Error).
+ * The operator actions the API accepts for `order` (as GET /api/orders/{id} shows it): its
+ * `actions`, which the API asks of its own decisions (shared/core/statemachine/actions.py). The
+ * order page and the attention list both offer these and no other; the API keeps the last word
+ * (an order may move between the read and the click).
  */
 export function allowedActions(order) {
-  const steps = order.steps || [];
-  const compensation = (order.compensation && order.compensation.state) || "none";
-  const held = order.processState === "Error" && order.outcome === "held" && !order.lockedBy;
-  const finished = order.category !== "inFlight" && order.outcome !== "held";
-  // failed, and everything it did was compensated (or it did nothing): it can run again
-  const failedUndone = finished && order.outcome === "failed" && ["none", "completed"].includes(compensation);
-  const compensationFailed = finished && compensation === "failed";
-  const forward = order.category === "inFlight" && ["Pending", "Processing"].includes(order.processState);
-  const waitsForClaim = forward && order.processState === "Pending" && !order.lockedBy;
-  const actions = [];
-  if ((held && steps.some((step) => step.state === "Failed")) || failedUndone
-      || (compensationFailed && steps.some((step) => step.compensation && step.compensation.state === "Failed"))) {
-    actions.push("retry");
-  }
-  if (waitsForClaim || held || failedUndone) actions.push("cancel");
-  if (forward) actions.push("terminate");
-  return actions;
+  const known = ["retry", "cancel", "terminate"];
+  return Array.isArray(order.actions) ? order.actions.filter((action) => known.includes(action)) : [];
 }

@@ -8,7 +8,8 @@ from __future__ import annotations
 from shared.api.http import HttpResult, problem, resolve_id
 from shared.core.effects import Transact
 from shared.core.rows import STATE_ROW
-from shared.core.statemachine import Rejected, bound, decide_cancel, decide_retry, decide_terminate
+from shared.core.statemachine import Rejected, bound
+from shared.core.statemachine.actions import ACTIONS
 from shared.core.workflows import UnknownWorkflow
 from shared.observability import telemetry
 from shared.runtime import Runtime
@@ -21,7 +22,7 @@ def _operate(rt: Runtime, raw_id: str | None, action: str) -> HttpResult:
     order_id = resolve_id(raw_id)
     if isinstance(order_id, HttpResult):
         return order_id
-    decide = {"retry": decide_retry, "cancel": decide_cancel, "terminate": decide_terminate}[action]
+    decide = ACTIONS[action]
     for _ in range(OPERATOR_RACE_RETRIES):
         view = read_view(rt.store, order_id)
         if view.state is None:

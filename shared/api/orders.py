@@ -43,6 +43,7 @@ from shared.core.orders import (
 )
 from shared.core.rows import STATE_ROW
 from shared.core.statemachine import View, bound, inflight_request, plan_submission, schedule_message
+from shared.core.statemachine.actions import allowed_actions
 from shared.core.workflows import UnknownWorkflow
 from shared.observability import metrics, telemetry
 from shared.observability.logs import log_event
@@ -180,7 +181,12 @@ def get_order(rt: Runtime, raw_id: str | None) -> HttpResult:
     events, token = _history_page(rt, order_id, 0, HISTORY_PAGE)
     remote = waiting_remote(view)
     breakers = {remote: read_breaker(rt.store, remote)} if remote is not None else {}  # one read, while it waits
-    return HttpResult(200, {**order_view(view, breakers), "history": events, "historyContinuationToken": token})
+    try:
+        actions = allowed_actions(view, bound(view, rt.ctx()))
+    except UnknownWorkflow:  # every action answers 409 workflow-not-deployed
+        actions = []
+    return HttpResult(200, {**order_view(view, breakers), "actions": actions, "history": events,
+                            "historyContinuationToken": token})
 
 
 def _history_page(rt: Runtime, order_id: str, after: int, limit: int) -> tuple[list[dict[str, Any]], str | None]:

@@ -351,11 +351,11 @@ def click_action(driver: Any, scope: Any, order_id: str, action: str) -> str:
 
 
 def test_the_actions_offered_are_those_the_api_accepts_in_every_state(seeded: Seeded, driver: Any) -> None:
-    """The console's one rule for actions (actions.js, used by the order page and the attention
-    list) against the API's own answer in every state of the operator unit tests' table (Pending,
-    Processing, compensating, held, failed and compensated, compensation failed, finished ...),
-    each built on the in-memory twin: every action is POSTed to a fresh copy of the state, and the
-    rule offers exactly those the API accepts (not 409)."""
+    """What the console offers (actions.js, used by the order page and the attention list: the
+    order's ``actions`` as the API names them) against the API's own answer in every state of the
+    operator unit tests' table (Pending, Processing, compensating, held, failed and compensated,
+    compensation failed, finished ...), each built on the in-memory twin: every action is POSTed to
+    a fresh copy of the state, and the page offers exactly those the API accepts (not 409)."""
     import json
 
     from shared.api.orders import get_order

@@ -706,6 +706,19 @@ def test_every_action_in_every_state_applies_or_is_409_with_its_reason(name: str
     assert mem(rt).snapshot() == before and len(membus(rt).all()) == sent  # nothing written, nothing sent
 
 
+@pytest.mark.parametrize("name", sorted(STATES))
+def test_the_order_names_exactly_the_actions_it_takes(name: str) -> None:
+    """``GET /api/orders/{id}``'s ``actions`` (what the console offers) is the set of actions that
+    apply in this state, asked of the decisions themselves, and asking writes and sends nothing."""
+    from shared.api.orders import get_order
+
+    build, applies, _described = STATES[name]
+    rt, _agents, oid = build()
+    before, sent = mem(rt).snapshot(), len(membus(rt).all())
+    assert get_order(rt, oid).body["actions"] == [a for a in ("retry", "cancel", "terminate") if a in applies]
+    assert mem(rt).snapshot() == before and len(membus(rt).all()) == sent
+
+
 @pytest.mark.parametrize("action", sorted(ACTIONS))
 def test_unknown_and_malformed_order_ids(action: str) -> None:
     rt = make_runtime()
