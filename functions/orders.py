@@ -9,7 +9,7 @@ import azure.functions as func
 from functions.http import to_response
 from functions.operator_auth import LEVEL as OPERATOR
 from functions.operator_auth import operator_only
-from shared.api.operator import cancel_order, retry_order, terminate_order
+from shared.api.operator import cancel_order, resume_order, retry_order, suspend_order, terminate_order
 from shared.api.orders import get_history, get_order, list_workflows, submit
 from shared.api.search import search_orders
 from shared.runtime import get_runtime
@@ -77,3 +77,17 @@ def cancel(req: func.HttpRequest) -> func.HttpResponse:
 @operator_only
 def terminate(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(terminate_order(get_runtime(), req.route_params.get("id")))
+
+
+@bp.function_name("suspend_order")
+@bp.route(route="orders/{id}/suspend", methods=["POST"], auth_level=OPERATOR)
+@operator_only
+def suspend(req: func.HttpRequest) -> func.HttpResponse:
+    return to_response(suspend_order(get_runtime(), req.route_params.get("id")))
+
+
+@bp.function_name("resume_order")
+@bp.route(route="orders/{id}/resume", methods=["POST"], auth_level=OPERATOR)
+@operator_only
+def resume(req: func.HttpRequest) -> func.HttpResponse:
+    return to_response(resume_order(get_runtime(), req.route_params.get("id")))

@@ -1,4 +1,4 @@
-// Operator actions (retry, cancel, terminate): a confirmation dialog, the POST, and its result shown.
+// Operator actions (retry, cancel, terminate, suspend, resume): a confirmation dialog, the POST, and its result shown.
 
 import { api } from "./api.js";
 import { describeError, h, setChildren } from "./dom.js";
@@ -8,6 +8,8 @@ const EXPLAIN = {
     "order runs again as a new generation, a failed compensation is redriven.",
   cancel: "Cancel compensates the completed steps and ends the order as Error/cancelled.",
   terminate: "Terminate stops the order in flight, compensates it and ends it as Error/terminated.",
+  suspend: "Suspend lets the step in flight finish, then dispatches nothing more until the order is resumed.",
+  resume: "Resume lets a suspended order go on with its next step.",
 };
 
 /** Ask with the page's <dialog>; resolves true when confirmed (Esc or "Keep" resolve false). */
@@ -64,6 +66,6 @@ async function runAction(button, orderId, action, status, onDone) {
  * (an order may move between the read and the click).
  */
 export function allowedActions(order) {
-  const known = ["retry", "cancel", "terminate"];
+  const known = ["retry", "cancel", "terminate", "suspend", "resume"];
   return Array.isArray(order.actions) ? order.actions.filter((action) => known.includes(action)) : [];
 }

@@ -79,6 +79,8 @@ function page(order, history, status, reload, path) {
     h("p", { class: "headline" },
       h("span", { class: `state state-${order.processState}`, dataset: { testid: "process-state" } }, order.processState),
       orderWaiting(order) ? [" ", waitingBadge(orderWaiting(order))] : null,
+      order.suspended ? [" ", h("span", { class: "state state-Suspended", dataset: { testid: "suspended" } },
+        "Suspended")] : null,
       ` ${order.category}${order.outcome ? ` · ${order.outcome}` : ""}`,
       actions.length ? [" ", actionButtons(order.orderId, actions, status, () => reload())] : null,
       " ", h("button", { type: "button", onclick: () => reload() }, "Refresh")),

@@ -1,6 +1,6 @@
-"""The operator's actions on one order: ``POST /api/orders/{id}/retry``, ``/cancel`` and
-``/terminate``. Each reads the order, asks the core (``shared.core.statemachine.operator``,
-``terminate``) and runs the decision; a lost race is decided again on fresh rows, a few times.
+"""The operator's actions on one order: ``POST /api/orders/{id}/retry``, ``/cancel``,
+``/terminate``, ``/suspend`` and ``/resume``. Each reads the order, asks the core
+(``shared.core.statemachine.actions``) and runs the decision; a lost race is decided again on fresh rows, a few times.
 409 problem+json names the reason when the order is in the wrong state."""
 
 from __future__ import annotations
@@ -58,3 +58,11 @@ def cancel_order(rt: Runtime, order_id: str | None) -> HttpResult:
 
 def terminate_order(rt: Runtime, order_id: str | None) -> HttpResult:
     return _operate(rt, order_id, "terminate")
+
+
+def suspend_order(rt: Runtime, order_id: str | None) -> HttpResult:
+    return _operate(rt, order_id, "suspend")
+
+
+def resume_order(rt: Runtime, order_id: str | None) -> HttpResult:
+    return _operate(rt, order_id, "resume")

@@ -84,6 +84,8 @@ def order_view(view: View, breakers: Mapping[str, BreakerRow] | None = None) -> 
         "lockedBy": state.locked_by,
         "completeBy": _time(state.complete_by),
         "currentStep": state.step_name if state.mode is Mode.FORWARD else None,
+        # an operator suspended it: it dispatches no new step until resumed (shared.core.statemachine.suspend)
+        "suspended": state.suspended and state.mode is Mode.FORWARD,
         "category": category_of(state),
         "generation": state.generation,
         "workflow": {"name": order.workflow, "version": order.workflow_version},

@@ -206,6 +206,9 @@ class StateRow(Row):
     # What is in flight waits on this remote's open breaker (as its step row says): for the search,
     # which reads only state rows. Set by the decision that records a wait, cleared by every other.
     waiting_on: str | None = None
+    # An operator suspended the order: while it runs its steps, it dispatches no new one
+    # (``shared.core.statemachine.suspend``); a retry or restart runs it unsuspended.
+    suspended: bool = False
     etag: str | None = None
 
     @property
@@ -233,7 +236,7 @@ StateRow.PROPS = _props(StateRow, {
     "created_at": ("CreatedAt", TIME), "updated_at": ("UpdatedAt", TIME), "finished_at": ("FinishedAt", TIME),
     "retried_at": ("RetriedAt", TIME), "cancelled_at": ("CancelledAt", TIME),
     "terminated_at": ("TerminatedAt", TIME), "event_seq": ("EventSeq", INT), "generation": ("Generation", INT),
-    "waiting_on": ("WaitingOn", TEXT),
+    "waiting_on": ("WaitingOn", TEXT), "suspended": ("Suspended", FLAG),
 })
 
 

@@ -284,7 +284,7 @@ def test_overview_shows_each_remote_breaker_as_a_chip(seeded: Seeded, driver: An
 # issue 28: actions only where they apply, the attention list's outcome, the highlighted tab,
 # routes typed by hand, and the steps that wait on a remote's open breaker
 
-ACTIONS = ("retry", "cancel", "terminate")
+ACTIONS = ("retry", "cancel", "terminate", "suspend", "resume")
 # actions.js's rule, run in the page on orders as GET /api/orders/{id} shows them
 ALLOWED_IN_PAGE = """
 const [orders, done] = [arguments[0], arguments[arguments.length - 1]];
@@ -415,6 +415,39 @@ def test_attention_offers_only_the_actions_the_api_accepts(seeded: Seeded, drive
         assert post_action(seeded, processed, action).status_code == 409, action
 
 
+def test_an_order_is_suspended_and_resumed_from_its_page(seeded: Seeded, driver: Any) -> None:
+    """Payment answers slower than the step's timeout (5 s here): Suspend, offered while
+    charge-payment is in flight, lets that attempt end (it times out and is redriven) and then
+    dispatches nothing: the page says Suspended and offers Resume, not Suspend. Resume, clicked
+    once payment is fast again, lets the order go on to Processed."""
+    with seeded.stack.remotes as remotes:
+        remotes.set_faults("payment", latency_ms=6000)
+    try:
+        order_id = seeded.stack.post_order({**failing_body_like(), "customerId": "c-suspend",
+                                            "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": 9.99}]})
+        wait_until("charge-payment in flight", lambda: seeded.stack.get_order(order_id)["currentStep"]
+                   == "charge-payment")
+        open_view(driver, seeded, f"/orders/{order_id}")
+        assert "suspend" in page_actions(driver) and "resume" not in page_actions(driver)
+        status = click_action(driver, HEADLINE, order_id, "suspend")
+        assert f"suspend {order_id}: suspended" in status, status
+        wait_until("the attempt ended, nothing dispatched", lambda: (
+            (o := seeded.stack.get_order(order_id))["failureCount"] >= 1 and not o["lockedBy"]))
+    finally:
+        with seeded.stack.remotes as remotes:
+            remotes.set_faults("payment")
+    view = seeded.stack.get_order(order_id)
+    assert view["suspended"] and view["processState"] == "Pending" and view["currentStep"] == "charge-payment"
+    assert view["actions"] == ["cancel", "terminate", "resume"]
+    open_view(driver, seeded, f"/orders/{order_id}")  # the same page: it shows the change at its next refresh
+    assert by_testid(driver, "suspended").text == "Suspended"
+    WebDriverWait(driver, 30).until(lambda d: page_actions(d) == {"cancel", "terminate", "resume"})
+    status = click_action(driver, HEADLINE, order_id, "resume")
+    assert f"resume {order_id}: unsuspended" in status, status
+    wait_until("the order Processed", lambda: seeded.stack.get_order(order_id)["processState"] == "Processed")
+    assert not seeded.stack.get_order(order_id)["suspended"]
+
+
 def test_attention_shows_each_orders_outcome(seeded: Seeded, driver: Any) -> None:
     """Held and failed orders are told apart: an Outcome column, as the search API says."""
     open_view(driver, seeded, "/attention")
@@ -511,7 +544,7 @@ def test_a_step_waiting_on_an_open_breaker_shows_its_remote_and_next_probe(seede
     """Shipping down: the order's create-shipment waits on the shipping breaker. The order page
     shows the step Waiting, on which remote and when the next probe is due (as the API says), the
     timeline draws the wait, the search list shows it. Its actions are what the API accepts:
-    terminate only (the step is in flight); terminated so, the pivot's outcome is unknown and the
+    terminate and suspend only (the step is in flight); terminated so, the pivot's outcome is unknown and the
     order is held, which offers retry and cancel but not terminate; retried once shipping is
     back, it is Processed, and the breaker closes."""
     step, remote, customer = "create-shipment", "shipping", "c-waiting"
@@ -536,9 +569,9 @@ def test_a_step_waiting_on_an_open_breaker_shows_its_remote_and_next_probe(seede
             By.CSS_SELECTOR, f"[data-testid='gantt-row'][data-step='{step}'] [data-status='waiting']"))
         legend = stable(driver, lambda d: d.find_element(By.CSS_SELECTOR, "[data-testid='gantt'] .legend").text)
         assert "waiting" in legend.split(), legend
-        # Only terminate applies to an order whose step is in flight; the others are refused.
-        assert page_actions(driver) == {"terminate"}
-        for refused in ("retry", "cancel"):
+        # Only terminate and suspend apply to an order whose step is in flight; the others are refused.
+        assert page_actions(driver) == {"terminate", "suspend"}
+        for refused in ("retry", "cancel", "resume"):
             assert post_action(seeded, order_id, refused).status_code == 409, refused
 
         # The page's step state and next probe are the API's (the probe time moves on with each

@@ -115,8 +115,9 @@ BAD_IDS = {
 ID_CASES = sorted(BAD_IDS)
 
 # Every route that takes an order id, and its method.
-ID_ROUTES = {"": "GET", "/history": "GET", "/retry": "POST", "/cancel": "POST", "/terminate": "POST"}
-OPERATOR_ROUTES = ["/retry", "/cancel", "/terminate"]
+ID_ROUTES = {"": "GET", "/history": "GET", "/retry": "POST", "/cancel": "POST", "/terminate": "POST",
+             "/suspend": "POST", "/resume": "POST"}
+OPERATOR_ROUTES = ["/retry", "/cancel", "/terminate", "/suspend", "/resume"]
 
 
 @pytest.mark.parametrize("route", sorted(ID_ROUTES))

@@ -26,6 +26,9 @@ By concern:
 ``search_index`` the search index rows of an order, and when they are written
 ``operator``     retry (from any failure) and cancel
 ``terminate``    terminate an order in flight
+``suspend``      suspend an order running its steps (no new step dispatched), and resume it
+``actions``      the operator actions by name, and which ones an order takes now
+``waiting``      a step waiting on a remote's open circuit breaker, and its resumes
 ===============  ==========================================================================
 
 States (state row):
@@ -36,6 +39,7 @@ ProcessState   Mode       lease                meaning
 Pending        forward    unclaimed            redriven or retried; waits for a claim
 Processing     forward    STEP:N               step dispatched (attempt N), claim held; a
                                                new order starts here
+Pending        forward    none                 suspended by an operator, nothing in flight
 Processed      finished   none                 all steps done
 Error          held       none                 a step failed for good, ``hold``: operator
 Error          compensate unclaimed            compensation to dispatch

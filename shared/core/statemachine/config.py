@@ -152,6 +152,7 @@ class Verdict(StrEnum):
     RESUMED = "resumed"  # a redelivered message re-sent the request in flight, or a step's wait on a breaker ended
     IGNORED = "ignored"  # nothing to do: the order is not waiting for what the message asks
     STEP_DONE = "step-done"  # a step's reply recorded, the next step dispatched
+    STEP_DONE_SUSPENDED = "step-done-suspended"  # a step's reply recorded; the order is suspended: nothing dispatched
     PROCESSED = "processed"  # the last step's reply recorded: the order is done
     DUPLICATE = "duplicate"  # the reply of an attempt already recorded (the request in flight is re-sent)
     STALE = "stale"  # the reply of an attempt that is no longer the one in flight: nothing written
@@ -177,17 +178,20 @@ class Verdict(StrEnum):
     COMPENSATION_REDRIVEN = "compensation-redriven"  # an overdue (or, by an operator, failed) compensation again
     NOT_DUE = "not-due"  # the order moved on meanwhile: its deadline is ahead, a later index row covers it
     OBSOLETE = "obsolete"  # nothing is due on the order (its state changed, or the row was left over)
-    # An operator (the ``result`` of retry, cancel and terminate)
+    # An operator (the ``result`` of retry, cancel, terminate, suspend and resume)
     RETRIED = "retried"  # a held order runs again from its failed step
     RESTARTED = "restarted"  # a failed, compensated order runs again from its first step (a new generation)
     CANCELLED = "cancelled"  # cancelled, with nothing to compensate
     CANCELLING = "cancelling"  # cancelled: its compensations are under way
     TERMINATED = "terminated"  # an order in flight stopped, with nothing to compensate
     TERMINATING = "terminating"  # an order in flight stopped: its compensations are under way
+    SUSPENDED = "suspended"  # an order running its steps dispatches no new one until it is resumed
+    UNSUSPENDED = "unsuspended"  # a suspended order goes on: its next step is dispatched (or the one in flight ends)
 
 
 OPERATOR_RESULTS = (Verdict.RETRIED, Verdict.RESTARTED, Verdict.COMPENSATION_REDRIVEN, Verdict.CANCELLED,
-                    Verdict.CANCELLING, Verdict.TERMINATED, Verdict.TERMINATING, Verdict.HELD)
+                    Verdict.CANCELLING, Verdict.TERMINATED, Verdict.TERMINATING, Verdict.HELD, Verdict.SUSPENDED,
+                    Verdict.UNSUSPENDED)
 
 
 @dataclass

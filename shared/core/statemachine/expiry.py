@@ -87,12 +87,23 @@ def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decis
         # after the call). Its outcome is unknown: compensated by its idempotency key.
         return fail_step(view, step, f"{reason}; failure count {failures} reached {limit}", ctx,
                          timed_out=True, failure_count=failures)
-    delay = ctx.config.backoff(failures, spec)
-    handoff = hand_off(view, ctx, note="redrive unclaimed guard", delay=delay)
-    new_state = handoff.apply(replace(state, process_state=ProcessState.PENDING, failure_count=failures))
     # OutcomeUnknown: the attempt may have applied the effect; a cancel of the Pending order
     # compensates it (an error reply or Done of a later attempt settles it).
     pending = replace(step, state=StepState.PENDING, complete_by=None, failure_reason=reason, outcome_unknown=True)
+    if state.suspended:  # no scheduler gets it until an operator resumes it (shared.core.statemachine.suspend)
+        paused = replace(state, process_state=ProcessState.PENDING, failure_count=failures, locked_by=None,
+                         claim_token=None, lease=None, complete_by=None, updated_at=ctx.now)
+        return Decision(Verdict.REDRIVEN, [
+            # ETag-conditional, as every redrive; the row being handled is deleted by the sweep.
+            commit(view, paused, [pending.replacing(step)],
+                   [event(EventKind.REDRIVEN, step.name, step.attempt, reason=reason, failureCount=failures,
+                          suspended=True)], ctx, note="redrive, suspended"),
+            log(logging.WARNING, "supervisor.redrive_suspended", view, step=step.name, attempt=step.attempt,
+                failureCount=failures),
+        ])
+    delay = ctx.config.backoff(failures, spec)
+    handoff = hand_off(view, ctx, note="redrive unclaimed guard", delay=delay)
+    new_state = handoff.apply(replace(state, process_state=ProcessState.PENDING, failure_count=failures))
     return Decision(Verdict.REDRIVEN, [
         # Crash after this: state unchanged; the row is still overdue: next sweep.
         *handoff.puts,

@@ -172,6 +172,19 @@ def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
     done = replace(step, state=StepState.DONE, result=result, finished_at=ctx.now, complete_by=None)
     step_done = event(EventKind.STEP_DONE, step.name, step.attempt)
     following = view.after(step.index)
+    if following is not None and state.suspended:
+        # Suspended by an operator (shared.core.statemachine.suspend): the next step waits for a
+        # resume, with nothing in flight, so no deadline (the Supervisor counts no time against it).
+        paused = replace(state, process_state=ProcessState.PENDING, locked_by=None, claim_token=None, lease=None,
+                         complete_by=None, step_index=following.index, step_name=following.name, updated_at=ctx.now)
+        return Decision(Verdict.STEP_DONE_SUSPENDED, [
+            # Crash after this: the redelivered reply is a duplicate; nothing is in flight to re-send.
+            commit(view, paused, [done.replacing(step)], [*before, step_done], ctx, note="step done, suspended"),
+            *status_sends(view, "step-done", ctx, step=step.name),
+            info("step.done_suspended", view, step=step.name, attempt=step.attempt, next=following.name),
+            # Crash before this: the row falls due and the sweep deletes it (nothing has a deadline).
+            *drop_index(state),
+        ])
     if following is not None:
         # the claim (LockedBy) carries on to the next step
         running, new_state = dispatch_step(following, state, ctx)

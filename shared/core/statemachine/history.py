@@ -51,6 +51,8 @@ class EventKind(StrEnum):
     TERMINATED = "terminated"
     STEP_WAITING = "stepWaiting"  # the remote's breaker is open: the step waits (once per wait, not per probe)
     RESUMED = "resumed"  # a step's wait ended: the breaker closed (or its probe answered)
+    SUSPENDED = "suspended"  # an operator suspended the order: no new step is dispatched
+    UNSUSPENDED = "unsuspended"  # an operator resumed a suspended order
 
 
 @dataclass(frozen=True)

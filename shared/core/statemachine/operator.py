@@ -80,7 +80,7 @@ def _retry_held(view: View, state: StateRow, ctx: Ctx) -> Decision:
         raise Rejected("the order has no failed step to retry")
     new_state = replace(state, process_state=ProcessState.PENDING, mode=Mode.FORWARD, outcome=None, failure_count=0,
                         step_index=failed.index, step_name=failed.name, failed_step=None, reason=None,
-                        retried_at=ctx.now)
+                        retried_at=ctx.now, suspended=False)
     pending = replace(failed, state=StepState.PENDING, finished_at=None)
     return _resume(view, new_state, [pending.replacing(failed)], [event(EventKind.RETRIED, failed.name)],
                    Verdict.RETRIED, ctx, "operator retry")
@@ -92,7 +92,7 @@ def _restart(view: View, state: StateRow, ctx: Ctx) -> Decision:
     new_state = replace(state, process_state=ProcessState.PENDING, mode=Mode.FORWARD, outcome=None, failure_count=0,
                         step_index=fresh[0].index, step_name=fresh[0].name, failed_step=None, reason=None,
                         comp_index=-1, comp_failure_count=0, compensation_state=None, finished_at=None,
-                        retried_at=ctx.now, generation=generation)
+                        retried_at=ctx.now, generation=generation, suspended=False)
     ops = [row.replacing(old) for row, old in zip(fresh, view.steps, strict=True)]
     return _resume(view, new_state, ops, [event(EventKind.RESTARTED, generation=generation)], Verdict.RESTARTED, ctx,
                    "operator restart")
@@ -122,7 +122,9 @@ def decide_cancel(view: View, ctx: Ctx) -> Decision:
     compensated: cancelling it records that nobody will retry it)."""
     state = view.state
     assert state is not None
-    pending = state.process_state is ProcessState.PENDING and state.waiting_for_claim
+    # Pending and not being processed: waiting for a claim, or suspended with nothing in flight
+    pending = state.process_state is ProcessState.PENDING and (
+        state.waiting_for_claim or (state.suspended and state.lease is None and not state.claimed))
     if not (pending or held(state) or _failed_undone(state)):
         rule = ("only a Pending order that is not being processed, a held one, or a failed one can be cancelled"
                 + ("; to stop an order in flight, terminate it" if state.mode is Mode.FORWARD else ""))
@@ -143,7 +145,7 @@ def decide_cancel(view: View, ctx: Ctx) -> Decision:
             *reindex(view.order, state, new_state),
             *drop_index(state),
         ])
-    return compensate_all(view, base, comps, recorded, Verdict.CANCELLING, ctx, needs_cover=not pending,
+    return compensate_all(view, base, comps, recorded, Verdict.CANCELLING, ctx, needs_cover=state.lease is None,
                           status="cancelled")
 
 
@@ -153,7 +155,8 @@ def compensate_all(view: View, base: StateRow, comps: list[StepRow], recorded: E
     step row the action changed too (terminate)."""
     state = view.state
     assert state is not None
-    # An order in flight has its index row; a held one has none: its new deadline needs one.
+    # An order with a lease has its index row; one without (held, suspended with nothing in
+    # flight) has none: its new deadline needs one (``needs_cover``).
     handoff = hand_off(view, ctx, note=f"{verdict} unclaimed guard", needs_cover=needs_cover)
     marked = {c.index: replace(c, compensation=CompensationState.PENDING) for c in comps}
     if fenced is not None:

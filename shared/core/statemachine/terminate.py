@@ -52,7 +52,7 @@ def _terminate(view: View, state: StateRow, current: StepRow | None, ctx: Ctx) -
                      compensations=len(comps))
     base = replace(base, outcome=Outcome.TERMINATED)
     if comps:
-        return compensate_all(view, base, comps, recorded, Verdict.TERMINATING, ctx, needs_cover=False,
+        return compensate_all(view, base, comps, recorded, Verdict.TERMINATING, ctx, needs_cover=state.lease is None,
                               status="terminated", fenced=fenced)
     new_state = replace(base, mode=Mode.FINISHED, complete_by=None, lease=None,
                         compensation_state=OrderCompensation.NONE, finished_at=ctx.now)

@@ -33,6 +33,8 @@ def test_http_functions() -> None:
         (("POST",), "orders/{id}/retry"): "ADMIN",
         (("POST",), "orders/{id}/cancel"): "ADMIN",
         (("POST",), "orders/{id}/terminate"): "ADMIN",
+        (("POST",), "orders/{id}/suspend"): "ADMIN",
+        (("POST",), "orders/{id}/resume"): "ADMIN",
         (("GET",), "orders"): "ADMIN",
         (("GET",), "orders/{id}/history"): "FUNCTION",
         (("GET",), "workflows"): "FUNCTION",

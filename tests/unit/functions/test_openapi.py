@@ -131,7 +131,10 @@ def test_enums_are_the_ones_the_code_uses() -> None:
     schemas = _doc()["components"]["schemas"]
     assert schemas["Category"]["enum"] == [c.value for c in Category]
     assert schemas["HistoryEvent"]["properties"]["event"]["enum"] == [e.value for e in EventKind]
-    assert schemas["OperatorResult"]["properties"]["action"]["enum"] == ["retry", "cancel", "terminate"]
+    from shared.core.statemachine.actions import ACTIONS
+
+    assert schemas["OperatorResult"]["properties"]["action"]["enum"] == list(ACTIONS)
+    assert schemas["OrderView"]["properties"]["actions"]["items"]["enum"] == list(ACTIONS)
 
 
 def test_order_view_has_the_issue_11_fields() -> None:

@@ -383,3 +383,82 @@ def test_a_crash_around_a_wait_converges_with_one_wait_and_no_attempt_spent(trig
             break
         k += 1
     assert k >= 1
+
+
+# ---- suspend and resume -------------------------------------------------------------------------
+SUSPEND_TRIGGERS = ["suspend-in-flight", "suspend-pending", "reply-while-suspended", "redrive-while-suspended",
+                    "resume-idle", "resume-in-flight"]
+
+
+def _suspension(rt: CrashRuntime, agents: AgentSim, trigger: str) -> tuple[str, Callable[[], Any]]:
+    """An order and the move of its suspension that ``trigger`` names, ready to run."""
+    from shared.api.operator import resume_order, suspend_order
+
+    c, s = "charge-payment", "create-shipment"
+    if trigger == "suspend-pending":  # redriven, waiting for a claim
+        agents.hang.add("reserve-inventory")
+        oid = post(rt).body["orderId"]
+        agents.work(rt.clock())
+        _expire_and_sweep(rt)()
+        agents.hang.clear()
+        return oid, lambda: suspend_order(rt, oid)
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=lambda st: st.get("LeaseKey") == f"{c}:1")
+    if trigger == "suspend-in-flight":
+        return oid, lambda: suspend_order(rt, oid)
+    if trigger == "redrive-while-suspended":
+        agents.hang.add(c)
+        agents.work(rt.clock())  # the request is lost at the hung agent
+        assert suspend_order(rt, oid).status == 202
+        agents.hang.clear()
+        return oid, _expire_and_sweep(rt)
+    assert suspend_order(rt, oid).status == 202
+    if trigger == "resume-in-flight":
+        return oid, lambda: resume_order(rt, oid)
+    reply = _reply_trigger(rt, agents, c)
+    if trigger == "reply-while-suspended":
+        return oid, reply
+    reply()
+    assert state(rt, oid)["StepName"] == s and not state(rt, oid).get("LeaseKey")
+    return oid, lambda: resume_order(rt, oid)
+
+
+@pytest.mark.parametrize("trigger", SUSPEND_TRIGGERS)
+def test_a_crash_around_a_suspension_converges(trigger: str) -> None:
+    """Crash after every effect of each move of a suspension, then the same call, message or sweep
+    again. The order is resumed if it is still suspended and settles Processed, every remote
+    effect once, and nothing is dispatched while it is suspended."""
+    from shared.api.operator import resume_order
+    from tests.unit.core.statemachine.test_operator import kinds
+
+    k = 0
+    while True:
+        rt = make_runtime()
+        agents = AgentSim(rt)
+        oid, deliver = _suspension(rt, agents, trigger)
+        rt.crash_at = k
+        with pytest.raises(Crash):
+            deliver()
+        again = trigger.startswith("suspend") and not state(rt, oid).get("Suspended")
+        again |= trigger.startswith("resume") and bool(state(rt, oid).get("Suspended"))
+        again |= trigger in ("reply-while-suspended", "redrive-while-suspended")
+        if again:
+            deliver()
+        if trigger.startswith("suspend") or trigger.endswith("while-suspended"):
+            # suspended: whatever was in flight ends, and nothing new is dispatched
+            st = drive(rt, oid, agents, until=lambda st: not st.get("LeaseKey"))
+            assert st["Suspended"] and st["ProcessState"] == "Pending", st
+            history = kinds(rt, oid)
+            assert "dispatched" not in history[history.index("suspended"):], history
+            assert resume_order(rt, oid).status == 202
+        st = drive(rt, oid, agents)
+        assert (st["ProcessState"], st["Outcome"]) == ("Processed", "processed"), st
+        mine = [c for c in agents.calls if c[0] == oid]
+        assert [c[2] for c in mine] == ["reserve", "charge", "ship"], mine
+        rt.clock.advance(600)  # type: ignore[attr-defined]
+        sweep(rt)
+        assert [r for r in rt.store.index_rows() if r["OrderId"] == oid] == []
+        if rt.crash_exhausted:
+            break
+        k += 1
+    assert k >= 1

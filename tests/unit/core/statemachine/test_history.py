@@ -43,7 +43,7 @@ from tests.unit.harness import WORKFLOW, AgentSim, Crash, CrashRuntime, drive, m
 CONTRACT_EVENTS = {"accepted", "dispatched", "stepDone", "stepFailed", "redriven", "rescheduled", "alert",
                    "compensationDispatched", "compensationDone", "compensationFailed", "compensationRedriven",
                    "held", "processed", "failed", "compensated", "retried", "restarted", "cancelled", "terminated",
-                   "stepWaiting", "resumed"}
+                   "stepWaiting", "resumed", "suspended", "unsuspended"}
 R, C, S = "reserve-inventory", "charge-payment", "create-shipment"
 
 
@@ -146,6 +146,19 @@ def _terminated() -> tuple[CrashRuntime, str]:
     return rt, oid
 
 
+def _suspended_then_resumed() -> tuple[CrashRuntime, str]:
+    """Suspended while charge-payment is at its agent: its reply is recorded, create-shipment is
+    not dispatched until the operator resumes the order."""
+    from shared.api.operator import resume_order, suspend_order
+
+    rt, agents, oid = in_flight(C)
+    assert suspend_order(rt, oid).status == 202
+    drive(rt, oid, agents, until=lambda st: st.get("StepName") == S and not st.get("LeaseKey"))
+    assert resume_order(rt, oid).status == 202
+    drive(rt, oid, agents)
+    return rt, oid
+
+
 def _terminated_pending() -> tuple[CrashRuntime, str]:
     rt, agents, oid = pending_redriven()
     assert terminate_order(rt, oid).status == 202
@@ -213,6 +226,9 @@ PATHS: dict[str, Path] = {
     "terminated": (_terminated, [
         *FORWARD[:4], ("terminated", C, 1), ("compensationDispatched", C, 1), ("compensationDone", C, 1),
         ("compensationDispatched", R, 1), ("compensationDone", R, 1), ("compensated", None, None)]),
+    "suspended-then-resumed": (_suspended_then_resumed, [
+        *FORWARD[:4], ("suspended", C, None), ("stepDone", C, 1), ("unsuspended", S, None), ("dispatched", S, 1),
+        ("stepDone", S, 1), ("processed", None, None)]),
     "terminated-pending": (_terminated_pending, [
         ("accepted", None, None), ("dispatched", R, 1), ("redriven", R, 1), ("terminated", R, 1),
         ("compensationDispatched", R, 1), ("compensationDone", R, 1), ("compensated", None, None)]),

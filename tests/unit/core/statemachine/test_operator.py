@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from shared.api.http import HttpResult
-from shared.api.operator import cancel_order, retry_order, terminate_order
+from shared.api.operator import cancel_order, resume_order, retry_order, suspend_order, terminate_order
 from shared.api.orders import get_history, get_order
 from shared.api.search import search_orders
 from shared.core.messages import OutMessage
@@ -49,7 +49,8 @@ from tests.unit.harness import (
 HOLD = tuple(replace(s, on_failure="hold") if s.name == "charge-payment" else s for s in WORKFLOW)
 UNDOES = {"release": "reserve-inventory", "refund": "charge-payment"}  # compensation -> the step it undoes
 ACTIONS: dict[str, Callable[[Any, str], HttpResult]] = {
-    "retry": retry_order, "cancel": cancel_order, "terminate": terminate_order}
+    "retry": retry_order, "cancel": cancel_order, "terminate": terminate_order, "suspend": suspend_order,
+    "resume": resume_order}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -661,6 +662,20 @@ def _terminated() -> tuple[CrashRuntime, AgentSim, str]:
     return rt, agents, oid
 
 
+def suspended_in_flight() -> tuple[CrashRuntime, AgentSim, str]:
+    """Suspended while charge-payment is at its agent (its request still in the queue)."""
+    rt, agents, oid = in_flight("charge-payment")
+    assert suspend_order(rt, oid).status == 202
+    return rt, agents, oid
+
+
+def suspended_idle() -> tuple[CrashRuntime, AgentSim, str]:
+    """Suspended, charge-payment's reply recorded since: Pending, nothing in flight."""
+    rt, agents, oid = suspended_in_flight()
+    drive(rt, oid, agents, until=lambda st: st.get("StepName") == "create-shipment" and not st.get("LeaseKey"))
+    return rt, agents, oid
+
+
 def _restarted_pending() -> tuple[CrashRuntime, AgentSim, str]:
     rt, agents, oid = failed_compensated()
     assert retry_order(rt, oid).status == 202
@@ -669,8 +684,14 @@ def _restarted_pending() -> tuple[CrashRuntime, AgentSim, str]:
 
 STATES: dict[str, tuple[Callable[[], tuple[CrashRuntime, AgentSim, str]], dict[str, str], str]] = {
     # name: (builder, {action: verdict when it applies}, what the 409 says the order is)
-    "processing": (_processing, {"terminate": "terminating"}, "order is Processing, step charge-payment in flight"),
-    "pending-redriven": (pending_redriven, {"cancel": "cancelling", "terminate": "terminating"}, "order is Pending"),
+    "processing": (_processing, {"terminate": "terminating", "suspend": "suspended"},
+                   "order is Processing, step charge-payment in flight"),
+    "pending-redriven": (pending_redriven, {"cancel": "cancelling", "terminate": "terminating",
+                                            "suspend": "suspended"}, "order is Pending"),
+    "suspended-in-flight": (suspended_in_flight, {"terminate": "terminating", "resume": "unsuspended"},
+                            "order is Processing, step charge-payment in flight"),
+    "suspended-idle": (suspended_idle, {"cancel": "cancelling", "terminate": "terminating",
+                                        "resume": "unsuspended"}, "order is Pending"),
     "held": (held_order, {"retry": "retried", "cancel": "cancelling"}, "order is Error"),
     "compensating": (_compensating, {}, "order is Error and compensating"),
     "processed": (_processed, {}, "order is Processed (processed)"),
@@ -678,7 +699,8 @@ STATES: dict[str, tuple[Callable[[], tuple[CrashRuntime, AgentSim, str]], dict[s
     "compensation-failed": (compensation_failed, {"retry": "compensation-redriven"}, "order is Error (failed)"),
     "cancelled": (_cancelled, {}, "order is Error (cancelled)"),
     "terminated": (_terminated, {}, "order is Error (terminated)"),
-    "restarted-pending": (_restarted_pending, {"cancel": "cancelled", "terminate": "terminated"}, "order is Pending"),
+    "restarted-pending": (_restarted_pending, {"cancel": "cancelled", "terminate": "terminated",
+                                               "suspend": "suspended"}, "order is Pending"),
 }
 
 
@@ -693,7 +715,8 @@ def test_every_action_in_every_state_applies_or_is_409_with_its_reason(name: str
     if action in applies:
         assert r.status == 202, r.body
         assert r.body["result"] == applies[action] and r.body["action"] == action
-        assert events(rt, oid)[-1]["event"] in ("retried", "restarted", "cancelled", "terminated", "held")
+        assert events(rt, oid)[-1]["event"] in ("retried", "restarted", "cancelled", "terminated", "held", "suspended",
+                                                 "unsuspended")
         assert_history_whole(rt, oid)
         return
     assert r.status == 409 and r.content_type == "application/problem+json", r.body
@@ -715,7 +738,7 @@ def test_the_order_names_exactly_the_actions_it_takes(name: str) -> None:
     build, applies, _described = STATES[name]
     rt, _agents, oid = build()
     before, sent = mem(rt).snapshot(), len(membus(rt).all())
-    assert get_order(rt, oid).body["actions"] == [a for a in ("retry", "cancel", "terminate") if a in applies]
+    assert get_order(rt, oid).body["actions"] == [a for a in ACTIONS if a in applies]
     assert mem(rt).snapshot() == before and len(membus(rt).all()) == sent
 
 

@@ -16,13 +16,14 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from shared.api.operator import resume_order, suspend_order
 from shared.core.statemachine import Lease, LeaseKind
 from shared.core.workflows import Registry, Workflow, load_registry
 from shared.scheduler import handle_reply, handle_schedule
 from shared.supervisor import sweep
 from tests.unit.harness import BODY, WORKFLOW, AgentSim, Crash, drive, make_runtime, post, state
 
-ACTIONS = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 7)), min_size=5, max_size=60)
+ACTIONS = st.lists(st.tuples(st.integers(0, 10), st.integers(0, 7)), min_size=5, max_size=60)
 REJECT = st.sampled_from([{}, {}, {"create-shipment": "no"}, {"charge-payment": "declined"},
                           {"reserve-inventory": "out of stock"}, {"create-shipment": "no",
                                                                   "charge-payment:compensate": "refused"},
@@ -112,6 +113,19 @@ def check_rows(rt: Any, oid: str) -> None:
         assert deadline is not None and any(d is not None and d <= deadline for d in dues), (state, dues)
 
 
+def check_suspended(rt: Any, oid: str) -> None:
+    """A suspended order dispatches no new step: no ``dispatched`` since its last ``suspended``,
+    unless an ``unsuspended`` (or a retry, which runs it unsuspended) came after it."""
+    from tests.unit.core.statemachine.test_operator import kinds
+
+    history = kinds(rt, oid)
+    if "suspended" not in history:
+        return
+    since = history[len(history) - 1 - history[::-1].index("suspended"):]
+    if not any(k in since for k in ("unsuspended", "retried", "restarted")):
+        assert "dispatched" not in since, history
+
+
 @pytest.mark.parametrize("echo_fence", [True, False], ids=["token", "no-token"])
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(actions=ACTIONS, reject=REJECT, lost=LOST, shape=SHAPES)
@@ -152,11 +166,19 @@ def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str
             sweep(rt)
         elif action == 7:
             deliver_one("scheduler", arg, keep=False)  # crash after arg effects
-        else:
+        elif action == 8:
             reply_one(arg, keep=False)
+        elif action == 9:
+            suspend_order(rt, orders[arg % 2])  # an operator; 409 where it does not apply
+        else:
+            resume_order(rt, orders[arg % 2])
         rt.crash_at = None
         for oid in orders:
             check_rows(rt, oid)
+            check_suspended(rt, oid)
+    for oid in orders:  # the operator resumes what is still suspended
+        if state(rt, oid).get("Suspended"):
+            resume_order(rt, oid)
 
     for oid in orders:
         final = drive(rt, oid, agents, max_rounds=400)
