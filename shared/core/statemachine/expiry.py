@@ -2,7 +2,9 @@
 redrive a step or a compensation (FailureCount+1, with backoff), or give up on it.
 
 Every outcome with a deadline left puts the index row that covers it first (the row being
-handled is deleted after, by the sweep). Every write is ETag-conditioned, so two Supervisors
+handled is deleted after, by the sweep). An expired attempt's row in its remote's waiting list,
+if its agent registered one (a wait, or a ``waiting`` reply that never arrived), is forgotten
+after the write. Every write is ETag-conditioned, so two Supervisors
 never count one failure twice.
 """
 
@@ -11,6 +13,8 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from shared.core.breaker.waiting import WaitingStep
+from shared.core.effects import Effect, ForgetWaiting
 from shared.core.lease import LeaseKind
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.compensation import next_compensation
@@ -20,7 +24,6 @@ from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.history import EventKind, commit, event
 from shared.core.statemachine.outbox import alert, log
 from shared.core.statemachine.view import View
-from shared.core.statemachine.waiting import forget_wait
 from shared.core.states import CompensationState, ProcessState, StepState
 
 
@@ -71,13 +74,25 @@ def _waited_too_long(step: StepRow, ctx: Ctx) -> str:
             f"(BreakerMaxWaitSeconds)")
 
 
+def _lost_wait(view: View, step: StepRow, ctx: Ctx, *, compensation: bool = False) -> list[Effect]:
+    """The attempt's row in its remote's waiting list, which an agent may have registered for a
+    ``waiting`` reply that never arrived: forgotten with the attempt (after the write)."""
+    attempt = step.compensation_attempt if compensation else step.attempt
+    waiting = WaitingStep(view.order_id, attempt, step.name, "compensation" if compensation else "step")
+    return [ForgetWaiting(ctx.config.spec(step.name).agent, waiting.row_key)]
+
+
 def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
+    return _attempt_expired(view, state, step, ctx).then(*_lost_wait(view, step, ctx))
+
+
+def _attempt_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
     if step.waiting_on is not None:
         # The longest wait on a breaker is over: the step fails for good, once, whatever the
         # number of probes (docs/breakers-and-lanes.md, "How long an order waits"). Its probes
         # may have reached the remote: its outcome is unknown, as after a timeout.
         return fail_step(view, replace(step, waiting_on=None), f"{_waited_too_long(step, ctx)}, attempt {step.attempt}",
-                         ctx, timed_out=True).then(*forget_wait(view.order_id, step))
+                         ctx, timed_out=True)
     failures = state.failure_count + 1
     reason = f"timed out (attempt {step.attempt})"
     spec = ctx.config.spec(step.name)
@@ -120,6 +135,10 @@ def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decis
 
 
 def _compensation_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
+    return _compensation_attempt_expired(view, state, step, ctx).then(*_lost_wait(view, step, ctx, compensation=True))
+
+
+def _compensation_attempt_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
     attempt = step.compensation_attempt
     if step.waiting_on is not None:  # as a step's: the longest wait is over, the compensation fails for good
         reason = f"compensation {_waited_too_long(step, ctx)}, attempt {attempt}"
@@ -127,8 +146,7 @@ def _compensation_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) 
                          compensation_finished_at=ctx.now, compensation_complete_by=None, waiting_on=None)
         warning = alert(view, step.name, f"compensation failed: {reason}", state.comp_failure_count,
                         f"{step.name}:compensate:{attempt}", ctx)
-        return next_compensation(view, step, failed, ctx, warning=warning,
-                                 by_supervisor=True).then(*forget_wait(view.order_id, step))
+        return next_compensation(view, step, failed, ctx, warning=warning, by_supervisor=True)
     failures = state.comp_failure_count + 1
     reason = f"compensation timed out (attempt {attempt})"
     spec = ctx.config.spec(step.name)

@@ -140,8 +140,9 @@ def test_a_reply_racing_the_supervisor_loses_to_its_write_and_reads() -> None:
 
     store.transact = supervisor_first  # type: ignore[method-assign]
     verdict, cost = counted(store, lambda: deliver(rt, reply))
-    # the sweep's read and write, then the reply's lost token write and its one read
-    assert verdict == "stale" and cost == Counts(reads=2, committed=1, lost=1)
+    # the sweep's read, its write and its delete of the attempt's waiting row (none here: a 404),
+    # then the reply's lost token write and its one read
+    assert verdict == "stale" and cost == Counts(reads=2, committed=1, lost=2)
     assert state(rt, oid)["LeaseKey"] in ("unclaimed", "reserve-inventory:2")
 
 
