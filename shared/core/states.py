@@ -41,6 +41,7 @@ class StepState(StrEnum):
     RUNNING = "Running"
     DONE = "Done"
     FAILED = "Failed"
+    SKIPPED = "Skipped"  # its ``when`` does not hold for the order: never run, never compensated
 
 
 class CompensationState(StrEnum):

@@ -42,14 +42,20 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
                      total=total, priority=canonical["priority"], status_queue=canonical["statusQueue"],
                      body_hash=body_hash, idempotency_key=idempotency_key, traceparent=traceparent, created_at=ctx.now,
                      workflow=ctx.config.workflow_name, workflow_version=ctx.config.workflow_version)
-    pending = [StepRow(name=s.name, index=i) for i, s in enumerate(ctx.config.workflow)]
+    # A step whose ``when`` does not hold for this order is Skipped from the start (its fields never
+    # change); the loader makes sure at least one step runs.
+    facts = {**order.payload(), "priority": order.priority}
+    pending = [StepRow(name=s.name, index=i, state=StepState.PENDING if s.runs_for(facts) else StepState.SKIPPED)
+               for i, s in enumerate(ctx.config.workflow)]
+    skipped = [s.name for s in pending if s.state is StepState.SKIPPED]
     claimed = StateRow(order_id=order_id, process_state=ProcessState.PROCESSING, mode=Mode.FORWARD,
                        locked_by=ctx.instance_id, claim_token=ctx.token, created_at=ctx.now)
-    first, state = dispatch_step(pending[0], claimed, ctx)
+    runs = next(s for s in pending if s.state is not StepState.SKIPPED)
+    first, state = dispatch_step(runs, claimed, ctx)
     assert state.complete_by is not None
     index = cover(order_id, state.complete_by, ctx, note="order deadline")
     state = replace(state, index_due=index.due)
-    view = View(order, state, (first, *pending[1:]))
+    view = View(order, state, tuple(first if s.index == first.index else s for s in pending))
     return [
         # Crash after this: no order row exists; the sweep finds no state row and deletes the
         # index row once it is ORPHAN_INDEX_AGE old. The client saw no 202 and retries.
@@ -61,7 +67,8 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
         # overdue at CompleteBy and redrives it (FailureCount+1), like any lost request.
         commit(View(order, None, view.steps), state, (row.create() for row in (order, *view.steps)),
                [event(EventKind.ACCEPTED, total=total, currency=order.currency, items=len(order.items),
-                      priority=order.priority, workflow=order.workflow, workflowVersion=order.workflow_version),
+                      priority=order.priority, workflow=order.workflow, workflowVersion=order.workflow_version,
+                      skipped=skipped or None),
                 dispatched(first)], ctx, note="submission + first claim"),
         replace(step_request(view, first, ctx), critical=False),
         *status_sends(view, "received", ctx, processState=ProcessState.PROCESSING),

@@ -88,9 +88,10 @@ def _retry_held(view: View, state: StateRow, ctx: Ctx) -> Decision:
 
 def _restart(view: View, state: StateRow, ctx: Ctx) -> Decision:
     fresh = [_fresh(s) for s in view.steps]
+    first = next(s for s in fresh if s.state is not StepState.SKIPPED)
     generation = state.generation + 1
     new_state = replace(state, process_state=ProcessState.PENDING, mode=Mode.FORWARD, outcome=None, failure_count=0,
-                        step_index=fresh[0].index, step_name=fresh[0].name, failed_step=None, reason=None,
+                        step_index=first.index, step_name=first.name, failed_step=None, reason=None,
                         comp_index=-1, comp_failure_count=0, compensation_state=None, finished_at=None,
                         retried_at=ctx.now, generation=generation, suspended=False)
     ops = [row.replacing(old) for row, old in zip(fresh, view.steps, strict=True)]
@@ -99,9 +100,11 @@ def _restart(view: View, state: StateRow, ctx: Ctx) -> Decision:
 
 
 def _fresh(step: StepRow) -> StepRow:
-    """The step as a new generation finds it: Pending, its attempt counters kept (fencing)."""
+    """The step as a new generation finds it: Pending (Skipped stays Skipped: the order's fields
+    have not changed), its attempt counters kept (fencing)."""
     return StepRow(name=step.name, index=step.index, attempt=step.attempt,
-                   compensation_attempt=step.compensation_attempt)
+                   compensation_attempt=step.compensation_attempt,
+                   state=StepState.SKIPPED if step.state is StepState.SKIPPED else StepState.PENDING)
 
 
 def _redrive_compensations(view: View, state: StateRow, ctx: Ctx) -> Decision:

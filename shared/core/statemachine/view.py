@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.core.rows import ORDER_ROW, STATE_ROW, OrderRow, StateRow, StepRow
+from shared.core.states import StepState
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,8 @@ class View:
         return next((s for s in self.steps if s.index == index), None)
 
     def after(self, index: int) -> StepRow | None:
-        """The step that follows step ``index``, if any."""
-        return next((s for s in self.steps if s.index > index), None)
+        """The step that runs after step ``index``, if any (a Skipped step never runs)."""
+        return next((s for s in self.steps if s.index > index and s.state is not StepState.SKIPPED), None)
 
     def with_steps(self, *changed: StepRow) -> View:
         """This view with some step rows replaced by their new versions (same index)."""

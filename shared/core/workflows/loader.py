@@ -4,8 +4,9 @@ Each problem names the file, the path inside it (``steps[1].timeoutSeconds``) an
 every problem of every file is reported at once (:class:`WorkflowError`). Rejected: invalid
 YAML (duplicate keys too), anything the schema forbids (unknown keys, wrong types, duplicate
 step names, a pivot with a compensation), an unknown agent, a file name that does not match
-its name and version, two files of the same (name, version), and a workflow whose largest
-transaction would not fit 100 entities (``shared.core.workflows.bounds``).
+its name and version, two files of the same (name, version), a step's ``when`` that is not a
+condition (``shared.core.workflows.conditions``), a workflow whose every step has a ``when``, and
+a workflow whose largest transaction would not fit 100 entities (``shared.core.workflows.bounds``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from shared.core.workflows.bounds import MAX_STEPS, TRANSACTION_ENTITIES, largest_write
+from shared.core.workflows.conditions import ConditionError, parse
 from shared.core.workflows.model import Retry, Step, Workflow
 from shared.core.workflows.registry import Registry
 from shared.core.workflows.schema import StepFile, WorkflowFile
@@ -99,6 +101,14 @@ def _context_problems(file: str, spec: WorkflowFile, agents: Mapping[str, object
         if step.agent not in agents:
             problems.append(Problem(file, f"steps[{i}].agent",
                                     f"unknown agent {step.agent!r} (agents: {', '.join(sorted(agents))})"))
+    for i, step in enumerate(spec.steps):
+        if step.when is not None:
+            try:
+                parse(step.when)
+            except ConditionError as exc:
+                problems.append(Problem(file, f"steps[{i}].when", str(exc)))
+    if all(step.when is not None for step in spec.steps):
+        problems.append(Problem(file, "steps", "every step has a when: at least one must run for every order"))
     if len(spec.steps) > MAX_STEPS:
         problems.append(Problem(file, "steps", f"{len(spec.steps)} steps: its largest transaction would write "
                                 f"{largest_write(len(spec.steps))} entities, over the {TRANSACTION_ENTITIES} of "
@@ -110,6 +120,7 @@ def _step(step: StepFile) -> Step:
     r = step.retry
     return Step(name=step.name, agent=step.agent, operation=step.operation, timeout_seconds=step.timeoutSeconds,
                 compensation=step.compensation, on_failure=step.onFailure, pivot=step.pivot,
+                when=parse(step.when) if step.when is not None else None,
                 retry=Retry(agent_attempts=r.agentAttempts, agent_backoff_seconds=r.agentBackoffSeconds,
                             max_failure_count=r.maxFailureCount, backoff_base_seconds=r.backoffBaseSeconds))
 

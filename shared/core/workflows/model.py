@@ -9,7 +9,9 @@ adding a step (or a workflow) is a change to ``workflows/*.yaml``, never to the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
+
+from shared.core.workflows.conditions import Condition, holds, to_json
 
 OnFailure = Literal["compensate", "hold"]
 
@@ -37,6 +39,11 @@ class Step:
     on_failure: OnFailure = "compensate"
     pivot: bool = False  # cannot be undone: never has a compensation
     retry: Retry = field(default_factory=Retry)
+    when: Condition | None = None  # run only for orders it holds for (``conditions``); else Skipped
+
+    def runs_for(self, order: dict[str, Any]) -> bool:
+        """Whether the step runs for ``order`` (its payload, priority and customerId), or is skipped."""
+        return self.when is None or holds(self.when, order)
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class Workflow:
     def to_json(self) -> dict[str, object]:
         """The workflow as ``GET /api/workflows`` shows it."""
         return {"name": self.name, "version": self.version, "description": self.description,
-                "steps": [{"name": s.name, "agent": s.agent, "timeoutSeconds": s.timeout_seconds,
-                           "compensation": s.compensation, "onFailure": s.on_failure, "pivot": s.pivot}
+                "steps": [{"name": s.name, "kind": "call", "agent": s.agent, "timeoutSeconds": s.timeout_seconds,
+                           "compensation": s.compensation, "onFailure": s.on_failure, "pivot": s.pivot,
+                           "when": to_json(s.when) if s.when is not None else None}
                           for s in self.steps]}

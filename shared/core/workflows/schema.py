@@ -7,7 +7,7 @@ those that look further (duplicate step names, known agents, the file name, the 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -42,6 +42,8 @@ class StepFile(BaseModel):
     onFailure: Literal["compensate", "hold"] = "compensate"  # noqa: N815
     pivot: bool = False
     retry: RetryFile = Field(default_factory=RetryFile)
+    # a condition over the order's fields (shared.core.workflows.conditions, parsed by the loader)
+    when: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _pivot_cannot_be_undone(self) -> StepFile:

@@ -327,8 +327,9 @@ def test_get_workflows_lists_every_loaded_version() -> None:
     assert r.status == 200
     listed = {(w["name"], w["version"]): w for w in r.body["workflows"]}
     assert list(listed) == [("digital", 1), ("order", 1)]
-    assert listed[("digital", 1)]["steps"][2] == {"name": "deliver", "agent": "delivery", "timeoutSeconds": 60,
-                                                  "compensation": None, "onFailure": "hold", "pivot": True}
+    assert listed[("digital", 1)]["steps"][2] == {"name": "deliver", "kind": "call", "agent": "delivery",
+                                                  "timeoutSeconds": 60, "compensation": None, "onFailure": "hold",
+                                                  "pivot": True, "when": None}
     assert json.loads(r.encoded())["workflows"][1]["description"].startswith("Physical goods")
 
 
