@@ -145,12 +145,14 @@ def test_openapi_document_is_valid() -> None:
     ops = {(r.ok().method.upper(), r.ok().path) for r in schema.get_all_operations()}
     assert ops == {("POST", "/orders"), ("GET", "/orders"), ("GET", "/orders/{id}"), ("GET", "/orders/{id}/history"),
                    ("POST", "/orders/{id}/retry"), ("POST", "/orders/{id}/cancel"),
-                   ("POST", "/orders/{id}/terminate"), ("GET", "/openapi.yaml"), ("GET", "/console"),
+                   ("POST", "/orders/{id}/terminate"), ("POST", "/orders/{id}/suspend"),
+                   ("POST", "/orders/{id}/resume"), ("GET", "/openapi.yaml"), ("GET", "/console"),
                    ("GET", "/console/assets/{name}"), ("GET", "/overview"), ("GET", "/deadletters"),
                    ("GET", "/workflows")}
     post = raw["paths"]["/orders"]["post"]
     assert {"202", "400", "409", "413", "415", "422"} <= set(post["responses"])
-    for path in ("/orders/{id}/retry", "/orders/{id}/cancel", "/orders/{id}/terminate"):
+    for path in ("/orders/{id}/retry", "/orders/{id}/cancel", "/orders/{id}/terminate", "/orders/{id}/suspend",
+                 "/orders/{id}/resume"):
         assert {"202", "400", "404", "409"} <= set(raw["paths"][path]["post"]["responses"])
     assert {"200", "400"} <= set(raw["paths"]["/orders"]["get"]["responses"])
     assert {"200", "400", "404"} <= set(raw["paths"]["/orders/{id}/history"]["get"]["responses"])
