@@ -127,7 +127,7 @@ class _Run:
 
     def forget_waiting(self, eff: ForgetWaiting) -> None:
         try:
-            forget_rows(self.store, eff.remote, [eff.row_key])
+            forget_rows(self.store, eff.remote, [(eff.row_key, "*")])
         except Exception as exc:  # a stale resume or the closer forgets it later
             log_event(logging.WARNING, "waiting.forget_failed", remote=eff.remote, row=eff.row_key, error=repr(exc))
 

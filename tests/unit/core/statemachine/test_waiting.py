@@ -319,3 +319,27 @@ def test_a_watch_leaves_a_cooling_breaker_and_an_awake_one_alone() -> None:
     assert moved is not None and moved.due > now + timedelta(seconds=15) and moved.opening == 1
     assert handle_watch(rt.store, rt.bus, "scheduler", moved, now + timedelta(seconds=16)) == (WatchVerdict.WAKE, 1)
     assert events(rt, oid)[-1]["event"] == "dispatched"  # nothing happened to the order itself
+
+
+def test_a_step_that_waits_again_while_the_last_closer_is_at_work_keeps_its_row() -> None:
+    """Found by the chaos run: the closer of opening 1 listed the waiting rows and was sending
+    their resumes; one step, resumed already, found opening 2 and registered again (the same row:
+    its attempt does not move). The closer then deleted every row it had listed, that one too,
+    so opening 2's closer never resumed the step. It now deletes on the ETags it listed."""
+    from shared.runtime.resume import resume_waiting
+
+    rt, _agents, oid = shipping_in_flight()
+    step = WaitingStep(oid, 1, S)
+    register_waiting(rt.store, "shipping", step, rt.clock())
+    real_send = rt.bus.send
+
+    def send(message: Any) -> None:  # the step's next wait lands while the closer is sending
+        real_send(message)
+        register_waiting(rt.store, "shipping", step, rt.clock())
+
+    rt.bus.send = send
+    assert resume_waiting(rt.store, rt.bus, "scheduler", "shipping", 1) == 1
+    rt.bus.send = real_send
+    assert waiting_steps(rt.store, "shipping") == [step]  # left for opening 2's closer
+    assert resume_waiting(rt.store, rt.bus, "scheduler", "shipping", 2) == 1
+    assert waiting_steps(rt.store, "shipping") == []
