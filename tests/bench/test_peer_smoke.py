@@ -55,12 +55,23 @@ def peer_order(rig: PeerRig, oid: str) -> dict:
         return json.loads(r.read())
 
 
+def settled_peer_order(rig: PeerRig, oid: str, timeout: float = 30.0) -> dict:
+    """The peer's order once DBOS has recorded its workflow's end: the order's last status message
+    (what ``wait_terminal`` waits for) is sent from inside the workflow, just before it returns."""
+    deadline = time.monotonic() + timeout
+    order = peer_order(rig, oid)
+    while order["status"] == "PENDING" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        order = peer_order(rig, oid)
+    return order
+
+
 def test_orders_are_processed_with_each_effect_once(rig: PeerRig) -> None:
     ids = [post(rig, "happy") for _ in range(5)]
     assert set(wait_terminal(rig, ids).values()) == {"processed"}
     assert ledger_check(rig.remotes, ids) == {"double_effects": 0, "orders": 5,
                                               "orders_without_exactly_one_of_each_effect": 0}
-    final = peer_order(rig, ids[0])
+    final = settled_peer_order(rig, ids[0])
     assert final["status"] == "SUCCESS" and final["outcome"] == "processed"
     assert set(final["context"]) == {"reserve-inventory", "charge-payment", "create-shipment"}
 
