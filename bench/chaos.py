@@ -786,6 +786,8 @@ class ChaosRun:
                 name = st["name"]
                 step = workflow.step(name)
                 assert step is not None, (workflow.label, name)
+                if step.kind != "call":
+                    continue  # a wait or a delay has no request to copy
                 attempt = int(st.get("attempt") or 1)
                 context = {s["name"]: s.get("result") for s in steps[:idx] if s.get("state") == "Done"}
                 key = step_key(view["orderId"], name, int(view.get("generation") or 0))

@@ -41,7 +41,7 @@ Effect = tuple[str, str]  # (service, operation)
 def step_effects(workflow: Workflow) -> StepEffects:
     """What each step of ``workflow`` does to the remote services (the simulator's ledger)."""
     return {s.name: (SERVICE_PATHS[AGENTS_BY_NAME[s.agent].service_url_setting], s.operation, s.compensation)
-            for s in workflow.steps}
+            for s in workflow.steps if s.kind == "call"}
 
 
 # Every loaded workflow version's effects; an order that names none ran order v1.

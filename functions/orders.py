@@ -1,6 +1,7 @@
-"""HTTP functions: submission, order status and history, search, the loaded workflows, and the
-operator's retry, cancel and terminate. Thin adapters over ``shared.api.orders``, ``.search`` and
-``.operator``: parse the request, call shared/, return its result."""
+"""HTTP functions: submission, order status and history, search, the loaded workflows, the
+operator's retry, cancel, terminate, suspend and resume, and an order's external events. Thin
+adapters over ``shared.api.orders``, ``.search`` and ``.operator``: parse the request, call
+shared/, return its result."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import azure.functions as func
 from functions.http import to_response
 from functions.operator_auth import LEVEL as OPERATOR
 from functions.operator_auth import operator_only
-from shared.api.operator import cancel_order, resume_order, retry_order, suspend_order, terminate_order
+from shared.api.operator import cancel_order, resume_order, retry_order, send_event, suspend_order, terminate_order
 from shared.api.orders import get_history, get_order, list_workflows, submit
 from shared.api.search import search_orders
 from shared.runtime import get_runtime
@@ -91,3 +92,11 @@ def suspend(req: func.HttpRequest) -> func.HttpResponse:
 @operator_only
 def resume(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(resume_order(get_runtime(), req.route_params.get("id")))
+
+
+@bp.function_name("send_event")
+@bp.route(route="orders/{id}/events/{name}", methods=["POST"], auth_level=OPERATOR)
+@operator_only
+def event(req: func.HttpRequest) -> func.HttpResponse:
+    return to_response(send_event(get_runtime(), req.route_params.get("id"), req.route_params.get("name"),
+                                  req.get_body(), dict(req.headers)))

@@ -182,10 +182,11 @@ def get_order(rt: Runtime, raw_id: str | None) -> HttpResult:
     remote = waiting_remote(view)
     breakers = {remote: read_breaker(rt.store, remote)} if remote is not None else {}  # one read, while it waits
     try:
-        actions = allowed_actions(view, bound(view, rt.ctx()))
+        ctx = bound(view, rt.ctx())
+        actions, workflow = allowed_actions(view, ctx), ctx.config.workflow
     except UnknownWorkflow:  # every action answers 409 workflow-not-deployed
-        actions = []
-    return HttpResult(200, {**order_view(view, breakers), "actions": actions, "history": events,
+        actions, workflow = [], None
+    return HttpResult(200, {**order_view(view, breakers, workflow), "actions": actions, "history": events,
                             "historyContinuationToken": token})
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +10,7 @@ from shared.core.breaker.state import BreakerRow, BreakerState
 from shared.core.statemachine import CompensationState, Mode, OrderCompensation, StepRow, View, category_of
 from shared.core.states import StepState
 from shared.core.times import iso
+from shared.core.workflows import Step
 
 WAITING = "Waiting"  # a step's (or compensation's) state as shown while it waits on a breaker
 
@@ -32,6 +33,34 @@ def _waiting(step: StepRow, breakers: Mapping[str, BreakerRow]) -> dict[str, Any
     if step.waiting_on is None:
         return None
     return {"remote": step.waiting_on, "since": _time(step.waiting_since), **next_probe(breakers.get(step.waiting_on))}
+
+
+def _kind_view(step: StepRow, spec: Step | None, created_at: datetime) -> dict[str, Any]:
+    """A step's kind, and what a wait or a delay waits for: the event (and when it came, if it
+    did), or the time the delay ends."""
+    if spec is None or spec.kind == "call":
+        return {"kind": spec.kind if spec is not None else "call"}
+    if spec.kind == "wait":
+        return {"kind": "wait", "event": {"name": spec.event, "decision": spec.decision,
+                                          "receivedAt": _time(step.event_at), "body": step.event_body}}
+    due = spec.due(step.started_at, created_at) if step.started_at is not None else None
+    return {"kind": "delay", "dueAt": _time(due)}
+
+
+def _awaiting(view: View, spec_of: Mapping[str, Step]) -> dict[str, Any] | None:
+    """The wait or the delay the order's step in flight is: what it waits for, until when."""
+    state, order = view.state, view.order
+    assert state is not None and order is not None
+    if state.mode is not Mode.FORWARD or state.lease is None or state.lease.is_unclaimed:
+        return None
+    step, spec = view.step(state.lease.step), spec_of.get(state.lease.step)
+    if step is None or spec is None or spec.kind == "call" or step.state is not StepState.RUNNING:
+        return None
+    if spec.kind == "wait":
+        return {"step": step.name, "kind": "event", "event": spec.event, "decision": spec.decision,
+                "until": _time(step.complete_by), "onTimeout": spec.on_timeout}
+    due = spec.due(step.started_at, order.created_at) if step.started_at is not None else step.complete_by
+    return {"step": step.name, "kind": "timer", "event": None, "until": _time(due)}
 
 
 def _step_view(step: StepRow, breakers: Mapping[str, BreakerRow]) -> dict[str, Any]:
@@ -64,12 +93,16 @@ def waiting_remote(view: View) -> str | None:
     return step.waiting_on if step is not None else None
 
 
-def order_view(view: View, breakers: Mapping[str, BreakerRow] | None = None) -> dict[str, Any]:
+def order_view(view: View, breakers: Mapping[str, BreakerRow] | None = None,
+               workflow: Sequence[Step] | None = None) -> dict[str, Any]:
     """The order as ``GET /api/orders/{id}`` shows it. ``breakers``: the breaker of the remote
-    its step in flight waits on (``waiting_remote``), for the time of its next probe."""
+    its step in flight waits on (``waiting_remote``), for the time of its next probe.
+    ``workflow``: the order's steps (None if it is not deployed: every step shown as a call)."""
     state, order = view.state, view.order
     assert state is not None and order is not None
-    steps = [_step_view(s, breakers or {}) for s in view.steps]
+    spec_of = {s.name: s for s in workflow} if workflow is not None else {}
+    steps = [_step_view(s, breakers or {}) | _kind_view(s, spec_of.get(s.name), order.created_at)
+             for s in view.steps]
     remote = waiting_remote(view)
     current = next((s for s in steps if remote is not None and s["waiting"] is not None
                     and state.lease is not None and s["name"] == state.lease.step), None)
@@ -95,6 +128,8 @@ def order_view(view: View, breakers: Mapping[str, BreakerRow] | None = None) -> 
                   "total": order.total, "priority": order.priority, "statusQueue": order.status_queue},
         # the step in flight waits on a remote's open breaker (its step's ``waiting``, and its name)
         "waiting": {"step": current["name"], **current["waiting"]} if current else None,
+        # the step in flight is a wait for an event, or a delay's timer: what it waits for, until when
+        "awaiting": _awaiting(view, spec_of),
         "steps": steps,
         "compensation": {
             "state": state.compensation_state or OrderCompensation.NONE,

@@ -267,6 +267,12 @@ class StepRow(Row):
     # when a wait ends, until the next attempt).
     waiting_on: str | None = None
     waiting_since: datetime | None = None
+    # A wait step's event (``shared.core.statemachine.events``): its body, when it arrived (kept
+    # if it came before the step started) and what makes a copy of it a copy (its Idempotency-Key,
+    # else the body's hash).
+    event_body: Any = None
+    event_at: datetime | None = None
+    event_key: str | None = None
     etag: str | None = None
 
     @property
@@ -286,6 +292,7 @@ StepRow.PROPS = _props(StepRow, {
     "compensation_finished_at": ("CompensationFinishedAt", TIME),
     "compensation_result": ("CompensationResult", JSON), "compensation_reason": ("CompensationReason", TEXT),
     "waiting_on": ("WaitingOn", TEXT), "waiting_since": ("WaitingSince", TIME),
+    "event_body": ("EventBody", JSON), "event_at": ("EventAt", TIME), "event_key": ("EventKey", TEXT),
 })
 
 

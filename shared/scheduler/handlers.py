@@ -1,5 +1,5 @@
 """The Scheduler: schedule messages (claim + dispatch), resumes (a step that waited on an open
-breaker goes on) and agent replies.
+breaker goes on), wake-ups (a delay's timer, a wait's kept event) and agent replies.
 
 Each handler takes a typed view of the order, asks the pure core what to do, and runs the
 effects; when the decision's conditional write loses its race, it takes a fresh view and decides
@@ -28,8 +28,16 @@ from pydantic import ValidationError
 
 from shared.core.effects import Effect, Log, Transact
 from shared.core.jsonio import loads
-from shared.core.messages import PoisonMessage, ReplyMessage, ResumeMessage, ScheduleMessage
-from shared.core.statemachine import Decision, Verdict, decide_for_order, decide_reply, decide_resume, decide_schedule
+from shared.core.messages import PoisonMessage, ReplyMessage, ResumeMessage, ScheduleMessage, WakeMessage
+from shared.core.statemachine import (
+    Decision,
+    Verdict,
+    decide_for_order,
+    decide_reply,
+    decide_resume,
+    decide_schedule,
+    decide_wake,
+)
 from shared.observability import telemetry
 from shared.observability.logs import log_event
 from shared.runtime import Runtime
@@ -57,30 +65,37 @@ def handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None = None,
 def _handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None, traceparent: str | None) -> Verdict:
     try:
         data = loads(body)
-        msg: ScheduleMessage | ResumeMessage
-        if isinstance(data, dict) and data.get("kind") == "resume":
+        msg: ScheduleMessage | ResumeMessage | WakeMessage
+        kind = data.get("kind") if isinstance(data, dict) else None
+        if kind == "resume":
             msg = ResumeMessage.model_validate(data)
+        elif kind == "wake":
+            msg = WakeMessage.model_validate(data)
         else:
             msg = ScheduleMessage.model_validate(data)
     except (ValueError, ValidationError) as exc:
         poison("scheduler", f"invalid schedule message: {exc}".splitlines()[0], body, message_id, traceparent)
-    # A resume that loses its race (the step's waiting reply, or a Supervisor, wrote first) is
-    # decided again on fresh rows: it still applies if the lease still names its attempt. A
-    # schedule message that loses its race means another instance claimed the order: done.
-    for _ in range(REPLY_RACE_RETRIES if isinstance(msg, ResumeMessage) else 1):
+    # A resume or a wake-up that loses its race (the step's waiting reply, an event, or a Supervisor
+    # wrote first) is decided again on fresh rows: it still applies if the lease still names its
+    # attempt. A schedule message that loses its race means another instance claimed the order: done.
+    again = isinstance(msg, (ResumeMessage, WakeMessage))
+    for _ in range(REPLY_RACE_RETRIES if again else 1):
         view = read_view(rt.store, msg.orderId)
         if view.state is None:
             poison("scheduler", f"unknown order {msg.orderId}", body, message_id, traceparent)
         if isinstance(msg, ResumeMessage):
             decide = partial(decide_resume, view, msg)
+        elif isinstance(msg, WakeMessage):
+            decide = partial(decide_wake, view, msg)
         else:
             decide = partial(decide_schedule, view, msg.seq)
         decision = decide_for_order(view, rt.ctx(), decide)
         if not rt.run(decision.effects).lost_race:
             return decision.verdict
-    if isinstance(msg, ResumeMessage):
-        # Never drop a resume: the step would wait until its longest wait. Redelivered instead.
-        raise RuntimeError(f"resume of {msg.orderId} {msg.step}:{msg.attempt} lost {REPLY_RACE_RETRIES} races")
+    if isinstance(msg, (ResumeMessage, WakeMessage)):
+        # Never drop a resume or a wake-up: the step would wait until the Supervisor's backstop.
+        # Redelivered instead.
+        raise RuntimeError(f"{msg.kind} of {msg.orderId} {msg.step}:{msg.attempt} lost {REPLY_RACE_RETRIES} races")
     return Verdict.LOST_RACE
 
 

@@ -177,7 +177,8 @@ class AgentSim:
     def queues(self) -> list[str]:
         """Every agent request queue, on every priority lane."""
         cfg = self.rt.config
-        return sorted({cfg.agent_queue(s, p) for wf in cfg.registry.all() for s in wf.steps for p in PRIORITIES})
+        return sorted({cfg.agent_queue(s, p) for wf in cfg.registry.all() for s in wf.steps
+                       if s.kind == "call" for p in PRIORITIES})
 
     def work(self, now: datetime) -> int:
         n = 0

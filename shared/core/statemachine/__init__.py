@@ -67,6 +67,10 @@ Waiting on a breaker (``waiting``): an agent whose remote's circuit breaker is o
 ``waiting`` instead of calling. The lease, the attempt and FailureCount stay; the step row says
 ``WaitingOn``. Probes send the same attempt again and write nothing; the close ends the wait
 (``decide_resume``); past ``BreakerMaxWaitSeconds`` the step fails for good (``expiry``).
+
+Steps that wait (``events``): a ``wait`` step ends with its external event (``decide_event``) or
+its timeout; a ``delay`` with its timer, a scheduled wake-up message (``decide_wake``). Neither
+calls an agent; the Supervisor ends either one past its CompleteBy.
 """
 
 from shared.core.lease import Lease, LeaseKind
@@ -75,6 +79,7 @@ from shared.core.statemachine.binding import bound, decide_for_order
 from shared.core.statemachine.config import OPERATOR_RESULTS, Config, Ctx, Decision, Rejected, Verdict
 from shared.core.statemachine.deadlines import ORPHAN_INDEX_AGE, IndexVerdict, index_verdict
 from shared.core.statemachine.dispatch import inflight_request
+from shared.core.statemachine.events import BadEvent, decide_event, decide_wake, event_key
 from shared.core.statemachine.expiry import decide_expired
 from shared.core.statemachine.forward import decide_reply, decide_schedule, plan_submission
 from shared.core.statemachine.history import EventKind
@@ -87,6 +92,7 @@ from shared.core.statemachine.waiting import decide_resume
 from shared.core.states import Category, CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
 
 __all__ = [
+    "BadEvent", "decide_event", "decide_wake", "event_key",
     "bound", "Category", "category_of", "CompensationState", "Config", "Ctx", "decide_cancel", "decide_expired",
     "decide_for_order", "decide_reply", "decide_resume", "decide_retry", "decide_schedule", "decide_terminate",
     "Decision", "EventKind", "EventRow", "index_rows", "index_verdict", "IndexRow", "IndexVerdict",

@@ -94,6 +94,10 @@ class Config:
         raise KeyError(f"step {name} is not in workflow {self.workflow_name} v{self.workflow_version}")
 
     def timeout(self, step: Step) -> timedelta:
+        """A call's timeout (StepTimeoutSeconds overrides every call's), or how long a wait waits
+        (its own: a person's or a webhook's time is not a remote's)."""
+        if step.kind == "wait":
+            return timedelta(seconds=step.timeout_seconds)
         return timedelta(seconds=self.step_timeout_override or step.timeout_seconds)
 
     @property
@@ -109,7 +113,8 @@ class Config:
     @cached_property
     def _floor(self) -> timedelta:
         steps = [s for wf in self.registry.all() for s in wf.steps] + list(self.workflow)
-        return min([self.timeout(s) for s in steps] + [self.grace])
+        # a delay sets no deadline shorter than this floor (``shared.core.statemachine.kinds``)
+        return min([self.timeout(s) for s in steps if s.kind != "delay"] + [self.grace])
 
     def max_failures_of(self, step: Step) -> int:
         """Timeouts before ``step`` fails for good: its own policy, else MaxFailureCount."""
@@ -164,6 +169,9 @@ class Verdict(StrEnum):
     POISON = "poison"  # the reply names an order or a step that does not exist (the message is poison)
     UNKNOWN_ORDER = "unknown-order"  # the order the message names does not exist
     INCONSISTENT = "inconsistent"  # the order's rows contradict each other (logged; nothing written)
+    # Events (the ``result`` of ``POST /api/orders/{id}/events/{name}``), beside step-done and the failure verdicts
+    EVENT_KEPT = "event-kept"  # an event came before its wait step started: kept for when it starts
+    EVENT_DUPLICATE = "event-duplicate"  # the same event again (same key or body): nothing written
     # A step that failed for good, and compensation
     FAILED = "failed"  # a step failed for good and there is nothing to compensate: the order ends failed
     HELD = "held"  # a step failed for good (or its workflow is gone) and the order is held for an operator

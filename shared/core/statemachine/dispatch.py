@@ -9,7 +9,8 @@ from shared.core.lease import Lease, LeaseKind
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.history import Event, EventKind, event
-from shared.core.statemachine.outbox import compensation_request, step_request
+from shared.core.statemachine.outbox import compensation_request
+from shared.core.statemachine.start import deadline, step_sends
 from shared.core.statemachine.view import View
 from shared.core.states import CompensationState, StepState
 from shared.core.times import iso
@@ -18,7 +19,7 @@ from shared.core.times import iso
 def dispatch_step(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[StepRow, StateRow]:
     """The step Running with its next attempt, and the state row that says so."""
     attempt = step.attempt + 1
-    complete_by = ctx.now + ctx.config.timeout(ctx.config.spec(step.name))
+    complete_by = deadline(step, state, ctx)
     running = replace(step, state=StepState.RUNNING, attempt=attempt, complete_by=complete_by, started_at=ctx.now,
                       finished_at=None, waiting_on=None, waiting_since=None)
     return running, replace(state, step_index=step.index, step_name=step.name, attempt=attempt,
@@ -76,7 +77,8 @@ def inflight_request(view: View, ctx: Ctx) -> Send | None:
     if step is None:
         return None
     if lease.kind is LeaseKind.STEP and step.state is StepState.RUNNING and step.attempt == lease.attempt:
-        return replace(step_request(view, step, ctx), what="request (resume)")
+        sends = step_sends(view, step, ctx)  # a wait with no event kept sends nothing
+        return replace(sends[0], what=f"{sends[0].what} (resume)") if sends else None
     if (lease.kind is LeaseKind.COMPENSATION and step.compensation is CompensationState.RUNNING
             and step.compensation_attempt == lease.attempt):
         return replace(compensation_request(view, step, ctx), what="compensation (resume)")

@@ -20,6 +20,7 @@ from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.compensation import next_compensation
 from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import cover, hand_off
+from shared.core.statemachine.events import waited_out
 from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.history import EventKind, commit, event
 from shared.core.statemachine.outbox import alert, log
@@ -83,6 +84,8 @@ def _lost_wait(view: View, step: StepRow, ctx: Ctx, *, compensation: bool = Fals
 
 
 def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
+    if ctx.config.spec(step.name).kind != "call":  # a wait or a delay: no agent, no redrive
+        return waited_out(view, step, ctx)
     return _attempt_expired(view, state, step, ctx).then(*_lost_wait(view, step, ctx))
 
 

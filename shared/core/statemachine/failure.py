@@ -34,9 +34,10 @@ from shared.core.states import CompensationState, Mode, OrderCompensation, Outco
 
 
 def fail_step(view: View, step: StepRow, reason: str, ctx: Ctx, *, timed_out: bool,
-              failure_count: int | None = None, before: Sequence[Event] = ()) -> Decision:
+              failure_count: int | None = None, before: Sequence[Event] = (), hold: bool | None = None) -> Decision:
     """Apply the step's on-failure policy (module docstring). ``before``: events to record ahead
-    of the failure's (the end of the step's wait on a breaker)."""
+    of the failure's (the end of the step's wait on a breaker). ``hold``: the policy of a wait
+    step (``shared.core.statemachine.events``) instead of the step's own."""
     state = view.state
     assert state is not None
     spec = ctx.config.spec(step.name)
@@ -52,7 +53,7 @@ def fail_step(view: View, step: StepRow, reason: str, ctx: Ctx, *, timed_out: bo
     events = [*before,
               event(EventKind.STEP_FAILED, step.name, step.attempt, reason=reason, outcomeUnknown=timed_out or None),
               event(EventKind.ALERT, step.name, step.attempt, reason=reason, failureCount=count)]
-    holds = spec.on_failure == "hold" or (timed_out and spec.compensation is None)
+    holds = (spec.on_failure == "hold" or (timed_out and spec.compensation is None)) if hold is None else hold
     if holds:
         return _hold(view, step, failed, base, [head], tail, events, ctx)
     comps = to_compensate(view.with_steps(failed), ctx)

@@ -23,8 +23,9 @@ from shared.core.statemachine.dispatch import (
 )
 from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.history import Event, EventKind, commit, event
-from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends, step_request
+from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends
 from shared.core.statemachine.search_index import reindex
+from shared.core.statemachine.start import first_sends, step_sends
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import end_wait, waiting_reply
 from shared.core.states import TERMINATED_REASON, CompensationState, Mode, Outcome, ProcessState, StepState
@@ -70,7 +71,7 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
                       priority=order.priority, workflow=order.workflow, workflowVersion=order.workflow_version,
                       skipped=skipped or None),
                 dispatched(first)], ctx, note="submission + first claim"),
-        replace(step_request(view, first, ctx), critical=False),
+        *first_sends(view, first, ctx),
         *status_sends(view, "received", ctx, processState=ProcessState.PROCESSING),
         # Crash after the transaction, before this: the order is not listed in search until
         # its category next changes (every index write puts all of its rows).
@@ -106,7 +107,7 @@ def _claim(view: View, seq: int, ctx: Ctx) -> Decision:
         if step is None or step.state is StepState.DONE:
             return inconsistent
         running, new_state = dispatch_step(step, replace(claimed, process_state=ProcessState.PROCESSING), ctx)
-        send = step_request(view.with_steps(running), running, ctx)
+        sends = step_sends(view.with_steps(running), running, ctx)
         claimed_event = dispatched(running)
     elif state.mode is Mode.COMPENSATE:
         step = view.step_at(state.comp_index)
@@ -114,7 +115,7 @@ def _claim(view: View, seq: int, ctx: Ctx) -> Decision:
             return inconsistent
         # ProcessState stays Error while compensating
         running, new_state = dispatch_compensation(step, claimed, ctx)
-        send = compensation_request(view, running, ctx)
+        sends = [compensation_request(view, running, ctx)]
         claimed_event = compensation_dispatched(running)
     else:
         return Decision(Verdict.IGNORED, [info("schedule.ignored", view, seq=seq, mode=state.mode)])
@@ -125,7 +126,7 @@ def _claim(view: View, seq: int, ctx: Ctx) -> Decision:
         # Crash after this (request not sent): a redelivered schedule message (seq == ClaimedSeq)
         # re-sends it; otherwise the Supervisor expires the lease at CompleteBy and redrives.
         commit(view, new_state, [running.replacing(step)], [claimed_event], ctx, note="claim"),
-        send,
+        *sends,
         info("order.claimed", view, step=running.name, lease=str(new_state.lease), completeBy=new_state.complete_by),
     ])
 
@@ -153,7 +154,7 @@ def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Dec
             return waiting_reply(view, step, reply, ctx)
         step, resumed, forget = end_wait(view, step)  # a waiting attempt's probe got an answer
         if reply.outcome == "success":
-            return _step_done(view, step, reply.result or {}, ctx, before=resumed).then(*forget)
+            return step_done(view, step, reply.result or {}, ctx, before=resumed).then(*forget)
         # An error reply: the remote rejected the key and applied nothing under it.
         return fail_step(view, step, reply.reason or "rejected", ctx, timed_out=False, before=resumed).then(*forget)
     fenced = step.failure_reason == TERMINATED_REASON  # an attempt terminate stopped: its reply is late
@@ -171,13 +172,13 @@ def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Dec
                                   currentAttempt=step.attempt, stepState=step.state, lease=str(state.lease))])
 
 
-def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
-               before: Sequence[Event] = ()) -> Decision:
+def step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
+              before: Sequence[Event] = ()) -> Decision:
     """``before``: events to record ahead of the step's own (the end of its wait on a breaker)."""
     state = view.state
     assert state is not None
     done = replace(step, state=StepState.DONE, result=result, finished_at=ctx.now, complete_by=None)
-    step_done = event(EventKind.STEP_DONE, step.name, step.attempt)
+    done_event = event(EventKind.STEP_DONE, step.name, step.attempt)
     following = view.after(step.index)
     if following is not None and state.suspended:
         # Suspended by an operator (shared.core.statemachine.suspend): the next step waits for a
@@ -186,7 +187,7 @@ def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
                          complete_by=None, step_index=following.index, step_name=following.name, updated_at=ctx.now)
         return Decision(Verdict.STEP_DONE_SUSPENDED, [
             # Crash after this: the redelivered reply is a duplicate; nothing is in flight to re-send.
-            commit(view, paused, [done.replacing(step)], [*before, step_done], ctx, note="step done, suspended"),
+            commit(view, paused, [done.replacing(step)], [*before, done_event], ctx, note="step done, suspended"),
             *status_sends(view, "step-done", ctx, step=step.name),
             info("step.done_suspended", view, step=step.name, attempt=step.attempt, next=following.name),
             # Crash before this: the row falls due and the sweep deletes it (nothing has a deadline).
@@ -202,8 +203,8 @@ def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
             # re-sends the next request (inflight_request); if the reply is not redelivered,
             # the Supervisor expires the next lease at CompleteBy and redrives.
             commit(view, new_state, [done.replacing(step), running.replacing(following)],
-                   [*before, step_done, dispatched(running)], ctx, note="step done + next dispatched"),
-            step_request(view.with_steps(done, running).with_state(new_state), running, ctx),
+                   [*before, done_event, dispatched(running)], ctx, note="step done + next dispatched"),
+            *step_sends(view.with_steps(done, running).with_state(new_state), running, ctx),
             *status_sends(view, "step-done", ctx, step=step.name),
             info("step.done", view, step=step.name, attempt=step.attempt, next=following.name),
         ])
@@ -213,7 +214,7 @@ def _step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
     return Decision(Verdict.PROCESSED, [
         # Crash after this: the order is Processed; status messages may be missing (best-effort);
         # its index row is deleted next (best effort), else lazily by the sweep.
-        commit(view, new_state, [done.replacing(step)], [*before, step_done, event(EventKind.PROCESSED)], ctx,
+        commit(view, new_state, [done.replacing(step)], [*before, done_event, event(EventKind.PROCESSED)], ctx,
                note="last step done"),
         *status_sends(view, "step-done", ctx, step=step.name),
         *status_sends(view, "processed", ctx, processState=ProcessState.PROCESSED),

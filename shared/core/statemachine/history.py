@@ -53,6 +53,8 @@ class EventKind(StrEnum):
     RESUMED = "resumed"  # a step's wait ended: the breaker closed (or its probe answered)
     SUSPENDED = "suspended"  # an operator suspended the order: no new step is dispatched
     UNSUSPENDED = "unsuspended"  # an operator resumed a suspended order
+    EVENT_RECEIVED = "eventReceived"  # a wait step's event came (``kept``: before the step started)
+    WAIT_TIMED_OUT = "waitTimedOut"  # a wait step's event did not come in time: its onTimeout applies
 
 
 @dataclass(frozen=True)

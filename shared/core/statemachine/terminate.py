@@ -69,9 +69,10 @@ def _terminate(view: View, state: StateRow, current: StepRow | None, ctx: Ctx) -
 
 def _fence(step: StepRow, ctx: Ctx) -> StepRow:
     """The current step, stopped: a running attempt (or a redriven one) becomes Failed with its
-    outcome unknown; a step never sent stays as it is."""
+    outcome unknown (a call's: a wait or a delay applied nothing); a step never sent stays as it is."""
     if step.state is StepState.RUNNING:
-        return replace(step, state=StepState.FAILED, failure_reason=TERMINATED_REASON, outcome_unknown=True,
+        called = ctx.config.spec(step.name).kind == "call"
+        return replace(step, state=StepState.FAILED, failure_reason=TERMINATED_REASON, outcome_unknown=called,
                        complete_by=None, finished_at=ctx.now, waiting_on=None)
     if step.state is StepState.PENDING and step.attempt > 0:
         return replace(step, state=StepState.FAILED, failure_reason=TERMINATED_REASON, finished_at=ctx.now)

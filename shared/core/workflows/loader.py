@@ -4,15 +4,17 @@ Each problem names the file, the path inside it (``steps[1].timeoutSeconds``) an
 every problem of every file is reported at once (:class:`WorkflowError`). Rejected: invalid
 YAML (duplicate keys too), anything the schema forbids (unknown keys, wrong types, duplicate
 step names, a pivot with a compensation), an unknown agent, a file name that does not match
-its name and version, two files of the same (name, version), a step's ``when`` that is not a
-condition (``shared.core.workflows.conditions``), a workflow whose every step has a ``when``, and
-a workflow whose largest transaction would not fit 100 entities (``shared.core.workflows.bounds``).
+its name and version, two files of the same (name, version), two wait steps for one event, a
+step's ``when`` that is not a condition (``shared.core.workflows.conditions``), a workflow whose
+every step has a ``when``, and a workflow whose largest transaction would not fit 100 entities
+(``shared.core.workflows.bounds``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from pydantic import ValidationError
 
 from shared.core.workflows.bounds import MAX_STEPS, TRANSACTION_ENTITIES, largest_write
 from shared.core.workflows.conditions import ConditionError, parse
+from shared.core.workflows.durations import parse_duration
 from shared.core.workflows.model import Retry, Step, Workflow
 from shared.core.workflows.registry import Registry
 from shared.core.workflows.schema import StepFile, WorkflowFile
@@ -94,11 +97,17 @@ def _context_problems(file: str, spec: WorkflowFile, agents: Mapping[str, object
     if file not in (expected, f"{spec.name}.v{spec.version}.yml"):
         problems.append(Problem(file, "(file)", f"the file name must be {expected} (its name and version)"))
     seen: set[str] = set()
+    events: dict[str, str] = {}
     for i, step in enumerate(spec.steps):
         if step.name in seen:
             problems.append(Problem(file, f"steps[{i}].name", f"duplicate step name {step.name!r}"))
         seen.add(step.name)
-        if step.agent not in agents:
+        if step.kind == "wait" and step.event is not None:
+            if step.event in events:
+                problems.append(Problem(file, f"steps[{i}].event", f"event {step.event!r} is also awaited by "
+                                        f"{events[step.event]!r}: one wait step per event"))
+            events.setdefault(step.event, step.name)
+        if step.agent is not None and step.agent not in agents:
             problems.append(Problem(file, f"steps[{i}].agent",
                                     f"unknown agent {step.agent!r} (agents: {', '.join(sorted(agents))})"))
     for i, step in enumerate(spec.steps):
@@ -118,7 +127,12 @@ def _context_problems(file: str, spec: WorkflowFile, agents: Mapping[str, object
 
 def _step(step: StepFile) -> Step:
     r = step.retry
-    return Step(name=step.name, agent=step.agent, operation=step.operation, timeout_seconds=step.timeoutSeconds,
+    delay = parse_duration(step.duration) if step.duration is not None else (
+        parse_duration(step.until.plus) if step.until is not None and step.until.plus != "PT0S" else timedelta(0))
+    return Step(name=step.name, agent=step.agent or "", operation=step.operation or "",
+                timeout_seconds=step.timeoutSeconds or 0, kind=step.kind, event=step.event, decision=step.decision,
+                on_timeout=step.onTimeout, delay=delay if step.kind == "delay" else None,
+                until=step.until.field if step.until is not None else None,
                 compensation=step.compensation, on_failure=step.onFailure, pivot=step.pivot,
                 when=parse(step.when) if step.when is not None else None,
                 retry=Retry(agent_attempts=r.agentAttempts, agent_backoff_seconds=r.agentBackoffSeconds,

@@ -9,11 +9,15 @@ adding a step (or a workflow) is a change to ``workflows/*.yaml``, never to the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from shared.core.workflows.conditions import Condition, holds, to_json
+from shared.core.workflows.durations import to_iso
 
 OnFailure = Literal["compensate", "hold"]
+OnTimeout = Literal["compensate", "hold", "continue"]
+StepKind = Literal["call", "wait", "delay"]
 
 DEFAULT_WORKFLOW = "order"  # what a POST without "workflow" runs (its highest version)
 LEGACY_VERSION = 1  # orders written before workflows were recorded ran order v1
@@ -31,19 +35,50 @@ class Retry:
 
 @dataclass(frozen=True)
 class Step:
+    """A step of one of three kinds: ``call`` (an agent calls its remote: ``agent``, ``operation``,
+    ``compensation``...), ``wait`` (for the external ``event``; ``decision``: the boolean field of
+    its body whose false value compensates the order; ``on_timeout``: what its timeout does) or
+    ``delay`` (a durable timer: ``delay`` long, or ``until`` the order's time field plus ``delay``)."""
+
     name: str
-    agent: str
+    agent: str  # "" for a wait or a delay
     operation: str  # POST {service}/{operation}
-    timeout_seconds: int
+    timeout_seconds: int  # a call's, or how long a wait waits; 0 for a delay
     compensation: str | None = None  # POST {service}/{compensation}, same agent
     on_failure: OnFailure = "compensate"
     pivot: bool = False  # cannot be undone: never has a compensation
     retry: Retry = field(default_factory=Retry)
     when: Condition | None = None  # run only for orders it holds for (``conditions``); else Skipped
+    kind: StepKind = "call"
+    event: str | None = None
+    decision: str | None = None
+    on_timeout: OnTimeout = "compensate"
+    delay: timedelta | None = None
+    until: str | None = None  # "createdAt": the delay ends ``delay`` after that time of the order
 
     def runs_for(self, order: dict[str, Any]) -> bool:
         """Whether the step runs for ``order`` (its payload, priority and customerId), or is skipped."""
         return self.when is None or holds(self.when, order)
+
+    def due(self, started: datetime, created_at: datetime) -> datetime:
+        """When a delay step started at ``started`` ends, for an order created at ``created_at``."""
+        assert self.kind == "delay" and self.delay is not None
+        return (created_at if self.until == "createdAt" else started) + self.delay
+
+    def to_json(self) -> dict[str, object]:
+        """The step as ``GET /api/workflows`` shows it: its kind's fields."""
+        out: dict[str, object] = {"name": self.name, "kind": self.kind}
+        if self.kind == "call":
+            out |= {"agent": self.agent, "timeoutSeconds": self.timeout_seconds, "compensation": self.compensation,
+                    "onFailure": self.on_failure, "pivot": self.pivot}
+        elif self.kind == "wait":
+            out |= {"event": self.event, "decision": self.decision, "timeoutSeconds": self.timeout_seconds,
+                    "onTimeout": self.on_timeout}
+        else:
+            assert self.delay is not None
+            out |= ({"until": {"field": self.until, "plus": to_iso(self.delay)}} if self.until
+                    else {"duration": to_iso(self.delay)})
+        return out | {"when": to_json(self.when) if self.when is not None else None}
 
 
 @dataclass(frozen=True)
@@ -69,7 +104,5 @@ class Workflow:
     def to_json(self) -> dict[str, object]:
         """The workflow as ``GET /api/workflows`` shows it."""
         return {"name": self.name, "version": self.version, "description": self.description,
-                "steps": [{"name": s.name, "kind": "call", "agent": s.agent, "timeoutSeconds": s.timeout_seconds,
-                           "compensation": s.compensation, "onFailure": s.on_failure, "pivot": s.pivot,
-                           "when": to_json(s.when) if s.when is not None else None}
-                          for s in self.steps]}
+                "events": [s.event for s in self.steps if s.event is not None],
+                "steps": [s.to_json() for s in self.steps]}

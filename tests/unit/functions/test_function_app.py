@@ -35,6 +35,7 @@ def test_http_functions() -> None:
         (("POST",), "orders/{id}/terminate"): "ADMIN",
         (("POST",), "orders/{id}/suspend"): "ADMIN",
         (("POST",), "orders/{id}/resume"): "ADMIN",
+        (("POST",), "orders/{id}/events/{name}"): "ADMIN",
         (("GET",), "orders"): "ADMIN",
         (("GET",), "orders/{id}/history"): "FUNCTION",
         (("GET",), "workflows"): "FUNCTION",

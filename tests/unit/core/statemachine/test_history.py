@@ -43,7 +43,7 @@ from tests.unit.harness import WORKFLOW, AgentSim, Crash, CrashRuntime, drive, m
 CONTRACT_EVENTS = {"accepted", "dispatched", "stepDone", "stepFailed", "redriven", "rescheduled", "alert",
                    "compensationDispatched", "compensationDone", "compensationFailed", "compensationRedriven",
                    "held", "processed", "failed", "compensated", "retried", "restarted", "cancelled", "terminated",
-                   "stepWaiting", "resumed", "suspended", "unsuspended"}
+                   "stepWaiting", "resumed", "suspended", "unsuspended", "eventReceived", "waitTimedOut"}
 R, C, S = "reserve-inventory", "charge-payment", "create-shipment"
 
 
@@ -183,6 +183,26 @@ def _waited_on_a_breaker() -> tuple[CrashRuntime, str]:
     return rt, oid
 
 
+def _approved() -> tuple[CrashRuntime, str]:
+    """An order waits for its approval event, which comes: the wait ends and the order goes on."""
+    from tests.unit.core.statemachine.test_events import send, waiting_order
+
+    rt, agents, oid = waiting_order()
+    assert send(rt, oid, {"approved": True}).status == 202
+    drive(rt, oid, agents)
+    return rt, oid
+
+
+def _approval_timed_out() -> tuple[CrashRuntime, str]:
+    """No approval within the wait's timeout: it is compensated (its onTimeout)."""
+    from tests.unit.core.statemachine.test_events import waiting_order
+
+    rt, agents, oid = waiting_order()
+    rt.clock.advance(3601)
+    drive(rt, oid, agents)
+    return rt, oid
+
+
 FORWARD = [("accepted", None, None), ("dispatched", R, 1), ("stepDone", R, 1), ("dispatched", C, 1),
            ("stepDone", C, 1)]
 ERROR_REPLY = [*FORWARD, ("dispatched", S, 1), ("stepFailed", S, 1), ("alert", S, 1),
@@ -233,6 +253,13 @@ PATHS: dict[str, Path] = {
         ("accepted", None, None), ("dispatched", R, 1), ("redriven", R, 1), ("terminated", R, 1),
         ("compensationDispatched", R, 1), ("compensationDone", R, 1), ("compensated", None, None)]),
     "terminated-pivot": (_terminated_pivot, [*FORWARD, ("dispatched", S, 1), ("terminated", S, 1), ("held", S, None)]),
+    "approved": (_approved, [
+        *FORWARD[:3], ("dispatched", "approval", 1), ("eventReceived", "approval", 1), ("stepDone", "approval", 1),
+        *FORWARD[3:], ("dispatched", S, 1), ("stepDone", S, 1), ("processed", None, None)]),
+    "approval-timed-out": (_approval_timed_out, [
+        *FORWARD[:3], ("dispatched", "approval", 1), ("waitTimedOut", "approval", 1),
+        ("stepFailed", "approval", 1), ("alert", "approval", 1), ("compensationDispatched", R, 1),
+        ("compensationDone", R, 1), ("compensated", None, None)]),
 }
 
 

@@ -79,7 +79,7 @@ def _problems(tmp_path: Path, files: dict[str, str]) -> list[tuple[str, str, str
 
 def test_the_shipped_files_load_and_order_v1_is_todays_workflow() -> None:
     registry = load_registry()
-    assert [wf.label for wf in registry.all()] == ["digital v1", "order v1"]
+    assert [wf.label for wf in registry.all()] == ["cooling-off v1", "digital v1", "order v1", "order v2"]
     order = registry.get("order", 1)
     assert [(s.name, s.agent, s.operation, s.timeout_seconds, s.compensation, s.on_failure) for s in order.steps] == [
         ("reserve-inventory", "inventory", "reserve", 30, "release", "compensate"),
@@ -88,6 +88,21 @@ def test_the_shipped_files_load_and_order_v1_is_todays_workflow() -> None:
     ]
     assert [s.pivot for s in order.steps] == [False, False, True]
     assert WORKFLOW == order.steps
+
+
+def test_order_v2_waits_for_approval_over_1000_and_cooling_off_delays_the_shipment() -> None:
+    registry = load_registry()
+    v2 = registry.latest("order")
+    assert v2.version == 2 and [(s.name, s.kind) for s in v2.steps] == [
+        ("reserve-inventory", "call"), ("approval", "wait"), ("charge-payment", "call"), ("create-shipment", "call")]
+    approval = v2.steps[1]
+    assert (approval.event, approval.decision, approval.on_timeout, approval.timeout_seconds) == (
+        "approval", "approved", "compensate", 86400)
+    assert not approval.runs_for({"total": "1000.00"}) and approval.runs_for({"total": "1000.01"})
+    assert [s for s in v2.steps if s.kind == "call"] == [s for s in registry.get("order", 1).steps]
+    cooling = registry.get("cooling-off", 1).step("cooling-off")
+    assert cooling is not None and (cooling.kind, cooling.until, cooling.delay) == (
+        "delay", "createdAt", timedelta(minutes=2))
 
 
 def test_digital_differs_in_shape_and_policies() -> None:
@@ -224,10 +239,10 @@ def test_registry_versions() -> None:
 def test_config_binds_to_a_workflow_and_its_policies() -> None:
     rt = make_runtime(registry=load_registry())
     cfg = rt.config
-    assert (cfg.workflow_name, cfg.workflow_version) == ("order", 1)  # unbound: the default's highest
+    assert (cfg.workflow_name, cfg.workflow_version) == ("order", 2)  # unbound: the default's highest
     digital = cfg.bound("digital", 1)
     assert [s.name for s in digital.workflow] == ["reserve-licence", "charge-payment", "deliver"]
-    assert cfg.bound("order", 1) is cfg
+    assert cfg.bound("order", 2) is cfg
     with pytest.raises(UnknownWorkflow):
         cfg.bound("digital", 9)
     # the index floor covers every workflow: digital's 20 s step is shorter than any of order's
@@ -248,7 +263,7 @@ def test_an_order_records_and_runs_its_workflow() -> None:
     ops = {oid: [c[2] for c in agents.calls if c[0] == oid] for oid in (order, digital)}
     assert ops == {order: ["reserve", "charge", "ship"], digital: ["reserve-licence", "charge", "deliver"]}
     assert get_order(rt, digital).body["workflow"] == {"name": "digital", "version": 1}
-    assert get_order(rt, order).body["workflow"] == {"name": "order", "version": 1}
+    assert get_order(rt, order).body["workflow"] == {"name": "order", "version": 2}
     row = rt.store.read_row(digital, "order")
     assert row is not None and (row["Workflow"], row["WorkflowVersion"]) == ("digital", 1)
 
@@ -313,7 +328,7 @@ def test_an_order_whose_version_is_gone_is_held_once_with_an_alert() -> None:
 
 def test_post_names_a_workflow_or_gets_400_naming_the_field() -> None:
     rt = make_runtime(registry=load_registry())
-    for bad, message in (("gift", "unknown workflow (loaded: digital, order)"),
+    for bad, message in (("gift", "unknown workflow (loaded: cooling-off, digital, order)"),
                          ("Bad Name", "must be a workflow name")):
         r = post(rt, {**BODY, "workflow": bad})
         assert r.status == 400 and r.content_type == "application/problem+json"
@@ -326,11 +341,16 @@ def test_get_workflows_lists_every_loaded_version() -> None:
     r = list_workflows(make_runtime(registry=load_registry()))
     assert r.status == 200
     listed = {(w["name"], w["version"]): w for w in r.body["workflows"]}
-    assert list(listed) == [("digital", 1), ("order", 1)]
+    assert list(listed) == [("cooling-off", 1), ("digital", 1), ("order", 1), ("order", 2)]
     assert listed[("digital", 1)]["steps"][2] == {"name": "deliver", "kind": "call", "agent": "delivery",
                                                   "timeoutSeconds": 60, "compensation": None, "onFailure": "hold",
                                                   "pivot": True, "when": None}
-    assert json.loads(r.encoded())["workflows"][1]["description"].startswith("Physical goods")
+    assert listed[("order", 2)]["events"] == ["approval"] and listed[("order", 2)]["steps"][1] == {
+        "name": "approval", "kind": "wait", "event": "approval", "decision": "approved", "timeoutSeconds": 86400,
+        "onTimeout": "compensate", "when": {"total": {"gt": 1000}}}
+    assert listed[("cooling-off", 1)]["steps"][2] == {"name": "cooling-off", "kind": "delay",
+                                                      "until": {"field": "createdAt", "plus": "PT2M"}, "when": None}
+    assert json.loads(r.encoded())["workflows"][2]["description"].startswith("Physical goods")
 
 
 def test_a_named_default_hashes_like_an_unnamed_order() -> None:

@@ -1,0 +1,277 @@
+"""Steps that wait (``shared.core.statemachine.events``): a ``wait`` for an external event, sent by
+``POST /api/orders/{id}/events/{name}``, and a ``delay`` that its timer (a scheduled wake-up) or
+the Supervisor ends. Each path is driven through the real handlers on the in-memory store and bus."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared.api.http import HttpResult
+from shared.api.operator import retry_order, send_event, terminate_order
+from shared.api.orders import get_order
+from shared.core.workflows import Step
+from shared.scheduler import handle_schedule
+from shared.supervisor import sweep
+from tests.unit.core.statemachine.test_operator import assert_history_whole, kinds, membus
+from tests.unit.harness import (
+    BODY,
+    JSON_HEADERS,
+    WORKFLOW,
+    AgentSim,
+    CrashRuntime,
+    deliver_schedules,
+    drive,
+    make_runtime,
+    post,
+    state,
+    steps,
+)
+
+R, C, S = "reserve-inventory", "charge-payment", "create-shipment"
+APPROVAL = Step("approval", "", "", 3600, kind="wait", event="approval", decision="approved")
+COOL = Step("cool", "", "", 0, kind="delay", delay=timedelta(minutes=5))
+WAITING = (WORKFLOW[0], APPROVAL, WORKFLOW[1], WORKFLOW[2])
+DELAYED = (WORKFLOW[0], WORKFLOW[1], COOL, WORKFLOW[2])
+BIG = {**BODY, "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": 1500}]}
+
+
+def send(rt: CrashRuntime, oid: str, body: Any, name: str = "approval", key: str | None = None) -> HttpResult:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return send_event(rt, oid, name, raw, {**JSON_HEADERS, **({"Idempotency-Key": key} if key else {})})
+
+
+def at(step: str, attempt: int = 1) -> Any:
+    return lambda st: st.get("LeaseKey") == f"{step}:{attempt}"
+
+
+def waiting_order(workflow: tuple[Step, ...] = WAITING, **post_kwargs: Any) -> tuple[CrashRuntime, AgentSim, str]:
+    """An order whose wait step is in flight."""
+    rt = make_runtime(workflow=workflow)
+    agents = AgentSim(rt)
+    oid = post(rt, **post_kwargs).body["orderId"]
+    drive(rt, oid, agents, until=at(workflow[1].name))
+    return rt, agents, oid
+
+
+def ops(agents: AgentSim, oid: str) -> list[str]:
+    return [op for order, _step, op in agents.calls if order == oid]
+
+
+# ---------------------------------------------------------------------------------------------
+# wait: the event ends it
+def test_an_event_ends_its_wait_and_its_body_is_the_steps_result() -> None:
+    rt, agents, oid = waiting_order()
+    view = get_order(rt, oid).body
+    assert view["awaiting"] == {"step": "approval", "kind": "event", "event": "approval", "decision": "approved",
+                                "until": view["steps"][1]["completeBy"], "onTimeout": "compensate"}
+    assert view["steps"][1]["kind"] == "wait" and view["steps"][1]["state"] == "Running"
+    r = send(rt, oid, {"approved": True, "by": "ana"})
+    assert (r.status, r.body["result"], r.body["event"]) == (202, "step-done", "approval")
+    st = drive(rt, oid, agents)
+    assert st["ProcessState"] == "Processed"
+    assert steps(rt, oid)["approval"]["Result"] == json.dumps({"approved": True, "by": "ana"}, separators=(",", ":"))
+    assert ops(agents, oid) == ["reserve", "charge", "ship"]
+    assert kinds(rt, oid)[3:7] == ["dispatched", "eventReceived", "stepDone", "dispatched"]
+    shown = get_order(rt, oid).body["steps"][1]
+    assert shown["event"]["name"] == "approval" and shown["event"]["body"] == {"approved": True, "by": "ana"}
+    assert get_order(rt, oid).body["awaiting"] is None
+    assert_history_whole(rt, oid)
+
+
+def test_an_event_before_its_wait_starts_is_kept_and_ends_the_wait_when_it_starts() -> None:
+    rt = make_runtime(workflow=WAITING)
+    agents = AgentSim(rt)
+    oid = post(rt).body["orderId"]  # reserve-inventory in flight, not answered yet
+    r = send(rt, oid, {"approved": True})
+    assert (r.status, r.body["result"]) == (202, "event-kept")
+    assert steps(rt, oid)["approval"]["State"] == "Pending"
+    st = drive(rt, oid, agents)
+    assert st["ProcessState"] == "Processed" and ops(agents, oid) == ["reserve", "charge", "ship"]
+    history = kinds(rt, oid)
+    assert history.index("eventReceived") < history.index("stepDone")
+    assert send(rt, oid, {"approved": True}).body["result"] == "event-duplicate"
+
+
+def test_a_copy_of_an_event_writes_nothing_and_another_event_is_refused() -> None:
+    rt, _agents, oid = waiting_order()
+    assert send(rt, oid, {"approved": True}, key="k-1").body["result"] == "step-done"
+    seq = state(rt, oid)["EventSeq"]
+    # the same key: a copy, whatever its body (the first one counted)
+    assert send(rt, oid, {"approved": False}, key="k-1").body["result"] == "event-duplicate"
+    refused = send(rt, oid, {"approved": False})
+    assert refused.status == 409 and "received already" in refused.body["detail"]
+    assert state(rt, oid)["EventSeq"] == seq
+
+
+def test_a_false_decision_compensates_the_order() -> None:
+    rt, agents, oid = waiting_order()
+    r = send(rt, oid, {"approved": False, "reason": "over budget"})
+    assert (r.status, r.body["result"]) == (202, "compensating")
+    st = drive(rt, oid, agents)
+    assert (st["ProcessState"], st["Outcome"], st["CompensationState"]) == ("Error", "failed", "completed")
+    assert st["FailedStep"] == "approval" and st["Reason"] == "approval: approved is false"
+    assert ops(agents, oid) == ["reserve", "release"]
+    assert steps(rt, oid)["approval"]["State"] == "Failed"
+
+
+@pytest.mark.parametrize("body", [{"approved": "yes"}, {}, {"approved": None}])
+def test_a_decision_that_is_not_true_or_false_is_400_and_writes_nothing(body: dict[str, Any]) -> None:
+    rt, _agents, oid = waiting_order()
+    seq = state(rt, oid)["EventSeq"]
+    r = send(rt, oid, body)
+    assert r.status == 400 and "must be true or false" in r.body["detail"]
+    assert state(rt, oid)["EventSeq"] == seq and steps(rt, oid)["approval"]["State"] == "Running"
+
+
+# ---------------------------------------------------------------------------------------------
+# wait: its timeout
+def _timed_out(policy: str) -> tuple[CrashRuntime, AgentSim, str]:
+    rt, agents, oid = waiting_order((WORKFLOW[0], replace(APPROVAL, on_timeout=policy), WORKFLOW[1], WORKFLOW[2]))  # type: ignore[arg-type]
+    rt.clock.advance(3601)
+    sweep(rt)
+    return rt, agents, oid
+
+
+def test_a_wait_that_times_out_with_compensate_releases_what_was_done() -> None:
+    rt, agents, oid = _timed_out("compensate")
+    st = drive(rt, oid, agents)
+    assert (st["ProcessState"], st["Outcome"]) == ("Error", "failed")
+    assert ops(agents, oid) == ["reserve", "release"] and "waitTimedOut" in kinds(rt, oid)
+    late = send(rt, oid, {"approved": True})
+    assert late.status == 409
+
+
+def test_a_wait_that_times_out_with_hold_is_held_and_a_retry_waits_again_or_uses_a_kept_event() -> None:
+    rt, agents, oid = _timed_out("hold")
+    st = drive(rt, oid, agents)
+    assert (st["ProcessState"], st["Mode"]) == ("Error", "held") and ops(agents, oid) == ["reserve"]
+    assert send(rt, oid, {"approved": True}).body["result"] == "event-kept"
+    assert retry_order(rt, oid).status == 202
+    assert drive(rt, oid, agents)["ProcessState"] == "Processed"
+    assert steps(rt, oid)["approval"]["Attempt"] == 2
+
+
+def test_a_wait_that_times_out_with_continue_goes_on() -> None:
+    rt, agents, oid = _timed_out("continue")
+    assert drive(rt, oid, agents)["ProcessState"] == "Processed"
+    assert json.loads(steps(rt, oid)["approval"]["Result"]) == {"timedOut": True}
+
+
+# ---------------------------------------------------------------------------------------------
+# the events route's answers
+def test_the_events_route_refuses_what_it_cannot_use() -> None:
+    rt, agents, oid = waiting_order()
+    assert send(rt, "0" * 32, {"approved": True}).status == 404
+    assert send(rt, "nope", {"approved": True}).status == 400
+    assert send(rt, oid, {"approved": True}, name="Approval!").status == 400
+    assert send(rt, oid, [1, 2]).status == 400
+    assert send(rt, oid, b"{not json").status == 400
+    assert send(rt, oid, b"x" * (16 * 1024 + 1)).status == 413
+    assert send(rt, oid, {"approved": True}, key="bad key").status == 400
+    unknown = send(rt, oid, {"paid": True}, name="payment")
+    assert unknown.status == 409 and "waits for no event 'payment'; it waits for 'approval'" in unknown.body["detail"]
+    assert send(rt, oid, {"approved": True}).status == 202
+    drive(rt, oid, agents)
+    other = post(rt, {**BODY, "customerId": "c-2"}).body["orderId"]
+    drive(rt, other, agents, until=at("approval"))
+    assert terminate_order(rt, other).status == 202
+    drive(rt, other, agents)
+    finished = send(rt, other, {"approved": True})
+    assert finished.status == 409 and "cannot send 'approval'" in finished.body["detail"]
+
+
+def test_an_order_that_skips_its_wait_refuses_the_event() -> None:
+    only_big = replace(APPROVAL, when=load_condition())
+    rt = make_runtime(workflow=(WORKFLOW[0], only_big, WORKFLOW[1], WORKFLOW[2]))
+    agents = AgentSim(rt)
+    small = post(rt).body["orderId"]
+    r = send(rt, small, {"approved": True})
+    assert r.status == 409 and "skips step 'approval'" in r.body["detail"]
+    assert drive(rt, small, agents)["ProcessState"] == "Processed"
+    big = post(rt, BIG).body["orderId"]
+    drive(rt, big, agents, until=at("approval"))
+    assert send(rt, big, {"approved": True}).status == 202
+
+
+def load_condition() -> Any:
+    from shared.core.workflows.conditions import parse
+    return parse({"total": {"gt": 1000}})
+
+
+# ---------------------------------------------------------------------------------------------
+# delay
+def _scheduler_messages(rt: CrashRuntime) -> list[Any]:
+    return [m for q, msgs in membus(rt).sent.items() if q.startswith("scheduler") for m in msgs]
+
+
+def test_a_delay_ends_with_its_timer_and_not_before() -> None:
+    rt = make_runtime(workflow=DELAYED)
+    agents = AgentSim(rt)
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=at("cool"))
+    started = datetime.fromisoformat(steps(rt, oid)["cool"]["StartedAt"].replace("Z", "+00:00"))
+    [timer] = [m for m in _scheduler_messages(rt) if m.body["kind"] == "wake"]
+    assert timer.scheduled_enqueue_time == started + timedelta(minutes=5)
+    assert get_order(rt, oid).body["awaiting"]["kind"] == "timer"
+    assert deliver_schedules(rt) == []  # not due yet
+    rt.clock.advance(300)
+    assert deliver_schedules(rt) == ["step-done"]
+    assert drive(rt, oid, agents)["ProcessState"] == "Processed"
+    assert "firedAt" in json.loads(steps(rt, oid)["cool"]["Result"])
+    assert "by" not in json.loads(steps(rt, oid)["cool"]["Result"])
+
+
+def test_a_lost_timer_is_ended_by_the_supervisor() -> None:
+    rt = make_runtime(workflow=DELAYED)
+    agents = AgentSim(rt)
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=at("cool"))
+    for q in list(membus(rt).sent):
+        membus(rt).sent[q] = [m for m in membus(rt).sent[q] if m.body.get("kind") != "wake"]
+    rt.clock.advance(301)
+    assert sweep(rt).acted == {"step-done": 1}
+    assert json.loads(steps(rt, oid)["cool"]["Result"])["by"] == "supervisor"
+    assert drive(rt, oid, agents)["ProcessState"] == "Processed"
+
+
+def test_a_delay_until_a_time_of_the_order_counts_from_its_creation() -> None:
+    until = replace(COOL, until="createdAt", delay=timedelta(minutes=1))
+    rt = make_runtime(workflow=(WORKFLOW[0], WORKFLOW[1], until, WORKFLOW[2]))
+    agents = AgentSim(rt)
+    created = rt.clock()
+    oid = post(rt).body["orderId"]
+    rt.clock.advance(20)  # the steps before it took 20 s
+    drive(rt, oid, agents, until=at("cool"))
+    [timer] = [m for m in _scheduler_messages(rt) if m.body["kind"] == "wake"]
+    assert timer.scheduled_enqueue_time == created + timedelta(minutes=1)
+
+
+def test_a_wake_for_an_attempt_not_in_flight_changes_nothing() -> None:
+    rt = make_runtime(workflow=DELAYED)
+    agents = AgentSim(rt)
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=at("cool"))
+    seq = state(rt, oid)["EventSeq"]
+    for step, attempt in (("cool", 2), (R, 1), ("nope", 1)):
+        body = {"kind": "wake", "orderId": oid, "step": step, "attempt": attempt}
+        assert handle_schedule(rt, json.dumps(body).encode()) == "stale"
+    assert state(rt, oid)["EventSeq"] == seq
+
+
+def test_a_delay_of_a_suspended_order_ends_and_the_order_waits_for_its_resume() -> None:
+    from shared.api.operator import resume_order, suspend_order
+
+    rt = make_runtime(workflow=DELAYED)
+    agents = AgentSim(rt)
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=at("cool"))
+    assert suspend_order(rt, oid).status == 202
+    rt.clock.advance(300)
+    assert deliver_schedules(rt) == ["step-done-suspended"]
+    assert resume_order(rt, oid).status == 202
+    assert drive(rt, oid, agents)["ProcessState"] == "Processed"
