@@ -5,8 +5,10 @@ Each failing order trips a fault the remote services simulator is given before t
 (``DEMO_FAULTS``; ordinary orders never trip them, and they stay set after the demo). All of
 them are customer ``c-failing``'s and end in ``GET /api/orders?state=attention`` with an alert:
 
-* ``payment-declined``: 10 x SKU-5 (1299.50 EUR), over the payment service's limit of 1000:
-  422, the reservation is released, the order fails (compensated).
+* ``payment-declined``: 10 x SKU-5 (1299.50 EUR), over the payment service's limit of 1000.
+  Over 1000, it waits for an approval (``order`` v2); the demo approves it as soon as it is
+  posted (``POST /api/orders/{id}/events/approval``: kept until the wait starts). Then payment
+  answers 422, the reservation is released, the order fails (compensated).
 * ``shipment-hangs``: holds SKU-SLOW-SHIP, whose shipment never answers. Every attempt times
   out; the Supervisor redrives it until MaxFailureCount, then holds the order (a shipment has
   no compensation). That takes minutes, so the demo does not wait for it: the live line after
@@ -53,11 +55,13 @@ class FailingKind:
     items: tuple[tuple[str, int, str], ...]  # (sku, quantity, unitPrice)
     story: str  # what happens to it, printed next to its order id
     awaited: bool = True  # the demo waits for it to end
+    approve: bool = False  # the demo sends its approval event (order v2 waits for one over 1000)
 
 
 FAILING_KINDS: tuple[FailingKind, ...] = (
     FailingKind("payment-declined", (("SKU-5", 10, "129.95"),),
-                f"payment declines 1299.50 EUR (limit {PAYMENT_LIMIT}): reservation released, failed"),
+                f"approved (over 1000), then payment declines 1299.50 EUR (limit {PAYMENT_LIMIT}): "
+                "reservation released, failed", approve=True),
     FailingKind("shipment-hangs", (("SKU-1", 1, "9.99"), (SLOW_SHIP_SKU, 1, "24.00")),
                 "its shipment never answers: timed out and redriven, then held (takes minutes)", awaited=False),
     FailingKind("out-of-stock", ((SOLD_OUT_SKU, 2, "5.00"),), f"inventory rejects {SOLD_OUT_SKU}: failed"),
@@ -218,6 +222,11 @@ class _Poster:
         self.tracker.add(order_id, awaited=order.awaited)
         if order.failing is not None:
             self.failing.append((order_id, order.failing))
+            if order.failing.approve:
+                try:
+                    self.stack.send_event(order_id, "approval", {"approved": True, "by": "demo"}, session=session)
+                except (requests.RequestException, StackError) as e:
+                    self.tracker.post_errors.append(str(e))
 
 
 def _show_progress(tracker: OrderTracker, poster: _Poster, thread: threading.Thread, out: TextIO) -> None:

@@ -413,6 +413,15 @@ class Stack:
             raise StackError(f"POST /orders: {r.status_code} {r.text[:500]}")
         return str(r.json()["orderId"])
 
+    def send_event(self, order_id: str, name: str, body: Mapping[str, Any],
+                   session: requests.Session | None = None, timeout: float = 30.0) -> str:
+        """``POST /api/orders/{id}/events/{name}``: the event's ``result`` (event-kept, step-done...)."""
+        r = (session or requests).post(f"{self.api_url}/orders/{order_id}/events/{name}", json=dict(body),
+                                       timeout=timeout)
+        if r.status_code != 202:
+            raise StackError(f"POST /orders/{order_id}/events/{name}: {r.status_code} {r.text[:500]}")
+        return str(r.json()["result"])
+
     def get_order(self, order_id: str, session: requests.Session | None = None,
                   timeout: float = 30.0) -> dict[str, Any]:
         r = (session or requests).get(f"{self.api_url}/orders/{order_id}", timeout=timeout)

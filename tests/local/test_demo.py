@@ -26,6 +26,7 @@ from local.demo import (
 from local.remotes.server import FAULT_DEFAULTS, validate_faults
 from shared.core import jsonio
 from shared.core.orders import OrderRequest
+from shared.core.workflows import load_registry
 
 
 def _order(body: dict[str, Any]) -> OrderRequest:
@@ -81,6 +82,11 @@ def test_each_failing_order_is_a_valid_order_that_trips_its_fault() -> None:
     bodies = {o.failing.name: o.body for o in demo_plan(10, random.Random(0)) if o.failing}
     orders = {name: _order(body) for name, body in bodies.items()}  # the API accepts them all
     assert orders["payment-declined"].total > Decimal(PAYMENT_LIMIT)
+    # over 1000, order v2 holds it for an approval: the demo sends it, and only for it
+    approval = load_registry().latest("order").step("approval")
+    assert approval is not None and approval.when is not None
+    assert {name for name, o in orders.items() if approval.runs_for({**o.model_dump(), "total": o.total})} == {
+        name for name, kind in ((k.name, k) for k in FAILING_KINDS) if kind.approve} == {"payment-declined"}
     assert SLOW_SHIP_SKU in _skus(bodies["shipment-hangs"])
     assert orders["shipment-hangs"].total <= Decimal(PAYMENT_LIMIT)  # it gets as far as the shipment
     assert SOLD_OUT_SKU in _skus(bodies["out-of-stock"])
