@@ -275,3 +275,115 @@ def test_a_delay_of_a_suspended_order_ends_and_the_order_waits_for_its_resume() 
     assert deliver_schedules(rt) == ["step-done-suspended"]
     assert resume_order(rt, oid).status == 202
     assert drive(rt, oid, agents)["ProcessState"] == "Processed"
+
+
+# ---------------------------------------------------------------------------------------------
+# crash points: each new decision dies after each of its effects, then is repeated or not
+def _wake_of(rt: CrashRuntime, oid: str) -> Any:
+    [msg] = [m for m in _scheduler_messages(rt) if m.body["kind"] == "wake" and m.body["orderId"] == oid]
+    for q in membus(rt).sent:
+        membus(rt).sent[q] = [m for m in membus(rt).sent[q] if m is not msg]
+    return msg
+
+
+def c_event_ends_wait(rt: CrashRuntime, agents: AgentSim) -> tuple[str, Any]:
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=at("approval"))
+    return oid, lambda: send(rt, oid, {"approved": True})
+
+
+def c_event_declines(rt: CrashRuntime, agents: AgentSim) -> tuple[str, Any]:
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=at("approval"))
+    return oid, lambda: send(rt, oid, {"approved": False})
+
+
+def c_event_kept(rt: CrashRuntime, agents: AgentSim) -> tuple[str, Any]:
+    oid = post(rt).body["orderId"]
+    return oid, lambda: send(rt, oid, {"approved": True})
+
+
+def c_kept_event_wakes(rt: CrashRuntime, agents: AgentSim) -> tuple[str, Any]:
+    oid = post(rt).body["orderId"]
+    assert send(rt, oid, {"approved": True}).body["result"] == "event-kept"
+    agents.work(rt.clock())
+    agents.reply_all()  # reserve done: the wait starts and sends its wake-up
+    msg = _wake_of(rt, oid)
+    return oid, lambda: handle_schedule(rt, json.dumps(msg.body).encode(), message_id=msg.message_id)
+
+
+def c_timer_fires(rt: CrashRuntime, agents: AgentSim) -> tuple[str, Any]:
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=at("cool"))
+    msg = _wake_of(rt, oid)
+    rt.clock.advance(300)
+    return oid, lambda: handle_schedule(rt, json.dumps(msg.body).encode(), message_id=msg.message_id)
+
+
+def c_supervisor_ends_delay(rt: CrashRuntime, agents: AgentSim) -> tuple[str, Any]:
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=at("cool"))
+    _wake_of(rt, oid)  # lost
+    rt.clock.advance(301)
+    return oid, lambda: sweep(rt)
+
+
+def c_wait_times_out(rt: CrashRuntime, agents: AgentSim) -> tuple[str, Any]:
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=at("approval"))
+    rt.clock.advance(3601)
+    return oid, lambda: sweep(rt)
+
+
+PROCESSED = {"ProcessState": "Processed", "Outcome": "processed"}
+FAILED = {"ProcessState": "Error", "Mode": "finished", "Outcome": "failed"}
+CRASHES = [  # (name, workflow, setup, where it leads, where it goes if the action never committed and is not repeated)
+    ("event-ends-wait", WAITING, c_event_ends_wait, PROCESSED, FAILED),
+    ("event-declines", WAITING, c_event_declines, FAILED, FAILED),
+    ("event-kept", WAITING, c_event_kept, PROCESSED, FAILED),
+    ("kept-event-wakes", WAITING, c_kept_event_wakes, PROCESSED, PROCESSED),
+    ("timer-fires", DELAYED, c_timer_fires, PROCESSED, PROCESSED),
+    ("supervisor-ends-delay", DELAYED, c_supervisor_ends_delay, PROCESSED, PROCESSED),
+    ("wait-times-out", WAITING, c_wait_times_out, FAILED, FAILED),
+]
+
+
+@pytest.mark.parametrize("repeated", [True, False], ids=["repeated", "not-repeated"])
+@pytest.mark.parametrize(("name", "workflow", "setup", "expect", "before"), CRASHES, ids=[c[0] for c in CRASHES])
+def test_each_new_decision_crashing_after_every_effect_converges(name: str, workflow: tuple[Step, ...], setup: Any,
+                                                                 expect: dict[str, Any], before: dict[str, Any],
+                                                                 repeated: bool) -> None:
+    from tests.unit.core.statemachine.test_operator import assert_index_settled, net_effects
+    from tests.unit.core.statemachine.test_operator_crash_points import history_matches_state
+    from tests.unit.harness import Crash
+
+    k = 0
+    while True:
+        rt = make_runtime(workflow=workflow)
+        agents = AgentSim(rt)
+        oid, trigger = setup(rt, agents)
+        seq = history_matches_state(rt, oid)
+        rt.crash_at = k
+        with pytest.raises(Crash):
+            trigger()
+        committed = history_matches_state(rt, oid) > seq
+        goal = expect
+        if repeated:
+            again = trigger()
+            if isinstance(again, HttpResult):  # the client sends its event again: a copy once it committed
+                assert again.status == 202 and (again.body["result"] == "event-duplicate") == committed, again.body
+        elif not committed and name not in ("timer-fires", "kept-event-wakes", "supervisor-ends-delay"):
+            goal = before  # the event never came: the wait times out (the Supervisor is the backstop otherwise)
+        st = drive(rt, oid, agents, tick=60.0, max_rounds=400)
+        for key, value in goal.items():
+            assert st.get(key) == value, (name, k, key, st)
+        assert not st.get("LockedBy")
+        balance = net_effects(agents, oid)
+        stands = {n for n, row in steps(rt, oid).items() if row["State"] == "Done" and row["Compensation"] != "Done"}
+        assert {n for n, v in balance.items() if v} == stands & {R, C, S}, (balance, stands)
+        assert_history_whole(rt, oid)
+        assert_index_settled(rt, oid)
+        if rt.crash_exhausted:
+            break
+        k += 1
+    assert k >= 1

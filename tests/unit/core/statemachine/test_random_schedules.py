@@ -316,3 +316,111 @@ def test_random_waits_on_a_breaker_hold_one_wait_and_settle(actions: list[tuple[
         event(f"waits: final {final['ProcessState']}/{final.get('Outcome')}, waits {waits}")
     close()
     assert rt.store.partition_keys(waiting_partition("shipping"), 100) == []
+
+
+# ---- waits for events, and delays -------------------------------------------------------------------
+EVENT_ACTIONS = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 7)), min_size=5, max_size=60)
+EVENT_BODIES = ({"approved": True}, {"approved": False}, {"approved": True, "note": "again"})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=EVENT_ACTIONS, on_timeout=st.sampled_from(["compensate", "hold", "continue"]),
+       reject=st.sampled_from([{}, {}, {"charge-payment": "declined"}, {"create-shipment": "no"}]))
+def test_random_events_and_timers_settle_and_never_run_a_step_twice(
+        actions: list[tuple[int, int]], on_timeout: str, reject: dict[str, str]) -> None:
+    """Two orders of a workflow with a wait for ``approval`` (a decision field, a 2-minute
+    timeout and a drawn onTimeout) and a 1-minute delay before the shipment. Events come early
+    (before the wait starts), late, twice, with the same key or a different body, declining or
+    approving; wake-ups and every other message are delivered late, twice or never, handlers
+    crash, time jumps, the Supervisor sweeps, an operator suspends and resumes. After every
+    action the rows are consistent; once the faults stop, every order settles, each remote effect
+    applied at most once, the wait ended by at most one event (the first one accepted), and the
+    order's end is the one that event (or the timeout's policy) leads to."""
+    from datetime import timedelta
+
+    from shared.api.operator import send_event
+    from shared.core.workflows import Step
+    from tests.unit.core.statemachine.test_operator import kinds
+    from tests.unit.harness import JSON_HEADERS
+
+    wait = Step("approval", "", "", 120, kind="wait", event="approval", decision="approved",
+                on_timeout=on_timeout)  # type: ignore[arg-type]
+    cool = Step("cool", "", "", 0, kind="delay", delay=timedelta(minutes=1))
+    flow = Workflow("order", 1, (WORKFLOW[0], wait, WORKFLOW[1], cool, WORKFLOW[2]))
+    rt = make_runtime(max_failures=4, registry=Registry.of([flow]))
+    agents = AgentSim(rt, reject=dict(reject))
+    orders = [post(rt).body["orderId"] for _ in range(2)]
+    accepted: dict[str, dict[str, Any]] = {}  # order -> the body of the event that was taken first
+    queues = ["scheduler", "agent-inventory", "agent-payment", "agent-shipping"]
+
+    def send(oid: str, body: dict[str, Any], key: str | None) -> None:
+        r = send_event(rt, oid, "approval", json.dumps(body).encode(),
+                       {**JSON_HEADERS, **({"Idempotency-Key": key} if key else {})})
+        assert r.status in (202, 409), r.body
+        if r.status == 202 and r.body["result"] != "event-duplicate":
+            assert oid not in accepted, ("a second event was taken", accepted[oid], body)
+            accepted[oid] = body
+
+    for action, arg in actions:
+        oid = orders[arg % 2]
+        if action in (0, 1):
+            deliver(rt, queues[arg % len(queues)], None, action == 1, lambda m: agents._handle(m, rt.clock()))
+        elif action in (2, 3):
+            reply(rt, agents, None, keep=action == 3)
+        elif action == 4:
+            q = queues[arg % len(queues)]
+            if rt.bus.sent.get(q):
+                rt.bus.sent[q].pop(0)  # lost (a wake-up too)
+        elif action == 5:
+            rt.clock.advance(arg * 9)
+        elif action == 6:
+            sweep(rt)
+        elif action == 7:
+            deliver(rt, "scheduler", arg, False, lambda m: agents._handle(m, rt.clock()))  # crash after arg
+        elif action == 8:
+            send(oid, EVENT_BODIES[arg % 3], None)
+        elif action == 9:
+            send(oid, EVENT_BODIES[arg % 3], f"key-{arg % 2}")
+        elif action == 10:
+            suspend_order(rt, oid)
+        else:
+            resume_order(rt, oid)
+        rt.crash_at = None
+        for o in orders:
+            check_rows(rt, o)
+            check_suspended(rt, o)
+    for oid in orders:
+        if state(rt, oid).get("Suspended"):
+            resume_order(rt, oid)
+
+    for oid in orders:
+        final = drive(rt, oid, agents, max_rounds=400)
+        check_rows(rt, oid)
+        rows = rt.store.read_partition(oid)
+        approval = next(r for k, r in rows.items() if k.startswith("step-") and r["Name"] == "approval")
+        history = kinds(rt, oid)
+        assert history.count("eventReceived") == (1 if oid in accepted else 0), history
+        assert history.count("waitTimedOut") <= 1 and not ("waitTimedOut" in history and oid in accepted
+                                                           and approval["State"] == "Done"
+                                                           and "timedOut" not in approval["Result"])
+        mine = [c for c in agents.calls if c[0] == oid]
+        assert len(mine) == len(set(mine)), mine  # each remote effect at most once
+        ops = [c[2] for c in mine]
+        body = accepted.get(oid)
+        if approval["State"] == "Done":
+            result = json.loads(approval["Result"])
+            assert result == (body if body is not None else {"timedOut": True}), (result, body)
+            assert body is None or body["approved"] is True
+        if body is not None and body["approved"] is False:
+            assert "charge" not in ops and (final["ProcessState"], final["Outcome"]) == ("Error", "failed"), ops
+        if final["ProcessState"] == "Processed":
+            assert ops == ["reserve", "charge", "ship"], ops
+            assert body is not None or on_timeout == "continue"
+        elif final["Mode"] == "held":
+            assert "release" not in ops and "refund" not in ops
+        else:
+            applied = [op for op in ("reserve", "charge") if op in ops]
+            assert [op for op in ops if op in ("refund", "release")] == [
+                {"reserve": "release", "charge": "refund"}[op] for op in reversed(applied)], ops
+        event(f"events ({on_timeout}): final {final['ProcessState']}/{final.get('Outcome')}, "
+              f"event {'none' if body is None else body['approved']}")
