@@ -223,3 +223,79 @@ def test_a_child_failing_to_start_stops_the_others(tmp_path: Path) -> None:
     assert not _alive(azurite_pid)
     assert not stack.procs["servicebus"].alive()
     assert "remotes" not in stack.procs and "host" not in stack.procs
+
+
+E2E_DELAY = """\
+name: e2e-delay
+version: 1
+description: A reservation, a 3-second delay, a shipment (the end-to-end test's own workflow).
+steps:
+  - name: reserve-inventory
+    agent: inventory
+    operation: reserve
+    timeoutSeconds: 30
+    compensation: release
+  - name: pause
+    kind: delay
+    duration: PT3S
+  - name: create-shipment
+    agent: shipping
+    operation: ship
+    timeoutSeconds: 30
+    pivot: true
+"""
+
+
+def _awaiting_event(stack: Stack, oid: str, deadline: float) -> dict[str, Any]:
+    while time.monotonic() < deadline:
+        view = stack.get_order(oid)
+        if (view.get("awaiting") or {}).get("kind") == "event":
+            return view
+        time.sleep(0.3)
+    raise AssertionError(f"order {oid} never reached its wait: {stack.get_order(oid)}")
+
+
+def test_waits_and_delays_on_the_real_stack(tmp_path: Path) -> None:
+    """Order v2's approval wait and a delay, through the real host, queues and remotes: an
+    approval ends the wait, a refusal compensates, an event sent at once is kept (or ends the
+    wait), and a delay's Service Bus scheduled message ends it no sooner than its duration."""
+    workflows = tmp_path / "workflows"
+    workflows.mkdir()
+    for path in (REPO_ROOT / "workflows").iterdir():
+        (workflows / path.name).write_bytes(path.read_bytes())
+    (workflows / "e2e-delay.v1.yaml").write_text(E2E_DELAY, encoding="utf-8")
+    big = {"customerId": "c-big", "currency": "EUR", "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": "1500.00"}],
+           "priority": "normal", "statusQueue": None}
+    with Stack(tmp_path / "stack", persistent=False, instances=1,
+               settings_overrides={**FAST, "WorkflowsPath": str(workflows)}) as stack:
+        session = requests.Session()
+        approved, declined, early = (_post(stack, session, big) for _ in range(3))
+        assert stack.send_event(early, "approval", {"approved": True}) in ("event-kept", "step-done")
+        delayed = _post(stack, session, {**big, "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": "5"}],
+                                         "workflow": "e2e-delay"})
+        deadline = time.monotonic() + DEADLINE_S
+        view = _awaiting_event(stack, approved, deadline)
+        assert view["workflow"] == {"name": "order", "version": 2}
+        assert [s["kind"] for s in view["steps"]] == ["call", "wait", "call", "call"]
+        assert stack.send_event(approved, "approval", {"approved": True, "by": "e2e"}) == "step-done"
+        assert stack.send_event(approved, "approval", {"approved": True, "by": "e2e"}) == "event-duplicate"
+        _awaiting_event(stack, declined, deadline)
+        assert stack.send_event(declined, "approval", {"approved": False}) == "compensating"
+
+        final = _wait_all(stack, [approved, declined, early, delayed], deadline)
+        states = {o: (final[o]["processState"], final[o]["outcome"]) for o in final}
+        assert states == {approved: ("Processed", "processed"), declined: ("Error", "failed"),
+                          early: ("Processed", "processed"), delayed: ("Processed", "processed")}, states
+        effects = stack.remotes.effects_by_order()
+        assert effects[declined] == Counter({"inventory/reserve": 1, "inventory/release": 1}), effects[declined]
+        for oid in (approved, early):
+            assert effects[oid] == Counter({"inventory/reserve": 1, "payment/charge": 1, "shipping/ship": 1})
+        assert stack.remotes.duplicate_effects() == []
+
+        history = final[delayed]["history"]
+        started = next(e["at"] for e in history if e["event"] == "dispatched" and e["step"] == "pause")
+        ended = next(e["at"] for e in history if e["event"] == "stepDone" and e["step"] == "pause")
+        from shared.core.times import parse_iso
+
+        waited = parse_iso(ended) - parse_iso(started)  # type: ignore[operator]
+        assert waited.total_seconds() >= 3, (started, ended)
