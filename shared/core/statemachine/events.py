@@ -9,7 +9,8 @@ same ETag-conditioned transaction as every state change:
   value is false, the step fails and the order is compensated;
 * the wait step has not started (an earlier step runs, or the order is held): the event is kept,
   and the step, once started, sends itself a wake-up that ends it (``start``);
-* the same event again (same key): nothing is written; another one: refused.
+* the same event again (same key): nothing is written, and the request in flight is sent again
+  (a client retrying after a crash past the write heals the order at once); another one: refused.
 
 A wake-up (:func:`decide_wake`) ends a delay, or a wait whose event was kept, if its attempt is
 still the one in flight; anything else is stale. Past a step's CompleteBy the Supervisor decides
@@ -31,6 +32,7 @@ from shared.core.lease import Lease
 from shared.core.messages import WakeMessage
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
+from shared.core.statemachine.dispatch import inflight_request
 from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.forward import step_done
 from shared.core.statemachine.history import Event, EventKind, commit, event
@@ -68,7 +70,11 @@ def decide_event(view: View, name: str, body: dict[str, Any], key: str, ctx: Ctx
     assert step is not None
     if step.event_key is not None:
         if step.event_key == key:
-            return Decision(Verdict.EVENT_DUPLICATE, [info("event.duplicate", view, step=step.name, eventName=name)])
+            # A client's retry after its first call died past the write: the request in flight
+            # (the next step's, or a compensation's) is sent again (same id: deduplicated).
+            resend = inflight_request(view, ctx)
+            return Decision(Verdict.EVENT_DUPLICATE, [info("event.duplicate", view, step=step.name, eventName=name),
+                                                      *([resend] if resend is not None else [])])
         raise Rejected(f"event {name!r} was received already, at {iso(step.event_at) if step.event_at else '?'}; "
                        "a wait takes one event (send the same one again, or with the same Idempotency-Key)")
     if state.mode is Mode.FINISHED or state.mode is Mode.COMPENSATE:

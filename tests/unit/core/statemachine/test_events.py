@@ -387,3 +387,16 @@ def test_each_new_decision_crashing_after_every_effect_converges(name: str, work
             break
         k += 1
     assert k >= 1
+
+
+def test_a_copy_after_a_lost_send_sends_the_request_in_flight_again() -> None:
+    """The first call's process died after its write, before the next step's request was sent: the
+    client's retry (a copy) sends it, under the same message id (the queue drops it if it was sent)."""
+    rt, agents, oid = waiting_order()
+    queue = rt.config.agent_queue(rt.config.spec(C))
+    assert send(rt, oid, {"approved": True}).body["result"] == "step-done"
+    [request] = membus(rt).take(queue)  # lost
+    again = send(rt, oid, {"approved": True})
+    assert again.body["result"] == "event-duplicate"
+    assert [m.message_id for m in membus(rt).take(queue)] == [request.message_id]
+    assert drive(rt, oid, agents)["ProcessState"] == "Processed"
