@@ -391,8 +391,14 @@ def test_each_new_decision_crashing_after_every_effect_converges(name: str, work
 
 def test_a_copy_after_a_lost_send_sends_the_request_in_flight_again() -> None:
     """The first call's process died after its write, before the next step's request was sent: the
-    client's retry (a copy) sends it, under the same message id (the queue drops it if it was sent)."""
-    rt, agents, oid = waiting_order()
+    client's retry (a copy) sends it, under the same message id (the queue drops it if it was sent;
+    this bus has no duplicate detection, so the re-send shows)."""
+    from shared.messaging import MemoryBus
+
+    rt = make_runtime(workflow=WAITING, bus=MemoryBus())
+    agents = AgentSim(rt)
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=at("approval"))
     queue = rt.config.agent_queue(rt.config.spec(C))
     assert send(rt, oid, {"approved": True}).body["result"] == "step-done"
     [request] = membus(rt).take(queue)  # lost
