@@ -19,17 +19,25 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from local.stack import Stack
+from shared.core.workflows import DEFAULT_WORKFLOW, load_registry
 from shared.storage.store import INDEX_PARTITION
-from tests.unit.harness import WORKFLOW
 
 PROBLEM = "application/problem+json"
 GOOD_BODY: dict[str, Any] = {"customerId": "c-1", "currency": "EUR",
                              "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": 9.99}],
                              "priority": "normal", "statusQueue": None}
 
-# An order's rows: the order row, the state row and one row per workflow step; and its history
-# (``history-NNNNNNNN``, one row per event, appended as the order goes on).
-ROWS_PER_ORDER = 2 + len(WORKFLOW)
+
+def rows_per_order(workflow: str | None = None) -> int:
+    """A new order's rows besides its history: the order row, the state row and one row per step
+    of the workflow it runs (the highest loaded version of ``workflow``, default ``order``; a step
+    its ``when`` skips has its row too, Skipped)."""
+    return 2 + len(load_registry().latest(workflow or DEFAULT_WORKFLOW).steps)
+
+
+# An order's rows (a new order of the default workflow); and its history (``history-NNNNNNNN``,
+# one row per event, appended as the order goes on).
+ROWS_PER_ORDER = rows_per_order()
 HISTORY_PREFIX = "history-"
 # What a request that is rejected (or only reads) adds to the tables: nothing.
 NOTHING_NEW: dict[str, list[Any]] = {"state": [], "deadlineOrders": [], "indexOrders": []}
