@@ -32,7 +32,14 @@ replayed with ``--seed``) injects:
   ``--fixable-rate`` of the orders carry a cause of their own (a SKU out of stock, an amount
   over the payment limit, a payment that hangs) that the operator removes before restarting
   the order, whose new generation must then succeed, or (the hanging payment: terminated
-  while it hangs, its refund hangs too) before redriving the compensation that failed.
+  while it hangs, its refund hangs too) before redriving the compensation that failed;
+* approvals (``bench.chaos_approvals``): every order whose workflow waits for an event (order
+  v2: a total over 1000; ``--approval-share`` of the orders are made so, and the designed
+  amount rejections are so too) gets it on time, early (before the wait starts: kept), late,
+  twice (a copy, then a different event that must be refused), declined (the order is
+  compensated, never charged), or never (the wait times out and compensates). The stack runs
+  on the run's own copy of ``workflows/`` (``WorkflowsPath``), whose waits last
+  ``--approval-timeout`` seconds instead of a day.
 
 Then it waits (bounded) for every order to settle, turns the faults off so the tail drains,
 retries the orders the app held for an operator (a pivot step of unknown outcome) through
@@ -51,7 +58,10 @@ A terminated order ends with every effect compensated, or held (its pivot step's
 unknown) and retried by the operator; an order the runner never terminated is never
 ``terminated``; a restart or redrive the operator asks for is never refused; and search
 (``GET /orders?state=``, every page of each state) lists every order once, under the
-category its own view shows.
+category its own view shows. Each event sent gets the answer its plan expects (``step-done``,
+``event-kept``, ``event-duplicate``, ``compensating``, or 409), no generation of an order ends its
+wait twice, an approved order is not failed at its wait, and a declined or timed-out one ends
+Error at it, undone and never charged.
 
 Logs of every process stay in ``--state-dir`` (default ``.local/chaos/<time>-seed<S>``).
 """
@@ -79,6 +89,7 @@ from typing import Any, TextIO
 
 import requests
 
+from bench.chaos_approvals import ApprovalPlan, Approvals, approval_outcomes, render_approvals, write_workflows
 from bench.chaos_ledger import (
     UndoTally,
     compact_history,
@@ -141,6 +152,8 @@ class ChaosOptions:
     operator_restarts: bool = True  # restart the orders rejected for good once they failed (new generation)
     fixable_rate: float = 0.01  # share of orders with a cause of their own the operator fixes, then restarts
     digital_share: float = 0.0  # share of orders that name "workflow": "digital" (the others: the default)
+    approval_share: float = 0.1  # share of orders made to wait for approval (bench.chaos_approvals)
+    approval_timeout: int = 30  # every wait step's timeoutSeconds in the run's own workflows directory
     progress_every: float = 2.0
     echo: bool = False  # echo the stack's processes' output to stderr
 
@@ -160,6 +173,8 @@ class ChaosOptions:
             raise ValueError("--terminate-rate and --fixable-rate must be 0..1, --terminate-within >= 0")
         if not 0 <= o.digital_share <= 1:
             raise ValueError("--digital-share must be 0..1")
+        if not 0 <= o.approval_share <= 1 or o.approval_timeout < 10:
+            raise ValueError("--approval-share must be 0..1, --approval-timeout at least 10 (s)")
         if o.state_dir is None:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
             o.state_dir = REPO_ROOT / ".local" / "chaos" / f"{stamp}-seed{o.seed}"
@@ -208,6 +223,7 @@ class OrderRec:
     redrives_done: int = 0  # 202 "compensation-redriven"
     operator_actions: list[dict[str, Any]] = field(default_factory=list)
     op_busy: bool = False
+    approval: ApprovalPlan | None = None  # the order waits for an event: what the runner sends it (chaos_approvals)
 
     @property
     def state(self) -> str | None:
@@ -359,6 +375,7 @@ class ChaosRun:
         self._own_causes: dict[str, dict[str, Any]] = {}
         self._sb_stats_files: list[Path] = []
         self.operator = Operator(self)
+        self.approvals = Approvals(self)
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -431,14 +448,16 @@ class ChaosRun:
         base = {"transientRate": o.transient_rate, "lostResponseRate": o.lost_response_rate,
                 "hangRate": o.hang_rate, "hangSeconds": o.hang_seconds}
         own = self.operator.remote_causes()  # the causes of the orders the operator fixes
-        # An order's own cause is no chaos fault: it stays until the operator fixes it.
+        held = self.approvals.held_skus()  # early approvals: reservations held until the event is answered
+        # An order's own cause is no chaos fault: it stays until the operator (or the runner) removes it.
         self._own_causes = {svc: {} for svc in SERVICES}
-        self._own_causes.update({"inventory": {"rejectSkus": own["restock"]},
+        self._own_causes.update({"inventory": {"rejectSkus": own["restock"], "hangSkus": held,
+                                               "hangSeconds": o.hang_seconds},
                                  "payment": {"hangSkus": own["stall"], "hangSeconds": o.hang_seconds,
                                              **({"rejectAmountOver": REJECT_AMOUNT_OVER} if own["limit"] else {})}})
         self.remote_profile = {svc: dict(base) for svc in SERVICES}  # shipping, delivery: the chaos faults only
         self.remote_profile.update({
-            "inventory": {**base, "rejectSkus": [REJECT_SKU, *own["restock"]]},
+            "inventory": {**base, "rejectSkus": [REJECT_SKU, *own["restock"]], "hangSkus": held},
             "payment": {**base, "rejectAmountOver": REJECT_AMOUNT_OVER, "hangSkus": own["stall"]},
         })
         remotes = self.stack.remotes
@@ -460,10 +479,11 @@ class ChaosRun:
 
     def remove_remote_cause(self, cause: str, sku: str | None) -> None:
         """The operator's fix of one order's own cause: restock its SKU (inventory), raise the
-        payment limit (under the designed rejections), or stop the payment service hanging on it."""
+        payment limit (under the designed rejections), or stop the payment service hanging on it;
+        or the runner's release of an early approval's hold (inventory hangs on its SKU)."""
         assert self.stack is not None
         svc, field_name = {"restock": ("inventory", "rejectSkus"), "stall": ("payment", "hangSkus"),
-                           "limit": ("payment", "rejectAmountOver")}[cause]
+                           "limit": ("payment", "rejectAmountOver"), "hold": ("inventory", "hangSkus")}[cause]
         with self._remote_lock:
             for faults in (self.remote_profile[svc], self._own_causes[svc]):
                 if cause == "limit":
@@ -631,6 +651,8 @@ class ChaosRun:
             rec.post_status, rec.order_id, rec.post_error = status, oid, err
             if oid:
                 rec.accepted_at = time.monotonic()
+        if oid:
+            self.approvals.accepted(rec)  # an early approval goes right after the 202
 
     def resubmit(self, rec: OrderRec) -> None:
         """The duplicate submission: the exact same POST again, same Idempotency-Key."""
@@ -804,7 +826,8 @@ class ChaosRun:
                     self.faults["duplicateRequestDeliveries"] += 1
                 break
         if not rec.reply_copy_sent:
-            done = [s for s in steps if s.get("state") == "Done"]
+            # an agent's reply: of a call (a wait or a delay has no agent, so no reply to copy)
+            done = [s for s in steps if s.get("state") == "Done" and s.get("kind", "call") == "call"]
             if done:
                 st = done[-1]
                 attempt = int(st.get("attempt") or 1)
@@ -872,7 +895,7 @@ class ChaosRun:
                     with self.lock:
                         for r in due:
                             if (r.dup_delivery and not (r.request_copy_sent and r.reply_copy_sent)
-                                    or self.operator.watching(r)):
+                                    or self.operator.watching(r) or self.approvals.watching(r)):
                                 r.poll_interval = 0.5
                             else:
                                 r.poll_interval = min(cap, max(2.0, r.poll_interval * 1.5))
@@ -895,7 +918,8 @@ class ChaosRun:
         with self.lock:
             unanswered = any(r.order_id is None and r.post_status is None for r in self.recs[: self.posted])
             return (not unanswered and self.posted >= len(self.recs)
-                    and all(is_terminal(r.view) and not self.operator.pending(r) for r in self.recs if r.order_id))
+                    and all(is_terminal(r.view) and not self.operator.pending(r) and not self.approvals.pending(r)
+                            for r in self.recs if r.order_id))
 
     def progress_line(self) -> str:
         c = self.counts()
@@ -908,7 +932,7 @@ class ChaosRun:
                 f" azRestarts {f['azuriteRestarts']} dupPOST {f['duplicateSubmissions']}"
                 f" dupMsg {f['duplicateRequestDeliveries'] + f['duplicateReplyDeliveries']}"
                 f" | terminated {f['operatorTerminates']} restarted {f['operatorRestarts']}"
-                f" redriven {f['operatorCompensationRedrives']}"
+                f" redriven {f['operatorCompensationRedrives']} | events {f['approvalEventsSent']}"
                 f" | pollErr {sum(self.poll_errors.values())}")
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
@@ -930,18 +954,24 @@ class ChaosRun:
         self.say(f"state and logs: {o.state_dir}")
         self.plan_orders()
         self.operator.plan()
+        self.approvals.plan()
         events = self.plan_events()
+        assert o.state_dir is not None  # set by ChaosOptions.resolved()
+        # The run's own workflows: a wait of a day would not end within it (bench.chaos_approvals).
+        workflows_dir = o.state_dir / "workflows"
+        waits = write_workflows(workflows_dir, o.approval_timeout)
+        self.say(f"workflows: {workflows_dir} (wait steps: {waits})")
         overrides = {
             "StepTimeoutSeconds": str(o.step_timeout),
             "SupervisorSchedule": o.supervisor_schedule,
             "UnclaimedGraceSeconds": str(max(3, o.step_timeout)),
             "BackoffBaseSeconds": "1",
+            "WorkflowsPath": str(workflows_dir),
         }
         if o.breaker_failure_threshold is not None:
             overrides["BreakerFailureThreshold"] = str(o.breaker_failure_threshold)
         if o.breaker_cool_down is not None:
             overrides["BreakerCoolDownSeconds"] = f"{o.breaker_cool_down:g}"
-        assert o.state_dir is not None  # set by ChaosOptions.resolved()
         self.stack = Stack(o.state_dir, persistent=True, instances=o.instances, settings_overrides=overrides,
                            remotes_seed=o.seed or 0, echo=o.echo)
         threads: list[threading.Thread] = []
@@ -952,6 +982,7 @@ class ChaosRun:
             self.durations["stackStartSeconds"] = round(time.monotonic() - t, 2)
             self.host_instances()
             self.say(f"stack up in {self.durations['stackStartSeconds']}s: {self.stack.api_url}")
+            self.approvals.check_stack()
             self.apply_remote_faults()
 
             def progress() -> None:
@@ -961,6 +992,7 @@ class ChaosRun:
             threads.append(threading.Thread(target=progress, name="progress", daemon=True))
             threads.append(threading.Thread(target=self.poll_loop, name="poller", daemon=True))
             threads.append(threading.Thread(target=self.operator.loop, name="operator", daemon=True))
+            threads.append(threading.Thread(target=self.approvals.loop, name="approvals", daemon=True))
             for th in threads:
                 th.start()
 
@@ -1131,12 +1163,15 @@ class ChaosRun:
         ledger = remotes.ledger()
         stats = remotes.stats()
         sweep = 2 * supervisor_period(o.supervisor_schedule) + 1
+        histories = {oid: self._full_history(oid, view) for oid, (status, view) in views.items()
+                     if status == 200 and view}
 
         checks, summary, examples = evaluate(self.recs, views, ledger, now=now, sweep_seconds=sweep,
                                              errors=self.errors, held_allowed=not o.operator_retry,
-                                             listing=listing)
+                                             listing=listing, histories=histories)
         faults = self.fault_counts(stats)
         examples["orderNotes"] = self.order_notes(examples, views)
+        approvals = {"timeoutSeconds": self.approvals.timeouts, **summary.pop("approvals")}
         report = {
             "ok": all(c["ok"] for c in checks.values()),
             "seed": o.seed,
@@ -1146,7 +1181,8 @@ class ChaosRun:
             "checks": checks,
             "faults": faults,
             "faultEvents": self.fault_events,
-            "outage": self.outage_section(views, stats),
+            "approvals": approvals,
+            "outage": self.outage_section(views, stats, histories),
             "remotes": {"effects": len(ledger), "stats": stats},
             "pollErrors": dict(self.poll_errors),
             "infrastructureErrors": self.errors,
@@ -1156,7 +1192,7 @@ class ChaosRun:
         return report
 
     def outage_section(self, views: dict[str, tuple[int | None, dict[str, Any] | None]],
-                       stats: dict[str, Any]) -> dict[str, Any]:
+                       stats: dict[str, Any], full: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         """The outage report (bench.chaos_outage): calls to the dead remote, FailureCount
         increments, orders held and the drain, from the simulator's journal and the histories."""
         assert self.stack is not None
@@ -1169,8 +1205,7 @@ class ChaosRun:
         except Exception as e:  # noqa: BLE001  (an older simulator: no journal)
             self.errors.append(f"outage report: the simulator's call journal: {e}")
             calls = []
-        histories = {oid: (view, self._full_history(oid, view)) for oid, (status, view) in views.items()
-                     if status == 200 and view}
+        histories = {oid: (view, full[oid]) for oid, (status, view) in views.items() if status == 200 and view}
         try:
             with open(self.stack.log_dir / "host.log", encoding="utf-8", errors="replace") as log:
                 return outage_report(window, calls, histories, BreakerSettings.from_settings(self.stack.settings), log,
@@ -1222,6 +1257,10 @@ class ChaosRun:
                     "operator": {"terminateAfterSeconds": r.terminate_after, "fix": r.fix, "fixed": r.fixed,
                                  "restartsPlanned": r.restarts_planned, "heldRetryStatus": r.held_retry_status,
                                  "actions": r.operator_actions},
+                    "approval": None if r.approval is None else {
+                        "plan": r.approval.kind, "designed": r.approval.designed, "unplanned": r.approval.unplanned,
+                        "lateSeconds": r.approval.late_seconds, "twiceBy": r.approval.twice_by,
+                        "concurrent": r.approval.concurrent, "sends": [x.to_json() for x in r.approval.sends]},
                     "history": compact_history(view),
                 }
         return notes
@@ -1232,7 +1271,8 @@ class ChaosRun:
         f: dict[str, Any] = dict(self.faults)
         for k in ("hostInstanceKills", "serviceBusEmulatorRestarts", "azuriteRestarts", "duplicateSubmissions",
                   "duplicateRequestDeliveries", "duplicateReplyDeliveries", "shippingOutageWindows",
-                  "operatorTerminates", "operatorRestarts", "operatorCompensationRedrives", "operatorFixedCauses"):
+                  "operatorTerminates", "operatorRestarts", "operatorCompensationRedrives", "operatorFixedCauses",
+                  "approvalEventsSent"):
             f.setdefault(k, 0)
         f["duplicateDeliveries"] = f["duplicateRequestDeliveries"] + f["duplicateReplyDeliveries"]
         req = stats.get("requests", {})
@@ -1258,10 +1298,12 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
              ledger: list[dict[str, Any]], *, now: datetime, sweep_seconds: float,
              errors: list[str] | None = None, held_allowed: bool = False,
              listing: dict[str, list[str]] | None = None,
+             histories: dict[str, list[dict[str, Any]]] | None = None,
              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The end-of-run checks, from the orders' final views (``order id -> (HTTP status, body)``)
     and the simulator's ledger; with ``listing`` (search state -> order ids listed, every
-    page), also what an operator finds by search. -> (checks, order summary, examples)."""
+    page), also what an operator finds by search; ``histories``: each order's whole history
+    (else its view's first page), for the approvals' checks. -> (checks, order summary, examples)."""
     errors = errors or []
     accepted = [r for r in recs if r.order_id]
     ids = {r.order_id for r in accepted if r.order_id}
@@ -1293,6 +1335,7 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
     fx = ledger_outcomes(ids, views, ledger)
     op = operator_outcomes(accepted, views)
     search_wrong = search_mismatches(ids, views, listing) if listing is not None else []
+    ap = approval_outcomes(accepted, views, ledger, histories)
 
     dup_mismatch = [{"key": r.key, "orderId": r.order_id, "replayOrderId": r.dup_submit_order_id,
                      "replayStatus": r.dup_submit_status}
@@ -1337,6 +1380,17 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
                                       "ok": not op["terminateRefusedInFlight"]},
         "operatorRetriesRefused": {"value": len(op["retryRefused"]), "expected": 0, "ok": not op["retryRefused"]},
         "ordersSearchListsWrongly": {"value": len(search_wrong), "expected": 0, "ok": not search_wrong},
+        # the approvals (issue 29): bench.chaos_approvals
+        "approvalPlansNotAsWaited": {"value": len(ap["planMismatch"]), "expected": 0, "ok": not ap["planMismatch"]},
+        "approvalEventAnswersUnexpected": {"value": len(ap["answersWrong"]), "expected": 0,
+                                           "ok": not ap["answersWrong"]},
+        "approvalWaitsEndedTwice": {"value": len(ap["stepRunTwice"]), "expected": 0, "ok": not ap["stepRunTwice"]},
+        "approvedOrdersNotProcessed": {"value": len(ap["approvedNotProcessed"]), "expected": 0,
+                                       "ok": not ap["approvedNotProcessed"]},
+        "declinedOrTimedOutOrdersCharged": {"value": len(ap["refusedCharged"]), "expected": 0,
+                                            "ok": not ap["refusedCharged"]},
+        "declinedOrTimedOutOrdersNotUndone": {"value": len(ap["refusedNotUndone"]), "expected": 0,
+                                              "ok": not ap["refusedNotUndone"]},
         "infrastructureErrors": {"value": len(errors), "expected": 0, "ok": not errors},
     }
     summary = {"accepted": n_acc, "finalStates": dict(states), "failed": len(fx["failedOrders"]),
@@ -1347,7 +1401,7 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
                "compensationsNeeded": fx["undo"].needed, "compensationsApplied": fx["undo"].applied,
                "compensationsOfNothing": fx["compensationsOfNothing"],
                "designedRejections": sum(1 for r in recs if r.reject),
-               "operator": {**op["counts"], **fx["generationCounts"]}}
+               "operator": {**op["counts"], **fx["generationCounts"]}, "approvals": ap["summary"]}
     examples = {
         "lost": lost[:20], "notFound": not_found[:20], "stuck": stuck[:20],
         "doubleEffects": fx["doubleEffects"][:20], "compensationMissing": fx["undo"].missing[:20],
@@ -1360,6 +1414,10 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
         "terminatedWithoutOperator": op["terminatedWithoutOperator"][:20],
         "terminateRefusedInFlight": op["terminateRefusedInFlight"][:20], "retryRefused": op["retryRefused"][:20],
         "searchWrong": search_wrong[:20],
+        "approvalPlanMismatch": ap["planMismatch"][:20], "approvalAnswersWrong": ap["answersWrong"][:20],
+        "approvalWaitEndedTwice": ap["stepRunTwice"][:20], "approvedNotProcessed": ap["approvedNotProcessed"][:20],
+        "declinedOrTimedOutCharged": ap["refusedCharged"][:20],
+        "declinedOrTimedOutNotUndone": ap["refusedNotUndone"][:20],
         "nonTerminalViews": [views[oid][1] for oid in lost[:5] if views.get(oid)],
     }
     return checks, summary, examples
@@ -1544,13 +1602,16 @@ def render_summary(report: dict[str, Any]) -> str:
                  "ordersLeftHeldForAnOperator", "effectsWithUnexpectedKeys", "generationsNotFromAnOperatorRestart",
                  "terminatedOrdersNotEndedAsTerminated", "ordersTerminatedWithoutAnOperator",
                  "terminatesRefusedInFlight", "operatorRetriesRefused", "ordersSearchListsWrongly",
-                 "infrastructureErrors", "orphanProcesses"):
+                 "approvalPlansNotAsWaited", "approvalEventAnswersUnexpected", "approvalWaitsEndedTwice",
+                 "approvedOrdersNotProcessed", "declinedOrTimedOutOrdersCharged",
+                 "declinedOrTimedOutOrdersNotUndone", "infrastructureErrors", "orphanProcesses"):
         if name in c:
             lines.append(f"  [{mark(c[name]['ok'])}] {name}: {c[name]['value']}")
     lines += [
         f"  held for an operator (an unknown outcome of a step that cannot be compensated): retried by the runner "
         f"as the operator {orders.get('operatorRetried', 0)}, still held {orders.get('heldForAnOperator', 0)}",
         _operator_line(orders.get("operator") or {}),
+        *render_approvals(report.get("approvals") or {}, (report.get("approvals") or {}).get("timeoutSeconds")),
         "  faults injected:",
         f"    host instance SIGKILLs {f['hostInstanceKills']}, Service Bus emulator restarts "
         f"{f['serviceBusEmulatorRestarts']}, Azurite restarts {f['azuriteRestarts']}, "
@@ -1643,6 +1704,10 @@ def main(argv: Iterable[str] | None = None) -> int:
                     help="share of orders with a cause of their own the operator fixes, then restarts")
     ap.add_argument("--digital-share", type=float, default=d.digital_share,
                     help='share of orders that name "workflow": "digital" (licence, charge, delivery)')
+    ap.add_argument("--approval-share", type=float, default=d.approval_share,
+                    help="share of orders made to wait for approval (on time, early, late, twice, declined, never)")
+    ap.add_argument("--approval-timeout", type=int, default=d.approval_timeout,
+                    help="every wait step's timeoutSeconds in the run's own copy of workflows/ (s)")
     ap.add_argument("--settle-timeout", type=float, default=d.settle_timeout)
     ap.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
     ap.add_argument("--echo", action="store_true", help="echo the stack's output to stderr")
@@ -1658,7 +1723,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         restart_servicebus=not a.no_servicebus_restart, restart_azurite=not a.no_azurite_restart,
         operator_retry=not a.no_operator_retry, terminate_rate=a.terminate_rate,
         terminate_within=a.terminate_within, operator_restarts=not a.no_operator_restart, fixable_rate=a.fixable_rate,
-        digital_share=a.digital_share,
+        digital_share=a.digital_share, approval_share=a.approval_share, approval_timeout=a.approval_timeout,
         settle_timeout=a.settle_timeout, drain_timeout=a.drain_timeout, echo=a.echo,
     )
     if opts.instances < 2:

@@ -1,0 +1,623 @@
+"""The chaos run's approvals (issue 29): orders whose workflow waits for an external event get
+it from the runner, on time, early, late, twice, declined, or never.
+
+Under order v2 an order whose total is over 1000 waits for ``approval`` before it is charged
+(``workflows/order.v2.yaml``: a ``wait`` step, decision field ``approved``, ``onTimeout:
+compensate``). The run gives each such order a plan, drawn from ``random.Random(f"{seed}:approvals")``
+(so a seed replays it, and the rest of the plan is drawn as before):
+
+* ``onTime``: ``{"approved": true}`` as soon as the order is seen waiting: ``step-done``;
+* ``early``: sent right after the POST's 202, before the wait starts: ``event-kept`` (the step
+  ends itself with it once it starts). So that the event is sure to come first, the order holds
+  a SKU of its own that the inventory service hangs on until the runner has its answer (then
+  the reservation's next attempt, redriven at its CompleteBy, goes through);
+* ``late``: sent some seconds (3-10, and under 40% of the wait's timeout) after the wait was seen;
+* ``twice``: the same event again, with the same Idempotency-Key or (no key either time) the same
+  body, one after the other or both at once: one ``step-done``, one ``event-duplicate``; then a
+  different event (``{"approved": false}``, another key): 409, and the order goes on as approved;
+* ``declined``: ``{"approved": false}``: ``compensating``; the order ends Error, ``failed`` at
+  the wait, its reservation released, never charged;
+* ``never``: no event: the wait times out (the run's short timeout, below) and compensates the
+  order as a decline does; once it ended, an event sent too late is refused (409) and changes
+  nothing. These orders are among the first 60% of the run, so their timeouts end in it.
+
+``approval_share`` of the orders (of the default workflow, none the operator acts on) get an item
+that puts their total over the approval threshold (and under the payment limit), and the kinds in
+turn. The orders that wait for other reasons (the designed amount rejections and the operator's
+``limit`` orders, over 50000) are approved (on time, early or late: they are restarted, and a
+copy of an earlier generation's event would reach the next one), so the payment still refuses
+them; each generation of a restarted order waits again and is approved on time.
+
+A day's wait would not end within a run: the run starts its stack with a workflows directory of
+its own (``write_workflows``: copies of ``workflows/*.yaml``, every wait step's ``timeoutSeconds``
+set to ``approval_timeout``), named by the ``WorkflowsPath`` setting, and checks that the stack
+loaded it (``GET /api/workflows``).
+
+The checks (``approval_outcomes``, from the final views, the full histories and the ledger):
+every order planned to wait waits (and no other one), each event's answer is the expected one,
+no generation of an order records its wait's event or ends its wait more than once, an approved
+order is not failed at its wait (it ends Processed, or failed by another fault, such as a
+designed rejection), and a declined or timed-out order ends Error at its wait, with every step
+before it undone and none after it applied (never charged).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import requests
+import yaml
+
+from bench.chaos_ledger import split_ledger, view_effects
+from shared.core.workflows import AGENTS_BY_NAME, Step, Workflow, load_directory, load_registry, workflows_directory
+
+if TYPE_CHECKING:
+    from bench.chaos import ChaosRun, OrderRec
+
+KINDS = ("onTime", "early", "late", "twice", "declined", "never")
+APPROVING = ("onTime", "early", "late", "twice")
+RESTARTABLE_KINDS = ("onTime", "early", "late")  # for orders the operator restarts (no copy may reach a later one)
+APPROVAL_SKU = "SKU-APPROVE"
+APPROVAL_UNIT_PRICE = 1500  # over the approval threshold (1000), under the payment limit (50000)
+NEVER_WITHIN = 0.6  # never-approved orders are among this share of the first orders
+LATE_SECONDS = (3.0, 10.0)
+
+# Expected answers (``result`` of a 202; a refusal is a 409 ``wrong-state``)
+STEP_DONE, KEPT, DUPLICATE, COMPENSATING = "step-done", "event-kept", "event-duplicate", "compensating"
+REFUSED = "409"
+EXPECTED: dict[str, tuple[str, ...]] = {
+    "approve": (STEP_DONE,), "early": (KEPT,), "decline": (COMPENSATING,), "copy": (DUPLICATE,),
+    "different": (REFUSED,), "tooLate": (REFUSED,),
+}
+AT_ONCE = (STEP_DONE, DUPLICATE)  # an event and its copy sent at once: either may come first
+HOLD_SKU = "SKU-HOLD-{index}"  # an early order's: the inventory service hangs on it until the event is answered
+
+
+# ---- the run's workflows ----------------------------------------------------------------------
+
+
+def write_workflows(dest: Path, wait_timeout: int, source: Path | None = None) -> dict[str, int]:
+    """Copies of ``source``'s workflows (default: the app's) in ``dest``, every wait step's
+    ``timeoutSeconds`` set to ``wait_timeout``; loaded with the app's loader, so a copy the app
+    would refuse fails here. -> ``{"order v2/approval": timeout}`` for each wait step."""
+    source = source or workflows_directory()
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("*.y*ml"):
+        old.unlink()
+    for path in sorted(p for p in source.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()):
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for step in doc.get("steps") or []:
+            if isinstance(step, dict) and step.get("kind") == "wait":
+                step["timeoutSeconds"] = int(wait_timeout)
+        (dest / path.name).write_text(
+            f"# {path.name} for a chaos run: every wait step's timeoutSeconds is {wait_timeout} "
+            "(bench.chaos_approvals)\n" + yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    registry = load_directory(dest, AGENTS_BY_NAME)
+    return {f"{wf.label}/{s.name}": s.timeout_seconds for wf in registry.all() for s in wf.steps if s.kind == "wait"}
+
+
+def served_wait_timeouts(workflows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """The wait steps' timeouts as ``GET /api/workflows`` shows them (``{"order v2/approval": s}``)."""
+    return {f"{wf.get('name')} v{wf.get('version')}/{s.get('name')}": s.get("timeoutSeconds")
+            for wf in workflows for s in wf.get("steps") or [] if s.get("kind") == "wait"}
+
+
+def order_facts(body: Mapping[str, Any]) -> dict[str, Any]:
+    """An order's fields as a step's ``when`` reads them (its total a decimal string)."""
+    items = body.get("items") or []
+    total = sum((Decimal(str(i["quantity"])) * Decimal(str(i["unitPrice"])) for i in items), Decimal(0))
+    return {"customerId": body.get("customerId"), "currency": body.get("currency"), "total": str(total),
+            "items": items, "priority": body.get("priority") or "normal"}
+
+
+def wait_step(workflow: Workflow, body: Mapping[str, Any]) -> Step | None:
+    """The first wait step of ``workflow`` that runs for the order ``body`` (None: it waits for nothing)."""
+    facts = order_facts(body)
+    return next((s for s in workflow.steps if s.kind == "wait" and s.runs_for(facts)), None)
+
+
+# ---- plans and what was sent ------------------------------------------------------------------
+
+
+@dataclass
+class EventSend:
+    """One event the runner sent (retried until it had an answer), and the answer."""
+
+    what: str  # approve | early | decline | copy | different | tooLate
+    generation: int
+    key: str | None  # the Idempotency-Key (None: none sent)
+    body: dict[str, Any]
+    t: float = 0.0
+    status: int | None = None
+    result: str | None = None  # a 202's result, or "409"
+    problem: str | None = None  # a refusal's problem type (its last path segment)
+    lost: int = 0  # calls sent whose answer was lost (each may have been applied)
+    pair: int | None = None  # sent at the same time as the send of this index (``twice``, concurrent)
+
+    @property
+    def expected(self) -> tuple[str, ...]:
+        return AT_ONCE if self.pair is not None else EXPECTED[self.what]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"what": self.what, "generation": self.generation, "key": self.key, "t": self.t,
+                "status": self.status, "result": self.result, "problem": self.problem, "lost": self.lost,
+                "pair": self.pair, "expected": list(self.expected)}
+
+
+@dataclass
+class ApprovalPlan:
+    kind: str  # one of KINDS
+    step: str  # the wait step's name
+    event: str  # the event it waits for
+    decision: str | None  # its decision field
+    designed: bool = False  # waits because of a designed cause (a rejection, the operator's limit)
+    unplanned: bool = False  # the run found it waiting with no plan (a check counts it)
+    late_seconds: float = 0.0
+    twice_by: str = "key"  # twice: "key" (same Idempotency-Key) or "body" (no key, same body)
+    concurrent: bool = False  # twice: both copies at once
+    hold_sku: str | None = None  # early: the SKU the inventory service hangs on until the event is answered
+    sends: list[EventSend] = field(default_factory=list)
+    handled: set[int] = field(default_factory=set)  # generations whose event was sent (or need none)
+    seen: dict[int, float] = field(default_factory=dict)  # generation -> when the runner first saw it waiting
+    busy: bool = False
+
+    def sent(self, what: str) -> bool:
+        return any(s.what == what for s in self.sends)
+
+
+def _event_body(plan: ApprovalPlan, approved: bool, **extra: Any) -> dict[str, Any]:
+    return {plan.decision or "approved": approved, "by": "chaos", "plan": plan.kind, **extra}
+
+
+def _key(rec: OrderRec, plan: ApprovalPlan, generation: int, suffix: str = "") -> str:
+    return f"{rec.key}:{plan.event}:g{generation}{suffix}"
+
+
+class Approvals:
+    """Plans the approvals and sends them from a thread of its own (``loop``), and from the
+    submission's thread for the early ones (``accepted``)."""
+
+    def __init__(self, run: ChaosRun) -> None:
+        self.run = run
+        self.rng = random.Random(f"{run.o.seed}:approvals")
+        self.lock = threading.Lock()
+        self.timeouts: dict[str, int] = {}  # the wait steps' timeouts the stack serves
+
+    # ---- plan ---------------------------------------------------------------------------------
+
+    def plan(self) -> None:
+        """After ``plan_orders`` and the operator's plan: every order that waits already (a
+        designed cause over the threshold) gets an approving plan, then the approval-share
+        orders are made to wait (an item over the threshold) and get the kinds in turn. The
+        designed orders' plans come first: they do not change with the share."""
+        o, rng, recs = self.run.o, self.rng, self.run.recs
+        registry = load_registry()
+        waits = {r.index: wait_step(registry.latest(r.workflow), r.body) for r in recs}
+        for r in recs:
+            spec = waits[r.index]
+            if spec is not None:  # restarted by the operator: no copy of an event may reach its next generation
+                self._assign(r, spec, rng.choice(RESTARTABLE_KINDS if r.restarts_planned else APPROVING),
+                             designed=True)
+        free = [r for r in recs if waits[r.index] is None and r.reject is None and r.fix is None
+                and r.terminate_after is None
+                and wait_step(registry.latest(r.workflow), _with_item(r.body)) is not None]
+        n = min(len(free), round(o.orders * o.approval_share))
+        chosen = sorted(rng.sample(free, n), key=lambda r: r.index)
+        kinds = [KINDS[i % len(KINDS)] for i in range(n)]
+        early = [r for r in chosen if r.index < NEVER_WITHIN * o.orders]
+        nevers = set(id(r) for r in rng.sample(early, min(len(early), kinds.count("never"))))
+        others = [k for k in kinds if k != "never"] + ["onTime"] * (kinds.count("never") - len(nevers))
+        rng.shuffle(others)
+        it = iter(others)
+        for r in chosen:
+            r.body["items"].append({"sku": APPROVAL_SKU, "quantity": 1, "unitPrice": APPROVAL_UNIT_PRICE})
+            self._assign(r, wait_step(registry.latest(r.workflow), r.body), "never" if id(r) in nevers else next(it))
+
+    def _assign(self, rec: OrderRec, spec: Step | None, kind: str, designed: bool = False) -> None:
+        assert spec is not None and spec.event is not None, rec.index
+        lo, hi = LATE_SECONDS
+        hi = max(lo, min(hi, 0.4 * self.run.o.approval_timeout))
+        rec.approval = ApprovalPlan(kind=kind, step=spec.name, event=spec.event, decision=spec.decision,
+                                    designed=designed, late_seconds=round(self.rng.uniform(lo, hi), 2),
+                                    twice_by=self.rng.choice(("key", "body")), concurrent=self.rng.random() < 0.5)
+        if kind == "early":
+            rec.approval.hold_sku = HOLD_SKU.format(index=rec.index)
+            rec.body["items"].append({"sku": rec.approval.hold_sku, "quantity": 1, "unitPrice": 1})
+
+    def held_skus(self) -> list[str]:
+        """The SKUs the inventory service hangs on from the start (the early orders' holds)."""
+        return [r.approval.hold_sku for r in self.run.recs if r.approval is not None and r.approval.hold_sku]
+
+    def check_stack(self) -> None:
+        """The wait timeouts the stack serves (``GET /api/workflows``) are the run's own."""
+        run = self.run
+        assert run.stack is not None
+        try:
+            r = run.session().get(f"{run.stack.api_url}/workflows", timeout=30)
+            self.timeouts = served_wait_timeouts((r.json() or {}).get("workflows") or [])
+        except (requests.RequestException, ValueError) as e:
+            run.errors.append(f"GET /api/workflows: {type(e).__name__}: {e}")
+            return
+        wrong = {k: v for k, v in self.timeouts.items() if v != run.o.approval_timeout}
+        if wrong or not self.timeouts:
+            run.errors.append(f"the stack's wait steps do not wait {run.o.approval_timeout} s: {self.timeouts}")
+
+    # ---- what is due --------------------------------------------------------------------------
+
+    @staticmethod
+    def _generation(rec: OrderRec) -> int:
+        return int((rec.view or {}).get("generation") or 0)
+
+    @staticmethod
+    def _awaiting(rec: OrderRec, plan: ApprovalPlan) -> bool:
+        aw = (rec.view or {}).get("awaiting") or {}
+        return aw.get("step") == plan.step and aw.get("kind") == "event"
+
+    def watching(self, rec: OrderRec) -> bool:
+        """Whether the order is polled closely (every 0.5 s): its current generation's event is
+        still to be sent."""
+        plan = rec.approval
+        if plan is None:
+            return False
+        g = self._generation(rec)
+        return g not in plan.handled and not (plan.kind == "never" and g == 0)
+
+    def due(self, rec: OrderRec, now: float) -> str | None:
+        """The send the order is owed now, if any (``now``: inf asks whether one is still owed)."""
+        plan = rec.approval
+        if plan is None or plan.busy or not rec.order_id:
+            return None
+        g = self._generation(rec)
+        if plan.kind == "early" and not plan.sent("early"):
+            return "early"
+        if plan.kind == "twice" and plan.sent("approve"):
+            if not plan.sent("copy"):
+                return "copy"
+            return None if plan.sent("different") else "different"
+        if plan.kind == "never" and g == 0:
+            from bench.chaos import is_terminal
+
+            return "tooLate" if is_terminal(rec.view) and not plan.sent("tooLate") else None
+        if g in plan.handled or not self._awaiting(rec, plan):
+            return None
+        if g == 0 and plan.kind == "late" and now < plan.seen.get(g, now) + plan.late_seconds:
+            return None
+        return "decline" if g == 0 and plan.kind == "declined" else "approve"
+
+    def pending(self, rec: OrderRec) -> bool:
+        """Whether the runner still owes the order a send (the run is not settled)."""
+        plan = rec.approval
+        return plan is not None and (plan.busy or self.due(rec, float("inf")) is not None)
+
+    def _notice(self, rec: OrderRec, now: float) -> None:
+        """An order seen waiting: note when (a late send counts from then); one waiting with no
+        plan gets one (on time) so that the run ends, and a check counts it."""
+        if rec.view is None or not (rec.view.get("awaiting") or {}).get("kind") == "event":
+            return
+        if rec.approval is None:
+            aw = rec.view["awaiting"]
+            rec.approval = ApprovalPlan(kind="onTime", step=aw.get("step"), event=aw.get("event"),
+                                        decision=aw.get("decision"), unplanned=True)
+        if self._awaiting(rec, rec.approval):
+            rec.approval.seen.setdefault(self._generation(rec), now)
+
+    # ---- acting -------------------------------------------------------------------------------
+
+    def accepted(self, rec: OrderRec) -> None:
+        """Called by the submission right after the POST's 202: an early event goes now."""
+        run = self.run
+        with run.lock:
+            plan = rec.approval
+            if plan is None or plan.kind != "early" or self.due(rec, time.monotonic()) != "early":
+                return
+            plan.busy = True
+        self._act(rec, "early")
+
+    def loop(self) -> None:
+        run = self.run
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="approvals") as pool:
+            while not run.stop.is_set():
+                now = time.monotonic()
+                with run.lock:
+                    work = []
+                    for r in run.recs:
+                        if not r.order_id:
+                            continue
+                        self._notice(r, now)
+                        action = self.due(r, now)
+                        if action is not None:
+                            assert r.approval is not None
+                            r.approval.busy = True
+                            work.append((r, action))
+                for r, a in work:
+                    pool.submit(self._act, r, a)
+                run.stop.wait(0.2)
+
+    def _act(self, rec: OrderRec, action: str) -> None:
+        plan = rec.approval
+        assert plan is not None
+        try:
+            g = self._generation(rec)
+            if action == "early":
+                try:
+                    self._send(rec, EventSend("early", 0, _key(rec, plan, 0), _event_body(plan, True)))
+                finally:
+                    if plan.hold_sku:  # the reservation's next attempt goes through
+                        self.run.remove_remote_cause("hold", plan.hold_sku)
+                plan.handled.add(0)
+            elif action == "approve" and plan.kind == "twice" and g == 0:
+                self._approve_twice(rec, plan)
+                plan.handled.add(0)
+            elif action in ("approve", "decline"):
+                key = None if plan.kind == "twice" and plan.twice_by == "body" else _key(rec, plan, g)
+                self._send(rec, EventSend(action, g, key, _event_body(plan, action == "approve")))
+                plan.handled.add(g)
+            elif action == "copy":
+                first = next(s for s in plan.sends if s.what == "approve")
+                self._send(rec, EventSend("copy", first.generation, first.key, dict(first.body)))
+            elif action == "different":
+                first = next(s for s in plan.sends if s.what == "approve")
+                key = None if first.key is None else _key(rec, plan, first.generation, ":changed")
+                self._send(rec, EventSend("different", first.generation, key,
+                                          _event_body(plan, False, note="a different second event")))
+            elif action == "tooLate":
+                self._send(rec, EventSend("tooLate", 0, _key(rec, plan, 0), _event_body(plan, True, note="too late")))
+        except Exception as e:  # noqa: BLE001
+            self.run.errors.append(f"approval {action} of {rec.order_id}: {type(e).__name__}: {e}")
+        finally:
+            with self.run.lock:
+                plan.busy = False
+                rec.next_poll = 0.0  # see what it did
+
+    def _approve_twice(self, rec: OrderRec, plan: ApprovalPlan) -> None:
+        """The event and its copy: one after the other (the copy is sent by ``due`` next), or both at once."""
+        key = _key(rec, plan, 0) if plan.twice_by == "key" else None
+        first = EventSend("approve", 0, key, _event_body(plan, True))
+        if not plan.concurrent:
+            self._send(rec, first)
+            return
+        copy = EventSend("copy", 0, key, dict(first.body))
+        with self.lock:
+            first.pair, copy.pair = len(plan.sends) + 1, len(plan.sends)
+            plan.sends += [first, copy]
+        other = threading.Thread(target=self._send, args=(rec, copy, False), name="approval-copy", daemon=True)
+        other.start()
+        self._send(rec, first, record=False)
+        other.join()
+
+    def _send(self, rec: OrderRec, send: EventSend, record: bool = True) -> None:
+        """POST the event, retrying what is not an answer (a killed instance, a restart, a 409
+        "the order kept changing"); record it (unless it is already) and its answer on the
+        order's plan."""
+        run = self.run
+        assert run.stack is not None and rec.approval is not None
+        if record:
+            with self.lock:
+                rec.approval.sends.append(send)
+        send.t = round(run.elapsed(), 2)
+        url = f"{run.stack.api_url}/orders/{rec.order_id}/events/{rec.approval.event}"
+        headers = {"Idempotency-Key": send.key} if send.key else {}
+        delay = 0.25
+        deadline = time.monotonic() + run.o.post_retry_seconds
+        while time.monotonic() < deadline and not run.stop.is_set():
+            try:
+                r = run.session().post(url, json=send.body, headers=headers, timeout=30)
+            except requests.RequestException:
+                send.lost += 1  # sent, maybe applied, no answer
+                r = None
+            if r is not None:
+                try:
+                    answer = r.json()
+                except ValueError:
+                    answer = {}
+                answer = answer if isinstance(answer, dict) else {}
+                problem = str(answer.get("type", "")).rsplit("/", 1)[-1] or None
+                changing = r.status_code == 409 and problem == "conflict"
+                if r.status_code < 500 and r.status_code != 429 and not changing:
+                    send.status, send.problem = r.status_code, problem if r.status_code != 202 else None
+                    send.result = answer.get("result") if r.status_code == 202 else str(r.status_code)
+                    break
+                send.lost += r.status_code >= 500
+            run.stop.wait(delay)
+            delay = min(delay * 2, 2.0)
+        with run.lock:
+            run.faults["approvalEventsSent"] += 1
+        run.event("approval-event", orderId=rec.order_id, what=send.what, generation=send.generation,
+                  status=send.status, result=send.result, lost=send.lost)
+
+
+def _with_item(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {**body, "items": [*body.get("items", []),
+                              {"sku": APPROVAL_SKU, "quantity": 1, "unitPrice": APPROVAL_UNIT_PRICE}]}
+
+
+# ---- the checks -------------------------------------------------------------------------------
+
+
+def answer_ok(send: EventSend | Mapping[str, Any]) -> bool:
+    """Whether a send got an answer its kind expects. An event whose earlier call lost its
+    answer may find its own event there: ``event-duplicate`` is then an answer too."""
+    s = send.to_json() if isinstance(send, EventSend) else send
+    expected = set(s["expected"])
+    if REFUSED in expected:
+        return s["status"] == 409 and s.get("problem") == "wrong-state"
+    if s["lost"]:
+        expected.add(DUPLICATE)
+    return s["status"] == 202 and s["result"] in expected
+
+
+def generations(history: Iterable[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """An order's history cut at each ``restarted`` event: one list per generation."""
+    out: list[list[Mapping[str, Any]]] = [[]]
+    for ev in history:
+        if ev.get("event") == "restarted":
+            out.append([])
+        out[-1].append(ev)
+    return out
+
+
+def _count(events: Iterable[Mapping[str, Any]], step: str) -> Counter[str]:
+    return Counter(str(ev.get("event")) for ev in events if ev.get("step") == step)
+
+
+def approval_outcomes(recs: list[OrderRec], views: Mapping[str, tuple[int | None, dict[str, Any] | None]],
+                      ledger: list[dict[str, Any]],
+                      histories: Mapping[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """The approvals' checks and figures (module docstring), from the orders' final views (their
+    histories, if given, else each view's first page) and the simulator's ledger."""
+    steps_of = {oid: view_effects(v if s == 200 else None) for oid, (s, v) in views.items()}
+    per_order, _ = split_ledger(ledger, steps_of)
+    mismatch, answers_wrong, twice, approved_not_processed, charged, not_undone = [], [], [], [], [], []
+    # the approval-share orders' plans and outcomes, and apart those that wait for a designed cause
+    plans: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}
+    outcomes: dict[bool, dict[str, Counter[str]]] = {d: {k: Counter() for k in KINDS} for d in (False, True)}
+    answers: Counter[str] = Counter()
+    early_kept = timed_out = different_refused = too_late_refused = later_generations = lost = 0
+    for r in recs:
+        if not r.order_id:
+            continue
+        status, final = views.get(r.order_id, (None, None))
+        view = final if status == 200 and final else (r.view or {})
+        plan = r.approval
+        steps = view.get("steps") or []
+        waits = [s for s in steps if s.get("kind") == "wait"]
+        waited = [s for s in waits if s.get("state") != "Skipped"]
+        who = {"orderId": r.order_id, "processState": view.get("processState"), "outcome": view.get("outcome"),
+               "failedStep": view.get("failedStep"), "plan": plan.kind if plan else None}
+        if status != 200 or not final:
+            if plan is not None:
+                plans[plan.designed][plan.kind] += 1
+            continue  # lost: another check says so
+        if plan is None or plan.unplanned:
+            if waited or (plan is not None and plan.unplanned):
+                mismatch.append({**who, "problem": "waited for an event with no plan",
+                                 "waits": [s.get("name") for s in waited]})
+            continue
+        plans[plan.designed][plan.kind] += 1
+        spec = next((s for s in steps if s.get("name") == plan.step), None)
+        if spec is None or spec.get("kind") != "wait" or spec.get("state") == "Skipped":
+            mismatch.append({**who, "problem": f"planned to wait at {plan.step!r}, which it "
+                             + ("skipped" if spec else "does not have")})
+            continue
+        state, outcome, failed_step = view.get("processState"), view.get("outcome"), view.get("failedStep")
+        names = [s.get("name") for s in steps]
+        at = names.index(plan.step)
+        # failed for good at a step before its wait (another fault): the wait never started
+        before_wait = state == "Error" and failed_step in names and names.index(failed_step) < at
+        label = "failedBeforeItsWait" if before_wait else str(outcome or state)
+        outcomes[plan.designed][plan.kind][label] += 1
+
+        # each answer as expected
+        for i, s in enumerate(plan.sends):
+            answers[s.result or "none"] += 1
+            lost += s.lost
+            if not answer_ok(s):
+                answers_wrong.append({**who, "send": s.to_json()})
+            if s.pair is not None and s.pair > i:
+                pair = sorted(x.result or "none" for x in (s, plan.sends[s.pair]))
+                if pair != sorted(AT_ONCE) and not (s.lost or plan.sends[s.pair].lost):
+                    answers_wrong.append({**who, "sendsAtOnce": pair, "expected": sorted(AT_ONCE)})
+            early_kept += s.what == "early" and s.result == KEPT
+            different_refused += s.what == "different" and answer_ok(s)
+            too_late_refused += s.what == "tooLate" and answer_ok(s)
+            later_generations += s.generation > 0 and s.what == "approve"
+
+        # one event and one end of the wait per generation
+        history = (histories or {}).get(r.order_id)
+        gens = generations(history if history is not None else view.get("history") or [])
+        for g, events in enumerate(gens):
+            c = _count(events, plan.step)
+            ends = c["stepDone"] + c["stepFailed"]
+            if c["eventReceived"] > 1 or c["stepDone"] > 1 or ends > 1 or c["waitTimedOut"] > 1:
+                twice.append({**who, "generation": g, "eventReceived": c["eventReceived"], "stepDone": c["stepDone"],
+                              "stepFailed": c["stepFailed"], "waitTimedOut": c["waitTimedOut"]})
+        last = _count(gens[-1], plan.step)
+        timed_out += last["waitTimedOut"]
+
+        if plan.kind in APPROVING:
+            # failed at its wait (or after it with the wait not done), or processed without its event
+            bad = ((state == "Error" and (failed_step is None or failed_step not in names
+                                          or names.index(failed_step) >= at and spec.get("state") != "Done"
+                                          or failed_step == plan.step))
+                   or (state == "Processed" and (spec.get("state") != "Done" or not last["eventReceived"]))
+                   or last["waitTimedOut"])
+            if bad:
+                approved_not_processed.append({**who, "waitStep": spec.get("state"), "history": dict(last)})
+            continue
+
+        # declined or never: Error at the wait, the steps before undone, none after applied
+        effects = per_order[r.order_id].effects[int(view.get("generation") or 0)]
+        effect_steps = steps_of.get(r.order_id) or {}
+        applied_after, kept = {}, {}
+        for n in names:
+            if n not in effect_steps:
+                continue  # a wait, a delay: no effect
+            svc, forward, comp = effect_steps[n]
+            done = effects.get((svc, forward), 0)
+            if names.index(n) > at and done:
+                applied_after[n] = done
+            elif names.index(n) < at and comp is not None and done != effects.get((svc, comp), 0):
+                kept[n] = {"applied": done, "compensated": effects.get((svc, comp), 0)}
+        if applied_after:
+            charged.append({**who, "applied": applied_after})
+        if before_wait:
+            continue  # compensated as any failed order (the ledger's checks)
+        expect_event = 1 if plan.kind == "declined" else 0
+        wrong = []
+        if not (state == "Error" and outcome == "failed" and failed_step == plan.step):
+            wrong.append("not Error/failed at its wait")
+        if spec.get("state") != "Failed":
+            wrong.append(f"its wait is {spec.get('state')}")
+        if (view.get("compensation") or {}).get("state") not in ("completed", "none"):
+            wrong.append(f"compensation {(view.get('compensation') or {}).get('state')}")
+        if kept:
+            wrong.append(f"not undone: {kept}")
+        if last["eventReceived"] != expect_event or last["waitTimedOut"] != 1 - expect_event or last["stepDone"]:
+            wrong.append(f"history {dict(last)}")
+        if wrong:
+            not_undone.append({**who, "problems": wrong})
+    summary = {
+        "orders": sum(plans[False].values()) + sum(plans[True].values()),
+        "plans": {k: plans[False][k] for k in KINDS},
+        "outcomes": {k: dict(v) for k, v in outcomes[False].items() if v},
+        # the designed rejections and the operator's limit orders, over the threshold too: approved
+        "designed": {"orders": sum(plans[True].values()), "plans": {k: n for k, n in plans[True].items() if n},
+                     "outcomes": {k: dict(v) for k, v in outcomes[True].items() if v}},
+        "eventsSent": sum(answers.values()), "answers": dict(sorted(answers.items())), "answersLost": lost,
+        "earlyKept": early_kept, "timedOut": timed_out, "differentSecondEventsRefused": different_refused,
+        "tooLateRefused": too_late_refused, "laterGenerationsApproved": later_generations,
+    }
+    return {"planMismatch": mismatch, "answersWrong": answers_wrong, "stepRunTwice": twice,
+            "approvedNotProcessed": approved_not_processed, "refusedCharged": charged, "refusedNotUndone": not_undone,
+            "summary": summary}
+
+
+def render_approvals(summary: Mapping[str, Any], timeouts: Mapping[str, int] | None = None) -> list[str]:
+    """The approvals' lines of the printed summary."""
+    if not summary or not summary.get("orders"):
+        return ["  approvals: none"]
+    def per_kind(plans: Mapping[str, int], outs: Mapping[str, Mapping[str, int]]) -> str:
+        return ", ".join(f"{k} {plans.get(k, 0)}" + (f" ({', '.join(f'{o} {n}' for o, n in outs[k].items())})"
+                                                    if outs.get(k) else "") for k in KINDS if k in plans)
+
+    designed = summary.get("designed") or {}
+    wait = ", ".join(f"{k} {v} s" for k, v in (timeouts or {}).items()) or "?"
+    return [
+        f"  approvals ({wait}): {summary['orders']} orders waited: "
+        f"{per_kind(summary.get('plans') or {}, summary.get('outcomes') or {})}; for a designed cause "
+        f"{designed.get('orders', 0)}: {per_kind(designed.get('plans') or {}, designed.get('outcomes') or {})}",
+        f"    events sent {summary.get('eventsSent', 0)}: answers {summary.get('answers', {})}, answers lost "
+        f"{summary.get('answersLost', 0)}; early kept {summary.get('earlyKept', 0)}, timed out "
+        f"{summary.get('timedOut', 0)}, different second events refused "
+        f"{summary.get('differentSecondEventsRefused', 0)}, too late refused {summary.get('tooLateRefused', 0)}, "
+        f"later generations approved {summary.get('laterGenerationsApproved', 0)}",
+    ]
