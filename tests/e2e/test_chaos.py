@@ -1,6 +1,8 @@
 """The chaos runner (bench/chaos.py): a CI-sized run through the whole local stack with every
 fault kind injected at least once, an operator terminating, restarting and redriving orders
-meanwhile (bench/chaos_operator.py), and the runner's checks themselves on made-up outcomes.
+meanwhile (bench/chaos_operator.py), orders over 1000 waiting for approval events sent on
+time, early, late, twice or never, or declining (bench/chaos_approvals.py), and the runner's
+checks themselves on made-up outcomes.
 
 The run asserts correctness only (terminal, lost, stuck, double effects, compensations), never
 speed. Replay a failure with the seed it prints: ``python -m bench.chaos --seed S --orders 200 ...``
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 
 from bench.chaos import ChaosOptions, OrderRec, evaluate, run_chaos
+from bench.chaos_approvals import ApprovalPlan, EventSend
 from bench.chaos_ledger import STEP_EFFECTS, parse_key, step_key
 
 CI_SEED = int(os.environ.get("CHAOS_SEED", "20261122"))
@@ -126,6 +129,20 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     for name in ("effectsWithUnexpectedKeys", "generationsNotFromAnOperatorRestart",
                  "terminatedOrdersNotEndedAsTerminated", "ordersTerminatedWithoutAnOperator",
                  "terminatesRefusedInFlight", "operatorRetriesRefused", "ordersSearchListsWrongly"):
+        assert checks[name]["value"] == 0, (name, checks[name])
+
+    # Approvals (issue 29): the orders over 1000 waited for an event (the run's own 30 s wait), and
+    # every kind of plan was played: each event answered as expected, no wait ended twice, every
+    # approved order through its wait, every declined or timed-out one undone and never charged.
+    ap = report["approvals"]
+    assert ap["timeoutSeconds"] == {"order v2/approval": 30}, ap
+    assert all(ap["plans"][k] >= 1 for k in ("onTime", "early", "late", "twice", "declined", "never")), ap
+    assert ap["designed"]["orders"] >= 1, ap  # the designed amount rejections are approved, then refused
+    assert ap["earlyKept"] >= 1 and ap["timedOut"] >= 1 and ap["tooLateRefused"] >= 1, ap
+    assert ap["answers"].get("event-duplicate", 0) >= 1 and ap["differentSecondEventsRefused"] >= 1, ap
+    assert ap["answers"].get("compensating", 0) >= 1 and ap["laterGenerationsApproved"] >= 1, ap
+    for name in ("approvalPlansNotAsWaited", "approvalEventAnswersUnexpected", "approvalWaitsEndedTwice",
+                 "approvedOrdersNotProcessed", "declinedOrTimedOutOrdersCharged", "declinedOrTimedOutOrdersNotUndone"):
         assert checks[name]["value"] == 0, (name, checks[name])
 
 
@@ -414,3 +431,218 @@ def test_checks_catch_what_search_shows_the_operator_wrongly() -> None:
         checks, _, examples = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3, listing=wrong)
         assert {k for k, v in checks.items() if not v["ok"]} == {"ordersSearchListsWrongly"}, wrong
         assert examples["searchWrong"], wrong
+
+
+# ---- approvals (issue 29): orders that wait for an event -----------------------------------------
+
+ORDER_V2 = {"name": "order", "version": 2}
+V2_STEPS = ("reserve-inventory", "approval", "charge-payment", "create-shipment")
+
+
+def _v2_view(oid: str, state: str, approval: str, *, comp: str = "none", outcome: str | None = None,
+             failed_step: str | None = None, history: list[dict[str, Any]] | None = None,
+             complete_by: datetime | None = None) -> dict[str, Any]:
+    """An order v2 view: its approval step (a wait) in state ``approval``; the calls before it
+    Done, and after it Done if the order is Processed."""
+    steps = []
+    for name in V2_STEPS:
+        if name == "approval":
+            steps.append({"name": name, "kind": "wait", "state": approval})
+        else:
+            done = name == "reserve-inventory" or state == "Processed"
+            steps.append({"name": name, "kind": "call", "state": "Done" if done else "Pending"})
+    view = {**_view(oid, state, comp, complete_by=complete_by, outcome=outcome), "workflow": ORDER_V2,
+            "steps": steps, "failedStep": failed_step, "history": history or [], "generation": 0}
+    if state == "Processing" and approval == "Running":
+        view["awaiting"] = {"step": "approval", "kind": "event", "event": "approval"}
+    return view
+
+
+def _h(*events: str, step: str = "approval") -> list[dict[str, Any]]:
+    """History events of the approval step (``accepted`` first)."""
+    return [{"seq": 1, "event": "accepted"}] + [{"seq": n + 2, "event": e, "step": step} for n, e in enumerate(events)]
+
+
+def _sent(what: str, result: str, key: str | None = "k", lost: int = 0, pair: int | None = None) -> EventSend:
+    send = EventSend(what, 0, key, {"approved": what != "decline"}, status=409 if result == "409" else 202,
+                     result=result, lost=lost, pair=pair)
+    send.problem = "wrong-state" if result == "409" else None
+    return send
+
+
+def _plan(rec: OrderRec, kind: str, *sends: EventSend) -> OrderRec:
+    rec.approval = ApprovalPlan(kind=kind, step="approval", event="approval", decision="approved", sends=list(sends))
+    return rec
+
+
+def _approvals() -> tuple[list[OrderRec], dict[str, Any], list[dict[str, Any]]]:
+    """Beside o1/o2: a1 approved on time and Processed; a2 declined (its reservation released,
+    never charged); a3 never approved (its wait timed out: compensated the same way); a4 sent
+    twice (a copy, then a different event: refused); a5 approved early (kept)."""
+    recs, views, ledger = _good()
+    recs += [_plan(_rec(10, "a1"), "onTime", _sent("approve", "step-done")),
+             _plan(_rec(11, "a2"), "declined", _sent("decline", "compensating")),
+             _plan(_rec(12, "a3"), "never", _sent("tooLate", "409")),
+             _plan(_rec(13, "a4"), "twice", _sent("approve", "step-done"), _sent("copy", "event-duplicate"),
+                   _sent("different", "409", key="k2")),
+             _plan(_rec(14, "a5"), "early", _sent("early", "event-kept"))]
+    processed = _h("eventReceived", "stepDone") + [{"seq": 9, "event": "processed"}]
+    views["a1"] = (200, _v2_view("a1", "Processed", "Done", outcome="processed", history=processed))
+    views["a2"] = (200, _v2_view("a2", "Error", "Failed", comp="completed", outcome="failed", failed_step="approval",
+                                 history=_h("eventReceived", "stepFailed")))
+    views["a3"] = (200, _v2_view("a3", "Error", "Failed", comp="completed", outcome="failed", failed_step="approval",
+                                 history=_h("waitTimedOut", "stepFailed")))
+    views["a4"] = (200, _v2_view("a4", "Processed", "Done", outcome="processed", history=processed))
+    views["a5"] = (200, _v2_view("a5", "Processed", "Done", outcome="processed", history=processed))
+    for oid in ("a1", "a4", "a5"):
+        ledger += [_fx(oid, "inventory", "reserve"), _fx(oid, "payment", "charge"), _fx(oid, "shipping", "ship")]
+    for oid in ("a2", "a3"):
+        ledger += [_fx(oid, "inventory", "reserve"), _fx(oid, "inventory", "release")]
+    return recs, views, ledger
+
+
+def test_approvals_pass_on_clean_outcomes() -> None:
+    recs, views, ledger = _approvals()
+    checks, summary, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3)
+    assert all(v["ok"] for v in checks.values()), {k: v for k, v in checks.items() if not v["ok"]}
+    ap = summary["approvals"]
+    assert ap["plans"] == {"onTime": 1, "early": 1, "late": 0, "twice": 1, "declined": 1, "never": 1}
+    assert ap["outcomes"] == {"onTime": {"processed": 1}, "early": {"processed": 1}, "twice": {"processed": 1},
+                              "declined": {"failed": 1}, "never": {"failed": 1}}
+    assert ap["earlyKept"] == 1 and ap["timedOut"] == 1
+    assert ap["differentSecondEventsRefused"] == 1 and ap["tooLateRefused"] == 1
+    assert summary["failedWithEffectsToCompensate"] == 3  # o2, and the declined and timed-out reservations
+
+
+def test_checks_catch_a_declined_order_that_was_charged() -> None:
+    recs, views, ledger = _approvals()
+    charged = ledger + [_fx("a2", "payment", "charge")]  # ... and never refunded
+    assert _failing(recs, views, charged) == {"declinedOrTimedOutOrdersCharged", "failedOrdersFullyCompensatedPercent"}
+    # charged, then refunded: the compensation is complete, but a declined order is never charged
+    refunded = charged + [_fx("a2", "payment", "refund")]
+    assert _failing(recs, views, refunded) == {"declinedOrTimedOutOrdersCharged"}
+    # ... nor shipped; and a timed-out order neither
+    shipped = ledger + [_fx("a3", "shipping", "ship")]
+    assert _failing(recs, views, shipped) == {"declinedOrTimedOutOrdersCharged", "failedOrdersThatShipped"}
+
+
+def test_checks_catch_a_declined_order_not_undone_or_not_failed_at_its_wait() -> None:
+    recs, views, ledger = _approvals()
+    kept = [e for e in ledger if not (e["orderId"] == "a2" and e["operation"] == "release")]
+    assert _failing(recs, views, kept) == {"declinedOrTimedOutOrdersNotUndone", "failedOrdersFullyCompensatedPercent"}
+    # a declined order that went on as if approved: charged, shipped and Processed
+    views["a2"] = (200, _v2_view("a2", "Processed", "Done", outcome="processed",
+                                 history=_h("eventReceived", "stepDone")))
+    went_on = [e for e in kept if e["orderId"] != "a2"] + [
+        _fx("a2", "inventory", "reserve"), _fx("a2", "payment", "charge"), _fx("a2", "shipping", "ship")]
+    assert _failing(recs, views, went_on) == {"declinedOrTimedOutOrdersCharged", "declinedOrTimedOutOrdersNotUndone"}
+
+
+def test_checks_catch_a_twice_sent_event_that_ran_the_step_twice() -> None:
+    recs, views, ledger = _approvals()
+    twice = _h("eventReceived", "stepDone", "eventReceived", "stepDone") + [{"seq": 9, "event": "processed"}]
+    views["a4"] = (200, _v2_view("a4", "Processed", "Done", outcome="processed", history=twice))
+    assert _failing(recs, views, ledger) == {"approvalWaitsEndedTwice"}
+    # ... and the copy's answer said so
+    recs[5].approval.sends[1] = _sent("copy", "step-done")  # type: ignore[union-attr]
+    assert "approvalEventAnswersUnexpected" in _failing(recs, views, ledger)
+    # the full histories, when given, are what is read (the view's is its first page)
+    recs, views, ledger = _approvals()
+    checks, _, examples = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3, histories={"a4": twice})
+    assert not checks["approvalWaitsEndedTwice"]["ok"]
+    assert examples["approvalWaitEndedTwice"][0]["eventReceived"] == 2
+    # one event per generation: a restarted order records one again in its next generation
+    again = _h("eventReceived", "stepDone") + [{"seq": 5, "event": "restarted"}] + _h("eventReceived", "stepDone")
+    checks, _, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3, histories={"a4": again})
+    assert checks["approvalWaitsEndedTwice"]["ok"]
+
+
+def test_checks_catch_a_never_approved_order_left_waiting() -> None:
+    recs, views, ledger = _approvals()
+    views["a3"] = (200, _v2_view("a3", "Processing", "Running", history=_h(),
+                                 complete_by=NOW + timedelta(seconds=10)))
+    ledger = [e for e in ledger if not (e["orderId"] == "a3" and e["operation"] == "release")]
+    recs[4].approval.sends = []  # type: ignore[union-attr]  # (it never ended: no event sent too late)
+    assert _failing(recs, views, ledger) == {"terminalPercent", "lostOrders", "declinedOrTimedOutOrdersNotUndone"}
+    # ... past its wait's CompleteBy and a sweep: stuck too
+    views["a3"][1]["completeBy"] = (NOW - timedelta(seconds=10)).isoformat()
+    assert _failing(recs, views, ledger) == {"terminalPercent", "lostOrders", "stuckOrders",
+                                             "declinedOrTimedOutOrdersNotUndone"}
+
+
+def test_checks_catch_an_approved_order_failed_at_its_wait() -> None:
+    """The approval was answered step-done, yet the wait timed out: the event was lost."""
+    recs, views, ledger = _approvals()
+    views["a1"] = (200, _v2_view("a1", "Error", "Failed", comp="completed", outcome="failed", failed_step="approval",
+                                 history=_h("waitTimedOut", "stepFailed")))
+    ledger = [e for e in ledger if e["orderId"] != "a1"] + [_fx("a1", "inventory", "reserve"),
+                                                            _fx("a1", "inventory", "release")]
+    assert _failing(recs, views, ledger) == {"approvedOrdersNotProcessed"}
+    # ... but an approved order the payment refuses (a designed rejection) fails after its wait: fine
+    views["a1"] = (200, _v2_view("a1", "Error", "Done", comp="completed", outcome="failed",
+                                 failed_step="charge-payment", history=_h("eventReceived", "stepDone")))
+    assert _failing(recs, views, ledger) == set()
+
+
+def test_checks_catch_unexpected_event_answers() -> None:
+    recs, views, ledger = _approvals()
+    recs[6].approval.sends[0] = _sent("early", "step-done")  # type: ignore[union-attr]  # the wait had started
+    assert _failing(recs, views, ledger) == {"approvalEventAnswersUnexpected"}
+    recs, views, ledger = _approvals()
+    recs[5].approval.sends[2] = _sent("different", "step-done")  # type: ignore[union-attr]  # a second event taken
+    assert _failing(recs, views, ledger) == {"approvalEventAnswersUnexpected"}
+    recs, views, ledger = _approvals()
+    recs[4].approval.sends[0] = _sent("tooLate", "step-done")  # type: ignore[union-attr]
+    assert _failing(recs, views, ledger) == {"approvalEventAnswersUnexpected"}
+    # an answer lost on the way: the retry finds its own event (a copy)
+    recs, views, ledger = _approvals()
+    recs[2].approval.sends[0] = _sent("approve", "event-duplicate", lost=1)  # type: ignore[union-attr]
+    assert _failing(recs, views, ledger) == set()
+    # an event and its copy at once: either may win, but exactly one ends the wait
+    recs[5].approval.sends[:2] = [_sent("approve", "event-duplicate", pair=1),  # type: ignore[union-attr]
+                                  _sent("copy", "step-done", pair=0)]
+    assert _failing(recs, views, ledger) == set()
+    recs[5].approval.sends[1] = _sent("copy", "step-done", pair=0)  # type: ignore[union-attr]
+    recs[5].approval.sends[0] = _sent("approve", "step-done", pair=1)  # type: ignore[union-attr]
+    assert _failing(recs, views, ledger) == {"approvalEventAnswersUnexpected"}
+
+
+def test_checks_catch_an_order_that_waited_against_its_plan() -> None:
+    recs, views, ledger = _approvals()
+    recs[2].approval = None  # nobody planned its wait
+    assert _failing(recs, views, ledger) == {"approvalPlansNotAsWaited"}
+    recs, views, ledger = _approvals()
+    views["a1"][1]["steps"][1]["state"] = "Skipped"  # planned, but it skipped the wait
+    assert _failing(recs, views, ledger) == {"approvalPlansNotAsWaited"}
+
+
+def test_an_approval_order_that_failed_before_its_wait_is_judged_as_any_failed_order() -> None:
+    """Another fault failed its reservation for good: its wait never started, so there is nothing
+    to decline or to time out; it is compensated as any failed order."""
+    recs, views, ledger = _approvals()
+    views["a2"] = (200, _v2_view("a2", "Error", "Pending", comp="none", outcome="failed",
+                                 failed_step="reserve-inventory", history=_h()))
+    views["a2"][1]["steps"][0]["state"] = "Failed"
+    recs[3].approval.sends = []  # type: ignore[union-attr]
+    ledger = [e for e in ledger if e["orderId"] != "a2"]
+    checks, summary, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3)
+    assert all(v["ok"] for v in checks.values()), {k: v for k, v in checks.items() if not v["ok"]}
+    assert summary["approvals"]["outcomes"]["declined"] == {"failedBeforeItsWait": 1}
+    # ... but nothing after its wait may have been applied
+    assert "declinedOrTimedOutOrdersCharged" in _failing(recs, views, ledger + [_fx("a2", "payment", "charge")])
+
+
+def test_designed_approvals_are_counted_apart() -> None:
+    """An amount the payment refuses is over the approval threshold too: approved, then refused."""
+    recs, views, ledger = _approvals()
+    recs.append(_plan(_rec(15, "r1"), "late", _sent("approve", "step-done")))
+    recs[-1].reject = "amount"
+    recs[-1].approval.designed = True  # type: ignore[union-attr]
+    views["r1"] = (200, _v2_view("r1", "Error", "Done", comp="completed", outcome="failed",
+                                 failed_step="charge-payment", history=_h("eventReceived", "stepDone")))
+    ledger += [_fx("r1", "inventory", "reserve"), _fx("r1", "inventory", "release")]
+    checks, summary, _ = evaluate(recs, views, ledger, now=NOW, sweep_seconds=3)
+    assert all(v["ok"] for v in checks.values()), {k: v for k, v in checks.items() if not v["ok"]}
+    ap = summary["approvals"]
+    assert ap["orders"] == 6 and ap["plans"]["late"] == 0
+    assert ap["designed"] == {"orders": 1, "plans": {"late": 1}, "outcomes": {"late": {"failed": 1}}}
