@@ -187,8 +187,10 @@ def workflow_agents() -> dict[str, set[str]]:
     assert files, "no workflow file in workflows/"
     named: dict[str, set[str]] = {}
     for path in files:
-        for step in yaml.safe_load(path.read_text())["steps"]:
-            named.setdefault(step["agent"], set()).add(path.name)
+        steps = yaml.safe_load(path.read_text())["steps"]
+        for step in (b for s in steps for b in s.get("branches", [s])):  # a parallel step's branches
+            if "agent" in step:  # a call (a wait or a delay has no agent)
+                named.setdefault(step["agent"], set()).add(path.name)
     return named
 
 

@@ -71,7 +71,8 @@ def test_orders_in_flight_finish_on_their_version_after_v2_is_deployed(table_sto
     for d in (v1_dir, v2_dir):
         d.mkdir()
         for shipped in workflows_directory().glob("*.yaml"):
-            shutil.copy(shipped, d)
+            if shipped.name != "order.v2.yaml":  # this test deploys its own order v2, later
+                shutil.copy(shipped, d)
     bus, clock = DedupBus(), Clock()
     v1 = _deployment(v1_dir, table_store, bus, clock, "v1-instance")
     agents_v1 = AgentSim(v1)
@@ -92,7 +93,8 @@ def test_orders_in_flight_finish_on_their_version_after_v2_is_deployed(table_sto
     (v2_dir / "order.v2.yaml").write_text(ORDER_V2)
     v2 = _deployment(v2_dir, table_store, bus, clock, "v2-instance")
     listed = [(w["name"], w["version"]) for w in list_workflows(v2).body["workflows"]]
-    assert listed == [("digital", 1), ("order", 1), ("order", 2)]
+    before = [(w["name"], w["version"]) for w in list_workflows(v1).body["workflows"]]
+    assert ("order", 2) not in before and listed == sorted([*before, ("order", 2)])
     new_order = post(v2).body["orderId"]
     assert get_order(v2, new_order).body["workflow"] == {"name": "order", "version": 2}
 
