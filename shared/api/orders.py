@@ -42,7 +42,7 @@ from shared.core.orders import (
     validation_errors,
 )
 from shared.core.rows import STATE_ROW
-from shared.core.statemachine import View, bound, inflight_request, plan_submission, schedule_message
+from shared.core.statemachine import View, bound, inflight_requests, plan_submission, schedule_message
 from shared.core.statemachine.actions import allowed_actions
 from shared.core.workflows import UnknownWorkflow
 from shared.observability import metrics, telemetry
@@ -165,9 +165,10 @@ def _resend_lost(rt: Runtime, view: View) -> None:
         priority = view.order.priority if view.order is not None else None
         rt.run([Send(schedule_message(view.order_id, state.schedule_seq, ctx, view.traceparent, priority=priority),
                      critical=False, what="schedule (replay)")])
-    elif (resend := inflight_request(view, ctx)) is not None:
+    else:
         # the first submission may have died between its transaction and its send
-        rt.run([Send(resend.message, critical=False, what="request (replay)")])
+        rt.run([Send(resend.message, critical=False, what="request (replay)")
+                for resend in inflight_requests(view, ctx)])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,7 +39,8 @@ def _kind_view(step: StepRow, spec: Step | None, created_at: datetime) -> dict[s
     """A step's kind, and what a wait or a delay waits for: the event (and when it came, if it
     did), or the time the delay ends."""
     if spec is None or spec.kind == "call":
-        return {"kind": spec.kind if spec is not None else "call"}
+        # a branch of a parallel step names its group (its lane on the console's timeline)
+        return {"kind": "call", "group": spec.group if spec is not None else None}
     if spec.kind == "wait":
         return {"kind": "wait", "event": {"name": spec.event, "decision": spec.decision,
                                           "receivedAt": _time(step.event_at), "body": step.event_body}}

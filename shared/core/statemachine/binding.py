@@ -79,12 +79,15 @@ def _released(state: StateRow, ctx: Ctx) -> StateRow:
 
 def _hold(view: View, state: StateRow, reason: str, ctx: Ctx) -> tuple[Verdict, StateRow, list[Op], Event]:
     current = view.step_at(state.step_index) if state.mode is Mode.FORWARD else None
+    # the step in flight (or pending), and any other running row (the branches of a parallel step:
+    # without its workflow, only the rows tell)
+    stopped = [s for s in view.steps if s.state is StepState.RUNNING or s is current] if current is not None else []
     ops: list[Op] = []
-    if current is not None and current.state in (StepState.RUNNING, StepState.PENDING):
-        unknown = current.outcome_unknown or current.state is StepState.RUNNING  # it may have been applied
-        failed = replace(current, state=StepState.FAILED, failure_reason=reason, finished_at=ctx.now,
+    for row in (s for s in stopped if s.state in (StepState.RUNNING, StepState.PENDING)):
+        unknown = row.outcome_unknown or row.state is StepState.RUNNING  # it may have been applied
+        failed = replace(row, state=StepState.FAILED, failure_reason=reason, finished_at=ctx.now,
                          complete_by=None, outcome_unknown=unknown)
-        ops.append(failed.replacing(current))
+        ops.append(failed.replacing(row))
     step_name = current.name if current is not None else state.step_name
     new_state = replace(_released(state, ctx), process_state=ProcessState.ERROR, mode=Mode.HELD, outcome=Outcome.HELD,
                         reason=reason, failed_step=step_name if ops else state.failed_step)

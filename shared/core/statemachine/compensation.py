@@ -1,6 +1,7 @@
 """Compensation: a compensation's reply, and what comes after a compensation ends.
 
-Compensations run one at a time, in reverse step order. When one ends (done, or failed for
+Compensations run one at a time, in reverse step order (a parallel step's branches in reverse
+order of completion: ``groups.rank``). When one ends (done, or failed for
 good), the next Pending one is dispatched, or the order finishes. A reply's handler holds the
 claim and dispatches the next one itself; the Supervisor (after giving up on a compensation)
 hands the order to a scheduler instead.
@@ -18,7 +19,8 @@ from shared.core.messages import ReplyMessage
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import drop_index, hand_off
-from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, inflight_request
+from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, inflight_requests
+from shared.core.statemachine.groups import rank
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends
 from shared.core.statemachine.search_index import reindex
@@ -52,10 +54,7 @@ def compensation_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx)
                                                                              CompensationState.FAILED):
         effects: list[Effect] = [info("reply.duplicate", view, step=reply.step, attempt=reply.attempt,
                                       kind="compensation")]
-        resend = inflight_request(view, ctx)
-        if resend is not None:
-            effects.append(resend)
-        return Decision(Verdict.DUPLICATE, effects)
+        return Decision(Verdict.DUPLICATE, [*effects, *inflight_requests(view, ctx)])
     return Decision(Verdict.STALE, [log(logging.WARNING, "reply.stale", view, step=reply.step, attempt=reply.attempt,
                                   kind="compensation", lease=str(state.lease))])
 
@@ -69,12 +68,14 @@ def next_compensation(view: View, step: StepRow, ended: StepRow, ctx: Ctx, *, wa
     assert state is not None
     state_now = state if comp_failure_count is None else replace(state, comp_failure_count=comp_failure_count)
     after = view.with_steps(ended)
-    pending = [s for s in after.steps if s.compensation is CompensationState.PENDING and s.index < step.index]
+    # the next one back in the order the effects were applied (a parallel step's branches by completion)
+    pending = [s for s in after.steps if s.compensation is CompensationState.PENDING
+               and rank(s, ctx) < rank(step, ctx)]
     head: list[Effect] = [warning] if warning else []
     events = [*before, *_ended_events(step, ended, warning)]
     if not pending:
         return _compensated(view, step, ended, state_now, head, events, ctx)
-    following = max(pending, key=lambda s: s.index)
+    following = max(pending, key=lambda s: rank(s, ctx))
     if by_supervisor:
         return _hand_off_next(view, step, ended, state_now, following, head, events, ctx)
     running, new_state = dispatch_compensation(following, replace(state_now, comp_failure_count=0), ctx)

@@ -157,6 +157,7 @@ class Verdict(StrEnum):
     RESUMED = "resumed"  # a redelivered message re-sent the request in flight, or a step's wait on a breaker ended
     IGNORED = "ignored"  # nothing to do: the order is not waiting for what the message asks
     STEP_DONE = "step-done"  # a step's reply recorded, the next step dispatched
+    BRANCH_DONE = "branch-done"  # a branch of a parallel step done; other branches still in flight
     STEP_DONE_SUSPENDED = "step-done-suspended"  # a step's reply recorded; the order is suspended: nothing dispatched
     PROCESSED = "processed"  # the last step's reply recorded: the order is done
     DUPLICATE = "duplicate"  # the reply of an attempt already recorded (the request in flight is re-sent)

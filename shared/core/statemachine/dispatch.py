@@ -8,6 +8,7 @@ from shared.core.effects import Send
 from shared.core.lease import Lease, LeaseKind
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx
+from shared.core.statemachine.groups import in_flight, members, rank
 from shared.core.statemachine.history import Event, EventKind, event
 from shared.core.statemachine.outbox import compensation_request
 from shared.core.statemachine.start import deadline, step_sends
@@ -18,12 +19,34 @@ from shared.core.times import iso
 
 def dispatch_step(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[StepRow, StateRow]:
     """The step Running with its next attempt, and the state row that says so."""
-    attempt = step.attempt + 1
-    complete_by = deadline(step, state, ctx)
-    running = replace(step, state=StepState.RUNNING, attempt=attempt, complete_by=complete_by, started_at=ctx.now,
-                      finished_at=None, waiting_on=None, waiting_since=None)
-    return running, replace(state, step_index=step.index, step_name=step.name, attempt=attempt,
-                            complete_by=complete_by, lease=Lease.for_step(step.name, attempt), updated_at=ctx.now)
+    running = _running(step, state, ctx)
+    assert running.complete_by is not None
+    return running, replace(state, step_index=step.index, step_name=step.name, attempt=running.attempt,
+                            complete_by=running.complete_by, lease=Lease.for_step(step.name, running.attempt),
+                            updated_at=ctx.now)
+
+
+def dispatch(view: View, step: StepRow, state: StateRow, ctx: Ctx) -> tuple[list[StepRow], StateRow]:
+    """``step`` put in flight, or, for a branch of a parallel step, every branch of its group not
+    done yet (``groups``): the rows Running, and the state row whose lease names the step or the
+    group, with the latest of their deadlines. No branch left to run: no rows."""
+    group = ctx.config.spec(step.name).group
+    if group is None:
+        running, new_state = dispatch_step(step, state, ctx)
+        return [running], new_state
+    branches = members(view, step, ctx)
+    rows = [_running(s, state, ctx) for s in branches if s.state not in (StepState.DONE, StepState.SKIPPED)]
+    if not rows:
+        return [], state
+    complete_by = max(r.complete_by for r in rows if r.complete_by is not None)
+    attempt = max(r.attempt for r in rows)
+    return rows, replace(state, step_index=branches[0].index, step_name=group, attempt=attempt,
+                         complete_by=complete_by, lease=Lease.for_step(group, attempt), updated_at=ctx.now)
+
+
+def _running(step: StepRow, state: StateRow, ctx: Ctx) -> StepRow:
+    return replace(step, state=StepState.RUNNING, attempt=step.attempt + 1, complete_by=deadline(step, state, ctx),
+                   started_at=ctx.now, finished_at=None, waiting_on=None, waiting_since=None)
 
 
 def dispatch_compensation(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[StepRow, StateRow]:
@@ -59,27 +82,28 @@ def outcome_unknown(step: StepRow, ctx: Ctx) -> bool:
 
 def to_compensate(view: View, ctx: Ctx) -> list[StepRow]:
     """Every step to compensate, in compensation (reverse) order: the Done steps with a
-    compensation, and a step whose outcome is unknown (the latest one: it comes first)."""
+    compensation, and a step whose outcome is unknown (the latest one: it comes first). A
+    parallel step's branches come in reverse order of completion (``groups.rank``)."""
     chosen = [s for s in view.steps if (s.state is StepState.DONE and ctx.config.spec(s.name).compensation)
               or outcome_unknown(s, ctx)]
-    return sorted(chosen, key=lambda s: s.index, reverse=True)
+    return sorted(chosen, key=lambda s: rank(s, ctx), reverse=True)
 
 
-def inflight_request(view: View, ctx: Ctx) -> Send | None:
-    """The request the state row says is in flight (to re-send after a crash), if still live."""
+def inflight_requests(view: View, ctx: Ctx) -> list[Send]:
+    """The requests the state row says are in flight (to re-send after a crash), if still live:
+    a step's (a wait with no event kept sends nothing), a parallel step's running branches', or
+    a compensation's."""
     state = view.state
     if state is None or not state.claimed or state.lease is None or state.complete_by is None:
-        return None
+        return []
     lease = state.lease
     if state.complete_by <= ctx.now or lease.is_unclaimed:
-        return None
+        return []
+    if lease.kind is LeaseKind.STEP:
+        return [replace(send, what=f"{send.what} (resume)") for step in in_flight(view, ctx)
+                for send in step_sends(view, step, ctx)]
     step = view.step(lease.step)
-    if step is None:
-        return None
-    if lease.kind is LeaseKind.STEP and step.state is StepState.RUNNING and step.attempt == lease.attempt:
-        sends = step_sends(view, step, ctx)  # a wait with no event kept sends nothing
-        return replace(sends[0], what=f"{sends[0].what} (resume)") if sends else None
-    if (lease.kind is LeaseKind.COMPENSATION and step.compensation is CompensationState.RUNNING
+    if (step is not None and step.compensation is CompensationState.RUNNING
             and step.compensation_attempt == lease.attempt):
-        return replace(compensation_request(view, step, ctx), what="compensation (resume)")
-    return None
+        return [replace(compensation_request(view, step, ctx), what="compensation (resume)")]
+    return []

@@ -32,7 +32,7 @@ from shared.core.lease import Lease
 from shared.core.messages import WakeMessage
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
-from shared.core.statemachine.dispatch import inflight_request
+from shared.core.statemachine.dispatch import inflight_requests
 from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.forward import step_done
 from shared.core.statemachine.history import Event, EventKind, commit, event
@@ -72,9 +72,8 @@ def decide_event(view: View, name: str, body: dict[str, Any], key: str, ctx: Ctx
         if step.event_key == key:
             # A client's retry after its first call died past the write: the request in flight
             # (the next step's, or a compensation's) is sent again (same id: deduplicated).
-            resend = inflight_request(view, ctx)
             return Decision(Verdict.EVENT_DUPLICATE, [info("event.duplicate", view, step=step.name, eventName=name),
-                                                      *([resend] if resend is not None else [])])
+                                                      *inflight_requests(view, ctx)])
         raise Rejected(f"event {name!r} was received already, at {iso(step.event_at) if step.event_at else '?'}; "
                        "a wait takes one event (send the same one again, or with the same Idempotency-Key)")
     if state.mode is Mode.FINISHED or state.mode is Mode.COMPENSATE:

@@ -22,6 +22,7 @@ from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import cover, hand_off
 from shared.core.statemachine.events import waited_out
 from shared.core.statemachine.failure import fail_step
+from shared.core.statemachine.groups import in_flight
 from shared.core.statemachine.history import EventKind, commit, event
 from shared.core.statemachine.outbox import alert, log
 from shared.core.statemachine.view import View
@@ -39,6 +40,10 @@ def decide_expired(view: View, ctx: Ctx) -> Decision:
     if lease.is_unclaimed:
         return _reschedule(view, state, ctx)
     step = view.step(lease.step)
+    if step is None and lease.kind is LeaseKind.STEP and in_flight(view, ctx):
+        # a parallel step's group (``groups``): its branches not done are redriven together
+        running = in_flight(view, ctx)
+        return _attempt_expired(view, state, running, ctx).then(*(e for b in running for e in _lost_wait(view, b, ctx)))
     if step is None:
         return Decision(Verdict.OBSOLETE, [log(logging.ERROR, "supervisor.unknown_step", view, lease=str(lease))])
     if lease.kind is LeaseKind.STEP:
@@ -86,10 +91,13 @@ def _lost_wait(view: View, step: StepRow, ctx: Ctx, *, compensation: bool = Fals
 def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
     if ctx.config.spec(step.name).kind != "call":  # a wait or a delay: no agent, no redrive
         return waited_out(view, step, ctx)
-    return _attempt_expired(view, state, step, ctx).then(*_lost_wait(view, step, ctx))
+    return _attempt_expired(view, state, [step], ctx).then(*_lost_wait(view, step, ctx))
 
 
-def _attempt_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
+def _attempt_expired(view: View, state: StateRow, steps: list[StepRow], ctx: Ctx) -> Decision:
+    """``steps``: the step in flight, or a parallel step's branches in flight (the first one's
+    retry policy counts; a failure for good stops the others)."""
+    step = steps[0]
     if step.waiting_on is not None:
         # The longest wait on a breaker is over: the step fails for good, once, whatever the
         # number of probes (docs/breakers-and-lanes.md, "How long an order waits"). Its probes
@@ -107,15 +115,17 @@ def _attempt_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> De
                          timed_out=True, failure_count=failures)
     # OutcomeUnknown: the attempt may have applied the effect; a cancel of the Pending order
     # compensates it (an error reply or Done of a later attempt settles it).
-    pending = replace(step, state=StepState.PENDING, complete_by=None, failure_reason=reason, outcome_unknown=True)
+    pending = [replace(s, state=StepState.PENDING, complete_by=None, failure_reason=reason, outcome_unknown=True)
+               for s in steps]
+    ops = [row.replacing(old) for row, old in zip(pending, steps, strict=True)]
     if state.suspended:  # no scheduler gets it until an operator resumes it (shared.core.statemachine.suspend)
         paused = replace(state, process_state=ProcessState.PENDING, failure_count=failures, locked_by=None,
                          claim_token=None, lease=None, complete_by=None, updated_at=ctx.now)
         return Decision(Verdict.REDRIVEN, [
             # ETag-conditional, as every redrive; the row being handled is deleted by the sweep.
-            commit(view, paused, [pending.replacing(step)],
-                   [event(EventKind.REDRIVEN, step.name, step.attempt, reason=reason, failureCount=failures,
-                          suspended=True)], ctx, note="redrive, suspended"),
+            commit(view, paused, ops,
+                   [event(EventKind.REDRIVEN, s.name, s.attempt, reason=reason, failureCount=failures,
+                          suspended=True) for s in steps], ctx, note="redrive, suspended"),
             log(logging.WARNING, "supervisor.redrive_suspended", view, step=step.name, attempt=step.attempt,
                 failureCount=failures),
         ])
@@ -128,9 +138,9 @@ def _attempt_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> De
         # FailureCount+1, claim released, Pending: ETag-conditional, so two supervisors
         # never count one failure twice. Crash after this (notice not sent): the
         # new row fires by delay+grace and the schedule message is re-sent.
-        commit(view, new_state, [pending.replacing(step)],
-               [event(EventKind.REDRIVEN, step.name, step.attempt, reason=reason, failureCount=failures,
-                      backoffSeconds=delay.total_seconds())], ctx, note="redrive"),
+        commit(view, new_state, ops,
+               [event(EventKind.REDRIVEN, s.name, s.attempt, reason=reason, failureCount=failures,
+                      backoffSeconds=delay.total_seconds()) for s in steps], ctx, note="redrive"),
         handoff.notice,
         log(logging.WARNING, "supervisor.redrive", view, step=step.name, attempt=step.attempt, failureCount=failures,
             delaySeconds=delay.total_seconds()),

@@ -26,6 +26,7 @@ from shared.core.rows import Op, StateRow, StepRow
 from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import drop_index, hand_off
 from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, to_compensate
+from shared.core.statemachine.groups import STOPPED_REASON, fence, members
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import alert, compensation_request, status_sends
 from shared.core.statemachine.search_index import reindex
@@ -50,19 +51,28 @@ def fail_step(view: View, step: StepRow, reason: str, ctx: Ctx, *, timed_out: bo
     base = replace(state, failure_count=count, process_state=ProcessState.ERROR, failed_step=step.name, reason=reason,
                    updated_at=ctx.now)
     tail = status_sends(view, "failed", ctx, step=step.name, reason=reason, processState=ProcessState.ERROR)
+    # A branch of a parallel step fails its group: the branches still in flight are stopped, their
+    # outcome unknown (``groups``); one that cannot be undone holds the order, as a timed-out pivot.
+    stopped = fence([b for b in members(view, step, ctx) if b.index != step.index], ctx, STOPPED_REASON)
     events = [*before,
               event(EventKind.STEP_FAILED, step.name, step.attempt, reason=reason, outcomeUnknown=timed_out or None),
-              event(EventKind.ALERT, step.name, step.attempt, reason=reason, failureCount=count)]
-    holds = (spec.on_failure == "hold" or (timed_out and spec.compensation is None)) if hold is None else hold
+              event(EventKind.ALERT, step.name, step.attempt, reason=reason, failureCount=count),
+              *(event(EventKind.STEP_FAILED, b.name, b.attempt, reason=STOPPED_REASON, outcomeUnknown=True)
+                for b in stopped)]
+    stuck = any(ctx.config.spec(b.name).compensation is None for b in stopped)
+    holds = (spec.on_failure == "hold" or (timed_out and spec.compensation is None) or stuck) if hold is None else hold
+    written = {failed.index: failed} | {b.index: b for b in stopped}
     if holds:
-        return _hold(view, step, failed, base, [head], tail, events, ctx)
-    comps = to_compensate(view.with_steps(failed), ctx)
+        return _hold(view, step, written, base, [head], tail, events, ctx)
+    comps = to_compensate(view.with_steps(*written.values()), ctx)
     if not comps:
-        return _fail_final(view, step, failed, base, [head], tail, events, ctx)
-    # The rows to write: the failed step, and every step to compensate marked Pending (the
-    # failed step itself among them when its outcome is unknown). One op per row.
+        return _fail_final(view, step, written, base, [head], tail, events, ctx)
+    # The rows to write: the failed step (and the branches it stopped), and every step to
+    # compensate marked Pending (the failed step itself among them when its outcome is
+    # unknown). One op per row.
     marked = {s.index: replace(s, compensation=CompensationState.PENDING) for s in comps}
-    marked.setdefault(failed.index, failed)
+    for index, row in written.items():
+        marked.setdefault(index, row)
     if timed_out:
         return _compensate_later(view, base, marked, comps[0].index, [head], tail, events, ctx)
     return _compensate_now(view, base, marked, comps[0].index, [head], tail, events, ctx)
@@ -72,7 +82,7 @@ def _released(state: StateRow) -> StateRow:
     return replace(state, locked_by=None, claim_token=None, complete_by=None, lease=None)
 
 
-def _hold(view: View, step: StepRow, failed: StepRow, base: StateRow, head: list[Alert],
+def _hold(view: View, step: StepRow, written: dict[int, StepRow], base: StateRow, head: list[Alert],
           tail: list[Effect], events: list[Event], ctx: Ctx) -> Decision:
     state = view.state
     assert state is not None
@@ -80,7 +90,7 @@ def _hold(view: View, step: StepRow, failed: StepRow, base: StateRow, head: list
     return Decision(Verdict.HELD, [
         *head,
         # Crash after this: held in Error for an operator; nothing in flight.
-        commit(view, new_state, [failed.replacing(step)], [*events, event(EventKind.HELD, step.name)], ctx,
+        commit(view, new_state, _ops(view, written), [*events, event(EventKind.HELD, step.name)], ctx,
                note="step failed, held"),
         *tail,
         # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
@@ -89,7 +99,7 @@ def _hold(view: View, step: StepRow, failed: StepRow, base: StateRow, head: list
     ])
 
 
-def _fail_final(view: View, step: StepRow, failed: StepRow, base: StateRow, head: list[Alert],
+def _fail_final(view: View, step: StepRow, written: dict[int, StepRow], base: StateRow, head: list[Alert],
                 tail: list[Effect], events: list[Event], ctx: Ctx) -> Decision:
     state = view.state
     assert state is not None
@@ -98,7 +108,7 @@ def _fail_final(view: View, step: StepRow, failed: StepRow, base: StateRow, head
     return Decision(Verdict.FAILED, [
         *head,
         # Crash after this: final state; only best-effort messages are missing.
-        commit(view, new_state, [failed.replacing(step)], [*events, event(EventKind.FAILED, step.name)], ctx,
+        commit(view, new_state, _ops(view, written), [*events, event(EventKind.FAILED, step.name)], ctx,
                note="step failed, final"),
         *tail,
         *reindex(view.order, state, new_state),

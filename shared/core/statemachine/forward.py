@@ -8,7 +8,6 @@ from dataclasses import replace
 from typing import Any
 
 from shared.core.effects import Effect, Log
-from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage
 from shared.core.rows import OrderRow, StateRow, StepRow
 from shared.core.statemachine.compensation import compensation_reply
@@ -16,12 +15,13 @@ from shared.core.statemachine.config import Ctx, Decision, Verdict
 from shared.core.statemachine.deadlines import cover, drop_index
 from shared.core.statemachine.dispatch import (
     compensation_dispatched,
+    dispatch,
     dispatch_compensation,
-    dispatch_step,
     dispatched,
-    inflight_request,
+    inflight_requests,
 )
 from shared.core.statemachine.failure import fail_step
+from shared.core.statemachine.groups import STOPPED_REASON, group_of, lease_names, members
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends
 from shared.core.statemachine.search_index import reindex
@@ -52,11 +52,11 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
     claimed = StateRow(order_id=order_id, process_state=ProcessState.PROCESSING, mode=Mode.FORWARD,
                        locked_by=ctx.instance_id, claim_token=ctx.token, created_at=ctx.now)
     runs = next(s for s in pending if s.state is not StepState.SKIPPED)
-    first, state = dispatch_step(runs, claimed, ctx)
+    first, state = dispatch(View(order, claimed, tuple(pending)), runs, claimed, ctx)
     assert state.complete_by is not None
     index = cover(order_id, state.complete_by, ctx, note="order deadline")
     state = replace(state, index_due=index.due)
-    view = View(order, state, tuple(first if s.index == first.index else s for s in pending))
+    view = View(order, state, tuple(pending)).with_steps(*first)
     return [
         # Crash after this: no order row exists; the sweep finds no state row and deletes the
         # index row once it is ORPHAN_INDEX_AGE old. The client saw no 202 and retries.
@@ -70,13 +70,13 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
                [event(EventKind.ACCEPTED, total=total, currency=order.currency, items=len(order.items),
                       priority=order.priority, workflow=order.workflow, workflowVersion=order.workflow_version,
                       skipped=skipped or None),
-                dispatched(first)], ctx, note="submission + first claim"),
-        *first_sends(view, first, ctx),
+                *(dispatched(r) for r in first)], ctx, note="submission + first claim"),
+        *(send for r in first for send in first_sends(view, r, ctx)),
         *status_sends(view, "received", ctx, processState=ProcessState.PROCESSING),
         # Crash after the transaction, before this: the order is not listed in search until
         # its category next changes (every index write puts all of its rows).
         *reindex(order, None, state),
-        info("order.claimed", view, step=first.name, lease=str(state.lease), completeBy=state.complete_by),
+        info("order.claimed", view, step=state.step_name, lease=str(state.lease), completeBy=state.complete_by),
     ]
 
 
@@ -90,9 +90,9 @@ def decide_schedule(view: View, seq: int, ctx: Ctx) -> Decision:
     if state.claimed and state.claimed_seq == seq:
         # The same schedule message again (redelivered after a crash between the claim and
         # the request send): re-send the in-flight request. Same message_id: deduplicated.
-        resend = inflight_request(view, ctx)
-        if resend is not None:
-            return Decision(Verdict.RESUMED, [resend, info("schedule.resumed", view, seq=seq)])
+        resend = inflight_requests(view, ctx)
+        if resend:
+            return Decision(Verdict.RESUMED, [*resend, info("schedule.resumed", view, seq=seq)])
     return Decision(Verdict.IGNORED, [info("schedule.ignored", view, seq=seq, processState=state.process_state,
                                      lease=str(state.lease))])
 
@@ -104,12 +104,25 @@ def _claim(view: View, seq: int, ctx: Ctx) -> Decision:
     inconsistent = Decision(Verdict.INCONSISTENT, [log(logging.ERROR, "schedule.inconsistent", view, seq=seq)])
     if state.mode is Mode.FORWARD:
         step = view.step_at(state.step_index)
-        if step is None or step.state is StepState.DONE:
+        if step is None:
             return inconsistent
-        running, new_state = dispatch_step(step, replace(claimed, process_state=ProcessState.PROCESSING), ctx)
-        sends = step_sends(view.with_steps(running), running, ctx)
-        claimed_event = dispatched(running)
-    elif state.mode is Mode.COMPENSATE:
+        # a step, or every branch of a parallel step not done yet (groups)
+        rows, new_state = dispatch(view, step, replace(claimed, process_state=ProcessState.PROCESSING), ctx)
+        if not rows or (step.state is StepState.DONE and group_of(step, ctx) is None):
+            return inconsistent
+        after = view.with_steps(*rows).with_state(new_state)
+        return Decision(Verdict.CLAIMED, [
+            # No index write: the order's row covers this deadline (>= now + floor).
+            # The claim and the step (or branches) Running, attempt n, ONE transaction. Lost ETag
+            # race: another instance owns the order. Crash after this (requests not sent): a
+            # redelivered schedule message (seq == ClaimedSeq) re-sends them; otherwise the
+            # Supervisor expires the lease at CompleteBy and redrives.
+            commit(view, new_state, view.replacing(rows), [dispatched(r) for r in rows], ctx, note="claim"),
+            *(send for r in rows for send in step_sends(after, r, ctx)),
+            info("order.claimed", view, step=new_state.step_name, lease=str(new_state.lease),
+                 completeBy=new_state.complete_by),
+        ])
+    if state.mode is Mode.COMPENSATE:
         step = view.step_at(state.comp_index)
         if step is None or step.compensation not in (CompensationState.PENDING, CompensationState.RUNNING):
             return inconsistent
@@ -147,9 +160,13 @@ def decide_reply(view: View, reply: ReplyMessage, ctx: Ctx) -> Decision:
 def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Decision:
     state = view.state
     assert state is not None
-    live = (state.mode is Mode.FORWARD and state.claimed and state.lease == Lease.for_step(reply.step, reply.attempt)
+    live = (state.mode is Mode.FORWARD and state.claimed and lease_names(state, step, reply.attempt, ctx)
             and step.state is StepState.RUNNING and step.attempt == reply.attempt)
     if live:
+        if reply.outcome == "waiting" and group_of(step, ctx) is not None:
+            # a branch does not wait on a breaker (groups): it is redriven at its group's deadline
+            return Decision(Verdict.IGNORED, [log(logging.WARNING, "branch.waiting_ignored", view, step=step.name,
+                                                  attempt=reply.attempt, breaker=reply.breaker)])
         if reply.outcome == "waiting":
             return waiting_reply(view, step, reply, ctx)
         step, resumed, forget = end_wait(view, step)  # a waiting attempt's probe got an answer
@@ -157,17 +174,15 @@ def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Dec
             return step_done(view, step, reply.result or {}, ctx, before=resumed).then(*forget)
         # An error reply: the remote rejected the key and applied nothing under it.
         return fail_step(view, step, reply.reason or "rejected", ctx, timed_out=False, before=resumed).then(*forget)
-    fenced = step.failure_reason == TERMINATED_REASON  # an attempt terminate stopped: its reply is late
+    # an attempt terminate (or its branch's failure) stopped: its reply is late
+    fenced = step.failure_reason in (TERMINATED_REASON, STOPPED_REASON)
     if step.attempt == reply.attempt and step.state in (StepState.DONE, StepState.FAILED) and not fenced:
         effects: list[Effect] = [info("reply.duplicate", view, step=reply.step, attempt=reply.attempt)]
         if step.state is StepState.FAILED:
             # the alert may have been lost in a crash: re-send it (same id: deduplicated)
             effects.append(alert(view, step.name, step.failure_reason or "failed", state.failure_count,
                                  f"{step.name}:{reply.attempt}", ctx))
-        resend = inflight_request(view, ctx)
-        if resend is not None:
-            effects.append(resend)
-        return Decision(Verdict.DUPLICATE, effects)
+        return Decision(Verdict.DUPLICATE, [*effects, *inflight_requests(view, ctx)])
     return Decision(Verdict.STALE, [log(logging.WARNING, "reply.stale", view, step=reply.step, attempt=reply.attempt,
                                   currentAttempt=step.attempt, stepState=step.state, lease=str(state.lease))])
 
@@ -179,7 +194,17 @@ def step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
     assert state is not None
     done = replace(step, state=StepState.DONE, result=result, finished_at=ctx.now, complete_by=None)
     done_event = event(EventKind.STEP_DONE, step.name, step.attempt)
-    following = view.after(step.index)
+    group = members(view, step, ctx)
+    if any(b.state is StepState.RUNNING for b in group if b.index != step.index):
+        # a branch of a parallel step, others still in flight: the last one dispatches the next step
+        return Decision(Verdict.BRANCH_DONE, [
+            # Crash after this: the redelivered reply is a duplicate; the other branches' replies go on.
+            commit(view, replace(state, updated_at=ctx.now), [done.replacing(step)], [*before, done_event], ctx,
+                   note="branch done"),
+            *status_sends(view, "step-done", ctx, step=step.name),
+            info("branch.done", view, step=step.name, attempt=step.attempt),
+        ])
+    following = view.after(max(b.index for b in group))
     if following is not None and state.suspended:
         # Suspended by an operator (shared.core.statemachine.suspend): the next step waits for a
         # resume, with nothing in flight, so no deadline (the Supervisor counts no time against it).
@@ -194,19 +219,20 @@ def step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
             *drop_index(state),
         ])
     if following is not None:
-        # the claim (LockedBy) carries on to the next step
-        running, new_state = dispatch_step(following, state, ctx)
+        # the claim (LockedBy) carries on to the next step (or every branch of a parallel one)
+        running, new_state = dispatch(view, following, state, ctx)
+        after = view.with_steps(done, *running).with_state(new_state)
         return Decision(Verdict.STEP_DONE, [
             # No index write: the order's row covers the next deadline (>= now + floor).
             # Step Done (+result) and next step Running and state, ONE transaction.
             # Crash after this: the redelivered reply is a duplicate of a Done step and
-            # re-sends the next request (inflight_request); if the reply is not redelivered,
+            # re-sends the next request (inflight_requests); if the reply is not redelivered,
             # the Supervisor expires the next lease at CompleteBy and redrives.
-            commit(view, new_state, [done.replacing(step), running.replacing(following)],
-                   [*before, done_event, dispatched(running)], ctx, note="step done + next dispatched"),
-            *step_sends(view.with_steps(done, running).with_state(new_state), running, ctx),
+            commit(view, new_state, [done.replacing(step), *view.replacing(running)],
+                   [*before, done_event, *(dispatched(r) for r in running)], ctx, note="step done + next dispatched"),
+            *(send for r in running for send in step_sends(after, r, ctx)),
             *status_sends(view, "step-done", ctx, step=step.name),
-            info("step.done", view, step=step.name, attempt=step.attempt, next=following.name),
+            info("step.done", view, step=step.name, attempt=step.attempt, next=new_state.step_name),
         ])
     new_state = replace(state, process_state=ProcessState.PROCESSED, mode=Mode.FINISHED, outcome=Outcome.PROCESSED,
                         locked_by=None, claim_token=None, complete_by=None, lease=None, updated_at=ctx.now,
@@ -223,3 +249,4 @@ def step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
         *reindex(view.order, state, new_state),
         *drop_index(state),
     ])
+

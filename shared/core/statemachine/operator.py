@@ -15,12 +15,14 @@ first. A retry comes in three kinds:
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
 from shared.core.statemachine.deadlines import drop_index, hand_off
 from shared.core.statemachine.dispatch import to_compensate
+from shared.core.statemachine.groups import rank
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import log, status_sends
 from shared.core.statemachine.search_index import reindex
@@ -112,7 +114,8 @@ def _redrive_compensations(view: View, state: StateRow, ctx: Ctx) -> Decision:
     if not failed:
         raise Rejected("the order has no failed compensation to redrive")
     again = [replace(s, compensation=CompensationState.PENDING, compensation_finished_at=None) for s in failed]
-    new_state = replace(state, mode=Mode.COMPENSATE, comp_index=max(s.index for s in again), comp_failure_count=0,
+    latest = max(again, key=lambda s: rank(s, ctx))  # the last effect applied is undone first
+    new_state = replace(state, mode=Mode.COMPENSATE, comp_index=latest.index, comp_failure_count=0,
                         compensation_state=OrderCompensation.RUNNING, finished_at=None, retried_at=ctx.now)
     ops = [row.replacing(old) for row, old in zip(again, failed, strict=True)]
     events = [event(EventKind.RETRIED, retry="compensation", steps=[s.name for s in failed])]
@@ -153,17 +156,17 @@ def decide_cancel(view: View, ctx: Ctx) -> Decision:
 
 
 def compensate_all(view: View, base: StateRow, comps: list[StepRow], recorded: Event, verdict: Verdict, ctx: Ctx, *,
-                   needs_cover: bool, status: str, fenced: StepRow | None = None) -> Decision:
+                   needs_cover: bool, status: str, fenced: Sequence[StepRow] = ()) -> Decision:
     """Compensate ``comps`` (in that order), handing the order to a scheduler; ``fenced``: the
-    step row the action changed too (terminate)."""
+    step rows the action changed too (terminate)."""
     state = view.state
     assert state is not None
     # An order with a lease has its index row; one without (held, suspended with nothing in
     # flight) has none: its new deadline needs one (``needs_cover``).
     handoff = hand_off(view, ctx, note=f"{verdict} unclaimed guard", needs_cover=needs_cover)
     marked = {c.index: replace(c, compensation=CompensationState.PENDING) for c in comps}
-    if fenced is not None:
-        marked.setdefault(fenced.index, fenced)
+    for row in fenced:
+        marked.setdefault(row.index, row)
     old = {s.index: s for s in view.steps}
     new_state = handoff.apply(replace(base, mode=Mode.COMPENSATE, comp_index=comps[0].index, comp_failure_count=0,
                                       compensation_state=OrderCompensation.RUNNING))

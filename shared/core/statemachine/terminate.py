@@ -19,6 +19,7 @@ from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
 from shared.core.statemachine.deadlines import drop_index
 from shared.core.statemachine.dispatch import to_compensate
+from shared.core.statemachine.groups import members
 from shared.core.statemachine.history import EventKind, commit, event
 from shared.core.statemachine.operator import compensate_all, why_not
 from shared.core.statemachine.outbox import log, status_sends
@@ -36,27 +37,32 @@ def decide_terminate(view: View, ctx: Ctx) -> Decision:
     if state.mode is not Mode.FORWARD or state.process_state not in (ProcessState.PENDING, ProcessState.PROCESSING):
         raise Rejected(why_not(state, "terminate", "only an order in flight (running its steps) can be terminated"))
     current = view.step_at(state.step_index)
-    forget = forget_wait(view.order_id, current) if current is not None else []
-    return _terminate(view, state, current, ctx).then(*forget)
+    # the step in flight, or every branch of a parallel step (``groups``)
+    targets = members(view, current, ctx) if current is not None else []
+    forget = [e for step in targets for e in forget_wait(view.order_id, step)]
+    return _terminate(view, state, targets, ctx).then(*forget)
 
 
-def _terminate(view: View, state: StateRow, current: StepRow | None, ctx: Ctx) -> Decision:
-    fenced = _fence(current, ctx) if current is not None else None
-    after = view.with_steps(fenced) if fenced is not None else view
+def _terminate(view: View, state: StateRow, targets: list[StepRow], ctx: Ctx) -> Decision:
+    fenced = [row for row in (_fence(step, ctx) for step in targets)]
+    changed = [row for row, old in zip(fenced, targets, strict=True) if row != old]
+    lead = changed[0] if changed else (fenced[0] if fenced else None)
+    after = view.with_steps(*changed)
     base = replace(state, process_state=ProcessState.ERROR, locked_by=None, claim_token=None, updated_at=ctx.now,
-                   terminated_at=ctx.now, failed_step=fenced.name if fenced else None, reason=TERMINATED_REASON)
-    if fenced is not None and fenced.outcome_unknown and ctx.config.spec(fenced.name).compensation is None:
-        return _hold(view, base, fenced, ctx)
+                   terminated_at=ctx.now, failed_step=lead.name if lead else None, reason=TERMINATED_REASON)
+    stuck = [row for row in changed if row.outcome_unknown and ctx.config.spec(row.name).compensation is None]
+    if stuck:
+        return _hold(view, base, stuck[0], changed, ctx)
     comps = to_compensate(after, ctx)
-    recorded = event(EventKind.TERMINATED, fenced.name if fenced else None, fenced.attempt if fenced else None,
-                     compensations=len(comps))
+    recorded = event(EventKind.TERMINATED, lead.name if lead else None, lead.attempt if lead else None,
+                     compensations=len(comps), branches=[r.name for r in changed] if len(changed) > 1 else None)
     base = replace(base, outcome=Outcome.TERMINATED)
     if comps:
         return compensate_all(view, base, comps, recorded, Verdict.TERMINATING, ctx, needs_cover=state.lease is None,
-                              status="terminated", fenced=fenced)
+                              status="terminated", fenced=changed)
     new_state = replace(base, mode=Mode.FINISHED, complete_by=None, lease=None,
                         compensation_state=OrderCompensation.NONE, finished_at=ctx.now)
-    ops = [fenced.replacing(current)] if fenced is not None and current is not None and fenced != current else []
+    ops = view.replacing(changed)
     return Decision(Verdict.TERMINATED, [
         # Crash after this: final; a late reply is stale (the lease moved on).
         commit(view, new_state, ops, [recorded], ctx, note="operator terminate"),
@@ -79,17 +85,15 @@ def _fence(step: StepRow, ctx: Ctx) -> StepRow:
     return step
 
 
-def _hold(view: View, base: StateRow, fenced: StepRow, ctx: Ctx) -> Decision:
+def _hold(view: View, base: StateRow, fenced: StepRow, changed: list[StepRow], ctx: Ctx) -> Decision:
     state = view.state
     assert state is not None
-    current = view.step(fenced.name)
-    assert current is not None
     reason = (f"terminated while {fenced.name} was in flight: its outcome is unknown and it cannot be "
               "compensated; retry it (its idempotency key is replayed) or cancel")
     new_state = replace(base, mode=Mode.HELD, outcome=Outcome.HELD, complete_by=None, lease=None, reason=reason)
     return Decision(Verdict.HELD, [
         # Crash after this: held for an operator; a late reply is stale (the lease moved on).
-        commit(view, new_state, [fenced.replacing(current)],
+        commit(view, new_state, view.replacing(changed),
                [event(EventKind.TERMINATED, fenced.name, fenced.attempt, held=True),
                 event(EventKind.HELD, fenced.name, reason=reason)], ctx, note="operator terminate, held"),
         *status_sends(view, "held", ctx, step=fenced.name, processState=ProcessState.ERROR),

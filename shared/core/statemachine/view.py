@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shared.core.rows import ORDER_ROW, STATE_ROW, OrderRow, StateRow, StepRow
+from shared.core.rows import ORDER_ROW, STATE_ROW, Op, OrderRow, StateRow, StepRow
 from shared.core.states import StepState
 
 
@@ -49,6 +49,15 @@ class View:
         """This view with some step rows replaced by their new versions (same index)."""
         by_index = {s.index: s for s in self.steps} | {s.index: s for s in changed}
         return replace(self, steps=tuple(by_index[i] for i in sorted(by_index)))
+
+    def replacing(self, rows: Iterable[StepRow]) -> list[Op]:
+        """The ops that write ``rows`` over this view's rows of the same index (their ETags)."""
+        out = []
+        for row in rows:
+            old = self.step_at(row.index)
+            assert old is not None
+            out.append(row.replacing(old))
+        return out
 
     def with_state(self, state: StateRow) -> View:
         return replace(self, state=state)

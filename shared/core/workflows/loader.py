@@ -13,7 +13,7 @@ every step has a ``when``, and a workflow whose largest transaction would not fi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -98,9 +98,9 @@ def _context_problems(file: str, spec: WorkflowFile, agents: Mapping[str, object
         problems.append(Problem(file, "(file)", f"the file name must be {expected} (its name and version)"))
     seen: set[str] = set()
     events: dict[str, str] = {}
-    for i, step in enumerate(spec.steps):
+    for i, step, where in _every_step(spec):
         if step.name in seen:
-            problems.append(Problem(file, f"steps[{i}].name", f"duplicate step name {step.name!r}"))
+            problems.append(Problem(file, f"{where}.name", f"duplicate step name {step.name!r}"))
         seen.add(step.name)
         if step.kind == "wait" and step.event is not None:
             if step.event in events:
@@ -108,7 +108,7 @@ def _context_problems(file: str, spec: WorkflowFile, agents: Mapping[str, object
                                         f"{events[step.event]!r}: one wait step per event"))
             events.setdefault(step.event, step.name)
         if step.agent is not None and step.agent not in agents:
-            problems.append(Problem(file, f"steps[{i}].agent",
+            problems.append(Problem(file, f"{where}.agent",
                                     f"unknown agent {step.agent!r} (agents: {', '.join(sorted(agents))})"))
     for i, step in enumerate(spec.steps):
         if step.when is not None:
@@ -118,19 +118,38 @@ def _context_problems(file: str, spec: WorkflowFile, agents: Mapping[str, object
                 problems.append(Problem(file, f"steps[{i}].when", str(exc)))
     if all(step.when is not None for step in spec.steps):
         problems.append(Problem(file, "steps", "every step has a when: at least one must run for every order"))
-    if len(spec.steps) > MAX_STEPS:
-        problems.append(Problem(file, "steps", f"{len(spec.steps)} steps: its largest transaction would write "
-                                f"{largest_write(len(spec.steps))} entities, over the {TRANSACTION_ENTITIES} of "
-                                f"one entity-group transaction (at most {MAX_STEPS} steps)"))
+    rows = sum(len(step.branches or ()) or 1 for step in spec.steps)
+    if rows > MAX_STEPS:
+        problems.append(Problem(file, "steps", f"{rows} steps: its largest transaction would write "
+                                f"{largest_write(rows)} entities, over the {TRANSACTION_ENTITIES} of one entity-group "
+                                f"transaction (at most {MAX_STEPS} steps, each branch of a parallel step counting)"))
     return problems
+
+
+def _every_step(spec: WorkflowFile) -> list[tuple[int, StepFile, str]]:
+    """Every step and branch, with its index in ``steps`` and its path in the file."""
+    out: list[tuple[int, StepFile, str]] = []
+    for i, step in enumerate(spec.steps):
+        out.append((i, step, f"steps[{i}]"))
+        out += [(i, branch, f"steps[{i}].branches[{j}]") for j, branch in enumerate(step.branches or ())]
+    return out
+
+
+def _steps(step: StepFile) -> list[Step]:
+    """A step as the core reads it: one, or a parallel step's branches (each with its group's when)."""
+    if step.kind != "parallel":
+        return [_step(step)]
+    when = parse(step.when) if step.when is not None else None
+    return [replace(_step(branch), group=step.name, when=when) for branch in step.branches or ()]
 
 
 def _step(step: StepFile) -> Step:
     r = step.retry
+    kind = "call" if step.kind == "parallel" else step.kind  # a parallel step itself is never one (``_steps``)
     delay = parse_duration(step.duration) if step.duration is not None else (
         parse_duration(step.until.plus) if step.until is not None and step.until.plus != "PT0S" else timedelta(0))
     return Step(name=step.name, agent=step.agent or "", operation=step.operation or "",
-                timeout_seconds=step.timeoutSeconds or 0, kind=step.kind, event=step.event, decision=step.decision,
+                timeout_seconds=step.timeoutSeconds or 0, kind=kind, event=step.event, decision=step.decision,
                 on_timeout=step.onTimeout, delay=delay if step.kind == "delay" else None,
                 until=step.until.field if step.until is not None else None,
                 compensation=step.compensation, on_failure=step.onFailure, pivot=step.pivot,
@@ -141,7 +160,7 @@ def _step(step: StepFile) -> Step:
 
 def _workflow(spec: WorkflowFile) -> Workflow:
     return Workflow(name=spec.name, version=spec.version, description=spec.description,
-                    steps=tuple(_step(s) for s in spec.steps))
+                    steps=tuple(s for step in spec.steps for s in _steps(step)))
 
 
 def load_directory(directory: Path, agents: Mapping[str, object]) -> Registry:

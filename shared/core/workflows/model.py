@@ -38,7 +38,9 @@ class Step:
     """A step of one of three kinds: ``call`` (an agent calls its remote: ``agent``, ``operation``,
     ``compensation``...), ``wait`` (for the external ``event``; ``decision``: the boolean field of
     its body whose false value compensates the order; ``on_timeout``: what its timeout does) or
-    ``delay`` (a durable timer: ``delay`` long, or ``until`` the order's time field plus ``delay``)."""
+    ``delay`` (a durable timer: ``delay`` long, or ``until`` the order's time field plus ``delay``).
+    A call may be a branch of a parallel ``group``: the group's branches are consecutive steps,
+    dispatched together (``shared.core.statemachine.groups``)."""
 
     name: str
     agent: str  # "" for a wait or a delay
@@ -55,6 +57,7 @@ class Step:
     on_timeout: OnTimeout = "compensate"
     delay: timedelta | None = None
     until: str | None = None  # "createdAt": the delay ends ``delay`` after that time of the order
+    group: str | None = None  # the parallel step this call is a branch of
 
     def runs_for(self, order: dict[str, Any]) -> bool:
         """Whether the step runs for ``order`` (its payload, priority and customerId), or is skipped."""
@@ -103,6 +106,16 @@ class Workflow:
 
     def to_json(self) -> dict[str, object]:
         """The workflow as ``GET /api/workflows`` shows it."""
+        steps: list[dict[str, object]] = []
+        for s in self.steps:
+            if s.group is None:
+                steps.append(s.to_json())
+            elif steps and steps[-1]["name"] == s.group:
+                branches = steps[-1]["branches"]
+                assert isinstance(branches, list)
+                branches.append({**s.to_json(), "when": None})
+            else:
+                steps.append({"name": s.group, "kind": "parallel", "branches": [{**s.to_json(), "when": None}],
+                              "when": to_json(s.when) if s.when is not None else None})
         return {"name": self.name, "version": self.version, "description": self.description,
-                "events": [s.event for s in self.steps if s.event is not None],
-                "steps": [s.to_json() for s in self.steps]}
+                "events": [s.event for s in self.steps if s.event is not None], "steps": steps}

@@ -5,7 +5,8 @@ kind takes); the loader adds those that look further (duplicate step names and e
 agents, the file name, the size bound).
 
 A step's ``kind``: ``call`` (the default: an agent calls a remote), ``wait`` (for a named external
-event, ``POST /api/orders/{id}/events/{name}``) or ``delay`` (a durable timer).
+event, ``POST /api/orders/{id}/events/{name}``), ``delay`` (a durable timer) or ``parallel`` (call
+steps dispatched together: its ``branches``).
 """
 
 from __future__ import annotations
@@ -57,15 +58,18 @@ _KEYS = {
     "call": {"agent", "operation", "timeoutSeconds", "compensation", "onFailure", "pivot", "retry"},
     "wait": {"event", "decision", "timeoutSeconds", "onTimeout"},
     "delay": {"duration", "until"},
+    "parallel": {"branches"},
 }
-_REQUIRED = {"call": ("agent", "operation", "timeoutSeconds"), "wait": ("event", "timeoutSeconds"), "delay": ()}
+_REQUIRED = {"call": ("agent", "operation", "timeoutSeconds"), "wait": ("event", "timeoutSeconds"), "delay": (),
+             "parallel": ("branches",)}
+MAX_BRANCHES = 8
 
 
 class StepFile(BaseModel):
     model_config = _STRICT
 
     name: Name
-    kind: Literal["call", "wait", "delay"] = "call"
+    kind: Literal["call", "wait", "delay", "parallel"] = "call"
     # call: an agent's remote operation
     agent: Name | None = None
     operation: Operation | None = None
@@ -82,6 +86,8 @@ class StepFile(BaseModel):
     # delay: for a duration, or until a time taken from the order
     duration: str | None = None
     until: UntilFile | None = None
+    # parallel: 2 to 8 call steps, dispatched together; the group is done when every one is
+    branches: list[StepFile] | None = None
     # a condition over the order's fields (shared.core.workflows.conditions, parsed by the loader)
     when: dict[str, Any] | None = None
 
@@ -100,6 +106,14 @@ class StepFile(BaseModel):
                 raise ValueError("a delay step needs either duration (ISO 8601, e.g. PT1H) or until, not both")
             if self.duration is not None:
                 parse_duration(self.duration)
+        if self.kind == "parallel":
+            assert self.branches is not None
+            if not 2 <= len(self.branches) <= MAX_BRANCHES:
+                raise ValueError(f"a parallel step has 2 to {MAX_BRANCHES} branches, not {len(self.branches)}")
+            odd = [b.name for b in self.branches if b.kind != "call" or b.when is not None]
+            if odd:
+                raise ValueError(f"a branch is a call step without its own when (its group's when applies to all): "
+                                 f"{', '.join(odd)}")
         if self.kind == "wait" and self.timeoutSeconds is not None and self.timeoutSeconds > 30 * 86400:
             raise ValueError("a wait lasts at most 30 days")
         if self.kind == "call" and self.timeoutSeconds is not None and self.timeoutSeconds > 86400:

@@ -23,7 +23,8 @@ def test_every_step_of_every_workflow_is_served() -> None:
     files = sorted(p for p in WORKFLOWS.iterdir() if p.suffix in (".yaml", ".yml"))
     assert {p.name.split(".")[0] for p in files} >= {"order", "digital"}, files
     for path in files:
-        for step in yaml.safe_load(path.read_text())["steps"]:
+        steps = yaml.safe_load(path.read_text())["steps"]
+        for step in [b for s in steps for b in s.get("branches", [s])]:  # a parallel step's branches
             if step.get("kind", "call") != "call":
                 continue  # a wait or a delay calls no remote
             service = SERVICE_PATHS[AGENTS_BY_NAME[step["agent"]].service_url_setting]

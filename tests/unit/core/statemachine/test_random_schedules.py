@@ -2,8 +2,8 @@
 between writes, time jumping, supervisors sweeping. After every action the rows must be
 consistent; once the faults stop, every order must settle in a terminal state with its
 compensations matching what the state recorded as done, in reverse order. Each run has an order
-of each shipped workflow in flight at once (order v1 and digital v1, its own steps, timeouts,
-pivot and MaxFailureCount)."""
+of three shipped workflows in flight at once (order v1, digital v1 with its own steps, timeouts,
+pivot and MaxFailureCount, and express v1, whose first step is a parallel one)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,9 @@ COMP = {"charge-payment": "refund", "reserve-inventory": "release", "reserve-lic
 FORWARD = ("reserve", "charge", "reserve-licence")  # the operations with an effect to undo
 QUEUES = ["scheduler", "agent-inventory", "agent-payment", "agent-shipping", "agent-delivery"]
 DIGITAL = load_registry().get("digital", 1)
+EXPRESS = load_registry().get("express", 1)
+# a parallel step's name -> its branches
+GROUPS = {g: {s.name for s in EXPRESS.steps if s.group == g} for g in {s.group for s in EXPRESS.steps} if g}
 
 # Uneven step timeouts and a short grace period: the deadline index's floor rule (one row per
 # order covers every later deadline) must hold when a later step's timeout is the shorter one.
@@ -49,7 +52,7 @@ def runtime(shape: dict[str, Any]) -> Any:
     """Both workflows loaded (order v1 with the shape's steps), MaxFailureCount 4 by default."""
     order = Workflow("order", 1, shape.get("order", WORKFLOW))
     extra = {k: v for k, v in shape.items() if k != "order"}
-    return make_runtime(max_failures=4, registry=Registry.of([order, DIGITAL]), **extra)
+    return make_runtime(max_failures=4, registry=Registry.of([order, DIGITAL, EXPRESS]), **extra)
 
 
 def deliver(rt: Any, queue: str, crash_at: int | None, keep: bool, agent: Callable[[Any], None]) -> None:
@@ -87,10 +90,16 @@ def check_rows(rt: Any, oid: str) -> None:
     rows = rt.store.read_partition(oid)
     state = rows["state"]
     steps = sorted((r for k, r in rows.items() if k.startswith("step-")), key=lambda r: r["Index"])
-    assert sum(1 for s in steps if s["State"] == "Running") <= 1
+    running = {s["Name"] for s in steps if s["State"] == "Running"}
+    assert len(running) <= 1 or any(running <= branches for branches in GROUPS.values()), running
     assert sum(1 for s in steps if s.get("Compensation") == "Running") <= 1
     lease = Lease.parse(state.get("LeaseKey"))
-    if state.get("LockedBy"):
+    if state.get("LockedBy") and lease is not None and lease.step in GROUPS:
+        # a parallel step in flight: only its branches run, at most at the lease's attempt
+        assert lease.kind is LeaseKind.STEP and running <= GROUPS[lease.step], (state, running)
+        assert all(s["Attempt"] <= lease.attempt for s in steps if s["Name"] in running)
+        assert state["ProcessState"] == "Processing"
+    elif state.get("LockedBy"):
         assert lease is not None and not lease.is_unclaimed, state
         name, attempt = lease.step, lease.attempt
         row = next(s for s in steps if s["Name"] == name)
@@ -111,6 +120,20 @@ def check_rows(rt: Any, oid: str) -> None:
         dues = [parse_iso(r["Due"]) for r in rt.store.index_rows() if r["OrderId"] == oid]
         deadline = parse_iso(state["CompleteBy"])
         assert deadline is not None and any(d is not None and d <= deadline for d in dues), (state, dues)
+
+
+def _applied_order(step: dict[str, Any]) -> tuple[int, float, int]:
+    """A step row's place in the order effects were applied (``groups.rank``): its index, or its
+    group's first index and when it finished (not finished: last)."""
+    from shared.core.times import parse_iso
+
+    group = next((g for g, names in GROUPS.items() if step["Name"] in names), None)
+    if group is None:
+        return (step["Index"], 0.0, step["Index"])
+    first = next(i for i, s in enumerate(EXPRESS.steps) if s.group == group)
+    value = step.get("FinishedAt")
+    finished = parse_iso(value) if isinstance(value, str) else value
+    return (first, finished.timestamp() if finished is not None else float("inf"), step["Index"])
 
 
 def check_suspended(rt: Any, oid: str) -> None:
@@ -135,7 +158,8 @@ def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str
     while nothing else wrote), or drop them (every reply decided on a read)."""
     rt = runtime(shape)
     agents = AgentSim(rt, reject=dict(reject), lost=set(lost), echo_fence=echo_fence)
-    orders = [post(rt).body["orderId"], post(rt, {**BODY, "workflow": "digital"}).body["orderId"]]
+    orders = [post(rt).body["orderId"], post(rt, {**BODY, "workflow": "digital"}).body["orderId"],
+              post(rt, {**BODY, "workflow": "express"}).body["orderId"]]
     queues = QUEUES
 
     def deliver_one(queue: str, crash_at: int | None, keep: bool) -> None:
@@ -169,9 +193,9 @@ def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str
         elif action == 8:
             reply_one(arg, keep=False)
         elif action == 9:
-            suspend_order(rt, orders[arg % 2])  # an operator; 409 where it does not apply
+            suspend_order(rt, orders[arg % 3])  # an operator; 409 where it does not apply
         else:
-            resume_order(rt, orders[arg % 2])
+            resume_order(rt, orders[arg % 3])
         rt.crash_at = None
         for oid in orders:
             check_rows(rt, oid)
@@ -202,7 +226,8 @@ def test_random_faults_converge(actions: list[tuple[int, int]], reject: dict[str
             applied = {c[1] for c in mine if c[2] in FORWARD}
             done = [s["Name"] for s in reversed(steps) if s["State"] == "Done" and s["Name"] in COMP]
             assert set(done) <= applied
-            undo = [s["Name"] for s in reversed(steps) if s["Name"] in applied]
+            # reverse order of application: a parallel step's branches by when each finished
+            undo = [s["Name"] for s in sorted(steps, key=_applied_order, reverse=True) if s["Name"] in applied]
             expected = [COMP[n] for n in undo if not reject.get(f"{n}:compensate")]
             assert comps == expected, (mine, steps)
             assert all(s["Compensation"] in ("Done", "Failed") for s in steps if s["Name"] in undo)

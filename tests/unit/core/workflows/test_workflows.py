@@ -79,7 +79,8 @@ def _problems(tmp_path: Path, files: dict[str, str]) -> list[tuple[str, str, str
 
 def test_the_shipped_files_load_and_order_v1_is_todays_workflow() -> None:
     registry = load_registry()
-    assert [wf.label for wf in registry.all()] == ["cooling-off v1", "digital v1", "order v1", "order v2"]
+    assert [wf.label for wf in registry.all()] == ["cooling-off v1", "digital v1", "express v1", "order v1",
+                                                     "order v2"]
     order = registry.get("order", 1)
     assert [(s.name, s.agent, s.operation, s.timeout_seconds, s.compensation, s.on_failure) for s in order.steps] == [
         ("reserve-inventory", "inventory", "reserve", 30, "release", "compensate"),
@@ -167,7 +168,14 @@ def test_a_workflow_over_one_transaction_is_rejected(tmp_path: Path) -> None:
     problems = _problems(tmp_path, {"big.v1.yaml": f"name: big\nversion: 1\nsteps:\n{steps_text(MAX_STEPS + 1)}"})
     assert problems == [("big.v1.yaml", "steps", f"{MAX_STEPS + 1} steps: its largest transaction would write "
                          f"{TRANSACTION_ENTITIES + 1} entities, over the {TRANSACTION_ENTITIES} of one entity-group "
-                         f"transaction (at most {MAX_STEPS} steps)")]
+                         f"transaction (at most {MAX_STEPS} steps, each branch of a parallel step counting)")]
+    # a parallel step's branches are rows too
+    branches = "".join(f"      - name: b{i}\n        agent: payment\n        operation: op\n        timeoutSeconds: 5\n"
+                       for i in range(2))
+    grouped = f"  - name: g\n    kind: parallel\n    branches:\n{branches}"
+    text = f"name: big\nversion: 1\nsteps:\n{steps_text(MAX_STEPS - 1)}{grouped}"
+    problems = _problems(tmp_path, {"big.v1.yaml": text})
+    assert problems[0][2].startswith(f"{MAX_STEPS + 1} steps")
 
 
 def test_every_problem_of_every_file_is_reported_at_once(tmp_path: Path) -> None:
@@ -328,7 +336,7 @@ def test_an_order_whose_version_is_gone_is_held_once_with_an_alert() -> None:
 
 def test_post_names_a_workflow_or_gets_400_naming_the_field() -> None:
     rt = make_runtime(registry=load_registry())
-    for bad, message in (("gift", "unknown workflow (loaded: cooling-off, digital, order)"),
+    for bad, message in (("gift", "unknown workflow (loaded: cooling-off, digital, express, order)"),
                          ("Bad Name", "must be a workflow name")):
         r = post(rt, {**BODY, "workflow": bad})
         assert r.status == 400 and r.content_type == "application/problem+json"
@@ -341,7 +349,7 @@ def test_get_workflows_lists_every_loaded_version() -> None:
     r = list_workflows(make_runtime(registry=load_registry()))
     assert r.status == 200
     listed = {(w["name"], w["version"]): w for w in r.body["workflows"]}
-    assert list(listed) == [("cooling-off", 1), ("digital", 1), ("order", 1), ("order", 2)]
+    assert list(listed) == [("cooling-off", 1), ("digital", 1), ("express", 1), ("order", 1), ("order", 2)]
     assert listed[("digital", 1)]["steps"][2] == {"name": "deliver", "kind": "call", "agent": "delivery",
                                                   "timeoutSeconds": 60, "compensation": None, "onFailure": "hold",
                                                   "pivot": True, "when": None}
@@ -350,7 +358,10 @@ def test_get_workflows_lists_every_loaded_version() -> None:
         "onTimeout": "compensate", "when": {"total": {"gt": 1000}}}
     assert listed[("cooling-off", 1)]["steps"][2] == {"name": "cooling-off", "kind": "delay",
                                                       "until": {"field": "createdAt", "plus": "PT2M"}, "when": None}
-    assert json.loads(r.encoded())["workflows"][2]["description"].startswith("Physical goods")
+    prepare = listed[("express", 1)]["steps"][0]
+    assert (prepare["name"], prepare["kind"], [b["name"] for b in prepare["branches"]]) == (
+        "prepare", "parallel", ["reserve-inventory", "charge-payment"])
+    assert json.loads(r.encoded())["workflows"][3]["description"].startswith("Physical goods")
 
 
 def test_a_named_default_hashes_like_an_unnamed_order() -> None:
