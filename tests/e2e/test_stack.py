@@ -256,9 +256,10 @@ def _awaiting_event(stack: Stack, oid: str, deadline: float) -> dict[str, Any]:
 
 
 def test_waits_and_delays_on_the_real_stack(tmp_path: Path) -> None:
-    """Order v2's approval wait and a delay, through the real host, queues and remotes: an
-    approval ends the wait, a refusal compensates, an event sent at once is kept (or ends the
-    wait), and a delay's Service Bus scheduled message ends it no sooner than its duration."""
+    """Order v2's approval wait, a delay and express's parallel step, through the real host,
+    queues and remotes: an approval ends the wait, a refusal compensates, an event sent at once is
+    kept (or ends the wait), a delay's Service Bus scheduled message ends it no sooner than its
+    duration, and both branches of a parallel step are dispatched together."""
     workflows = tmp_path / "workflows"
     workflows.mkdir()
     for path in (REPO_ROOT / "workflows").iterdir():
@@ -271,8 +272,9 @@ def test_waits_and_delays_on_the_real_stack(tmp_path: Path) -> None:
         session = requests.Session()
         approved, declined, early = (_post(stack, session, big) for _ in range(3))
         assert stack.send_event(early, "approval", {"approved": True}) in ("event-kept", "step-done")
-        delayed = _post(stack, session, {**big, "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": "5"}],
-                                         "workflow": "e2e-delay"})
+        small = [{"sku": "SKU-1", "quantity": 1, "unitPrice": "5"}]
+        delayed = _post(stack, session, {**big, "items": small, "workflow": "e2e-delay"})
+        express = _post(stack, session, {**big, "items": small, "workflow": "express"})
         deadline = time.monotonic() + DEADLINE_S
         view = _awaiting_event(stack, approved, deadline)
         assert view["workflow"] == {"name": "order", "version": 2}
@@ -282,13 +284,18 @@ def test_waits_and_delays_on_the_real_stack(tmp_path: Path) -> None:
         _awaiting_event(stack, declined, deadline)
         assert stack.send_event(declined, "approval", {"approved": False}) == "compensating"
 
-        final = _wait_all(stack, [approved, declined, early, delayed], deadline)
+        final = _wait_all(stack, [approved, declined, early, delayed, express], deadline)
         states = {o: (final[o]["processState"], final[o]["outcome"]) for o in final}
         assert states == {approved: ("Processed", "processed"), declined: ("Error", "failed"),
-                          early: ("Processed", "processed"), delayed: ("Processed", "processed")}, states
+                          early: ("Processed", "processed"), delayed: ("Processed", "processed"),
+                          express: ("Processed", "processed")}, states
         effects = stack.remotes.effects_by_order()
         assert effects[declined] == Counter({"inventory/reserve": 1, "inventory/release": 1}), effects[declined]
-        for oid in (approved, early):
+        # express: its parallel step's two branches went out together, in one transaction
+        first = [e for e in final[express]["history"] if e["seq"] <= 3]
+        assert [(e["event"], e.get("step")) for e in first] == [
+            ("accepted", None), ("dispatched", "reserve-inventory"), ("dispatched", "charge-payment")]
+        for oid in (approved, early, express):
             assert effects[oid] == Counter({"inventory/reserve": 1, "payment/charge": 1, "shipping/ship": 1})
         assert stack.remotes.duplicate_effects() == []
 
