@@ -5,7 +5,10 @@
 starts the local stack (Azurite, the Service Bus emulator, the remote services, the local
 Functions host with the app), sends that many generated requests (positive and negative
 cases of every operation; ids of accepted orders and used Idempotency-Keys are fed back in,
-so GET/history/retry/cancel/terminate and key reuse reach real orders; the customer ids of
+so GET/history/retry/cancel/terminate/events and key reuse reach real orders; most events are
+the one order v2 waits for (``approval``, mostly approved, now and then declined), sent to an
+accepted order of over 1000 if there is one (a quarter of the orders are priced over it), so
+that they reach its wait and not only "waits for no such event"; the customer ids of
 accepted orders are fed to searches, and the continuation tokens the app hands out are sent
 back, unchanged or tampered with; query parameters are now and then replaced with hostile
 values, tests/hostile/fuzz_queries.py), stops the stack, then prints and writes:
@@ -37,6 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +70,12 @@ from tests.hostile.stackutil import (
 SPEC_PATH = REPO_ROOT / "functions" / "openapi.yaml"
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "fuzz.json"
 SAMPLES = 20
+# The events route, and the event (and its decision field) the default workflow's wait takes,
+# from an order of over WAIT_OVER (workflows/order.v2.yaml).
+EVENTS_PATH = "/orders/{id}/events/{name}"
+AWAITED_EVENT = "approval"
+AWAITED_DECISION = "approved"
+WAIT_OVER = Decimal(1000)
 # Tampering (fuzz_queries.tamper) whose result never encodes the same token: a 2xx for one is wrong.
 STRICT_TAMPERING = (0, 1, 2, 3, 7)
 # How long accepted orders may take to appear in the search index after the run (written after
@@ -78,6 +88,17 @@ def rows_of(body: Any) -> int:
     names (``order`` v2 has a step more than ``digital``)."""
     name = body.get("workflow") if isinstance(body, dict) else None
     return rows_per_order(name if isinstance(name, str) else None)
+
+
+def _waits(body: Any) -> bool:
+    """Whether an order accepted with ``body`` waits for an approval (order v2, over 1000)."""
+    if not isinstance(body, dict) or body.get("workflow") not in (None, "order"):
+        return False
+    try:
+        total = sum(Decimal(str(i["quantity"])) * Decimal(str(i["unitPrice"])) for i in body["items"])
+    except (KeyError, TypeError, ArithmeticError):
+        return False
+    return bool(total > WAIT_OVER)
 
 
 @dataclass
@@ -108,6 +129,10 @@ class FuzzReport:
     seed: int = 0
     seconds: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def waiting_orders(self) -> list[str]:
+        """The accepted orders that wait for an approval (of the default workflow, over 1000)."""
+        return sorted(oid for oid, body in self.accepted.items() if _waits(body))
 
     def sample(self, bucket: list[dict[str, Any]], item: dict[str, Any]) -> None:
         if len(bucket) < SAMPLES:
@@ -186,7 +211,8 @@ def _schema(include_openapi: bool) -> Any:
 # Requests per operation and generation mode in each round of the run, by operation (default 1):
 # a strategy per operation run in turn, so that every operation gets its share (one_of over
 # all of them leans heavily on a few).
-ROUND_WEIGHTS = {("POST", "/orders"): 4, ("GET", "/orders"): 3, ("GET", "/orders/{id}/history"): 2}
+ROUND_WEIGHTS = {("POST", "/orders"): 4, ("GET", "/orders"): 3, ("GET", "/orders/{id}/history"): 2,
+                 ("POST", "/orders/{id}/events/{name}"): 2}
 REQUESTS_PER_WEIGHT = 10
 
 
@@ -196,8 +222,12 @@ def _strategies(schema: Any, n: int) -> list[tuple[Any, int]]:
     from schemathesis import GenerationMode
 
     parts = []
-    for result in schema.get_all_operations():
-        op = result.ok()
+    ops = [result.ok() for result in schema.get_all_operations()]
+    # Events right after the submissions whose orders they go to, before terminate and cancel end them.
+    events = [op for op in ops if op.path == EVENTS_PATH]
+    ops = [op for op in ops if op.path != EVENTS_PATH]
+    at = next((i + 1 for i, op in enumerate(ops) if (op.method.upper(), op.path) == ("POST", "/orders")), len(ops))
+    for op in ops[:at] + events + ops[at:]:
         weight = ROUND_WEIGHTS.get((op.method.upper(), op.path), 1)
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             parts.append((op.as_strategy(generation_mode=mode), weight))
@@ -259,6 +289,9 @@ class Steer:
     hostile: bool
     hostile_param: int
     hostile_value: int
+    big_order: bool  # an order's first item priced so that the order waits for an approval
+    awaited_event: bool  # an event: the one order v2 waits for (a generated name is almost never one)
+    decision: int  # 0, 1: true, 2: false, else the generated body's (a wait's decision field)
 
     @staticmethod
     def draw(data: st.DataObject) -> Steer:
@@ -276,7 +309,10 @@ class Steer:
                      small_limit=data.draw(st.integers(0, 5), label="small limit") % 4,
                      hostile=data.draw(st.integers(0, 5), label="hostile query") == 0,
                      hostile_param=data.draw(big, label="hostile param"),
-                     hostile_value=data.draw(big, label="hostile value"))
+                     hostile_value=data.draw(big, label="hostile value"),
+                     big_order=data.draw(st.integers(0, 3), label="big order") == 0,
+                     awaited_event=data.draw(st.integers(0, 3), label="awaited event") != 0,
+                     decision=data.draw(st.integers(0, 3), label="decision"))
 
     def apply(self, case: Any, report: FuzzReport) -> tuple[int | None, bool]:
         """Steer ``case``; return how its continuation token was tampered with (None if it
@@ -288,6 +324,20 @@ class Steer:
         if (method, case.path) == ("POST", "/orders") and report.keys and self.reuse_key:
             used = report.keys[self.key_index % len(report.keys)]
             case.headers = {**(case.headers or {}), "Idempotency-Key": used}
+        if (method, case.path) == ("POST", "/orders") and self.big_order and isinstance(case.body, dict):
+            items = case.body.get("items")
+            if isinstance(items, list) and items and isinstance(items[0], dict):
+                # Generated prices are mostly tiny: an order over WAIT_OVER, which waits for approval.
+                case.body = {**case.body, "items": [{**items[0], "unitPrice": str(WAIT_OVER + 1)}, *items[1:]]}
+        if case.path == EVENTS_PATH and self.awaited_event:
+            # The event an order v2 of over 1000 waits for, to such an order if one was accepted:
+            # it takes it (202), refuses it (409: it has its event, or is finished) or its body (400).
+            case.path_parameters = {**(case.path_parameters or {}), "name": AWAITED_EVENT}
+            waiting = report.waiting_orders()
+            if waiting and self.use_known:
+                case.path_parameters["id"] = waiting[self.known_index % len(waiting)]
+            if isinstance(case.body, dict) and self.decision in (0, 1, 2):
+                case.body = {**case.body, AWAITED_DECISION: self.decision != 2}
         names = QUERY_PARAMS.get(case.path) if method == "GET" else None
         if not names:
             return None, False

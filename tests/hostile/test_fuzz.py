@@ -36,6 +36,9 @@ def test_generated_requests(hostile_stack: Any, tables: Any) -> None:
                "GET /deadletters 200", "GET /deadletters 400", "GET /console/assets/{name} 404"):
         assert ops.get(op), (op, ops)
     assert any(k.startswith("POST /orders/{id}/terminate ") for k in ops), ops
+    # ... and the events route on real orders (202 taken or a copy, 409 refused by the order's state).
+    events = {k.rsplit(" ", 1)[1] for k in ops if k.startswith("POST /orders/{id}/events/{name} ")}
+    assert {"400", "404"} <= events and events & {"202", "409"}, (events, ops)
     assert j["search"]["orders"] > 0 and j["hostileQueries"], (j["search"], j["hostileQueries"])
     assert report.violations() == []
     assert j["5xx"] == 0 and j["problemJson"]["nonCompliant"] == 0
@@ -114,7 +117,7 @@ def test_openapi_document_is_served(hostile_stack: Any) -> None:
     doc = yaml.safe_load(r.body)
     assert doc["openapi"].startswith("3.1")
     paths = {"/orders", "/orders/{id}", "/orders/{id}/history", "/orders/{id}/retry", "/orders/{id}/cancel",
-             "/orders/{id}/terminate", "/openapi.yaml"}
+             "/orders/{id}/terminate", "/orders/{id}/events/{name}", "/openapi.yaml"}
     assert paths <= set(doc["paths"])
 
 
@@ -146,7 +149,8 @@ def test_openapi_document_is_valid() -> None:
     assert ops == {("POST", "/orders"), ("GET", "/orders"), ("GET", "/orders/{id}"), ("GET", "/orders/{id}/history"),
                    ("POST", "/orders/{id}/retry"), ("POST", "/orders/{id}/cancel"),
                    ("POST", "/orders/{id}/terminate"), ("POST", "/orders/{id}/suspend"),
-                   ("POST", "/orders/{id}/resume"), ("GET", "/openapi.yaml"), ("GET", "/console"),
+                   ("POST", "/orders/{id}/resume"), ("POST", "/orders/{id}/events/{name}"),
+                   ("GET", "/openapi.yaml"), ("GET", "/console"),
                    ("GET", "/console/assets/{name}"), ("GET", "/overview"), ("GET", "/deadletters"),
                    ("GET", "/workflows")}
     post = raw["paths"]["/orders"]["post"]
@@ -154,6 +158,10 @@ def test_openapi_document_is_valid() -> None:
     for path in ("/orders/{id}/retry", "/orders/{id}/cancel", "/orders/{id}/terminate", "/orders/{id}/suspend",
                  "/orders/{id}/resume"):
         assert {"202", "400", "404", "409"} <= set(raw["paths"][path]["post"]["responses"])
+    events = raw["paths"]["/orders/{id}/events/{name}"]["post"]
+    assert events["operationId"] == "sendEvent" and events["requestBody"]["required"] is True
+    assert {"202", "400", "404", "409", "413", "415"} <= set(events["responses"])
+    assert {p["name"] for p in events["parameters"] if "name" in p} >= {"name", "Idempotency-Key"}
     assert {"200", "400"} <= set(raw["paths"]["/orders"]["get"]["responses"])
     assert {"200", "400", "404"} <= set(raw["paths"]["/orders/{id}/history"]["get"]["responses"])
     assert raw["paths"]["/openapi.yaml"]["get"]["security"] == []
