@@ -31,11 +31,14 @@ export function setChildren(el, ...children) {
   return el;
 }
 
-/** A table: headers, then rows of cells (strings or nodes). */
+/** A table: headers, then rows of cells (strings or nodes); a row may be {attrs, cells} (the row's attributes). */
 export function table(headers, rows, attrs) {
   return h("table", attrs || {},
     h("thead", {}, h("tr", {}, headers.map((name) => h("th", { scope: "col" }, name)))),
-    h("tbody", {}, rows.map((cells) => h("tr", {}, cells.map((cell) => h("td", {}, cell))))));
+    h("tbody", {}, rows.map((row) => {
+      const [rowAttrs, cells] = Array.isArray(row) ? [{}, row] : [row.attrs, row.cells];
+      return h("tr", rowAttrs, cells.map((cell) => h("td", {}, cell)));
+    })));
 }
 
 /** An error box (role=alert) saying what failed and why. */

@@ -2,6 +2,7 @@
 
 import { actionButtons, allowedActions } from "./actions.js";
 import { api } from "./api.js";
+import { SKIPPED_TEXT, awaitingBadge, awaitingText, eventForm, kindDetail, stepKind } from "./awaiting.js";
 import { errorBox, fmtTime, h, setChildren, table } from "./dom.js";
 import { buildTimeline, renderGantt, renderTrace } from "./timeline.js";
 import { compensationState, orderWaiting, stepState, stepWaiting, waitingBadge, waitingText, waitsIn } from "./waiting.js";
@@ -16,10 +17,14 @@ export function render(main, ctx, query, orderId) {
   setChildren(main, h("h1", {}, "Order ", h("span", { class: "mono" }, orderId)), status, body);
   let timer = null;
   const path = `/orders/${encodeURIComponent(orderId)}`;
+  const drafts = {}; // an event form's text, by event name: kept across re-renders
+  // Never re-render under an open question, nor under someone typing an event's body.
+  const busy = () => document.getElementById("confirm-dialog")?.open
+    || (document.activeElement?.tagName === "TEXTAREA" && body.contains(document.activeElement));
 
   async function load(auto = false) {
     window.clearTimeout(timer);
-    if (auto && document.getElementById("confirm-dialog")?.open) { // never under an open question
+    if (auto && busy()) {
       timer = window.setTimeout(() => load(true), REFRESH_MS);
       return;
     }
@@ -33,8 +38,12 @@ export function render(main, ctx, query, orderId) {
       return;
     }
     if (!ctx.alive()) return;
+    if (auto && busy()) { // it became busy while the order was read
+      timer = window.setTimeout(() => load(true), REFRESH_MS);
+      return;
+    }
     const focused = focusOf(body);
-    setChildren(body, page(order, history, status, load, path));
+    setChildren(body, page(order, history, status, load, path, drafts));
     refocus(body, focused); // a refresh keeps the keyboard where it was
     if (order.category === "inFlight") timer = window.setTimeout(() => load(true), REFRESH_MS);
   }
@@ -42,7 +51,7 @@ export function render(main, ctx, query, orderId) {
   return () => window.clearTimeout(timer);
 }
 
-const FOCUSABLE = "button, a, summary, select, input, [tabindex]";
+const FOCUSABLE = "button, a, summary, select, input, textarea, [tabindex]";
 
 /** Where the keyboard focus is inside `root`: its place among the focusable elements, and its text. */
 function focusOf(root) {
@@ -72,19 +81,21 @@ async function fullHistory(path, order) {
   return { events, more: token };
 }
 
-function page(order, history, status, reload, path) {
+function page(order, history, status, reload, path, drafts) {
   const actions = allowedActions(order);
-  const timeline = buildTimeline(history.events, order.category === "inFlight");
+  const timeline = buildTimeline(history.events, order.category === "inFlight", Date.now(), order.steps);
   return [
     h("p", { class: "headline" },
       h("span", { class: `state state-${order.processState}`, dataset: { testid: "process-state" } }, order.processState),
       orderWaiting(order) ? [" ", waitingBadge(orderWaiting(order))] : null,
+      order.awaiting ? [" ", awaitingBadge(order.awaiting)] : null,
       order.suspended ? [" ", h("span", { class: "state state-Suspended", dataset: { testid: "suspended" } },
         "Suspended")] : null,
       ` ${order.category}${order.outcome ? ` · ${order.outcome}` : ""}`,
       actions.length ? [" ", actionButtons(order.orderId, actions, status, () => reload())] : null,
       " ", h("button", { type: "button", onclick: () => reload() }, "Refresh")),
-    h("section", { class: "panel" }, h("h2", {}, "Steps"), steps(order.steps), compensation(order.compensation)),
+    eventForm(order, status, () => reload(), drafts),
+    h("section", { class: "panel" }, h("h2", {}, "Steps"), steps(order), compensation(order.compensation)),
     h("section", { class: "panel" }, h("h2", {}, "Timeline"), renderGantt(timeline)),
     h("div", { class: "columns" },
       h("section", { class: "panel" }, h("h2", {}, "State"), summary(order)),
@@ -105,7 +116,8 @@ function summary(order) {
     ["Process state", order.processState], ["Category", order.category], ["Outcome", order.outcome],
     ["Workflow", order.workflow ? `${order.workflow.name} v${order.workflow.version}` : null],
     ["Reason", order.reason], ["Failed step", order.failedStep], ["Failure count", String(order.failureCount)],
-    ["Generation", String(order.generation)], ["Current step", order.currentStep], ["Locked by", order.lockedBy],
+    ["Generation", String(order.generation)], ["Current step", order.currentStep],
+    ["Awaiting", awaitingText(order.awaiting)], ["Locked by", order.lockedBy],
     ["Complete by", order.completeBy ? fmtTime(order.completeBy) : null], ["Created", fmtTime(order.createdAt)],
     ["Updated", fmtTime(order.updatedAt)],
   ], "summary");
@@ -121,21 +133,34 @@ function orderDetails(body) {
   ];
 }
 
-function steps(list) {
-  const rows = list.map((step) => [
-    step.name, stateCell(step), String(step.attempt),
-    fmtTime(step.startedAt), fmtTime(step.finishedAt), step.failureReason || "—",
-    step.compensation ? [`${compensationState(step)} (attempt ${step.compensation.attempt})` +
-      `${step.compensation.reason ? `: ${step.compensation.reason}` : ""}`, waitLine(step, "compensation")] : "—",
-  ]);
-  return table(["Step", "State", "Attempt", "Started", "Finished", "Failure", "Compensation"], rows,
+function steps(order) {
+  const now = Date.now();
+  const rows = order.steps.map((step) => ({
+    attrs: { class: step.state === "Skipped" ? "skipped" : null,
+      dataset: { step: step.name, kind: stepKind(step), state: stepState(step) } },
+    cells: [
+      step.name, stateCell(step), kindCell(step, order, now), String(step.attempt),
+      fmtTime(step.startedAt), fmtTime(step.finishedAt), step.failureReason || "—",
+      step.compensation ? [`${compensationState(step)} (attempt ${step.compensation.attempt})` +
+        `${step.compensation.reason ? `: ${step.compensation.reason}` : ""}`, waitLine(step, "compensation")] : "—",
+    ],
+  }));
+  return table(["Step", "State", "Kind", "Attempt", "Started", "Finished", "Failure", "Compensation"], rows,
     { dataset: { testid: "steps" } });
 }
 
-/** The step's state; while it waits on a breaker, on which remote and when the next probe is due. */
+/** The step's state; while it waits on a breaker, on which remote and when the next probe is due; if
+ * its `when` does not hold for the order, that it is skipped. */
 function stateCell(step) {
   const state = stepState(step);
-  return [h("span", { class: `state step-${state}` }, state), waitLine(step, "step")];
+  return [h("span", { class: `state step-${state}` }, state), waitLine(step, "step"),
+    state === "Skipped" ? h("div", { class: "skipped-note", dataset: { testid: "skipped" } }, SKIPPED_TEXT) : null];
+}
+
+/** The step's kind (call, wait, delay); a wait's event and until when, a delay's timer. */
+function kindCell(step, order, now) {
+  const kind = stepKind(step);
+  return [h("span", { class: `kind kind-${kind}` }, kind), kindDetail(step, order, now)];
 }
 
 /** The wait of the step's attempt (`what` "step") or of its compensation, if that is what waits. */

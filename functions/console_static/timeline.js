@@ -1,6 +1,7 @@
 // From an order's history events: the Gantt-like timeline of step attempts and compensations,
 // and the trace (trace ids, and a waterfall of the events' offsets from submission by instance).
 
+import { SKIPPED_TEXT, stepKind } from "./awaiting.js";
 import { fmtTime, h } from "./dom.js";
 
 const OPENS = { dispatched: "step", compensationDispatched: "compensation" };
@@ -12,20 +13,33 @@ const CLOSES = {
 };
 // A step's wait on a remote's open breaker: the attempt in flight waits (no call) until resumed.
 const WAITS = { stepWaiting: "wait", resumed: "resume" };
+// A wait step's moments: its event came (kept: before the step started), or it timed out.
+const POINTS = { eventReceived: "event", waitTimedOut: "timeout" };
+// How a step of each kind is drawn and named (a wait or a delay calls no agent: an outlined bar).
+const KIND_TEXT = { call: "", wait: "wait for an event", delay: "delay (a timer)" };
 const ORDER_MARKS = new Set(["accepted", "processed", "failed", "compensated", "held", "retried", "restarted",
   "cancelled", "terminated", "rescheduled", "alert"]);
 
-/** Rows (one per step, one per step's compensation) of attempt bars, and the order-level marks. */
-export function buildTimeline(events, stillRunning, now = Date.now()) {
+/**
+ * Rows (one per step, one per step's compensation) of attempt bars, and the order-level marks.
+ * `steps` (the order's, as GET /api/orders/{id} gives them) names each step's kind, and adds a
+ * row without bars for each Skipped step, after the step before it.
+ */
+export function buildTimeline(events, stillRunning, now = Date.now(), steps = []) {
+  const kinds = new Map(steps.map((step) => [step.name, stepKind(step)]));
   const rows = new Map();
   const open = new Map();
   const marks = [];
+  const points = [];
   for (const event of events) {
     const at = Date.parse(event.at);
+    if (POINTS[event.event] && event.step) points.push({ at, step: event.step, what: POINTS[event.event], event });
     if (OPENS[event.event] && event.step) {
       const kind = OPENS[event.event];
       const key = `${kind}:${event.step}`;
-      if (!rows.has(key)) rows.set(key, { key, kind, step: event.step, bars: [] });
+      if (!rows.has(key)) {
+        rows.set(key, { key, kind, step: event.step, stepKind: kinds.get(event.step) || "call", bars: [], points: [] });
+      }
       const previous = open.get(key);
       if (previous) close(previous, at, "superseded");
       const bar = { start: at, end: null, attempt: event.attempt ?? 0, status: "running", reason: null };
@@ -58,8 +72,28 @@ export function buildTimeline(events, stillRunning, now = Date.now()) {
   let end = times.length ? Math.max(...times) : now;
   if (open.size && stillRunning) end = Math.max(end, now);
   for (const bar of open.values()) bar.end = end; // still open: drawn up to now (or the last event)
+  for (const point of points) rows.get(`step:${point.step}`)?.points.push(point);
   const ordered = [...rows.values()].sort((a, b) => a.bars[0].start - b.bars[0].start);
+  placeSkipped(ordered, steps);
   return { rows: ordered, marks, start, end: Math.max(end, start + 1000) };
+}
+
+/** A row for each Skipped step, after the row of the nearest step before it in the workflow (first if none). */
+function placeSkipped(ordered, steps) {
+  const names = steps.map((step) => step.name);
+  for (const step of steps.filter((s) => s.state === "Skipped")) {
+    const row = { key: `skipped:${step.name}`, kind: "step", step: step.name, stepKind: stepKind(step), bars: [],
+      points: [], skipped: true };
+    let index = 0;
+    for (const before of names.slice(0, names.indexOf(step.name)).reverse()) {
+      const found = ordered.findIndex((r) => r.kind === "step" && r.step === before);
+      if (found >= 0) {
+        index = found + 1;
+        break;
+      }
+    }
+    ordered.splice(index, 0, row);
+  }
 }
 
 function close(bar, at, status, reason) {
@@ -90,15 +124,8 @@ function axis(timeline) {
 
 /** The Gantt chart as elements. */
 export function renderGantt(timeline) {
-  if (!timeline.rows.length) return h("p", { class: "muted" }, "No step was dispatched yet.");
-  const rows = timeline.rows.map((row) => h("div", { class: `gantt-row ${row.kind}`, dataset: { testid: "gantt-row", step: row.step } },
-    h("div", { class: "gantt-label" }, row.kind === "compensation" ? `↺ ${row.step}` : row.step),
-    track(timeline, row.bars.map((bar) => {
-      const text = `${row.kind === "compensation" ? "compensation of " : ""}${row.step} attempt ${bar.attempt}: ` +
-        `${bar.status}, ${seconds(bar.end - bar.start)}${bar.reason ? ` (${bar.reason})` : ""}`;
-      return h("span", { class: `bar bar-${bar.status.replace(" ", "-")}`, title: text, style: place(timeline, bar.start, bar.end),
-        dataset: { testid: "gantt-bar", status: bar.status } }, h("span", { class: "visually-hidden" }, text));
-    }))));
+  if (!timeline.rows.some((row) => row.bars.length)) return h("p", { class: "muted" }, "No step was dispatched yet.");
+  const rows = timeline.rows.map((row) => ganttRow(timeline, row));
   const marks = h("div", { class: "gantt-row marks" }, h("div", { class: "gantt-label" }, "order"),
     track(timeline, groupMarks(timeline).map((group) => {
       const fraction = (group[0].at - timeline.start) / (timeline.end - timeline.start);
@@ -111,6 +138,38 @@ export function renderGantt(timeline) {
     })));
   return h("div", { class: "gantt", dataset: { testid: "gantt" } }, axis(timeline), rows, marks,
     h("p", { class: "legend muted" }, legend()));
+}
+
+/** A step's (or a compensation's) row: its attempts' bars, a wait's event and timeout, or that it is skipped. */
+function ganttRow(timeline, row) {
+  const kind = row.kind === "compensation" ? "compensation" : row.stepKind;
+  const dataset = { testid: "gantt-row", step: row.step, kind };
+  if (row.skipped) dataset.skipped = "true";
+  const tag = row.kind === "step" && kind !== "call" ? h("span", { class: `kind kind-${kind}` }, kind) : null;
+  const label = h("div", { class: "gantt-label", title: row.skipped ? `${row.step}: ${SKIPPED_TEXT}` : null },
+    row.kind === "compensation" ? `↺ ${row.step}` : row.step, tag ? [" ", tag] : null);
+  const rowClass = `gantt-row ${row.kind} kind-${kind}${row.skipped ? " skipped" : ""}`;
+  if (row.skipped) {
+    return h("div", { class: rowClass, dataset }, label,
+      track(timeline, h("span", { class: "skipped-note", dataset: { testid: "gantt-skipped" } }, SKIPPED_TEXT)));
+  }
+  const what = row.kind === "compensation" ? `compensation of ${row.step}`
+    : `${row.step}${KIND_TEXT[kind] ? ` (${KIND_TEXT[kind]})` : ""}`;
+  const bars = row.bars.map((bar) => {
+    const text = `${what} attempt ${bar.attempt}: ${bar.status}, ${seconds(bar.end - bar.start)}` +
+      `${bar.reason ? ` (${bar.reason})` : ""}`;
+    return h("span", { class: `bar bar-${bar.status.replace(" ", "-")}`, title: text, style: place(timeline, bar.start, bar.end),
+      dataset: { testid: "gantt-bar", status: bar.status } }, h("span", { class: "visually-hidden" }, text));
+  });
+  const points = row.points.map((point) => {
+    const detail = point.event.detail || {};
+    const text = point.what === "event"
+      ? `event ${detail.event || ""} received at ${fmtTime(point.event.at)}${detail.kept ? " (kept: before the step started)" : ""}`
+      : `no event ${detail.event || ""} in time: ${detail.onTimeout || "timed out"} (${fmtTime(point.event.at)})`;
+    return h("span", { class: `point point-${point.what}`, title: text, style: { left: place(timeline, point.at, point.at).left },
+      dataset: { testid: "gantt-point", what: point.what } }, h("span", { class: "visually-hidden" }, text));
+  });
+  return h("div", { class: rowClass, dataset }, label, track(timeline, [bars, points]));
 }
 
 /** Marks closer than 12% of the span share one label (their texts would overlap). */
@@ -130,6 +189,10 @@ function legend() {
     ...["done", "failed", "timed out", "running", "waiting", "terminated", "superseded"].map((status) =>
       h("span", { class: "legend-item" }, h("span", { class: `swatch bar-${status.replace(" ", "-")}` }), status)),
     h("span", { class: "legend-item" }, h("span", { class: "swatch bar-compensated" }), "compensation done (↺ rows)"),
+    h("span", { class: "legend-item" }, h("span", { class: "swatch swatch-awaits" }),
+      "wait or delay step (outlined: no agent is called)"),
+    h("span", { class: "legend-item" }, h("span", { class: "swatch point-event" }), "event received"),
+    h("span", { class: "legend-item" }, h("span", { class: "swatch swatch-skipped" }), "skipped"),
   ];
 }
 
