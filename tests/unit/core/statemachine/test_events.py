@@ -279,6 +279,18 @@ def test_a_delay_of_a_suspended_order_ends_and_the_order_waits_for_its_resume() 
 
 # ---------------------------------------------------------------------------------------------
 # crash points: each new decision dies after each of its effects, then is repeated or not
+def calls_stand_as_rows_say(rt: CrashRuntime, agents: AgentSim, oid: str) -> dict[str, int]:
+    """Each remote effect applied at most once net (``net_effects`` fails on a double), and the
+    calls whose effect stands are exactly the Done, uncompensated call steps; the balances."""
+    from tests.unit.core.statemachine.test_operator import net_effects
+
+    balance = net_effects(agents, oid)
+    rows = steps(rt, oid)
+    stands = {n for n, row in rows.items() if row["State"] == "Done" and row["Compensation"] != "Done"}
+    assert {n for n, v in balance.items() if v} == stands & {R, C, S}, (balance, rows)
+    return balance
+
+
 def _wake_of(rt: CrashRuntime, oid: str) -> Any:
     [msg] = [m for m in _scheduler_messages(rt) if m.body["kind"] == "wake" and m.body["orderId"] == oid]
     for q in membus(rt).sent:
@@ -353,7 +365,7 @@ CRASHES = [  # (name, workflow, setup, where it leads, where it goes if the acti
 def test_each_new_decision_crashing_after_every_effect_converges(name: str, workflow: tuple[Step, ...], setup: Any,
                                                                  expect: dict[str, Any], before: dict[str, Any],
                                                                  repeated: bool) -> None:
-    from tests.unit.core.statemachine.test_operator import assert_index_settled, net_effects
+    from tests.unit.core.statemachine.test_operator import assert_index_settled
     from tests.unit.core.statemachine.test_operator_crash_points import history_matches_state
     from tests.unit.harness import Crash
 
@@ -378,9 +390,7 @@ def test_each_new_decision_crashing_after_every_effect_converges(name: str, work
         for key, value in goal.items():
             assert st.get(key) == value, (name, k, key, st)
         assert not st.get("LockedBy")
-        balance = net_effects(agents, oid)
-        stands = {n for n, row in steps(rt, oid).items() if row["State"] == "Done" and row["Compensation"] != "Done"}
-        assert {n for n, v in balance.items() if v} == stands & {R, C, S}, (balance, stands)
+        calls_stand_as_rows_say(rt, agents, oid)
         assert_history_whole(rt, oid)
         assert_index_settled(rt, oid)
         if rt.crash_exhausted:
