@@ -83,8 +83,10 @@ def invalid_json(reason: str) -> HttpResult:
                    errors=[{"field": "(body)", "message": f"invalid JSON: {reason}"}])
 
 
-def parse_json_body(body: bytes, h: Mapping[str, str], max_bytes: int) -> tuple[Any, HttpResult | None]:
-    """The parsed JSON body, or its rejection: 413 too large, 415 not declared JSON, 400 not JSON."""
+def parse_json_body(body: bytes, h: Mapping[str, str], max_bytes: int,
+                    title: str = "Invalid order") -> tuple[Any, HttpResult | None]:
+    """The parsed JSON body, or its rejection: 413 too large, 415 not declared JSON, 400 not JSON
+    (``title``: what a 400 for a valid JSON text says is invalid)."""
     declared = h.get("content-length")
     if len(body) > max_bytes or (declared and declared.isdigit() and int(declared) > max_bytes):
         return None, problem(413, "too-large", "Request body too large", f"the body must be at most {max_bytes} bytes")
@@ -102,17 +104,17 @@ def parse_json_body(body: bytes, h: Mapping[str, str], max_bytes: int) -> tuple[
         return None, invalid_json("it starts with a byte order mark (U+FEFF); send UTF-8 without one")
     deep = too_deep(text, MAX_JSON_DEPTH)
     if deep is not None:
-        return None, problem(400, "validation", "Invalid order", f"JSON nests deeper than {MAX_JSON_DEPTH} levels",
+        return None, problem(400, "validation", title, f"JSON nests deeper than {MAX_JSON_DEPTH} levels",
                              errors=[{"field": deep, "message": f"nests deeper than {MAX_JSON_DEPTH} levels"}])
     try:
         return loads(text), None
     except DuplicateKeyError as exc:
-        return None, problem(400, "validation", "Invalid order", str(exc),
+        return None, problem(400, "validation", title, str(exc),
                              errors=[{"field": "(body)", "message": str(exc)}])
     except json.JSONDecodeError as exc:
         return None, invalid_json(f"{exc.msg} at line {exc.lineno}, column {exc.colno}")
     except ValueError as exc:  # NaN, Infinity
         return None, invalid_json(str(exc))
     except RecursionError:  # nesting deep enough to exhaust the parser's stack, yet under the size limit
-        return None, problem(400, "validation", "Invalid order", "the JSON nests too deeply",
+        return None, problem(400, "validation", title, "the JSON nests too deeply",
                              errors=[{"field": "(body)", "message": "nests too deeply"}])

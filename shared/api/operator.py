@@ -13,6 +13,7 @@ from typing import Any
 
 from shared.api.http import HttpResult, lower_headers, parse_json_body, problem, resolve_id
 from shared.core.effects import Transact
+from shared.core.jsonio import dumps
 from shared.core.orders import IDEMPOTENCY_KEY, MAX_IDEMPOTENCY_KEY_LENGTH
 from shared.core.rows import STATE_ROW
 from shared.core.statemachine import BadEvent, Ctx, Decision, Rejected, View, bound, decide_event, event_key
@@ -99,12 +100,18 @@ def send_event(rt: Runtime, raw_id: str | None, name: str | None, body: bytes | 
         return problem(400, "validation", "Invalid event name", "an event name is lower-case letters, digits and "
                        "'-', starting with a letter (as a workflow's wait step names it)",
                        errors=[{"field": "name", "message": "must match ^[a-z][a-z0-9-]{0,62}$"}])
-    payload, rejected = parse_json_body(body or b"", h, MAX_EVENT_BYTES)
+    payload, rejected = parse_json_body(body or b"", h, MAX_EVENT_BYTES, title="Invalid event")
     if rejected is not None:
         return rejected
     if not isinstance(payload, dict):
         return problem(400, "validation", "Invalid event", "the body must be a JSON object",
                        errors=[{"field": "(body)", "message": "must be a JSON object"}])
+    try:  # an escaped lone UTF-16 surrogate ("\ud800") parses, but is no text to store or hash
+        dumps(payload).encode("utf-8")
+    except UnicodeEncodeError:
+        return problem(400, "validation", "Invalid event", "the body holds a lone UTF-16 surrogate "
+                       "(an escaped \\ud800-\\udfff without its pair): not Unicode text",
+                       errors=[{"field": "(body)", "message": "holds a lone UTF-16 surrogate"}])
     key = h.get("idempotency-key")
     if key is not None and not (0 < len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH and IDEMPOTENCY_KEY.fullmatch(key)):
         return problem(400, "validation", "Invalid event", "invalid Idempotency-Key",

@@ -172,6 +172,10 @@ def test_the_events_route_refuses_what_it_cannot_use() -> None:
     assert send(rt, oid, [1, 2]).status == 400
     assert send(rt, oid, b"{not json").status == 400
     assert send(rt, oid, b"x" * (16 * 1024 + 1)).status == 413
+    for lone in (b'{"approved": true, "by": "\\ud800"}', b'{"\\udfff": 1}'):  # parses; is no text
+        assert send(rt, oid, lone).status == send(rt, oid, lone, key="k").status == 400
+    deep = send(rt, oid, b'{"a":' * 70 + b"1" + b"}" * 70)
+    assert (deep.status, deep.body["title"]) == (400, "Invalid event")
     assert send(rt, oid, {"approved": True}, key="bad key").status == 400
     unknown = send(rt, oid, {"paid": True}, name="payment")
     assert unknown.status == 409 and "waits for no event 'payment'; it waits for 'approval'" in unknown.body["detail"]
