@@ -1,13 +1,15 @@
 """Chaos runner: drive N orders through the whole local stack while injecting counted faults.
 
     .venv/bin/python -m bench.chaos [--orders 2000] [--seed S] [--instances 2] [--rate 8]
-                          [--digital-share 0.3] [--out bench/results/chaos.json]
+                          [--digital-share 0.3] [--express-share 0.15] [--out bench/results/chaos.json]
 
 It starts the local stack (``local.stack.Stack``: Azurite with a data folder, so it can be
 restarted, the Service Bus emulator, the remote services simulator, the Functions host with
 ``--instances`` instances) with short step timeouts and a fast supervisor schedule, posts
 orders at ``--rate`` per second (``--digital-share`` of them name ``"workflow": "digital"``:
-reserve a licence, charge, deliver; the others run the default ``order`` workflow), and on a
+reserve a licence, charge, deliver; ``--express-share`` of them name ``"workflow": "express"``:
+reserve and charge at once, a parallel step, then ship; the others run the default ``order``
+workflow), and on a
 schedule drawn from ``random.Random(seed)`` (the seed is printed first, so a failing run can be
 replayed with ``--seed``) injects:
 
@@ -39,7 +41,12 @@ replayed with ``--seed``) injects:
   twice (a copy, then a different event that must be refused), declined (the order is
   compensated, never charged), or never (the wait times out and compensates). The stack runs
   on the run's own copy of ``workflows/`` (``WorkflowsPath``), whose waits last
-  ``--approval-timeout`` seconds instead of a day.
+  ``--approval-timeout`` seconds instead of a day;
+* express orders (``bench.chaos_express``) through all of the above, and on designed paths of
+  their own: designed rejections of either branch while the other runs, a terminate while the
+  group runs (the reservation hangs: stopped, compensated by its key), and a terminate at the
+  shipment (held) followed by the operator's cancel (both branches undone in reverse order of
+  completion).
 
 Then it waits (bounded) for every order to settle, turns the faults off so the tail drains,
 retries the orders the app held for an operator (a pivot step of unknown outcome) through
@@ -61,7 +68,9 @@ unknown) and retried by the operator; an order the runner never terminated is ne
 category its own view shows. Each event sent gets the answer its plan expects (``step-done``,
 ``event-kept``, ``event-duplicate``, ``compensating``, or 409), no generation of an order ends its
 wait twice, an approved order is not failed at its wait, and a declined or timed-out one ends
-Error at it, undone and never charged.
+Error at it, undone and never charged. An express order's branches are compensated by their keys
+(a tombstone for a branch never applied), never left standing on a failed order, and, when both
+were applied, undone in reverse order of their completion.
 
 Logs of every process stay in ``--state-dir`` (default ``.local/chaos/<time>-seed<S>``).
 """
@@ -90,6 +99,14 @@ from typing import Any, TextIO
 import requests
 
 from bench.chaos_approvals import ApprovalPlan, Approvals, approval_outcomes, render_approvals, write_workflows
+from bench.chaos_express import (
+    EXPRESS_WORKFLOW,
+    Express,
+    express_outcomes,
+    express_rejections,
+    plan_express,
+    render_express,
+)
 from bench.chaos_ledger import (
     UndoTally,
     compact_history,
@@ -152,6 +169,7 @@ class ChaosOptions:
     operator_restarts: bool = True  # restart the orders rejected for good once they failed (new generation)
     fixable_rate: float = 0.01  # share of orders with a cause of their own the operator fixes, then restarts
     digital_share: float = 0.0  # share of orders that name "workflow": "digital" (the others: the default)
+    express_share: float = 0.15  # share of orders that name "workflow": "express" (a parallel step)
     approval_share: float = 0.1  # share of orders made to wait for approval (bench.chaos_approvals)
     approval_timeout: int = 30  # every wait step's timeoutSeconds in the run's own workflows directory
     progress_every: float = 2.0
@@ -173,6 +191,8 @@ class ChaosOptions:
             raise ValueError("--terminate-rate and --fixable-rate must be 0..1, --terminate-within >= 0")
         if not 0 <= o.digital_share <= 1:
             raise ValueError("--digital-share must be 0..1")
+        if not 0 <= o.express_share <= 1 or o.digital_share + o.express_share > 1:
+            raise ValueError("--express-share must be 0..1, and with --digital-share at most 1")
         if not 0 <= o.approval_share <= 1 or o.approval_timeout < 10:
             raise ValueError("--approval-share must be 0..1, --approval-timeout at least 10 (s)")
         if o.state_dir is None:
@@ -224,6 +244,16 @@ class OrderRec:
     operator_actions: list[dict[str, Any]] = field(default_factory=list)
     op_busy: bool = False
     approval: ApprovalPlan | None = None  # the order waits for an event: what the runner sends it (chaos_approvals)
+    # express orders (bench.chaos_express): a designed path, and the SKU a remote hangs on for it
+    express_plan: str | None = None  # "groupTerminate" | "pivotCancel"
+    express_hold_sku: str | None = None
+    cancel_status: int | None = None  # the operator's cancel (pivotCancel): its HTTP answer
+    cancel_result: str | None = None
+    cancel_lost: int = 0
+    cancel_gave_up: bool = False
+    request_copy_step: str | None = None  # the step whose request (or reply) the duplicate delivery copied
+    reply_copy_step: str | None = None
+    reply_copy_in_group: bool = False  # the reply copied was a branch's while another branch still ran
 
     @property
     def state(self) -> str | None:
@@ -260,13 +290,16 @@ def supervisor_period(schedule: str) -> float:
     return 60.0
 
 
-def plan_workflows(orders: int, digital_share: float, seed: int | None) -> list[str]:
+def plan_workflows(orders: int, digital_share: float, seed: int | None, express_share: float = 0.0) -> list[str]:
     """The workflow each planned order names: ``round(orders * digital_share)`` of them, drawn
     from a generator of their own (the rest of a seed's plan does not change with the share),
-    run the digital workflow; the others the default one."""
+    run the digital workflow; ``round(orders * express_share)`` of the others, drawn from another
+    one (so the digital ones do not change with it), the express workflow; the rest the default."""
     n_digital = round(orders * digital_share)
     digital = set(random.Random(f"{seed}:workflows").sample(range(orders), n_digital)) if n_digital else set()
-    return [DIGITAL_WORKFLOW if i in digital else DEFAULT_WORKFLOW for i in range(orders)]
+    express = plan_express(orders, express_share, seed, digital)
+    return [DIGITAL_WORKFLOW if i in digital else EXPRESS_WORKFLOW if i in express else DEFAULT_WORKFLOW
+            for i in range(orders)]
 
 
 def view_workflow(view: dict[str, Any] | None) -> Workflow:
@@ -376,6 +409,7 @@ class ChaosRun:
         self._sb_stats_files: list[Path] = []
         self.operator = Operator(self)
         self.approvals = Approvals(self)
+        self.express = Express(self)
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -405,7 +439,10 @@ class ChaosRun:
         n_reject = round(o.orders * o.reject_rate)
         reject_idx = set(rng.sample(range(o.orders), n_reject)) if n_reject else set()
         reject_kind = {i: ("sku" if j % 2 == 0 else "amount") for j, i in enumerate(sorted(reject_idx))}
-        workflows = plan_workflows(o.orders, o.digital_share, o.seed)
+        workflows = plan_workflows(o.orders, o.digital_share, o.seed, o.express_share)
+        # each kind of designed rejection falls on express orders too (a branch refused while the other runs)
+        reject_kind |= express_rejections([(i, reject_kind.get(i)) for i in range(o.orders)
+                                           if workflows[i] == EXPRESS_WORKFLOW], o.reject_rate, o.seed)
         for i in range(o.orders):
             body = demo_order(rng)
             kind = reject_kind.get(i)
@@ -448,17 +485,23 @@ class ChaosRun:
         base = {"transientRate": o.transient_rate, "lostResponseRate": o.lost_response_rate,
                 "hangRate": o.hang_rate, "hangSeconds": o.hang_seconds}
         own = self.operator.remote_causes()  # the causes of the orders the operator fixes
-        held = self.approvals.held_skus()  # early approvals: reservations held until the event is answered
+        # early approvals, and express orders terminated while their group runs: reservations held
+        # until the event is answered, or until the terminate; express orders cancelled at their
+        # shipment: shipments that never go (bench.chaos_express)
+        held = [*self.approvals.held_skus(), *self.express.held_skus("groupTerminate")]
+        unshipped = self.express.held_skus("pivotCancel")
         # An order's own cause is no chaos fault: it stays until the operator (or the runner) removes it.
         self._own_causes = {svc: {} for svc in SERVICES}
         self._own_causes.update({"inventory": {"rejectSkus": own["restock"], "hangSkus": held,
                                                "hangSeconds": o.hang_seconds},
                                  "payment": {"hangSkus": own["stall"], "hangSeconds": o.hang_seconds,
-                                             **({"rejectAmountOver": REJECT_AMOUNT_OVER} if own["limit"] else {})}})
-        self.remote_profile = {svc: dict(base) for svc in SERVICES}  # shipping, delivery: the chaos faults only
+                                             **({"rejectAmountOver": REJECT_AMOUNT_OVER} if own["limit"] else {})},
+                                 "shipping": {"hangSkus": unshipped, "hangSeconds": o.hang_seconds}})
+        self.remote_profile = {svc: dict(base) for svc in SERVICES}  # delivery: the chaos faults only
         self.remote_profile.update({
             "inventory": {**base, "rejectSkus": [REJECT_SKU, *own["restock"]], "hangSkus": held},
             "payment": {**base, "rejectAmountOver": REJECT_AMOUNT_OVER, "hangSkus": own["stall"]},
+            "shipping": {**base, "hangSkus": unshipped},
         })
         remotes = self.stack.remotes
         with self._remote_lock:
@@ -480,7 +523,8 @@ class ChaosRun:
     def remove_remote_cause(self, cause: str, sku: str | None) -> None:
         """The operator's fix of one order's own cause: restock its SKU (inventory), raise the
         payment limit (under the designed rejections), or stop the payment service hanging on it;
-        or the runner's release of an early approval's hold (inventory hangs on its SKU)."""
+        or the runner's release of a hold on a reservation (inventory hangs on its SKU: an early
+        approval's, or an express order's that the operator terminates while its group runs)."""
         assert self.stack is not None
         svc, field_name = {"restock": ("inventory", "rejectSkus"), "stall": ("payment", "hangSkus"),
                            "limit": ("payment", "rejectAmountOver"), "hold": ("inventory", "hangSkus")}[cause]
@@ -720,8 +764,8 @@ class ChaosRun:
         once the outage is over: the retry replays the step's idempotency key and learns its
         outcome). Returns how many retries were accepted."""
         assert self.stack is not None
-        with self.lock:
-            held = [r for r in self.recs if r.order_id and is_held(r.view)]
+        with self.lock:  # (the express orders the operator cancels once held are its own)
+            held = [r for r in self.recs if r.order_id and is_held(r.view) and r.express_plan != "pivotCancel"]
         if not held:
             return 0
         self.say(f"  ! {len(held)} orders held for an operator: retrying them (POST /orders/{{id}}/retry)")
@@ -822,7 +866,7 @@ class ChaosRun:
                 queue = settings[AGENTS_BY_NAME[step.agent].queue_setting]
                 if self._sb_send(queue, body, correlation_id=f"{view['orderId']}:{name}:{attempt}",
                                  reply_to=settings["RepliesQueue"], ttl=cb - now, kind="step"):
-                    rec.request_copy_sent = True
+                    rec.request_copy_sent, rec.request_copy_step = True, name
                     self.faults["duplicateRequestDeliveries"] += 1
                 break
         if not rec.reply_copy_sent:
@@ -833,10 +877,13 @@ class ChaosRun:
                 attempt = int(st.get("attempt") or 1)
                 body = {"kind": "step", "orderId": view["orderId"], "step": st["name"], "attempt": attempt,
                         "outcome": "success", "result": st.get("result") or {}, "reason": None}
+                # a branch's reply while another branch of its group still runs (not the group's last)
+                in_group = bool(st.get("group")) and any(
+                    s.get("group") == st["group"] and s.get("state") in ("Running", "Waiting") for s in steps)
                 if self._sb_send(settings["RepliesQueue"], body,
                                  correlation_id=f"{view['orderId']}:{st['name']}:{attempt}",
                                  reply_to=None, ttl=None, kind="step"):
-                    rec.reply_copy_sent = True
+                    rec.reply_copy_sent, rec.reply_copy_step, rec.reply_copy_in_group = True, st["name"], in_group
                     self.faults["duplicateReplyDeliveries"] += 1
 
     # ---- polling ---------------------------------------------------------------------------------
@@ -895,7 +942,8 @@ class ChaosRun:
                     with self.lock:
                         for r in due:
                             if (r.dup_delivery and not (r.request_copy_sent and r.reply_copy_sent)
-                                    or self.operator.watching(r) or self.approvals.watching(r)):
+                                    or self.operator.watching(r) or self.approvals.watching(r)
+                                    or self.express.watching(r)):
                                 r.poll_interval = 0.5
                             else:
                                 r.poll_interval = min(cap, max(2.0, r.poll_interval * 1.5))
@@ -953,9 +1001,10 @@ class ChaosRun:
                  f"SupervisorSchedule '{o.supervisor_schedule}'")
         self.say(f"state and logs: {o.state_dir}")
         self.plan_orders()
+        events = self.plan_events()  # (the plans below draw from generators of their own)
         self.operator.plan()
+        self.express.plan(events)
         self.approvals.plan()
-        events = self.plan_events()
         assert o.state_dir is not None  # set by ChaosOptions.resolved()
         # The run's own workflows: a wait of a day would not end within it (bench.chaos_approvals).
         workflows_dir = o.state_dir / "workflows"
@@ -1172,6 +1221,7 @@ class ChaosRun:
         faults = self.fault_counts(stats)
         examples["orderNotes"] = self.order_notes(examples, views)
         approvals = {"timeoutSeconds": self.approvals.timeouts, **summary.pop("approvals")}
+        express = summary.pop("express")
         report = {
             "ok": all(c["ok"] for c in checks.values()),
             "seed": o.seed,
@@ -1182,6 +1232,7 @@ class ChaosRun:
             "faults": faults,
             "faultEvents": self.fault_events,
             "approvals": approvals,
+            "express": express,
             "outage": self.outage_section(views, stats, histories),
             "remotes": {"effects": len(ledger), "stats": stats},
             "pollErrors": dict(self.poll_errors),
@@ -1252,8 +1303,12 @@ class ChaosRun:
                     "reason": view.get("reason"), "outcome": view.get("outcome"),
                     "generation": view.get("generation"), "category": view.get("category"),
                     "steps": [{"name": s.get("name"), "state": s.get("state"), "attempt": s.get("attempt"),
+                               "group": s.get("group"), "finishedAt": s.get("finishedAt"),
+                               "failureReason": s.get("failureReason"),
                                "compensation": (s.get("compensation") or {}).get("state")}
                               for s in view.get("steps") or []],
+                    "workflow": r.workflow, "expressPlan": r.express_plan, "cancelStatus": r.cancel_status,
+                    "cancelResult": r.cancel_result,
                     "operator": {"terminateAfterSeconds": r.terminate_after, "fix": r.fix, "fixed": r.fixed,
                                  "restartsPlanned": r.restarts_planned, "heldRetryStatus": r.held_retry_status,
                                  "actions": r.operator_actions},
@@ -1272,7 +1327,7 @@ class ChaosRun:
         for k in ("hostInstanceKills", "serviceBusEmulatorRestarts", "azuriteRestarts", "duplicateSubmissions",
                   "duplicateRequestDeliveries", "duplicateReplyDeliveries", "shippingOutageWindows",
                   "operatorTerminates", "operatorRestarts", "operatorCompensationRedrives", "operatorFixedCauses",
-                  "approvalEventsSent"):
+                  "operatorCancels", "approvalEventsSent"):
             f.setdefault(k, 0)
         f["duplicateDeliveries"] = f["duplicateRequestDeliveries"] + f["duplicateReplyDeliveries"]
         req = stats.get("requests", {})
@@ -1336,6 +1391,7 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
     op = operator_outcomes(accepted, views)
     search_wrong = search_mismatches(ids, views, listing) if listing is not None else []
     ap = approval_outcomes(accepted, views, ledger, histories)
+    ex = express_outcomes(accepted, views, ledger, histories)
 
     dup_mismatch = [{"key": r.key, "orderId": r.order_id, "replayOrderId": r.dup_submit_order_id,
                      "replayStatus": r.dup_submit_status}
@@ -1391,6 +1447,12 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
                                             "ok": not ap["refusedCharged"]},
         "declinedOrTimedOutOrdersNotUndone": {"value": len(ap["refusedNotUndone"]), "expected": 0,
                                               "ok": not ap["refusedNotUndone"]},
+        # express orders, a parallel step (issue 29): bench.chaos_express
+        "expressOrdersNotRunAsExpress": {"value": len(ex["notExpress"]), "expected": 0, "ok": not ex["notExpress"]},
+        "expressCompensationsOutOfOrder": {"value": len(ex["outOfOrder"]), "expected": 0, "ok": not ex["outOfOrder"]},
+        "expressFailedOrdersWithBranchEffectsStanding": {"value": len(ex["standing"]), "expected": 0,
+                                                         "ok": not ex["standing"]},
+        "expressBranchesNotCompensatedByKey": {"value": len(ex["byKey"]), "expected": 0, "ok": not ex["byKey"]},
         "infrastructureErrors": {"value": len(errors), "expected": 0, "ok": not errors},
     }
     summary = {"accepted": n_acc, "finalStates": dict(states), "failed": len(fx["failedOrders"]),
@@ -1401,7 +1463,8 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
                "compensationsNeeded": fx["undo"].needed, "compensationsApplied": fx["undo"].applied,
                "compensationsOfNothing": fx["compensationsOfNothing"],
                "designedRejections": sum(1 for r in recs if r.reject),
-               "operator": {**op["counts"], **fx["generationCounts"]}, "approvals": ap["summary"]}
+               "operator": {**op["counts"], **fx["generationCounts"]}, "approvals": ap["summary"],
+               "express": ex["summary"]}
     examples = {
         "lost": lost[:20], "notFound": not_found[:20], "stuck": stuck[:20],
         "doubleEffects": fx["doubleEffects"][:20], "compensationMissing": fx["undo"].missing[:20],
@@ -1418,6 +1481,8 @@ def evaluate(recs: list[OrderRec], views: dict[str, tuple[int | None, dict[str, 
         "approvalWaitEndedTwice": ap["stepRunTwice"][:20], "approvedNotProcessed": ap["approvedNotProcessed"][:20],
         "declinedOrTimedOutCharged": ap["refusedCharged"][:20],
         "declinedOrTimedOutNotUndone": ap["refusedNotUndone"][:20],
+        "expressNotExpress": ex["notExpress"][:20], "expressOutOfOrder": ex["outOfOrder"][:20],
+        "expressStanding": ex["standing"][:20], "expressNotByKey": ex["byKey"][:20],
         "nonTerminalViews": [views[oid][1] for oid in lost[:5] if views.get(oid)],
     }
     return checks, summary, examples
@@ -1518,10 +1583,10 @@ def search_mismatches(ids: set[str], views: dict[str, tuple[int | None, dict[str
 def operator_outcomes(accepted: list[OrderRec],
                       views: dict[str, tuple[int | None, dict[str, Any] | None]]) -> dict[str, Any]:
     """What the operator's actions came to: a terminated order ends Error ``terminated`` (its
-    effects are undone: ``ledger_outcomes``), or held and retried; no order is ``terminated``
-    that the operator did not terminate; a terminate is refused only for an order out of
-    flight; a restart or redrive the operator asks for is done; an order's generation is the
-    number of its restarts."""
+    effects are undone: ``ledger_outcomes``), or held and retried (or cancelled, as planned for
+    it); no order is ``terminated`` or ``cancelled`` that the operator did not terminate or
+    cancel; a terminate is refused only for an order out of flight; a restart, redrive or cancel
+    the operator asks for is done; an order's generation is the number of its restarts."""
     terminate_wrong, spurious, refused_in_flight, retry_refused, generation_wrong = [], [], [], [], []
     for r in accepted:
         status, final = views.get(r.order_id or "", (None, None))
@@ -1533,18 +1598,26 @@ def operator_outcomes(accepted: list[OrderRec],
                 if not (state == "Error" and outcome == "terminated"):
                     terminate_wrong.append({**who, "terminate": r.terminate_result, "expected": "terminated"})
             elif r.terminate_result == "held":
-                if not (is_held(view) or r.held_retry_status == 202):
-                    terminate_wrong.append({**who, "terminate": "held", "expected": "held, or retried"})
+                cancelled = r.cancel_status == 202 and outcome == "cancelled"  # the operator's plan (pivotCancel)
+                if not (is_held(view) or r.held_retry_status == 202 or cancelled):
+                    terminate_wrong.append({**who, "terminate": "held", "expected": "held, retried, or cancelled"})
             else:
                 terminate_wrong.append({**who, "terminate": r.terminate_result, "expected": "a known result"})
         if outcome == "terminated" and r.terminate_status != 202 and not r.terminate_lost:
             spurious.append({**who, "terminateStatus": r.terminate_status})
+        if outcome == "cancelled" and r.cancel_status != 202 and not r.cancel_lost:
+            spurious.append({**who, "cancelStatus": r.cancel_status})
+        if r.cancel_gave_up:
+            retry_refused.append({**who, "action": "cancel", "status": None})
         if r.terminate_status == 409 and r.terminate_state in IN_FLIGHT_STATES:
             refused_in_flight.append({**who, "refusedWhile": r.terminate_state})
         if r.terminate_gave_up:
             retry_refused.append({**who, "action": "terminate", "status": None})
         for a in r.operator_actions:
-            if a["action"] != "retry" or (a["status"] == 202 and a["result"] == a["expected"]):
+            if a["action"] not in ("retry", "cancel"):
+                continue
+            expected = a["expected"] if isinstance(a["expected"], (list, tuple)) else (a["expected"],)
+            if a["status"] == 202 and a["result"] in expected:
                 continue
             if a["status"] == 409 and a["answersLost"]:
                 continue  # an earlier call whose answer was lost did it
@@ -1563,6 +1636,7 @@ def operator_outcomes(accepted: list[OrderRec],
         "compensationsRedriven": sum(r.redrives_done for r in accepted),
         "causesFixed": sum(1 for r in accepted if r.fixed),
         "heldRetried": sum(1 for r in accepted if r.held_retry_status == 202),
+        "cancelled": sum(1 for r in accepted if r.cancel_status == 202),
     }
     return {"terminateWrong": terminate_wrong, "terminatedWithoutOperator": spurious,
             "terminateRefusedInFlight": refused_in_flight, "retryRefused": retry_refused,
@@ -1604,7 +1678,9 @@ def render_summary(report: dict[str, Any]) -> str:
                  "terminatesRefusedInFlight", "operatorRetriesRefused", "ordersSearchListsWrongly",
                  "approvalPlansNotAsWaited", "approvalEventAnswersUnexpected", "approvalWaitsEndedTwice",
                  "approvedOrdersNotProcessed", "declinedOrTimedOutOrdersCharged",
-                 "declinedOrTimedOutOrdersNotUndone", "infrastructureErrors", "orphanProcesses"):
+                 "declinedOrTimedOutOrdersNotUndone", "expressOrdersNotRunAsExpress", "expressCompensationsOutOfOrder",
+                 "expressFailedOrdersWithBranchEffectsStanding", "expressBranchesNotCompensatedByKey",
+                 "infrastructureErrors", "orphanProcesses"):
         if name in c:
             lines.append(f"  [{mark(c[name]['ok'])}] {name}: {c[name]['value']}")
     lines += [
@@ -1612,6 +1688,7 @@ def render_summary(report: dict[str, Any]) -> str:
         f"as the operator {orders.get('operatorRetried', 0)}, still held {orders.get('heldForAnOperator', 0)}",
         _operator_line(orders.get("operator") or {}),
         *render_approvals(report.get("approvals") or {}, (report.get("approvals") or {}).get("timeoutSeconds")),
+        *render_express(report.get("express") or {}),
         "  faults injected:",
         f"    host instance SIGKILLs {f['hostInstanceKills']}, Service Bus emulator restarts "
         f"{f['serviceBusEmulatorRestarts']}, Azurite restarts {f['azuriteRestarts']}, "
@@ -1647,7 +1724,8 @@ def _operator_line(op: dict[str, Any]) -> str:
             f"generation {g('highestGeneration')}: {g('restartedThenProcessed')} then Processed, "
             f"{g('restartedAndFailedAgain')} failed again; {g('earlierGenerationsUndone')} earlier generations undone, "
             f"{g('earlierGenerationsWithEffectsUndone')} of them with effects); compensations redriven "
-            f"{g('compensationsRedriven')}; causes fixed {g('causesFixed')}; held orders retried {g('heldRetried')}")
+            f"{g('compensationsRedriven')}; causes fixed {g('causesFixed')}; held orders retried {g('heldRetried')}"
+            f"; cancelled {g('cancelled')}")
 
 
 def run_chaos(opts: ChaosOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
@@ -1704,6 +1782,8 @@ def main(argv: Iterable[str] | None = None) -> int:
                     help="share of orders with a cause of their own the operator fixes, then restarts")
     ap.add_argument("--digital-share", type=float, default=d.digital_share,
                     help='share of orders that name "workflow": "digital" (licence, charge, delivery)')
+    ap.add_argument("--express-share", type=float, default=d.express_share,
+                    help='share of orders that name "workflow": "express" (reserve and charge at once, then ship)')
     ap.add_argument("--approval-share", type=float, default=d.approval_share,
                     help="share of orders made to wait for approval (on time, early, late, twice, declined, never)")
     ap.add_argument("--approval-timeout", type=int, default=d.approval_timeout,
@@ -1723,7 +1803,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         restart_servicebus=not a.no_servicebus_restart, restart_azurite=not a.no_azurite_restart,
         operator_retry=not a.no_operator_retry, terminate_rate=a.terminate_rate,
         terminate_within=a.terminate_within, operator_restarts=not a.no_operator_restart, fixable_rate=a.fixable_rate,
-        digital_share=a.digital_share, approval_share=a.approval_share, approval_timeout=a.approval_timeout,
+        digital_share=a.digital_share, express_share=a.express_share, approval_share=a.approval_share,
+        approval_timeout=a.approval_timeout,
         settle_timeout=a.settle_timeout, drain_timeout=a.drain_timeout, echo=a.echo,
     )
     if opts.instances < 2:

@@ -29,6 +29,13 @@ bodies and the other faults are drawn as before):
   Such a cause is no chaos fault: it stays when the run turns the faults off, until the
   operator fixes it, so each of these orders takes its whole path whatever the timing.
 
+* **express orders** (``bench.chaos_express``) get all of the above like any order (a stall's
+  charge is a branch of the group: it is terminated while the group runs), and two paths of
+  their own: ``groupTerminate`` (terminated while the group runs, its reservation hanging on a
+  SKU of its own until just before the terminate) and ``pivotCancel`` (terminated as soon as it
+  is seen at its shipment, which hangs: held, the shipment's outcome unknown; then cancelled,
+  as the operator knows it never shipped: both branches undone in reverse order of completion).
+
 Every action and its answer is recorded on the order (``OrderRec.operator_actions``); the
 checks (``bench.chaos.evaluate``) judge the outcomes.
 """
@@ -42,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 
 import requests
 
+from bench.chaos_express import at_pivot
+
 if TYPE_CHECKING:
     from bench.chaos import ChaosRun, OrderRec
 
@@ -52,7 +61,14 @@ RAISED_LIMIT = "55000"  # the operator's fix for the ``limit`` orders
 FIX_KINDS = ("stall", "limit", "restock")
 TERMINATED_RESULTS = ("terminated", "terminating")
 IN_FLIGHT_STATES = ("Pending", "Processing")
+CHARGE_STEP = "charge-payment"
+CANCEL_RESULTS = ("cancelling", "cancelled")
 MAX_REDRIVES = 2
+
+
+def is_held(view: dict[str, Any] | None) -> bool:
+    """Error, held for an operator."""
+    return bool(view) and view.get("processState") == "Error" and view.get("outcome") == "held"  # type: ignore[union-attr]
 
 
 def failed_and_undone(view: dict[str, Any] | None) -> bool:
@@ -64,10 +80,15 @@ def failed_and_undone(view: dict[str, Any] | None) -> bool:
 
 
 def charging(view: dict[str, Any] | None) -> bool:
-    """The order runs its charge (sent, or waiting to be sent again): in flight at the payment."""
-    if not view:
+    """The order runs its charge (sent, or waiting to be sent again): in flight at the payment. In
+    a parallel step (express) the current step is the group's: its charge branch runs."""
+    if not view or view.get("processState") not in IN_FLIGHT_STATES:
         return False
-    return view.get("processState") in IN_FLIGHT_STATES and view.get("currentStep") == "charge-payment"
+    current = view.get("currentStep")
+    if current == CHARGE_STEP:
+        return True
+    return any(s.get("name") == CHARGE_STEP and s.get("group") == current and current
+               and s.get("state") in ("Running", "Waiting") for s in view.get("steps") or [])
 
 
 def compensation_failed(view: dict[str, Any] | None) -> bool:
@@ -124,8 +145,9 @@ class Operator:
     @staticmethod
     def watching(rec: OrderRec) -> bool:
         """Whether the operator watches the order closely (polled every 0.5 s while in flight):
-        one with a cause of its own, to act on it as soon as it can."""
-        return rec.fix is not None
+        one with a cause of its own, to act on it as soon as it can (or an express order's
+        designed path: ``bench.chaos_express``)."""
+        return rec.fix is not None or rec.express_plan is not None
 
     @staticmethod
     def stall_to_stop(rec: OrderRec) -> bool:
@@ -140,6 +162,12 @@ class Operator:
             return None
         if self.stall_to_stop(rec) and charging(rec.view):
             return "terminate"
+        if (rec.express_plan == "pivotCancel" and rec.terminate_status is None and not rec.terminate_gave_up
+                and at_pivot(rec.view)):
+            return "terminate"  # at its shipment, which hangs: held
+        if (rec.express_plan == "pivotCancel" and rec.cancel_status is None and not rec.cancel_gave_up
+                and is_held(rec.view)):
+            return "cancel"  # the shipment never went (the shipping service hangs on the order)
         if (rec.terminate_after is not None and rec.terminate_status is None and not rec.terminate_gave_up
                 and rec.accepted_at is not None and rec.accepted_at + rec.terminate_after <= now):
             return "terminate"
@@ -170,6 +198,8 @@ class Operator:
         try:
             if action == "terminate":
                 self.terminate(rec)
+            elif action == "cancel":
+                self.cancel(rec)
             elif action == "redrive":
                 self.fix_cause(rec)
                 self.retry(rec, "compensation-redriven")
@@ -194,6 +224,9 @@ class Operator:
         self.run.event("operator-fix", orderId=rec.order_id, cause=rec.fix, sku=rec.fix_sku)
 
     def terminate(self, rec: OrderRec) -> None:
+        if rec.express_plan == "groupTerminate" and rec.express_hold_sku:
+            # the reservation hangs until now: lift the hold so that its compensation goes through
+            self.run.remove_remote_cause("hold", rec.express_hold_sku)
         status, body, lost = self._post(rec, "terminate")
         result = body.get("result") if status == 202 else body.get("type", "").rsplit("/", 1)[-1] or None
         with self.run.lock:
@@ -207,8 +240,24 @@ class Operator:
             self.run.faults["operatorTerminates"] += 1
         self.run.event("operator-terminate", orderId=rec.order_id, status=status, result=result,
                        afterSeconds=rec.terminate_after)
-        when = "while its charge hangs" if rec.fix == "stall" else f"{rec.terminate_after}s after acceptance"
+        when = ("while its charge hangs" if rec.fix == "stall" else "at its shipment"
+                if rec.express_plan == "pivotCancel" else f"{rec.terminate_after}s after acceptance")
         self.run.say(f"  ! terminate {rec.order_id} ({when}): {status} {result}")
+
+    def cancel(self, rec: OrderRec) -> None:
+        """Cancel a held order: its done steps are compensated, and it ends ``cancelled``."""
+        status, body, lost = self._post(rec, "cancel")
+        result = body.get("result") if status == 202 else body.get("type", "").rsplit("/", 1)[-1] or None
+        with self.run.lock:
+            rec.cancel_status, rec.cancel_result, rec.cancel_lost = status, result, lost
+            rec.cancel_gave_up = status is None
+            self._record(rec, "cancel", status, body, lost, expected=list(CANCEL_RESULTS))
+            if status == 202 or lost:
+                rec.view, rec.next_poll, rec.poll_interval = None, 0.0, 0.0
+        if status == 202:
+            self.run.faults["operatorCancels"] += 1
+        self.run.event("operator-cancel", orderId=rec.order_id, status=status, result=result)
+        self.run.say(f"  ! cancel {rec.order_id} (held at its shipment): {status} {result or body.get('detail')}")
 
     def retry(self, rec: OrderRec, expected: str) -> None:
         status, body, lost = self._post(rec, "retry")

@@ -73,14 +73,14 @@ def test_the_digital_share_of_the_plan() -> None:
 def test_digital_orders_name_their_workflow_in_the_post() -> None:
     from bench.chaos import ChaosRun
 
-    run = ChaosRun(ChaosOptions(orders=40, seed=3, digital_share=0.25, out=None).resolved())
+    run = ChaosRun(ChaosOptions(orders=40, seed=3, digital_share=0.25, express_share=0.0, out=None).resolved())
     run.plan_orders()
     digital = [r for r in run.recs if r.workflow == "digital"]
     assert len(digital) == 10
     assert all(r.body["workflow"] == "digital" for r in digital)
     assert all("workflow" not in r.body for r in run.recs if r.workflow == "order")  # the default, unnamed
     # The rest of the seed's plan is the same whatever the share (a replay keeps its orders).
-    same = ChaosRun(ChaosOptions(orders=40, seed=3, out=None).resolved())
+    same = ChaosRun(ChaosOptions(orders=40, seed=3, express_share=0.0, out=None).resolved())
     same.plan_orders()
     assert [{k: v for k, v in r.body.items() if k != "workflow"} for r in run.recs] == [r.body for r in same.recs]
 
