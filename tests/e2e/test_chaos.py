@@ -1,8 +1,10 @@
 """The chaos runner (bench/chaos.py): a CI-sized run through the whole local stack with every
 fault kind injected at least once, an operator terminating, restarting and redriving orders
 meanwhile (bench/chaos_operator.py), orders over 1000 waiting for approval events sent on
-time, early, late, twice or never, or declining (bench/chaos_approvals.py), and the runner's
-checks themselves on made-up outcomes.
+time, early, late, twice or never, or declining (bench/chaos_approvals.py), express orders
+whose parallel step goes through all of it (bench/chaos_express.py; their checks on made-up
+outcomes are in tests/bench/test_chaos_express.py), and the runner's checks themselves on
+made-up outcomes.
 
 The run asserts correctness only (terminal, lost, stuck, double effects, compensations), never
 speed. Replay a failure with the seed it prints: ``python -m bench.chaos --seed S --orders 200 ...``
@@ -60,6 +62,7 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
         outage_seconds=12.0, settle_timeout=30.0, drain_timeout=120.0,
         terminate_rate=0.05, terminate_within=4.0, operator_restarts=True, fixable_rate=0.015,
         digital_share=0.3,  # both workflows (issue 13), each order checked against its own steps
+        express_share=0.15,  # and express's parallel step (issue 29)
     )
     out = io.StringIO()
     try:
@@ -83,7 +86,7 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert checks["failedOrdersFullyCompensatedPercent"]["value"] == 100.0
     assert checks["compensationsAppliedMoreThanOnce"]["value"] == 0
     assert report["orders"]["accepted"] == 200
-    assert report["orders"]["workflows"] == {"order": 140, "digital": 60}, report["orders"]
+    assert report["orders"]["workflows"] == {"order": 110, "digital": 60, "express": 30}, report["orders"]
 
     # The shipping outage (issue 14): its breaker opened, steps waited instead of failing, and
     # after the first cool-down the dead service got probes only (the calls in flight when it
@@ -120,7 +123,9 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
 
     # The operator was at work (issue 11), and every kind of action did what it says.
     op = report["orders"]["operator"]
-    assert op["terminatesSent"] == 11, op  # 5% of the orders and the stalled one, each answered
+    ex = report["express"]
+    designed = sum(n for plan in ex["plans"].values() for k, n in plan.items() if k.startswith("terminate:"))
+    assert op["terminatesSent"] == 11 + designed, (op, ex)  # 5% of the orders, the stall, express's own
     assert op["terminated"] + op["terminateHeld"] >= 2, op  # some were still in flight (the stall is)
     assert op["restarted"] >= 1 and op["restartedOrders"] >= 1, op
     assert op["restartedThenProcessed"] >= 2, op  # fixed causes (restock, limit): generation 1 went through
@@ -143,6 +148,22 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert ap["answers"].get("compensating", 0) >= 1 and ap["laterGenerationsApproved"] >= 1, ap
     for name in ("approvalPlansNotAsWaited", "approvalEventAnswersUnexpected", "approvalWaitsEndedTwice",
                  "approvedOrdersNotProcessed", "declinedOrTimedOutOrdersCharged", "declinedOrTimedOutOrdersNotUndone"):
+        assert checks[name]["value"] == 0, (name, checks[name])
+
+    # Express (issue 29): its parallel step through the faults and the operator. A branch refused
+    # while the other ran (each kind), the reservation stopped by a terminate in the group and
+    # compensated by its key (a tombstone), both branches undone in reverse order of completion
+    # (the operator's cancel of an order held at its shipment), copies of a branch's request and reply.
+    assert ex["orders"] == 30, ex
+    assert set(ex["rejections"]) == {"charge-payment", "reserve-inventory"}, ex["rejections"]
+    assert all(t["orders"] >= 1 for t in ex["rejections"].values()), ex["rejections"]
+    assert ex["plans"]["groupTerminate"].get("terminate:terminating", 0) >= 1, ex["plans"]
+    assert ex["plans"]["pivotCancel"].get("cancel:cancelling", 0) >= 1, ex["plans"]
+    assert ex["stoppedBranches"]["byTerminate"] >= 1 and ex["stoppedBranches"]["tombstones"] >= 1, ex
+    assert ex["reverseOrder"]["passed"] >= 1, ex["reverseOrder"]
+    assert ex["duplicates"]["branchRequestCopies"] >= 1 and ex["duplicates"]["branchReplyCopies"] >= 1, ex
+    for name in ("expressOrdersNotRunAsExpress", "expressCompensationsOutOfOrder",
+                 "expressFailedOrdersWithBranchEffectsStanding", "expressBranchesNotCompensatedByKey"):
         assert checks[name]["value"] == 0, (name, checks[name])
 
 
