@@ -31,14 +31,22 @@ export function setChildren(el, ...children) {
   return el;
 }
 
-/** A table: headers, then rows of cells (strings or nodes); a row may be {attrs, cells} (the row's attributes). */
+/**
+ * A table: headers, then rows of cells (strings or nodes); a row may be {attrs, cells} (the row's
+ * attributes), and a cell {attrs, content} (the cell's, e.g. a colspan).
+ */
 export function table(headers, rows, attrs) {
   return h("table", attrs || {},
     h("thead", {}, h("tr", {}, headers.map((name) => h("th", { scope: "col" }, name)))),
     h("tbody", {}, rows.map((row) => {
       const [rowAttrs, cells] = Array.isArray(row) ? [{}, row] : [row.attrs, row.cells];
-      return h("tr", rowAttrs, cells.map((cell) => h("td", {}, cell)));
+      return h("tr", rowAttrs, cells.map((cell) => (isCellWithAttrs(cell) ? h("td", cell.attrs, cell.content)
+        : h("td", {}, cell))));
     })));
+}
+
+function isCellWithAttrs(cell) {
+  return cell !== null && typeof cell === "object" && !Array.isArray(cell) && !(cell instanceof Node) && "content" in cell;
 }
 
 /** An error box (role=alert) saying what failed and why. */

@@ -4,8 +4,9 @@ import { actionButtons, allowedActions } from "./actions.js";
 import { api } from "./api.js";
 import { SKIPPED_TEXT, awaitingBadge, awaitingText, eventForm, kindDetail, stepKind } from "./awaiting.js";
 import { errorBox, fmtTime, h, setChildren, table } from "./dom.js";
+import { branchNote, branchesOf, currentStepText, groupHeader, groupOf, shownState } from "./parallel.js";
 import { buildTimeline, renderGantt, renderTrace } from "./timeline.js";
-import { compensationState, orderWaiting, stepState, stepWaiting, waitingBadge, waitingText, waitsIn } from "./waiting.js";
+import { compensationState, orderWaiting, stepWaiting, waitingBadge, waitingText, waitsIn } from "./waiting.js";
 
 const REFRESH_MS = 3000; // while the order is in flight
 const HISTORY_PAGE = 1000;
@@ -116,7 +117,7 @@ function summary(order) {
     ["Process state", order.processState], ["Category", order.category], ["Outcome", order.outcome],
     ["Workflow", order.workflow ? `${order.workflow.name} v${order.workflow.version}` : null],
     ["Reason", order.reason], ["Failed step", order.failedStep], ["Failure count", String(order.failureCount)],
-    ["Generation", String(order.generation)], ["Current step", order.currentStep],
+    ["Generation", String(order.generation)], ["Current step", currentStepText(order)],
     ["Awaiting", awaitingText(order.awaiting)], ["Locked by", order.lockedBy],
     ["Complete by", order.completeBy ? fmtTime(order.completeBy) : null], ["Created", fmtTime(order.createdAt)],
     ["Updated", fmtTime(order.updatedAt)],
@@ -133,34 +134,58 @@ function orderDetails(body) {
   ];
 }
 
+const STEP_COLUMNS = ["Step", "State", "Kind", "Attempt", "Started", "Finished", "Failure", "Compensation"];
+
+/** The step list; a parallel step's branches indented under a header row of their group (its name, their progress). */
 function steps(order) {
   const now = Date.now();
-  const rows = order.steps.map((step) => ({
-    attrs: { class: step.state === "Skipped" ? "skipped" : null,
-      dataset: { step: step.name, kind: stepKind(step), state: stepState(step) } },
+  const rows = [];
+  for (const step of order.steps) {
+    const group = groupOf(step);
+    const branches = group ? branchesOf(order.steps, group) : [];
+    if (group && branches[0] === step) {
+      rows.push({ attrs: { class: "group-row", dataset: { testid: "step-group", group } },
+        cells: [{ attrs: { colspan: STEP_COLUMNS.length }, content: groupHeader(group, branches) }] });
+    }
+    rows.push(stepRow(step, order, now, group ? { group, last: branches[branches.length - 1] === step } : null));
+  }
+  return table(STEP_COLUMNS, rows, { dataset: { testid: "steps" } });
+}
+
+/** A step's row; `branch` ({group, last}) if it is a branch of a parallel step. */
+function stepRow(step, order, now, branch) {
+  const classes = [step.state === "Skipped" ? "skipped" : null, branch ? "branch" : null].filter(Boolean);
+  const dataset = { step: step.name, kind: stepKind(step), state: shownState(step) };
+  if (branch) dataset.group = branch.group;
+  return {
+    attrs: { class: classes.length ? classes.join(" ") : null, dataset },
     cells: [
-      step.name, stateCell(step), kindCell(step, order, now), String(step.attempt),
-      fmtTime(step.startedAt), fmtTime(step.finishedAt), step.failureReason || "—",
+      branch ? [h("span", { class: "branch-mark", "aria-hidden": "true" }, branch.last ? "└ " : "├ "), step.name]
+        : step.name,
+      stateCell(step), kindCell(step, order, now), String(step.attempt),
+      fmtTime(step.startedAt), fmtTime(step.finishedAt), [step.failureReason || "—", branchNote(step, order)],
       step.compensation ? [`${compensationState(step)} (attempt ${step.compensation.attempt})` +
         `${step.compensation.reason ? `: ${step.compensation.reason}` : ""}`, waitLine(step, "compensation")] : "—",
     ],
-  }));
-  return table(["Step", "State", "Kind", "Attempt", "Started", "Finished", "Failure", "Compensation"], rows,
-    { dataset: { testid: "steps" } });
+  };
 }
 
-/** The step's state; while it waits on a breaker, on which remote and when the next probe is due; if
- * its `when` does not hold for the order, that it is skipped. */
+/** The step's state (Stopped: a parallel step's branch stopped by another's failure); while it waits
+ * on a breaker, on which remote and when the next probe is due; if its `when` does not hold for the
+ * order, that it is skipped. */
 function stateCell(step) {
-  const state = stepState(step);
-  return [h("span", { class: `state step-${state}` }, state), waitLine(step, "step"),
+  const state = shownState(step);
+  const title = state === "Stopped" ? "Failed (the API's state): stopped by another branch's failure, not its own" : null;
+  return [h("span", { class: `state step-${state}`, title }, state), waitLine(step, "step"),
     state === "Skipped" ? h("div", { class: "skipped-note", dataset: { testid: "skipped" } }, SKIPPED_TEXT) : null];
 }
 
-/** The step's kind (call, wait, delay); a wait's event and until when, a delay's timer. */
+/** The step's kind (call, wait, delay); a wait's event and until when, a delay's timer; a branch's group. */
 function kindCell(step, order, now) {
   const kind = stepKind(step);
-  return [h("span", { class: `kind kind-${kind}` }, kind), kindDetail(step, order, now)];
+  const group = groupOf(step);
+  return [h("span", { class: `kind kind-${kind}` }, kind), kindDetail(step, order, now),
+    group ? h("div", { class: "kind-detail muted" }, `a branch of ${group} (parallel)`) : null];
 }
 
 /** The wait of the step's attempt (`what` "step") or of its compensation, if that is what waits. */

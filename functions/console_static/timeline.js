@@ -1,8 +1,10 @@
 // From an order's history events: the Gantt-like timeline of step attempts and compensations,
 // and the trace (trace ids, and a waterfall of the events' offsets from submission by instance).
+// A parallel step's branches are lanes, one row each, grouped under a row of their group.
 
 import { SKIPPED_TEXT, stepKind } from "./awaiting.js";
 import { fmtTime, h } from "./dom.js";
+import { isStoppedReason } from "./parallel.js";
 
 const OPENS = { dispatched: "step", compensationDispatched: "compensation" };
 const CLOSES = {
@@ -27,6 +29,7 @@ const ORDER_MARKS = new Set(["accepted", "processed", "failed", "compensated", "
  */
 export function buildTimeline(events, stillRunning, now = Date.now(), steps = []) {
   const kinds = new Map(steps.map((step) => [step.name, stepKind(step)]));
+  const groups = new Map(steps.filter((step) => step.group).map((step) => [step.name, step.group]));
   const rows = new Map();
   const open = new Map();
   const marks = [];
@@ -38,7 +41,8 @@ export function buildTimeline(events, stillRunning, now = Date.now(), steps = []
       const kind = OPENS[event.event];
       const key = `${kind}:${event.step}`;
       if (!rows.has(key)) {
-        rows.set(key, { key, kind, step: event.step, stepKind: kinds.get(event.step) || "call", bars: [], points: [] });
+        rows.set(key, { key, kind, step: event.step, stepKind: kinds.get(event.step) || "call",
+          group: groups.get(event.step) || null, bars: [], points: [] });
       }
       const previous = open.get(key);
       if (previous) close(previous, at, "superseded");
@@ -60,8 +64,10 @@ export function buildTimeline(events, stillRunning, now = Date.now(), steps = []
       const [kind, status] = CLOSES[event.event];
       const key = `${kind}:${event.step}`;
       const bar = open.get(key);
+      const reason = event.detail && event.detail.reason;
       if (bar) {
-        close(bar, at, status, event.detail && event.detail.reason);
+        // a branch stopped because another branch of its parallel step failed for good: not a failure of its own
+        close(bar, at, kind === "step" && status === "failed" && isStoppedReason(reason) ? "stopped" : status, reason);
         open.delete(key);
       }
     }
@@ -75,15 +81,33 @@ export function buildTimeline(events, stillRunning, now = Date.now(), steps = []
   for (const point of points) rows.get(`step:${point.step}`)?.points.push(point);
   const ordered = [...rows.values()].sort((a, b) => a.bars[0].start - b.bars[0].start);
   placeSkipped(ordered, steps);
+  laneGroups(ordered, steps);
   return { rows: ordered, marks, start, end: Math.max(end, start + 1000) };
+}
+
+/**
+ * The step rows of a parallel step's branches, side by side: moved together (in the workflow's
+ * order) to where the first of them is, so that they are drawn as lanes under their group's row.
+ * Their compensations' rows stay where they are in time (they run one at a time).
+ */
+function laneGroups(ordered, steps) {
+  const names = steps.map((step) => step.name);
+  for (const group of new Set(steps.map((step) => step.group).filter(Boolean))) {
+    const lanes = ordered.filter((row) => row.kind === "step" && row.group === group);
+    if (!lanes.length) continue;
+    const at = ordered.indexOf(lanes[0]);
+    const rest = ordered.filter((row) => !lanes.includes(row));
+    lanes.sort((a, b) => names.indexOf(a.step) - names.indexOf(b.step));
+    ordered.splice(0, ordered.length, ...rest.slice(0, at), ...lanes, ...rest.slice(at));
+  }
 }
 
 /** A row for each Skipped step, after the row of the nearest step before it in the workflow (first if none). */
 function placeSkipped(ordered, steps) {
   const names = steps.map((step) => step.name);
   for (const step of steps.filter((s) => s.state === "Skipped")) {
-    const row = { key: `skipped:${step.name}`, kind: "step", step: step.name, stepKind: stepKind(step), bars: [],
-      points: [], skipped: true };
+    const row = { key: `skipped:${step.name}`, kind: "step", step: step.name, stepKind: stepKind(step),
+      group: step.group || null, bars: [], points: [], skipped: true };
     let index = 0;
     for (const before of names.slice(0, names.indexOf(step.name)).reverse()) {
       const found = ordered.findIndex((r) => r.kind === "step" && r.step === before);
@@ -125,7 +149,19 @@ function axis(timeline) {
 /** The Gantt chart as elements. */
 export function renderGantt(timeline) {
   if (!timeline.rows.some((row) => row.bars.length)) return h("p", { class: "muted" }, "No step was dispatched yet.");
-  const rows = timeline.rows.map((row) => ganttRow(timeline, row));
+  const rows = [];
+  const all = timeline.rows;
+  for (let i = 0; i < all.length; i += 1) {
+    const row = all[i];
+    if (row.kind !== "step" || !row.group) {
+      rows.push(ganttRow(timeline, row));
+      continue;
+    }
+    let last = i;
+    while (last + 1 < all.length && all[last + 1].kind === "step" && all[last + 1].group === row.group) last += 1;
+    rows.push(laneGroup(timeline, row.group, all.slice(i, last + 1)));
+    i = last;
+  }
   const marks = h("div", { class: "gantt-row marks" }, h("div", { class: "gantt-label" }, "order"),
     track(timeline, groupMarks(timeline).map((group) => {
       const fraction = (group[0].at - timeline.start) / (timeline.end - timeline.start);
@@ -137,29 +173,64 @@ export function renderGantt(timeline) {
       }, group.map((mark) => mark.event.event).join(", "));
     })));
   return h("div", { class: "gantt", dataset: { testid: "gantt" } }, axis(timeline), rows, marks,
-    h("p", { class: "legend muted" }, legend()));
+    h("p", { class: "legend muted" }, legend(timeline.rows.some((row) => row.group))));
 }
 
-/** A step's (or a compensation's) row: its attempts' bars, a wait's event and timeout, or that it is skipped. */
-function ganttRow(timeline, row) {
+/**
+ * A parallel step: a row of its own (its name, and a band from its first branch's start to its
+ * last branch's end), then one lane per branch, the whole framed as one group.
+ */
+function laneGroup(timeline, group, lanes) {
+  const bars = lanes.flatMap((lane) => lane.bars);
+  const names = lanes.map((lane) => lane.step);
+  let span = h("span", { class: "skipped-note" }, SKIPPED_TEXT); // a group whose `when` does not hold
+  if (bars.length) {
+    const from = Math.min(...bars.map((bar) => bar.start));
+    const to = Math.max(...bars.map((bar) => bar.end));
+    const text = `${group}: ${names.join(" and ")} side by side, ${seconds(to - from)} ` +
+      `(+${seconds(from - timeline.start)} to +${seconds(to - timeline.start)})`;
+    span = h("span", { class: "group-span", title: text, style: place(timeline, from, to),
+      dataset: { testid: "gantt-group-span", start: iso(from), end: iso(to) } },
+      h("span", { class: "visually-hidden" }, text));
+  }
+  const label = h("div", { class: "gantt-label",
+    title: `${group}: a parallel step; its branches ${names.join(", ")} are dispatched together` }, `${group} (parallel)`);
+  const head = h("div", { class: `gantt-row group-head${bars.length ? "" : " skipped"}`,
+    dataset: { testid: "gantt-group-head", group } }, label, track(timeline, span));
+  return h("div", { class: "gantt-group", role: "group", "aria-label": `${group} (parallel)`,
+    dataset: { testid: "gantt-group", group } },
+    head, lanes.map((lane, index) => ganttRow(timeline, lane, index === lanes.length - 1 ? "└" : "├")));
+}
+
+const iso = (ms) => new Date(ms).toISOString();
+
+/** A step's (or a compensation's) row: its attempts' bars, a wait's event and timeout, or that it is skipped.
+ * `lane` ("├" or "└") for a branch's row inside its group. */
+function ganttRow(timeline, row, lane = null) {
   const kind = row.kind === "compensation" ? "compensation" : row.stepKind;
   const dataset = { testid: "gantt-row", step: row.step, kind };
   if (row.skipped) dataset.skipped = "true";
-  const tag = row.kind === "step" && kind !== "call" ? h("span", { class: `kind kind-${kind}` }, kind) : null;
+  if (row.group) dataset.group = row.group;
+  let tag = row.kind === "step" && kind !== "call" ? h("span", { class: `kind kind-${kind}` }, kind) : null;
+  // a branch's compensation, outside its group's lanes: named with its group
+  if (row.kind === "compensation" && row.group) tag = h("span", { class: "kind kind-parallel" }, `${row.group}`);
   const label = h("div", { class: "gantt-label", title: row.skipped ? `${row.step}: ${SKIPPED_TEXT}` : null },
+    lane ? h("span", { class: "branch-mark", "aria-hidden": "true" }, `${lane} `) : null,
     row.kind === "compensation" ? `↺ ${row.step}` : row.step, tag ? [" ", tag] : null);
-  const rowClass = `gantt-row ${row.kind} kind-${kind}${row.skipped ? " skipped" : ""}`;
+  const rowClass = `gantt-row ${row.kind} kind-${kind}${row.skipped ? " skipped" : ""}${lane ? " lane" : ""}`;
   if (row.skipped) {
     return h("div", { class: rowClass, dataset }, label,
       track(timeline, h("span", { class: "skipped-note", dataset: { testid: "gantt-skipped" } }, SKIPPED_TEXT)));
   }
-  const what = row.kind === "compensation" ? `compensation of ${row.step}`
-    : `${row.step}${KIND_TEXT[kind] ? ` (${KIND_TEXT[kind]})` : ""}`;
+  const branchOf = row.group ? ` (a branch of ${row.group}, parallel)` : "";
+  const what = row.kind === "compensation" ? `compensation of ${row.step}${branchOf}`
+    : `${row.step}${KIND_TEXT[kind] ? ` (${KIND_TEXT[kind]})` : ""}${branchOf}`;
   const bars = row.bars.map((bar) => {
     const text = `${what} attempt ${bar.attempt}: ${bar.status}, ${seconds(bar.end - bar.start)}` +
       `${bar.reason ? ` (${bar.reason})` : ""}`;
     return h("span", { class: `bar bar-${bar.status.replace(" ", "-")}`, title: text, style: place(timeline, bar.start, bar.end),
-      dataset: { testid: "gantt-bar", status: bar.status } }, h("span", { class: "visually-hidden" }, text));
+      dataset: { testid: "gantt-bar", status: bar.status, start: iso(bar.start), end: iso(bar.end) } },
+      h("span", { class: "visually-hidden" }, text));
   });
   const points = row.points.map((point) => {
     const detail = point.event.detail || {};
@@ -184,15 +255,19 @@ function groupMarks(timeline) {
   return groups;
 }
 
-function legend() {
+function legend(parallel) {
   return [
     ...["done", "failed", "timed out", "running", "waiting", "terminated", "superseded"].map((status) =>
       h("span", { class: "legend-item" }, h("span", { class: `swatch bar-${status.replace(" ", "-")}` }), status)),
+    parallel ? h("span", { class: "legend-item" }, h("span", { class: "swatch bar-stopped" }),
+      "stopped (another branch of its parallel step failed)") : null,
     h("span", { class: "legend-item" }, h("span", { class: "swatch bar-compensated" }), "compensation done (↺ rows)"),
     h("span", { class: "legend-item" }, h("span", { class: "swatch swatch-awaits" }),
       "wait or delay step (outlined: no agent is called)"),
     h("span", { class: "legend-item" }, h("span", { class: "swatch point-event" }), "event received"),
     h("span", { class: "legend-item" }, h("span", { class: "swatch swatch-skipped" }), "skipped"),
+    parallel ? h("span", { class: "legend-item" }, h("span", { class: "swatch swatch-group" }),
+      "parallel step (its branches' lanes, dispatched together)") : null,
   ];
 }
 
