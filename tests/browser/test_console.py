@@ -921,3 +921,221 @@ def test_wait_and_delay_texts_in_each_state(seeded: Seeded, driver: Any) -> None
         shown["bodies"][5],
     ]
     assert shown["bodies"][5].startswith("not valid JSON ("), shown["bodies"][5]
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 29: a parallel step's branches as lanes (express v1: prepare = reserve-inventory and
+# charge-payment dispatched together, then create-shipment)
+
+GROUP = "prepare"
+BRANCHES = ["reserve-inventory", "charge-payment"]
+STOPPED_REASON = "stopped: another branch of its parallel step failed for good"  # shared/core/statemachine/groups.py
+
+
+def datetime_of(iso: str) -> Any:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso)
+
+
+def edges(driver: Any, element: Any) -> tuple[float, float]:
+    """An element's left and right edges as drawn (px)."""
+    left, right = driver.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.left, r.right];",
+                                        element)
+    return left, right
+
+
+def bar_of(driver: Any, step: str, kind: str = "call") -> dict[str, Any]:
+    """The (only) bar of a step's timeline row: its times (data-start/end, from the history) and
+    its rendered left and right edges (px)."""
+    bar = driver.find_element(By.CSS_SELECTOR, f"[data-testid='gantt-row'][data-step='{step}'][data-kind='{kind}'] "
+                                               "[data-testid='gantt-bar']")
+    left, right = edges(driver, bar)
+    return {"start": datetime_of(bar.get_attribute("data-start")), "end": datetime_of(bar.get_attribute("data-end")),
+            "left": left, "right": right, "status": bar.get_attribute("data-status")}
+
+
+def step_list(driver: Any) -> list[tuple[str, str | None, str]]:
+    """The step list's rows: (data-testid or the step's name, its group, the row's first cell)."""
+    return [(r.get_attribute("data-testid") or r.get_attribute("data-step"), r.get_attribute("data-group"),
+             r.find_element(By.TAG_NAME, "td").text)
+            for r in driver.find_elements(By.CSS_SELECTOR, "[data-testid='steps'] tbody tr")]
+
+
+def test_an_express_order_shows_its_parallel_branches_as_lanes(seeded: Seeded, driver: Any) -> None:
+    """The two branches of express's parallel step are two lanes under a row of their group,
+    "prepare (parallel)", whose band spans them; their bars overlap in time (and on the screen),
+    and create-shipment's starts after the last of them ended. The step list shows them indented
+    under a header row of the group."""
+    order_id = seeded.stack.post_order(order_body("c-express", SMALL, workflow="express"))
+    wait_until("the express order Processed",
+               lambda: seeded.stack.get_order(order_id)["processState"] == "Processed")
+    order = seeded.stack.get_order(order_id)
+    assert [(s["name"], s["kind"], s["group"]) for s in order["steps"]] == [
+        ("reserve-inventory", "call", GROUP), ("charge-payment", "call", GROUP), ("create-shipment", "call", None)]
+    open_view(driver, seeded, f"/orders/{order_id}")
+    group = by_testid(driver, "gantt-group")
+    assert group.get_attribute("data-group") == GROUP
+    assert group.find_element(By.CSS_SELECTOR, "[data-testid='gantt-group-head'] .gantt-label").text \
+        == f"{GROUP} (parallel)"
+    lanes = group.find_elements(By.CSS_SELECTOR, "[data-testid='gantt-row']")
+    assert [lane.get_attribute("data-step") for lane in lanes] == BRANCHES
+    assert all(lane.get_attribute("data-group") == GROUP for lane in lanes)
+    rows = driver.find_elements(By.CSS_SELECTOR, "[data-testid='gantt'] [data-testid='gantt-row']")
+    assert [r.get_attribute("data-step") for r in rows] == [*BRANCHES, "create-shipment"]
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='gantt-group'] [data-step='create-shipment']")
+
+    # Side by side: each branch's bar is its step's attempt, as the API times it; they overlap, in
+    # time and as drawn; the next step starts after the last branch ended.
+    branches = {name: bar_of(driver, name) for name in BRANCHES}
+    shipment = bar_of(driver, "create-shipment")
+    assert all(bar["status"] == "done" for bar in [*branches.values(), shipment])
+    for name, bar in branches.items():
+        step = api_step(order, name)
+        assert (bar["start"], bar["end"]) == tuple(datetime_ms(step[k]) for k in ("startedAt", "finishedAt")), name
+    a, b = branches.values()
+    assert a["start"] < b["end"] and b["start"] < a["end"], "the branches ran side by side"
+    assert a["left"] < b["right"] and b["left"] < a["right"], "their bars overlap on the screen"
+    assert shipment["start"] >= max(bar["end"] for bar in branches.values())
+    assert shipment["left"] >= max(bar["right"] for bar in branches.values()) - 2  # px: the bars' rounding
+    span = driver.find_element(By.CSS_SELECTOR, "[data-testid='gantt-group-span']")
+    assert (datetime_of(span.get_attribute("data-start")), datetime_of(span.get_attribute("data-end"))) == (
+        min(a["start"], b["start"]), max(a["end"], b["end"])), "the group's band: its first start to its last end"
+    left, right = edges(driver, span)
+    assert left <= min(a["left"], b["left"]) + 1 and right >= max(a["right"], b["right"]) - 1, "the band spans both"
+    legend = driver.find_element(By.CSS_SELECTOR, "[data-testid='gantt'] .legend").text
+    assert "parallel step" in legend, legend
+
+    # The step list: a header row of the group, then its branches, indented; then the next step.
+    assert step_list(driver) == [
+        ("step-group", GROUP, f"{GROUP} — parallel reserve-inventory and charge-payment, dispatched together "
+                              "· 2 of 2 done"),
+        ("reserve-inventory", GROUP, "├ reserve-inventory"), ("charge-payment", GROUP, "└ charge-payment"),
+        ("create-shipment", None, "create-shipment")]
+    branch_row = driver.find_element(By.CSS_SELECTOR, "[data-testid='steps'] tbody tr[data-step='charge-payment']")
+    assert "a branch of prepare (parallel)" in branch_row.text, branch_row.text
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == [], severe
+
+
+def datetime_ms(iso: str) -> Any:
+    """An API time to the millisecond (the page's times are JavaScript's)."""
+    from datetime import datetime
+
+    at = datetime.fromisoformat(iso)
+    return at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
+def test_an_express_order_whose_charge_is_declined_shows_its_stopped_branch(seeded: Seeded, driver: Any) -> None:
+    """Payment declines the charge at once (over its 1000 limit) while inventory, slowed down, is
+    still reserving: the group fails, reserve-inventory is stopped (its outcome unknown) and
+    compensated. The page says Stopped and why, not a failure of its own; the charge's row says
+    it stopped the other; the timeline's lanes show the stopped and the failed attempt, and the
+    reservation's compensation on its own row, named with its group."""
+    with seeded.stack.remotes as remotes:
+        before = remotes.faults()
+        remotes.set_faults("payment", **{**before["payment"], "rejectAmountOver": "1000"})
+        remotes.set_faults("inventory", **{**before["inventory"], "latencyMs": 3000})
+    try:
+        order_id = seeded.stack.post_order(order_body("c-express-declined", OVER_1000, workflow="express"))
+        wait_until("the declined express order compensated", lambda: (
+            (o := seeded.stack.get_order(order_id))["processState"] == "Error" and o["category"] != "inFlight"))
+    finally:
+        with seeded.stack.remotes as remotes:
+            for service in ("payment", "inventory"):
+                remotes.set_faults(service, **before[service])
+    order = seeded.stack.get_order(order_id)
+    reserve, charge = api_step(order, "reserve-inventory"), api_step(order, "charge-payment")
+    assert (reserve["state"], reserve["failureReason"], reserve["compensation"]["state"]) == (
+        "Failed", STOPPED_REASON, "Done"), reserve
+    assert charge["state"] == "Failed" and "exceeds the limit 1000" in charge["failureReason"], charge
+    assert order["failedStep"] == "charge-payment" and order["outcome"] == "failed"
+    open_view(driver, seeded, f"/orders/{order_id}")
+    by_testid(driver, "gantt-group")
+
+    row = step_row_text(driver, "reserve-inventory", lambda t: "Stopped" in t, "the stopped branch")
+    tr = driver.find_element(By.CSS_SELECTOR, "[data-testid='steps'] tbody tr[data-step='reserve-inventory']")
+    assert tr.get_attribute("data-state") == "Stopped" and "Failed" not in row.split(), row
+    stopped = tr.find_element(By.CSS_SELECTOR, "[data-testid='stopped']").text
+    assert stopped == ("charge-payment (prepare) failed for good while this branch was in flight; whether its call "
+                       "took effect is unknown, so its compensation undoes it by its idempotency key"), stopped
+    assert STOPPED_REASON in row and "Done (attempt 1)" in row, row
+    failed = step_row_text(driver, "charge-payment", lambda t: "Failed" in t, "the failed branch")
+    assert "this failure stopped reserve-inventory (prepare), still in flight" in failed, failed
+    header = driver.find_element(By.CSS_SELECTOR, "[data-testid='steps'] [data-testid='step-group']").text
+    assert header.endswith("· 0 of 2 done · 1 failed · 1 stopped"), header
+
+    # The timeline: the stopped attempt and the failed one in their lanes, the release on its own row.
+    assert bar_of(driver, "reserve-inventory")["status"] == "stopped"
+    assert bar_of(driver, "charge-payment")["status"] == "failed"
+    compensation = driver.find_element(
+        By.CSS_SELECTOR, "[data-testid='gantt-row'][data-kind='compensation'][data-step='reserve-inventory']")
+    assert compensation.get_attribute("data-group") == GROUP and "↺ reserve-inventory prepare" in compensation.text
+    assert compensation.find_elements(By.CSS_SELECTOR, "[data-status='done']")
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='gantt-group'] [data-kind='compensation']")
+    legend = driver.find_element(By.CSS_SELECTOR, "[data-testid='gantt'] .legend").text
+    assert "stopped (another branch of its parallel step failed)" in legend, legend
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == [], severe
+    # Clean-up: cancelled, it leaves the attention list as the other tests expect it.
+    assert post_action(seeded, order_id, "cancel").status_code == 202
+
+
+# parallel.js's texts, run in the page on orders as GET /api/orders/{id} shows them
+# (and timeline.js's lanes of the last one's, its group skipped)
+PARALLEL_TEXTS_IN_PAGE = """
+const [orders, events, done] = [arguments[0], arguments[1], arguments[arguments.length - 1]];
+const asset = (name) => import(new URL(`console/assets/${name}`, document.baseURI).href);
+Promise.all([asset("parallel.js"), asset("timeline.js")])
+  .then(([m, t]) => {
+    const texts = orders.map((order) => ({
+      current: m.currentStepText(order),
+      summary: m.groupSummary(m.branchesOf(order.steps, "prepare")),
+      notes: order.steps.map((step) => { const el = m.branchNote(step, order); return el ? el.textContent : null; }),
+    }));
+    const skipped = orders[orders.length - 1];
+    const gantt = t.renderGantt(t.buildTimeline(events, true, Date.parse(events[events.length - 1].at), skipped.steps));
+    const rows = [...gantt.querySelectorAll("[data-testid=gantt-row]")].map((row) => [row.dataset.step,
+      row.dataset.group || null, row.dataset.skipped === "true", Boolean(row.closest("[data-testid=gantt-group]"))]);
+    done({ texts, rows });
+  })
+  .catch((error) => done({ error: String(error) }));
+"""
+
+
+def test_parallel_step_texts_in_each_state(seeded: Seeded, driver: Any) -> None:
+    """What the order page writes of a parallel step while it runs (the current step names its
+    branches and their states), and once a branch failed: a stopped branch with no compensation
+    (the order held); a skipped group (in the step list, and its lanes in the timeline)."""
+    def step(name: str, state: str, group: str | None = GROUP, **more: Any) -> dict[str, Any]:
+        return {"name": name, "kind": "call", "group": group, "state": state, "failureReason": None,
+                "compensation": None, **more}
+    shipment = step("create-shipment", "Pending", group=None)
+    orders = [
+        {"currentStep": GROUP, "failedStep": None,
+         "steps": [step("reserve-inventory", "Done"), step("charge-payment", "Running"), shipment]},
+        {"currentStep": None, "failedStep": "reserve-inventory", "outcome": "held",
+         "steps": [step("reserve-inventory", "Failed", failureReason="out of stock: SKU-9"),
+                   step("charge-payment", "Failed", failureReason=STOPPED_REASON), shipment]},
+        {"currentStep": "create-shipment", "failedStep": None,
+         "steps": [step("reserve-inventory", "Skipped"), step("charge-payment", "Skipped"),
+                   step("create-shipment", "Running", group=None)]},
+    ]
+    open_view(driver, seeded, "/")
+    by_testid(driver, "overview-status")
+    events = [{"seq": 1, "at": "2026-01-01T12:00:00+00:00", "event": "accepted"},
+              {"seq": 2, "at": "2026-01-01T12:00:00+00:00", "event": "dispatched", "step": "create-shipment",
+               "attempt": 1}]
+    shown = driver.execute_async_script(PARALLEL_TEXTS_IN_PAGE, orders, events)
+    assert "error" not in shown, shown
+    assert shown["rows"] == [["reserve-inventory", GROUP, True, True], ["charge-payment", GROUP, True, True],
+                             ["create-shipment", None, False, False]], "a skipped group's lanes, in their group"
+    assert shown["texts"] == [
+        {"current": "prepare (parallel: reserve-inventory Done, charge-payment Running)",
+         "summary": "1 of 2 done · 1 running", "notes": [None, None, None]},
+        {"current": None, "summary": "0 of 2 done · 1 failed · 1 stopped",
+         "notes": ["this failure stopped charge-payment (prepare), still in flight",
+                   "reserve-inventory (prepare) failed for good while this branch was in flight; whether its call "
+                   "took effect is unknown: the order is held for an operator", None]},
+        {"current": "create-shipment", "summary": "skipped: its condition does not hold", "notes": [None, None, None]},
+    ]
