@@ -15,8 +15,11 @@ held for an operator). A ledger entry whose key does not say which step and gene
 order it belongs to, or names a generation the order never reached, is an error of its own.
 
 Each order is read against the steps of its own workflow (``workflows/*.yaml``: the order
-workflow's reserve/charge/ship, the digital one's reserve-licence/charge/deliver): an order's
-effects map (``StepEffects``) comes from ``effects_for(name, version)``; without one, order v1.
+workflow's reserve/charge/ship, the digital one's reserve-licence/charge/deliver, express's
+reserve and charge, the branches of its parallel step, then ship): an order's effects map
+(``StepEffects``) comes from ``effects_for(name, version)``; without one, order v1. A parallel
+step's branches are steps of ``Workflow.steps`` (flattened, each with its ``group``) with keys of
+their own; the group itself has no key and no effect.
 """
 
 from __future__ import annotations
