@@ -8,7 +8,8 @@ sends one poison message to the scheduler queue (dead-lettered after MaxDelivery
 for all of it to show, opens the shipping service's circuit breaker (its row written as the
 agents' gate writes it, with steps waiting on it: the overview's red chip), then saves
 ``console-{overview,attention,order,search,deadletters}.png`` at 1280x800 with headless
-Chromium (``local.browser``).
+Chromium (``local.browser``), and ``console-parallel.png``: an ``express`` order whose parallel
+step's charge is declined while its reservation still runs (stopped, then released).
 """
 
 from __future__ import annotations
@@ -76,6 +77,26 @@ def seed(stack: Stack, orders: int) -> tuple[str, str]:
     return chosen, queue
 
 
+def express_declined(stack: Stack) -> str:
+    """An ``express`` order over the payment limit, its two branches slowed down so that they are
+    seen side by side: the charge is declined after 0.8 s while the reservation (1.5 s) is still
+    in flight, so the reservation is stopped and then released. The faults are put back after."""
+    with stack.remotes as remotes:
+        before = remotes.faults()
+        remotes.set_faults("payment", **{**before["payment"], "rejectAmountOver": "1000", "latencyMs": 800})
+        remotes.set_faults("inventory", **{**before["inventory"], "latencyMs": 1500})
+    try:
+        order_id = stack.post_order({"customerId": "c-express", "currency": "EUR", "priority": "normal",
+                                     "statusQueue": None, "workflow": "express",
+                                     "items": [{"sku": "SKU-5", "quantity": 10, "unitPrice": "129.95"}]})
+        wait_for("the express order compensated", lambda: get(stack, f"/orders/{order_id}")["category"] != "inFlight")
+    finally:
+        with stack.remotes as remotes:
+            for service in ("payment", "inventory"):
+                remotes.set_faults(service, **before[service])
+    return order_id
+
+
 def open_breaker(stack: Stack, remote: str = "shipping", waiting: int = 3) -> None:
     """``remote``'s breaker open for 10 minutes (no probe before the pictures are taken) with
     ``waiting`` steps waiting on it. The stack is thrown away after: nothing puts it back."""
@@ -103,10 +124,11 @@ def _present(by: str, css: str) -> Callable[[Any], Any]:
     return lambda driver: driver.find_elements(by, css)
 
 
-def shoot(stack: Stack, out: Path, order_id: str, queue: str) -> list[Path]:
+def shoot(stack: Stack, out: Path, order_id: str, queue: str, express_id: str) -> list[Path]:
     views = [("overview", "/", "[data-testid='chart'] canvas"),
              ("attention", "/attention", "[data-testid='reason']"),
              ("order", f"/orders/{order_id}", "[data-testid='gantt']"),
+             ("parallel", f"/orders/{express_id}", "[data-testid='gantt-group']"),
              ("search", "/search?limit=15", "[data-testid='orders']"),
              ("deadletters", f"/deadletters/{queue}", "[data-testid='deadletters'] table")]
     from selenium.webdriver.common.by import By
@@ -146,8 +168,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="console-shots-") as tmp, \
             Stack(Path(tmp) / "stack", persistent=False, settings_overrides=FAST) as stack:
         order_id, queue = seed(stack, args.orders)
+        express_id = express_declined(stack)
         open_breaker(stack)
-        for path in shoot(stack, out, order_id, queue):
+        for path in shoot(stack, out, order_id, queue, express_id):
             print(f"saved {path}")
     return 0
 
