@@ -79,6 +79,9 @@ def _step_view(step: StepRow, breakers: Mapping[str, BreakerRow]) -> dict[str, A
     return {"name": step.name, "state": state, "attempt": step.attempt, "startedAt": _time(step.started_at),
             "finishedAt": _time(step.finished_at), "completeBy": _time(step.complete_by), "result": step.result,
             "failureReason": step.failure_reason, "compensation": compensation,
+            # its last attempt ended without an answer (timed out, stopped by a terminate or by its
+            # parallel step's failure): its call may have been applied, and is compensated by its key
+            "outcomeUnknown": step.outcome_unknown,
             # the attempt in flight (or its compensation) waits on this remote's open circuit breaker:
             # no call, no failure, until the breaker closes or BreakerMaxWaitSeconds
             "waiting": waiting, "waitingOn": waiting["remote"] if waiting else None,

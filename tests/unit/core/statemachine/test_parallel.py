@@ -12,6 +12,7 @@ import pytest
 from shared.api.operator import resume_order, suspend_order, terminate_order
 from shared.api.orders import get_order
 from shared.core.messages import OutMessage
+from shared.core.statemachine.groups import STOPPED_REASON
 from shared.core.workflows import Registry, WorkflowError, load_directory, load_registry
 from shared.core.workflows.catalog import AGENTS_BY_NAME
 from shared.scheduler import handle_reply
@@ -92,6 +93,9 @@ def test_a_branch_that_fails_stops_the_other_and_undoes_what_it_may_have_done() 
     assert deliver(rt, reply_of(agents, C)) == "compensating"
     rows = steps(rt, oid)
     assert (rows[R]["State"], rows[R]["OutcomeUnknown"]) == ("Failed", True)
+    shown = {s["name"]: s for s in get_order(rt, oid).body["steps"]}
+    assert (shown[R]["outcomeUnknown"], shown[R]["failureReason"], shown[C]["outcomeUnknown"]) == (
+        True, STOPPED_REASON, False)
     assert deliver(rt, reply_of(agents, R)) == "stale"
     st = drive(rt, oid, agents)
     assert (st["ProcessState"], st["Outcome"], st["FailedStep"]) == ("Error", "failed", C)
