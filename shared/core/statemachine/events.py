@@ -104,15 +104,16 @@ def _check(spec: Step, body: dict[str, Any]) -> None:
                        f"(got {dumps(body.get(spec.decision))})")
 
 
-def _ends_wait(view: View, step: StepRow, spec: Step, ctx: Ctx, *, before: Sequence[Event]) -> Decision:
+def _ends_wait(view: View, step: StepRow, spec: Step, ctx: Ctx, *, before: Sequence[Event],
+               by_supervisor: bool = False) -> Decision:
     """The wait step in flight ends with its event (``step`` carries it): Done, or, when its
     decision field is false, failed for good (the order is compensated: nothing to retry)."""
     body = step.event_body if isinstance(step.event_body, dict) else {}
     if spec.decision is not None and body.get(spec.decision) is False:
         declined = replace(step, result=body)
         return fail_step(view, declined, f"{spec.event}: {spec.decision} is false", ctx, timed_out=False,
-                         before=before, hold=False)
-    return step_done(view, step, body, ctx, before=before)
+                         before=before, hold=False, by_supervisor=by_supervisor)
+    return step_done(view, step, body, ctx, before=before, by_supervisor=by_supervisor)
 
 
 def decide_wake(view: View, msg: WakeMessage, ctx: Ctx) -> Decision:
@@ -140,12 +141,15 @@ def _in_flight(state: StateRow, step: StepRow, attempt: int) -> bool:
 def waited_out(view: View, step: StepRow, ctx: Ctx) -> Decision:
     """The Supervisor on a wait or a delay in flight past its CompleteBy (module docstring)."""
     spec = ctx.config.spec(step.name)
+    # The Supervisor hands whatever comes next to a scheduler, with an index row for its deadline:
+    # the row it is handling is deleted after its decision.
     if spec.kind == "delay":  # its timer was lost (or is late): the Supervisor ends the delay
-        return step_done(view, step, {"firedAt": iso(ctx.now), "by": "supervisor"}, ctx)
+        return step_done(view, step, {"firedAt": iso(ctx.now), "by": "supervisor"}, ctx, by_supervisor=True)
     if step.event_key is not None:  # its event was kept, but the wake-up was lost
-        return _ends_wait(view, step, spec, ctx, before=[])
+        return _ends_wait(view, step, spec, ctx, before=[], by_supervisor=True)
     timed_out = event(EventKind.WAIT_TIMED_OUT, step.name, step.attempt, event=spec.event, onTimeout=spec.on_timeout)
     if spec.on_timeout == "continue":
-        return step_done(view, step, {"timedOut": True}, ctx, before=[timed_out])
+        return step_done(view, step, {"timedOut": True}, ctx, before=[timed_out], by_supervisor=True)
     reason = f"no {spec.event!r} event within {spec.timeout_seconds} s (onTimeout: {spec.on_timeout})"
-    return fail_step(view, step, reason, ctx, timed_out=False, before=[timed_out], hold=spec.on_timeout == "hold")
+    return fail_step(view, step, reason, ctx, timed_out=False, before=[timed_out], hold=spec.on_timeout == "hold",
+                     by_supervisor=True)

@@ -35,10 +35,13 @@ from shared.core.states import CompensationState, Mode, OrderCompensation, Outco
 
 
 def fail_step(view: View, step: StepRow, reason: str, ctx: Ctx, *, timed_out: bool,
-              failure_count: int | None = None, before: Sequence[Event] = (), hold: bool | None = None) -> Decision:
+              failure_count: int | None = None, before: Sequence[Event] = (), hold: bool | None = None,
+              by_supervisor: bool = False) -> Decision:
     """Apply the step's on-failure policy (module docstring). ``before``: events to record ahead
     of the failure's (the end of the step's wait on a breaker). ``hold``: the policy of a wait
-    step (``shared.core.statemachine.events``) instead of the step's own."""
+    step (``shared.core.statemachine.events``) instead of the step's own. ``by_supervisor``: the
+    Supervisor decides (a timeout does too): it hands the compensations to a scheduler, with an
+    index row for their deadline, since it deletes the row it is handling."""
     state = view.state
     assert state is not None
     spec = ctx.config.spec(step.name)
@@ -73,7 +76,7 @@ def fail_step(view: View, step: StepRow, reason: str, ctx: Ctx, *, timed_out: bo
     marked = {s.index: replace(s, compensation=CompensationState.PENDING) for s in comps}
     for index, row in written.items():
         marked.setdefault(index, row)
-    if timed_out:
+    if timed_out or by_supervisor:
         return _compensate_later(view, base, marked, comps[0].index, [head], tail, events, ctx)
     return _compensate_now(view, base, marked, comps[0].index, [head], tail, events, ctx)
 

@@ -12,7 +12,7 @@ from shared.core.messages import ReplyMessage
 from shared.core.rows import OrderRow, StateRow, StepRow
 from shared.core.statemachine.compensation import compensation_reply
 from shared.core.statemachine.config import Ctx, Decision, Verdict
-from shared.core.statemachine.deadlines import cover, drop_index
+from shared.core.statemachine.deadlines import cover, drop_index, hand_off
 from shared.core.statemachine.dispatch import (
     compensation_dispatched,
     dispatch,
@@ -188,8 +188,11 @@ def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Dec
 
 
 def step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
-              before: Sequence[Event] = ()) -> Decision:
-    """``before``: events to record ahead of the step's own (the end of its wait on a breaker)."""
+              before: Sequence[Event] = (), by_supervisor: bool = False) -> Decision:
+    """``before``: events to record ahead of the step's own (the end of its wait on a breaker).
+    ``by_supervisor``: the Supervisor ends the step (a wait or a delay past its CompleteBy): it
+    hands the next step to a scheduler, with an index row for its deadline, since it deletes the
+    row it is handling."""
     state = view.state
     assert state is not None
     done = replace(step, state=StepState.DONE, result=result, finished_at=ctx.now, complete_by=None)
@@ -217,6 +220,20 @@ def step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
             info("step.done_suspended", view, step=step.name, attempt=step.attempt, next=following.name),
             # Crash before this: the row falls due and the sweep deletes it (nothing has a deadline).
             *drop_index(state),
+        ])
+    if following is not None and by_supervisor:
+        handoff = hand_off(view, ctx, note="next step unclaimed guard")
+        pending = handoff.apply(replace(state, process_state=ProcessState.PENDING, step_index=following.index,
+                                        step_name=following.name))
+        return Decision(Verdict.STEP_DONE, [
+            # Crash after this: state unchanged; the overdue row is still due: the next sweep redoes it.
+            *handoff.puts,
+            # Step Done, the next one Pending and unclaimed. Crash after this (notice not sent):
+            # the new row fires by the grace period and the Supervisor sends it again.
+            commit(view, pending, [done.replacing(step)], [*before, done_event], ctx, note="step done, handed on"),
+            handoff.notice,
+            *status_sends(view, "step-done", ctx, step=step.name),
+            info("step.done_handed_on", view, step=step.name, attempt=step.attempt, next=following.name),
         ])
     if following is not None:
         # the claim (LockedBy) carries on to the next step (or every branch of a parallel one)

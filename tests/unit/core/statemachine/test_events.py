@@ -420,3 +420,32 @@ def test_a_copy_after_a_lost_send_sends_the_request_in_flight_again() -> None:
     assert again.body["result"] == "event-duplicate"
     assert [m.message_id for m in membus(rt).take(queue)] == [request.message_id]
     assert drive(rt, oid, agents)["ProcessState"] == "Processed"
+
+
+@pytest.mark.parametrize("case", ["lost-timer", "wait-timeout-compensate", "wait-timeout-continue", "kept-declined"])
+def test_what_the_supervisor_ends_leaves_the_next_deadline_covered_by_an_index_row(case: str) -> None:
+    """The sweep deletes the index row it handles: when the Supervisor ends a wait or a delay, the
+    next step or the first compensation is handed to a scheduler under a row of its own, so a
+    lost notice or request is still found."""
+    from shared.core.times import parse_iso
+    from tests.unit.core.statemachine.test_operator import mem
+
+    policy = "continue" if case == "wait-timeout-continue" else "compensate"
+    workflow = DELAYED if case == "lost-timer" else (WORKFLOW[0], replace(APPROVAL, on_timeout=policy),  # type: ignore[arg-type]
+                                                     WORKFLOW[1], WORKFLOW[2])
+    rt = make_runtime(workflow=workflow)
+    agents = AgentSim(rt)
+    oid = post(rt).body["orderId"]
+    if case == "kept-declined":
+        assert send(rt, oid, {"approved": False}).body["result"] == "event-kept"
+    drive(rt, oid, agents, until=at(workflow[1].name if case != "lost-timer" else "cool"))
+    for q in list(membus(rt).sent):  # every wake-up lost
+        membus(rt).sent[q] = [m for m in membus(rt).sent[q] if m.body.get("kind") != "wake"]
+    rt.clock.advance(3601)
+    sweep(rt)
+    st = state(rt, oid)
+    assert st["LeaseKey"] and st["CompleteBy"], st  # something is due next: a step or a compensation
+    dues = [parse_iso(r["Due"]) for r in mem(rt).index_rows() if r["OrderId"] == oid]
+    deadline = parse_iso(st["CompleteBy"])
+    assert deadline is not None and any(d is not None and d <= deadline for d in dues), (st, dues)
+    assert drive(rt, oid, agents)["Mode"] == "finished"
