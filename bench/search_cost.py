@@ -52,6 +52,7 @@ from bench.search_seed import (
     seed_live,
 )
 from shared.core.workflows.catalog import AGENTS
+from shared.settings import TOKEN_KEYS, new_token_key
 
 PAGE = 50
 BOUND_ENTITIES = 60  # issue 11: "a page of 50 reads at most about 60 entities"
@@ -61,7 +62,8 @@ API_SEEDING_MAX = 5000
 TABLES = ("orders", "deadlines", "orderindex")
 STATS_PROCESSES = 4  # processes whose stats rows the overview merges (say 2 instances x 2 workers)
 STATS_HOURS = 48  # of stats rows seeded before the run (what retention keeps)
-SETTINGS = {a.service_url_setting: f"http://127.0.0.1:9/{a.name}" for a in AGENTS}  # every agent's (required)
+# every agent's (required), and a token key of this run's own
+SETTINGS = {**{a.service_url_setting: f"http://127.0.0.1:9/{a.name}" for a in AGENTS}, TOKEN_KEYS: new_token_key()}
 Progress = Callable[[str], None]
 
 
@@ -114,7 +116,7 @@ class CountedStore:
         self.tables = store
         self.table_store = store
         self.runtime = Runtime(store=store, bus=MemoryBus(), config=Config.from_settings(settings),
-                               instance_id="bench-search")
+                               keys=settings.token_keys, instance_id="bench-search")
 
     def search(self, params: dict[str, str]) -> tuple[Any, dict[str, dict[str, float]]]:
         """One search; (its HttpResult, the requests it sent by ``table|kind``)."""

@@ -34,12 +34,14 @@ def finished_order_template() -> Template:
     from shared.messaging import MemoryBus
     from shared.runtime import Runtime
     from shared.scheduler import handle_reply, handle_schedule
-    from shared.settings import REQUIRED_SETTINGS, Settings
+    from shared.settings import REQUIRED_SETTINGS, TOKEN_KEYS, Settings, new_token_key
     from shared.storage.memory import MemoryStore
 
     # the remote services' URLs are required; the seeder's orders never call them
-    settings = Settings.from_env({s.name: "http://unused.invalid" for s in REQUIRED_SETTINGS})
-    rt = Runtime(store=MemoryStore(), bus=MemoryBus(), config=Config.from_settings(settings), instance_id="seed")
+    settings = Settings.from_env({**{s.name: "http://unused.invalid" for s in REQUIRED_SETTINGS},
+                                  TOKEN_KEYS: new_token_key()})
+    rt = Runtime(store=MemoryStore(), bus=MemoryBus(), config=Config.from_settings(settings), keys=settings.token_keys,
+                 instance_id="seed")
     body = {"customerId": "c-1", "currency": "EUR", "priority": "normal", "statusQueue": None,
             "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": 9.99}, {"sku": "SKU-3", "quantity": 1,
                                                                            "unitPrice": 19.0}]}

@@ -30,12 +30,14 @@ from typing import Any
 
 from local.procs import REPO_ROOT
 from shared.core.workflows.catalog import AGENTS
+from shared.settings import TOKEN_KEYS, new_token_key
 
 BODY = {"customerId": "c-1", "currency": "EUR", "priority": "normal", "statusQueue": None,
         "items": [{"sku": "SKU-1", "quantity": 2, "unitPrice": 9.99}, {"sku": "SKU-3", "quantity": 1,
                                                                        "unitPrice": 19.0}]}
 # the agents are faked: their URLs are never called, but the settings require them
-SETTINGS = {a.service_url_setting: f"http://127.0.0.1:9/{a.name}" for a in AGENTS}  # every agent's (required)
+# every agent's (required), and a token key of this run's own
+SETTINGS = {**{a.service_url_setting: f"http://127.0.0.1:9/{a.name}" for a in AGENTS}, TOKEN_KEYS: new_token_key()}
 RESULTS = {"reserve": {"reservationId": "r-1"}, "charge": {"paymentId": "p-1", "amount": "38.98"},
            "ship": {"shipmentId": "s-1"}}
 
@@ -97,7 +99,8 @@ def worker(variant: str, connection_string: str, orders: int, warmup: int) -> di
             tx_cpu[1] += 1
 
     store.transact = timed
-    rt = Runtime(store=store, bus=MemoryBus(), config=Config.from_settings(Settings.from_env(SETTINGS)),
+    settings = Settings.from_env(SETTINGS)
+    rt = Runtime(store=store, bus=MemoryBus(), config=Config.from_settings(settings), keys=settings.token_keys,
                  instance_id="bench")
     for _ in range(warmup):
         run_order(rt)

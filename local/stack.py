@@ -50,7 +50,7 @@ from local.queueconfig import write_derived
 from local.remotes.client import RemotesClient
 from local.stackinfo import STACK_JSON
 from shared.core.workflows.catalog import AGENTS
-from shared.settings import SERVICE_BUS_CONNECTION, SETTINGS, STATE_STORAGE_CONNECTION
+from shared.settings import SERVICE_BUS_CONNECTION, SETTINGS, STATE_STORAGE_CONNECTION, TOKEN_KEYS, new_token_key
 
 HOST = "127.0.0.1"
 DEFAULT_STATE_DIR = REPO_ROOT / ".local"
@@ -60,6 +60,7 @@ TERMINAL_STATES = ("Processed", "Error")
 COMPONENTS = ("azurite", "servicebus", "remotes", "host")
 # Each agent's service URL setting -> its service's path on the remotes simulator (the agent's name).
 SERVICE_PATHS = {a.service_url_setting: a.name for a in AGENTS}
+TOKEN_KEY_FILE = "token-key"  # in the state directory: the stack's TokenKeys, made on first start
 
 _INSTANCE_LINE = re.compile(r"\binstance (\d+) pid (\d+)\b")
 _HOST_READY = re.compile(r"\bready (https?://\S+)")
@@ -231,7 +232,8 @@ class Stack:
     def build_settings(self) -> dict[str, str]:
         """local.settings.json ``Values``: connections to the local processes, every declared
         setting at its default, the service URLs (required: no default) at the simulator, then
-        the overrides. A required setting left without a value is a ``StackError`` naming it."""
+        the token key (``token_key``), then the overrides. A required setting left without a value
+        is a ``StackError`` naming it."""
         assert self.azurite is not None
         storage = self.azurite.connection_string
         values: dict[str, str] = {
@@ -245,6 +247,8 @@ class Stack:
                 values[spec.name] = storage
             elif spec.name in SERVICE_PATHS:
                 values[spec.name] = f"{self.remotes_url}/{SERVICE_PATHS[spec.name]}"
+            elif spec.name == TOKEN_KEYS:
+                values[spec.name] = self.token_key()
             elif spec.kind != "connection" and not spec.required:
                 values[spec.name] = spec.default or ""
         values.update(self.settings_overrides)
@@ -252,6 +256,22 @@ class Stack:
         if missing:
             raise StackError(f"required settings with no local value: {', '.join(missing)}")
         return values
+
+    def token_key(self) -> str:
+        """The stack's ``TokenKeys``: a fresh random key, made on first start and kept in the state
+        directory (readable by its owner only), so that tokens in the kept queues and in a
+        client's hands stay valid from one run to the next. Delete the file for a new key."""
+        path = self.state_dir / TOKEN_KEY_FILE
+        try:
+            return path.read_text(encoding="ascii").strip()
+        except FileNotFoundError:
+            pass
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        key = new_token_key()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(key + "\n")
+        return key
 
     def stop(self) -> None:
         """Stop everything, host first (it drains), Azurite last. Safe to call twice."""

@@ -20,18 +20,28 @@ service is one line in that file plus its queue. Each priority lane of ``workflo
 default ``scheduler-high``).
 
 A value setting declared with no default (the remote services' URLs: nothing is a safe
-default for them in Azure) is required: ``Settings.from_env`` raises ``MissingSettingError``,
-naming it, when it is unset or empty. ``local.settings.json.example`` and the local stack
-give them their local values.
+default for them in Azure; ``TokenKeys``) is required: ``Settings.from_env`` raises
+``MissingSettingError``, naming it, when it is unset or empty. ``local.settings.json.example`` and
+the local stack give them their local values.
+
+``TokenKeys`` (kind ``secret``) is the MAC key of the app's opaque tokens (continuation and
+fencing tokens, ``shared.core.sealed``): ``<current>[,<previous>]``, each the base64 of at least
+32 random bytes. The current key signs; a token by either key is accepted (two-key rotation,
+docs/operating.md). In Azure it is a Key Vault reference; no key is in the code. A value that is
+not of that form stops the start (``InvalidSettingError``, naming the setting, never the value).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from shared.core.sealed import MIN_KEY_BYTES, Keys
 from shared.core.workflows.catalog import AGENTS
 from shared.core.workflows.lanes import FAST_LANES, LANED_QUEUES
 
@@ -43,6 +53,7 @@ class SettingSpec:
     description: str
     # "queue": the value names a queue in infra/servicebus-config.json.
     # "table": the value names a table. "connection": a connection prefix.
+    # "secret": a value Azure takes from Key Vault (a Key Vault reference), never in code or logs.
     kind: str = "value"
 
     @property
@@ -54,6 +65,7 @@ class SettingSpec:
 # Connection prefixes (not read as plain values; see Connection below).
 SERVICE_BUS_CONNECTION = "ServiceBusConnection"
 STATE_STORAGE_CONNECTION = "StateStorage"
+TOKEN_KEYS = "TokenKeys"
 
 SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(SERVICE_BUS_CONNECTION, None, "Service Bus connection (string or identity prefix)", "connection"),
@@ -73,6 +85,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("OrderIndexTable", "orderindex", "Search index of orders (by time, customer, category, finish day)",
                 "table"),
     *(SettingSpec(a.service_url_setting, None, f"{a.name.capitalize()} service base URL") for a in AGENTS),
+    SettingSpec(TOKEN_KEYS, None, "MAC keys of the continuation and fencing tokens: <current>[,<previous>], "
+                "each base64 of at least 32 random bytes (a Key Vault reference in Azure)", "secret"),
     SettingSpec("SupervisorSchedule", "*/15 * * * * *", "NCRONTAB schedule of the Supervisor timer"),
     SettingSpec("MaxFailureCount", "3", "FailureCount at which a step goes to Error"),
     SettingSpec("BackoffThreshold", "1", "FailureCount after which the Supervisor delays the redrive"),
@@ -124,6 +138,55 @@ class MissingSettingError(LookupError):
                          f"setting{'s' if plural else ''}, or in local.settings.json Values locally)")
 
 
+class InvalidSettingError(ValueError):
+    """An app setting is set to a value the app cannot use; ``name`` is the setting."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        super().__init__(f"app setting {name}: {reason}")
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
+
+
+def new_token_key() -> str:
+    """A fresh key for ``TokenKeys``: the base64 of 32 random bytes (what ``openssl rand -base64 32``
+    prints). The local stack and the benchmarks make theirs so; Azure's is in Key Vault."""
+    import secrets
+
+    return base64.b64encode(secrets.token_bytes(MIN_KEY_BYTES)).decode("ascii")
+
+
+def parse_token_keys(raw: str) -> Keys:
+    """The keys of a ``TokenKeys`` value, ``<current>[,<previous>]``, each base64 (standard or
+    URL-safe, padding optional) of at least ``MIN_KEY_BYTES`` bytes. ``InvalidSettingError`` names
+    the setting and what is wrong, never the value."""
+    form = (f"expected <current>[,<previous>], each the base64 of at least {MIN_KEY_BYTES} random bytes "
+            "(docs/operating.md, \"Token keys\")")
+    parts = [p.strip() for p in raw.split(",")]
+    if len(parts) > 2:
+        raise InvalidSettingError(TOKEN_KEYS, f"{len(parts)} keys given, at most 2 (current, previous); {form}")
+    keys: list[bytes] = []
+    for which, part in zip(("current", "previous"), parts, strict=False):
+        if not part:
+            raise InvalidSettingError(TOKEN_KEYS, f"the {which} key is empty; {form}")
+        if part.startswith("@Microsoft.KeyVault("):
+            raise InvalidSettingError(TOKEN_KEYS, "the Key Vault reference was not resolved (does the secret exist, "
+                                      "and may the app's identity read it?); docs/operating.md, \"Token keys\"")
+        if not _BASE64.fullmatch(part):
+            raise InvalidSettingError(TOKEN_KEYS, f"the {which} key is not base64; {form}")
+        standard = part.replace("-", "+").replace("_", "/").rstrip("=")
+        try:
+            key = base64.b64decode(standard + "=" * (-len(standard) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidSettingError(TOKEN_KEYS, f"the {which} key is not base64; {form}") from None
+        if len(key) < MIN_KEY_BYTES:
+            raise InvalidSettingError(TOKEN_KEYS, f"the {which} key has {len(key)} bytes, fewer than {MIN_KEY_BYTES}; "
+                                      f"{form}")
+        keys.append(key)
+    return Keys(current=keys[0], previous=keys[1] if len(keys) > 1 else None)
+
+
 @dataclass(frozen=True)
 class Connection:
     """A connection read from a setting prefix: a connection string, or identity-based settings."""
@@ -171,6 +234,11 @@ class Settings:
     def decimal(self, name: str) -> Decimal:
         return Decimal(self[name])
 
+    @property
+    def token_keys(self) -> Keys:
+        """The MAC keys of ``TokenKeys`` (checked by ``from_env``)."""
+        return parse_token_keys(self[TOKEN_KEYS])
+
     def queues(self) -> dict[str, str]:
         """Every queue's setting name -> the queue's name (every lane's work queues included)."""
         return {s.name: self[s.name] for s in QUEUE_SETTINGS}
@@ -179,7 +247,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """The settings in ``env`` (default: the process environment, where the host puts them).
 
-        Raises ``MissingSettingError`` naming every required setting that is unset or empty."""
+        Raises ``MissingSettingError`` naming every required setting that is unset or empty, and
+        ``InvalidSettingError`` for a ``TokenKeys`` that is not of its form."""
         env = os.environ if env is None else env
         values: dict[str, str] = {}
         missing: list[str] = []
@@ -193,6 +262,7 @@ class Settings:
             values[spec.name] = raw if raw is not None else (spec.default or "")
         if missing:
             raise MissingSettingError(missing)
+        parse_token_keys(values[TOKEN_KEYS])  # a bad key stops the start, naming the setting
         service_bus = _maybe(lambda: read_connection(env, SERVICE_BUS_CONNECTION, "fullyQualifiedNamespace"))
         state_storage = _maybe(lambda: read_connection(env, STATE_STORAGE_CONNECTION, "tableServiceUri"))
         return cls(values=values, service_bus=service_bus, state_storage=state_storage)

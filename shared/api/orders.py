@@ -196,7 +196,7 @@ def _history_page(rt: Runtime, order_id: str, after: int, limit: int) -> tuple[l
     rows = rt.store.read_history(order_id, after, limit + 1)
     more = len(rows) > limit
     page = rows[:limit]
-    token = issue(f"history:{order_id}", {"after": page[-1].seq}) if more and page else None
+    token = issue(rt.keys, f"history:{order_id}", {"after": page[-1].seq}) if more and page else None
     return [r.to_json() for r in page], token
 
 
@@ -220,7 +220,7 @@ def get_history(rt: Runtime, raw_id: str | None, params: Mapping[str, str]) -> H
     token = params.get("continuationToken")
     if token is not None:
         try:
-            after = redeem(f"history:{order_id}", token).get("after")
+            after = redeem(rt.keys, f"history:{order_id}", token).get("after")
         except InvalidToken as exc:
             return _bad_history_token(str(exc))
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:

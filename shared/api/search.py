@@ -130,7 +130,7 @@ def search_orders(rt: Runtime, params: Mapping[str, str]) -> HttpResult:
     token = params.get("continuationToken")
     if token is not None:
         try:
-            after = redeem(query.scope, token).get("k")
+            after = redeem(rt.keys, query.scope, token).get("k")
         except InvalidToken as exc:
             return _bad("continuationToken", f"not a token this search issued ({exc})")
         if not isinstance(after, str) or not low <= after < high:
@@ -140,7 +140,7 @@ def search_orders(rt: Runtime, params: Mapping[str, str]) -> HttpResult:
     following = rows[query.limit].row_key if len(rows) > query.limit else None
     orders = [o for o in _current(rt, rows[:query.limit]) if query.category is None or o.category is query.category]
     return HttpResult(200, {"orders": [o.to_json() for o in orders],
-                            "continuationToken": issue(query.scope, {"k": following}) if following else None})
+                            "continuationToken": issue(rt.keys, query.scope, {"k": following}) if following else None})
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """What the impure drivers (scheduler, supervisor, submission) run against.
 
-A ``Runtime`` bundles the store, the bus, the configuration, the clock and this instance's
-id. In the Functions worker, ``get_runtime()`` builds it once from the app settings and the
-shared SDK clients; tests build one from ``MemoryStore``/``MemoryBus`` or from real clients.
+A ``Runtime`` bundles the store, the bus, the configuration, the token keys (``TokenKeys``: the
+MAC of continuation and fencing tokens), the clock and this instance's id. In the Functions
+worker, ``get_runtime()`` builds it once from the app settings and the shared SDK clients; tests
+build one from ``MemoryStore``/``MemoryBus`` (with the tests' fixed key) or from real clients.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from shared.core.effects import Effect
 from shared.core.messages import Bus
+from shared.core.sealed import Keys
 from shared.core.statemachine import Config, Ctx
 from shared.messaging import ServiceBusBus
 from shared.runtime.executor import Outcome, execute
@@ -33,6 +35,7 @@ class Runtime:
     store: Store
     bus: Bus
     config: Config
+    keys: Keys  # TokenKeys: MACs the continuation and fencing tokens (shared.core.sealed)
     instance_id: str = "local"
     clock: Callable[[], datetime] = field(default=utcnow)
     service_bus: Callable[[], Any] | None = None  # the ServiceBusClient the dead-letter routes peek with
@@ -41,7 +44,7 @@ class Runtime:
         return Ctx(now=self.clock(), config=self.config, instance_id=self.instance_id, token=secrets.token_hex(8))
 
     def run(self, effects: list[Effect], limit: int | None = None) -> Outcome:
-        return execute(effects, self.store, self.bus, limit=limit)
+        return execute(effects, self.store, self.bus, keys=self.keys, limit=limit)
 
 
 def runtime_from_settings(settings: Settings, clients: object | None = None) -> Runtime:
@@ -51,8 +54,8 @@ def runtime_from_settings(settings: Settings, clients: object | None = None) -> 
     store = TableStore.of(c.table("StateTable"), c.table("DeadlineTable"), c.table("OrderIndexTable"),
                           transport=c.transport)
     config = Config.from_settings(settings)
-    return Runtime(store=store, bus=ServiceBusBus(c.sender), config=config, instance_id=instance_id(),
-                   service_bus=c.service_bus)
+    return Runtime(store=store, bus=ServiceBusBus(c.sender), config=config, keys=settings.token_keys,
+                   instance_id=instance_id(), service_bus=c.service_bus)
 
 
 _runtime: Runtime | None = None

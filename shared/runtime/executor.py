@@ -16,7 +16,7 @@ Failure handling per effect:
 * ``Reindex`` (the search index, after the state write): a failure is logged, and the
   ``DeleteIndex`` effects after it are skipped (the Supervisor re-indexes from the kept row).
 * A ``Send`` with a ``fence`` (an agent request): the ETags the last ``Transact`` of this run
-  returned are filled in and the fencing token (``shared.storage.fence``) goes in the body;
+  returned are filled in and the fencing token (``shared.storage.fence``, MAC'd with ``keys``) goes in the body;
   when no ETag can be vouched for, the request goes without one (the reply path then reads).
 * Non-critical ``Send`` (status, schedule notices that an index row backs up), ``Alert``,
   ``DeleteIndex`` and ``ForgetWaiting``: a failure is logged and the rest goes on.
@@ -32,6 +32,7 @@ from typing import Any
 from shared.core.effects import Alert, DeleteIndex, Effect, ForgetWaiting, Log, PutIndex, Reindex, Send, Transact
 from shared.core.messages import Bus, OutMessage
 from shared.core.rows import ETAG, STATE_ROW
+from shared.core.sealed import Keys
 from shared.observability import metrics, telemetry
 from shared.observability.figures import record_committed
 from shared.observability.logs import log_event
@@ -65,7 +66,7 @@ class _Written:
                 self.rows[op.row_key] = None if op.kind == "delete" or not etag else {**op.row, ETAG: etag}
 
 
-def fenced(message: OutMessage, rows: Mapping[str, Mapping[str, Any]], written: _Written) -> OutMessage:
+def fenced(keys: Keys, message: OutMessage, rows: Mapping[str, Mapping[str, Any]], written: _Written) -> OutMessage:
     """``message`` with the fencing token of ``rows`` overlaid with what this run wrote; unchanged
     (no token) unless this run committed the order's state row with an ETag for every row it wrote."""
     order_id = message.body.get("orderId")
@@ -80,7 +81,7 @@ def fenced(message: OutMessage, rows: Mapping[str, Mapping[str, Any]], written: 
             merged[key] = row
         else:
             merged[key] = rows[key]
-    token = fence.encode(str(order_id), merged)
+    token = fence.encode(keys, str(order_id), merged)
     if token is None:
         return message
     return replace(message, body={**message.body, "fence": token})
@@ -92,6 +93,7 @@ class _Run:
 
     store: Store
     bus: Bus
+    keys: Keys
     out: Outcome = field(default_factory=Outcome)
     written: _Written = field(default_factory=_Written)
 
@@ -132,7 +134,7 @@ class _Run:
             log_event(logging.WARNING, "waiting.forget_failed", remote=eff.remote, row=eff.row_key, error=repr(exc))
 
     def send(self, eff: Send) -> None:
-        message = eff.message if eff.fence is None else fenced(eff.message, eff.fence, self.written)
+        message = eff.message if eff.fence is None else fenced(self.keys, eff.message, eff.fence, self.written)
         try:
             telemetry.send(self.bus, message)
         except Exception as exc:
@@ -156,9 +158,10 @@ class _Run:
         log_event(eff.level, eff.event, order_id=eff.order_id, traceparent=eff.traceparent, **eff.fields)
 
 
-def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, limit: int | None = None) -> Outcome:
-    """Run ``effects`` in order (only the first ``limit`` of them: a simulated crash)."""
-    run = _Run(store, bus)
+def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, keys: Keys, limit: int | None = None) -> Outcome:
+    """Run ``effects`` in order (only the first ``limit`` of them: a simulated crash); ``keys``
+    MAC the fencing tokens of agent requests."""
+    run = _Run(store, bus, keys)
     for n, eff in enumerate(effects):
         if limit is not None and n >= limit:
             break

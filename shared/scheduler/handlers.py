@@ -111,7 +111,7 @@ def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, tracepare
         reply = ReplyMessage.model_validate(loads(body))
     except (ValueError, ValidationError) as exc:
         poison("replies", f"invalid reply: {exc}".splitlines()[0], body, message_id, traceparent)
-    for sourced in views_for_reply(rt.store, reply, reads=REPLY_RACE_RETRIES, message_id=message_id):
+    for sourced in views_for_reply(rt.store, reply, keys=rt.keys, reads=REPLY_RACE_RETRIES, message_id=message_id):
         view = sourced.view
         if view.state is None:
             poison("replies", f"unknown order {reply.orderId}", body, message_id, traceparent)

@@ -10,11 +10,12 @@ loses (412, ``Conflict``) and the Scheduler reads and decides again. A token is 
 trusted beyond that: it only saves the read when the read would have returned the same rows.
 
 A token is base64url of a 16-byte MAC and the zlib-compressed JSON ``{"o": orderId, "r":
-{RowKey: entity}}`` (each entity with its ETag under ``shared.core.rows.ETAG``). The MAC (a fixed
-key, like ``shared.api.tokens``) refuses a corrupted, cut or foreign token; it does not keep the
-rows secret (the request already carries the order), and since its key is in the code it does
-not authenticate the sender: whoever may send to the replies queue may also send requests to the
-agents, so the trust boundary stays the Service Bus namespace (managed identity only). Every ETag
+{RowKey: entity}}`` (each entity with its ETag under ``shared.core.rows.ETAG``). The MAC (by the
+``TokenKeys`` app setting, like ``shared.api.tokens``, under its own label: the current key signs,
+a token by the previous key is still read) refuses a corrupted, cut or foreign token, or one by a
+key no longer held, and the reply is then decided on a read. It does not keep the rows secret (the
+request already carries the order), and the agents echo a token without checking it; the trust
+boundary stays the Service Bus namespace (managed identity only). Every ETag
 must be one a store issued (``W/"..."``), never ``*``: a token's write is always conditional. A
 token longer than ``MAX_FENCE_LENGTH`` is not issued (the reply path reads instead).
 """
@@ -31,7 +32,8 @@ from shared.core import sealed
 from shared.core.messages import MAX_FENCE_LENGTH
 from shared.core.rows import ETAG, ORDER_ROW, STATE_ROW
 
-_KEY = b"orders-fencing-token-v1"
+# The kind of token the MAC is taken under (not a key): a continuation token never reads as one.
+_LABEL = b"orders-fencing-token-v1"
 _MAX_JSON_BYTES = 1024 * 1024  # decompressed: a bound against a crafted token
 # An ETag as Table Storage (and MemoryStore) issue them: weak, quoted. '*' would make the write
 # unconditional, so a token holding one is refused.
@@ -50,11 +52,7 @@ def live_row(row_key: str) -> bool:
     return row_key in (ORDER_ROW, STATE_ROW) or row_key.startswith("step-")
 
 
-def _mac(payload: bytes) -> bytes:
-    return sealed.mac(_KEY, payload)
-
-
-def encode(order_id: str, rows: Mapping[str, Mapping[str, Any]]) -> str | None:
+def encode(keys: sealed.Keys, order_id: str, rows: Mapping[str, Mapping[str, Any]]) -> str | None:
     """The token for ``rows`` (RowKey -> entity with its ETag), or None when it cannot be one:
     a row without an ETag, a value JSON cannot hold, no state row, or too long."""
     if STATE_ROW not in rows or ORDER_ROW not in rows:
@@ -66,14 +64,14 @@ def encode(order_id: str, rows: Mapping[str, Mapping[str, Any]]) -> str | None:
     except (TypeError, ValueError):
         return None
     packed = zlib.compress(text.encode("utf-8"), 1)
-    token = sealed.seal(_mac, packed)
+    token = sealed.seal(keys, _LABEL, packed)
     return token if len(token) <= MAX_FENCE_LENGTH else None
 
 
-def decode(order_id: str, token: str) -> Entities:
-    """The rows a token issued for ``order_id`` carries; ``InvalidFence`` for anything else."""
+def decode(keys: sealed.Keys, order_id: str, token: str) -> Entities:
+    """The rows a token issued for ``order_id`` (by either key) carries; ``InvalidFence`` for anything else."""
     try:
-        packed = sealed.unseal(_mac, token, MAX_FENCE_LENGTH, foreign="MAC does not match")
+        packed = sealed.unseal(keys, _LABEL, token, MAX_FENCE_LENGTH, foreign="MAC does not match")
     except sealed.Unsealed as exc:
         raise InvalidFence(str(exc)) from exc
     inflate = zlib.decompressobj()

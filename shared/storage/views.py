@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage
+from shared.core.sealed import Keys
 from shared.core.statemachine import View
 from shared.observability.logs import log_event
 from shared.storage import fence
@@ -33,24 +34,25 @@ def read_view(store: Store, order_id: str) -> View:
     return View.from_entities(store.read_partition(order_id))
 
 
-def views_for_reply(store: Store, reply: ReplyMessage, *, reads: int,
+def views_for_reply(store: Store, reply: ReplyMessage, *, keys: Keys, reads: int,
                     message_id: str | None) -> Iterator[SourcedView]:
     """The views to decide ``reply`` on, in turn: its token's rows first (no read), then up to
     ``reads`` fresh reads, each made only when the one before did not settle the reply."""
-    token_view = token_view_of(reply, message_id)
+    token_view = token_view_of(keys, reply, message_id)
     if token_view is not None:
         yield SourcedView(token_view, confirmed=False)
     for _ in range(reads):
         yield SourcedView(read_view(store, reply.orderId), confirmed=True)
 
 
-def token_view_of(reply: ReplyMessage, message_id: str | None) -> View | None:
-    """The rows the reply's token carries, if it is one this app issued for this order and the
-    attempt that replies held the lease when it was written; else None (a read decides)."""
+def token_view_of(keys: Keys, reply: ReplyMessage, message_id: str | None) -> View | None:
+    """The rows the reply's token carries, if it is one this app issued (by either of ``keys``)
+    for this order and the attempt that replies held the lease when it was written; else None (a
+    read decides: a token by a key dropped since is refused as a changed one is)."""
     if reply.fence is None:
         return None
     try:
-        view = View.from_entities(fence.decode(reply.orderId, reply.fence))
+        view = View.from_entities(fence.decode(keys, reply.orderId, reply.fence))
     except Exception as exc:  # noqa: BLE001 - any token that does not make a view is ignored, never poison
         refused(reply, message_id, str(exc))
         return None

@@ -440,14 +440,24 @@ def test_a_forged_token_is_400(hostile_stack: Any, customers: Customers, name: s
     assert_leaks_nothing(r, *customers.a_ids, *customers.b_ids)
 
 
+def stack_keys(stack: Any) -> Any:
+    """The token keys the stack's app was given (its TokenKeys setting)."""
+    from shared.settings import TOKEN_KEYS, parse_token_keys
+
+    return parse_token_keys(stack.settings[TOKEN_KEYS])
+
+
 def test_a_token_made_with_the_apps_own_key_stays_in_its_query(hostile_stack: Any, customers: Customers) -> None:
-    """The token MAC's key is in the source, so anyone can make a token that passes it. What
-    the token holds is checked again: a position outside the query's own key range (another
-    customer's, every order's, before or after the range), or not a position at all, is 400;
-    one inside it pages through that customer's orders only."""
+    """Whoever holds the token MAC's key (the stack's TokenKeys, as a leaked key would be) can make
+    a token that passes it. What the token holds is checked again: a position outside the query's
+    own key range (another customer's, every order's, before or after the range), or not a
+    position at all, is 400; one inside it pages through that customer's orders only."""
     from shared.api.search import parse_query
-    from shared.api.tokens import issue
+    from shared.api.tokens import issue as issue_with
     from shared.core.statemachine.search_index import customer_key
+
+    def issue(scope: str, position: Any) -> str:
+        return issue_with(stack_keys(hostile_stack), scope, position)
 
     query = parse_query({"customerId": customers.a})
     scope = query.scope  # type: ignore[union-attr]
@@ -465,7 +475,10 @@ def test_a_token_made_with_the_apps_own_key_stays_in_its_query(hostile_stack: An
 def test_a_history_token_made_with_the_apps_own_key(hostile_stack: Any, customers: Customers) -> None:
     """The same for history: only a non-negative event number of this order's history; any
     other order's events never appear."""
-    from shared.api.tokens import issue
+    from shared.api.tokens import issue as issue_with
+
+    def issue(scope: str, position: Any) -> str:
+        return issue_with(stack_keys(hostile_stack), scope, position)
 
     oid, other = customers.a_ids[0], customers.b_ids[0]
     scope = f"history:{oid}"

@@ -32,7 +32,8 @@ def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runtime, Any]
     ep = start_servicebus(tmp_path_factory.mktemp("sb-deadletters"), config=QUEUE_CONFIG)
     clients = Clients(Settings.from_env({**REQUIRED_VALUES, "ServiceBusConnection": ep.connection_string}))
     rt = Runtime(store=MemoryStore(), bus=ServiceBusBus(clients.sender),
-                 config=Config.from_settings(Settings.from_env(REQUIRED_VALUES)), service_bus=clients.service_bus)
+                 config=Config.from_settings(Settings.from_env(REQUIRED_VALUES)), keys=clients.settings.token_keys,
+                 service_bus=clients.service_bus)
     try:
         yield rt, clients.service_bus()
     finally:

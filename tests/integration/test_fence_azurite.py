@@ -69,7 +69,7 @@ def test_forward_path_costs_one_transaction_per_step_and_no_read(store: Counted,
         [reply] = agents.pending_replies
         agents.pending_replies.clear()
         if echo:  # the token's rows are exactly what a read returns now (same ETags, same values)
-            token_rows = fence.decode(oid, reply.body["fence"])
+            token_rows = fence.decode(rt.keys, oid, reply.body["fence"])
             before = store.partition_reads
             assert {k: {p: v for p, v in r.items() if p != "Timestamp"} for k, r in
                     store.read_partition(oid).items()} == token_rows

@@ -52,7 +52,7 @@ def bus(servicebus: Any) -> Iterator[Bus]:
 def sb_runtime(table_store: Any, bus: Bus) -> tuple[Runtime, Bus]:
     settings = Settings.from_env({**REQUIRED_VALUES, "StepTimeoutSeconds": "3", "UnclaimedGraceSeconds": "1"})
     rt = Runtime(store=table_store, bus=ServiceBusBus(bus.clients.sender), config=Config.from_settings(settings),
-                 instance_id="it-1")
+                 keys=settings.token_keys, instance_id="it-1")
     return rt, bus
 
 

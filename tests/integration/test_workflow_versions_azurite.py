@@ -59,7 +59,8 @@ steps:
 def _deployment(directory: Path, store: Any, bus: DedupBus, clock: Clock, instance: str) -> CrashRuntime:
     """A process of the app whose ``WorkflowsPath`` is ``directory``."""
     settings = Settings.from_env({**REQUIRED_VALUES, "WorkflowsPath": str(directory)})
-    return CrashRuntime(store=store, bus=bus, config=Config.from_settings(settings), instance_id=instance, clock=clock)
+    return CrashRuntime(store=store, bus=bus, config=Config.from_settings(settings), keys=settings.token_keys,
+                        instance_id=instance, clock=clock)
 
 
 def _ops(agents: AgentSim, oid: str) -> list[str]:

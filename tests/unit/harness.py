@@ -8,6 +8,7 @@ The store may be the in-memory twin (unit tests) or the real Table Storage on Az
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -25,7 +26,7 @@ from shared.messaging import MemoryBus
 from shared.runtime import Runtime
 from shared.runtime.executor import Outcome, execute
 from shared.scheduler import handle_reply, handle_schedule
-from shared.settings import REQUIRED_SETTINGS, Settings
+from shared.settings import REQUIRED_SETTINGS, TOKEN_KEYS, Settings, parse_token_keys
 from shared.storage import fence
 from shared.storage.memory import MemoryStore
 from shared.storage.store import Store
@@ -83,13 +84,17 @@ class CrashRuntime(Runtime):
             k, self.crash_at = self.crash_at, None
             if k >= len(effects):
                 self.crash_exhausted = True
-            execute(effects, self.store, self.bus, limit=k)
+            execute(effects, self.store, self.bus, keys=self.keys, limit=k)
             raise Crash(f"crashed after {k} of {len(effects)} effects")
         return super().run(effects, limit)
 
 
+# The tests' fixed token key (TokenKeys, 32 bytes): known to every test, never given to a deployment.
+TEST_TOKEN_KEYS = base64.b64encode(b"tests/unit/harness.py: token key").decode("ascii")
+TEST_KEYS = parse_token_keys(TEST_TOKEN_KEYS)
 # The required settings (no default) at values no test calls: the workflow tests need only a Config.
-REQUIRED_VALUES = {s.name: f"http://{s.name.lower()}.invalid" for s in REQUIRED_SETTINGS}
+REQUIRED_VALUES = {s.name: TEST_TOKEN_KEYS if s.name == TOKEN_KEYS else f"http://{s.name.lower()}.invalid"
+                   for s in REQUIRED_SETTINGS}
 
 
 def config(workflow: tuple[Step, ...] = WORKFLOW, registry: Registry | None = None, **overrides: Any) -> Config:
@@ -104,7 +109,8 @@ def make_runtime(store: Store | None = None, bus: MemoryBus | None = None, clock
                  workflow: tuple[Step, ...] = WORKFLOW, instance: str = "instance-a", registry: Registry | None = None,
                  **overrides: Any) -> CrashRuntime:
     return CrashRuntime(store=store or MemoryStore(), bus=bus if bus is not None else DedupBus(),
-                        config=config(workflow, registry, **overrides), instance_id=instance, clock=clock or Clock())
+                        config=config(workflow, registry, **overrides), keys=TEST_KEYS, instance_id=instance,
+                        clock=clock or Clock())
 
 
 def post(rt: Runtime, body: Any = None, headers: dict[str, str] | None = None, max_bytes: int = 65536):  # type: ignore[no-untyped-def]
@@ -248,7 +254,7 @@ def check_token(rt: Runtime, body: dict[str, Any]) -> None:
     on every request an ``AgentSim`` takes, in every test that uses one (in-memory store)."""
     if "fence" not in body or not isinstance(rt.store, MemoryStore):
         return
-    rows = fence.decode(body["orderId"], body["fence"])
+    rows = fence.decode(rt.keys, body["orderId"], body["fence"])
     now = rt.store.peek_partition(body["orderId"])
     if STATE_ROW in now and rows[STATE_ROW][ETAG] == now[STATE_ROW][ETAG]:
         assert rows == now, "a fencing token whose state ETag is current must hold the current rows"

@@ -29,6 +29,7 @@ from shared.supervisor import sweep
 from tests.unit.harness import (
     BODY,
     T0,
+    TEST_KEYS,
     WORKFLOW,
     AgentSim,
     Clock,
@@ -131,7 +132,7 @@ class LossyRuntime(CrashRuntime):
 
 def make(workflow: tuple[Any, ...] = HOLD_WORKFLOW, store: Probe | None = None, **overrides: Any) -> LossyRuntime:
     rt = LossyRuntime(store=store or Probe(), bus=DedupBus(), config=config(workflow, **overrides),
-                      instance_id="instance-a", clock=Clock())
+                      keys=TEST_KEYS, instance_id="instance-a", clock=Clock())
     rt.dropped = []
     return rt
 

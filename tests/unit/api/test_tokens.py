@@ -13,8 +13,10 @@ from shared.api.http import HttpResult
 from shared.api.orders import get_history
 from shared.api.search import SearchQuery, parse_query
 from shared.api.tokens import MAX_TOKEN_LENGTH, InvalidToken, issue, redeem
+from shared.core import sealed
 from shared.core.statemachine import Category
 from tests.unit.api.test_search import Agents, LossyRuntime, all_pages, bad, make, new_order, ok, probe, search
+from tests.unit.harness import TEST_KEYS as KEYS
 
 SCOPE = "orders-scope"
 POSITION = {"k": "all-99999999999999999-0123456789abcdef0123456789abcdef"}
@@ -31,57 +33,56 @@ def _text(raw: bytes) -> str:
 # ---------------------------------------------------------------------------------------------
 # The token itself
 def test_round_trip_is_opaque_url_safe_text() -> None:
-    token = issue(SCOPE, POSITION)
-    assert redeem(SCOPE, token) == POSITION
+    token = issue(KEYS, SCOPE, POSITION)
+    assert redeem(KEYS, SCOPE, token) == POSITION
     assert set(token) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     assert "all-" not in token and "=" not in token
-    assert issue(SCOPE, POSITION) == token  # deterministic: the same page gives the same token
+    assert issue(KEYS, SCOPE, POSITION) == token  # deterministic: the same page gives the same token
 
 
 def test_a_token_is_bound_to_its_scope() -> None:
-    token = issue(SCOPE, POSITION)
+    token = issue(KEYS, SCOPE, POSITION)
     for other in ("", "orders-scop", SCOPE + " ", SCOPE.upper(), "history:" + SCOPE):
         with pytest.raises(InvalidToken):
-            redeem(other, token)
+            redeem(KEYS, other, token)
 
 
 def test_every_bit_flip_of_the_content_is_refused() -> None:
-    raw = _bytes(issue(SCOPE, POSITION))
+    raw = _bytes(issue(KEYS, SCOPE, POSITION))
     for i in range(len(raw)):
         for bit in range(8):
             flipped = raw[:i] + bytes([raw[i] ^ (1 << bit)]) + raw[i + 1:]
             with pytest.raises(InvalidToken):
-                redeem(SCOPE, _text(flipped))
+                redeem(KEYS, SCOPE, _text(flipped))
 
 
 def test_truncated_or_extended_tokens_are_refused() -> None:
-    token = issue(SCOPE, POSITION)
+    token = issue(KEYS, SCOPE, POSITION)
     raw = _bytes(token)
     for n in range(len(token)):
         with pytest.raises(InvalidToken):
-            redeem(SCOPE, token[:n])
+            redeem(KEYS, SCOPE, token[:n])
     for n in range(len(raw)):
         with pytest.raises(InvalidToken):
-            redeem(SCOPE, _text(raw[:n]))
+            redeem(KEYS, SCOPE, _text(raw[:n]))
     for extra in (b"\x00", b" ", b"}", b"A" * 40):
         with pytest.raises(InvalidToken):
-            redeem(SCOPE, _text(raw + extra))
+            redeem(KEYS, SCOPE, _text(raw + extra))
 
 
 @pytest.mark.parametrize("token", ["", "=", "====", "A", "AA", "!!!!", " ", "\n", "null", "{}", "\u00e9" * 40,
                                    "\U0001f600", "A" * (MAX_TOKEN_LENGTH + 1), "A" * 10**6])
 def test_malformed_tokens_are_refused(token: str) -> None:
     with pytest.raises(InvalidToken):
-        redeem(SCOPE, token)
+        redeem(KEYS, SCOPE, token)
 
 
 def test_a_mac_over_something_other_than_an_object_is_refused() -> None:
     # a token built with the app's key but holding a JSON list: still not a position
-    from shared.api.tokens import _mac
+    from shared.api.tokens import _label
 
-    payload = b"[1,2]"
     with pytest.raises(InvalidToken):
-        redeem(SCOPE, _text(_mac(SCOPE, payload) + payload))
+        redeem(KEYS, SCOPE, sealed.seal(KEYS, _label(SCOPE), b"[1,2]"))
 
 
 def test_a_token_in_another_spelling_of_the_same_bytes_is_refused() -> None:
@@ -91,7 +92,7 @@ def test_a_token_in_another_spelling_of_the_same_bytes_is_refused() -> None:
     and are accepted (no harm to the content, which the MAC covers, but a token that was changed
     is not refused as the contract says). A strict decode (``validate=True``) plus a check that
     re-encoding gives back the token would refuse them."""
-    token = issue(SCOPE, {"k": "all-123"})  # 42 characters: the last one has 4 unused bits
+    token = issue(KEYS, SCOPE, {"k": "all-123"})  # 42 characters: the last one has 4 unused bits
     assert len(token) % 4 == 2
     spellings = {token + "=", token + "==", token + "====", token[:-1] + chr(ord(token[-1]) ^ 1)}
     if "-" in token or "_" in token:
@@ -99,23 +100,35 @@ def test_a_token_in_another_spelling_of_the_same_bytes_is_refused() -> None:
     accepted = []
     for spelling in spellings - {token}:
         try:
-            redeem(SCOPE, spelling)
+            redeem(KEYS, SCOPE, spelling)
             accepted.append(spelling)
         except InvalidToken:
             pass
     assert accepted == []
 
 
+def test_a_token_by_the_previous_key_is_redeemed_until_that_key_is_dropped() -> None:
+    """Two-key rotation: new tokens are by the current key; one by the previous key still pages."""
+    old, new, stranger = b"o" * 32, b"n" * 32, b"s" * 32
+    token = issue(sealed.Keys(old), SCOPE, POSITION)
+    rotated = sealed.Keys(current=new, previous=old)
+    assert redeem(rotated, SCOPE, token) == POSITION
+    assert issue(rotated, SCOPE, POSITION) == issue(sealed.Keys(new), SCOPE, POSITION) != token
+    for keys in (sealed.Keys(new), sealed.Keys(stranger, previous=new), sealed.Keys(stranger)):
+        with pytest.raises(InvalidToken, match="not issued for this query"):  # as a changed token
+            redeem(keys, SCOPE, token)
+
+
 def test_every_single_character_change_is_refused() -> None:
     """Fails with the bug above: changing the last character's unused bits is accepted."""
-    token = issue(SCOPE, POSITION)
+    token = issue(KEYS, SCOPE, POSITION)
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
     accepted = []
     for i, c in enumerate(token):
         for other in alphabet + "=+/!.~ ":
             if other != c:
                 try:
-                    redeem(SCOPE, token[:i] + other + token[i + 1:])
+                    redeem(KEYS, SCOPE, token[:i] + other + token[i + 1:])
                     accepted.append((i, other))
                 except InvalidToken:
                     pass
@@ -202,16 +215,31 @@ def test_history_and_search_tokens_do_not_cross(orders: Any) -> None:
     assert get_history(rt, oid, {"continuationToken": history_token}).status == 200
 
 
+def test_after_a_rotation_a_token_of_the_previous_key_pages_and_an_unknown_key_is_400(orders: Any) -> None:
+    rt, made = orders
+    first = ok(rt, limit=3)  # by the tests' key
+    try:
+        rt.keys = sealed.Keys(current=b"n" * 32, previous=KEYS.current)
+        second = ok(rt, limit=3, continuationToken=first["continuationToken"])
+        assert [o["orderId"] for o in second["orders"]] == list(reversed(made))[3:6]
+        assert redeem(sealed.Keys(b"n" * 32), parse_query({}).scope, second["continuationToken"])  # by the new key
+        rt.keys = sealed.Keys(current=b"n" * 32)  # the previous key dropped
+        _refused(rt, first["continuationToken"], limit=3)
+        assert ok(rt, limit=3, continuationToken=second["continuationToken"])["orders"] != []
+    finally:
+        rt.keys = KEYS
+
+
 def test_a_forged_position_outside_the_query_range_is_400(orders: Any) -> None:
-    """The MAC key is in the source: a token forged with it still only pages within its query."""
+    """Whoever holds the key (TokenKeys) can forge a token: it still only pages within its query."""
     rt, _made = orders
     query = parse_query({"state": "attention"})
     assert isinstance(query, SearchQuery) and query.category is Category.ATTENTION
     for position in ({"k": "all-0"}, {"k": "cat-processed-0"}, {"k": "cat-attention."}, {"k": "fin-"},
                      {"k": 5}, {"k": None}, {"k": ["cat-attention-0"]}, {}, {"after": 1}):
-        _refused(rt, issue(query.scope, position), state="attention")
+        _refused(rt, issue(KEYS, query.scope, position), state="attention")
     low, _high = query.key_range()
-    r = search(rt, state="attention", continuationToken=issue(query.scope, {"k": low}))
+    r = search(rt, state="attention", continuationToken=issue(KEYS, query.scope, {"k": low}))
     assert r.status == 200 and len(r.body["orders"]) == 6  # a position in range is only a position
 
 
@@ -267,7 +295,7 @@ def test_history_limit_and_token_errors() -> None:
         if token is None:
             break
     assert [e for p in pages for e in p] == events and len(pages) == (len(events) + 1) // 2
-    forged = issue(f"history:{oid}", {"after": -1})
+    forged = issue(KEYS, f"history:{oid}", {"after": -1})
     bad(get_history(rt, oid, {"continuationToken": forged}), "continuationToken", "invalid-continuation-token")
-    bad(get_history(rt, oid, {"continuationToken": issue(f"history:{oid}", {"after": True})}), "continuationToken",
-        "invalid-continuation-token")
+    not_a_number = issue(KEYS, f"history:{oid}", {"after": True})
+    bad(get_history(rt, oid, {"continuationToken": not_a_number}), "continuationToken", "invalid-continuation-token")

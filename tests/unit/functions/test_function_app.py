@@ -116,6 +116,17 @@ def test_indexing_stops_on_a_missing_required_setting_and_names_it() -> None:
     assert "PaymentServiceUrl" not in proc.stderr.splitlines()[-1]
 
 
+def test_indexing_stops_on_a_bad_token_key_and_names_the_setting_not_the_value() -> None:
+    short = "c2hvcnQta2V5LW9mLTE2LWI="  # 17 bytes: fewer than 32
+    env = {**os.environ, **REQUIRED_VALUES, "TokenKeys": short}
+    proc = subprocess.run([sys.executable, "-c", "import function_app"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0
+    last = proc.stderr.splitlines()[-1]
+    assert "app setting TokenKeys: the current key has 17 bytes, fewer than 32" in last, proc.stderr[-2000:]
+    assert short not in proc.stderr
+
+
 def test_indexing_stops_on_a_broken_workflow_file_and_names_it(tmp_path: Path) -> None:
     """A workflow file the loader rejects stops the start at import, like a missing setting."""
     shipped = REPO_ROOT / "workflows"

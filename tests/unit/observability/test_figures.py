@@ -18,7 +18,7 @@ from shared.storage.memory import MemoryStore
 from shared.storage.store import MAX_BATCH_OPS, Store
 from shared.supervisor import sweep
 from shared.supervisor.retention import purge, purge_stats
-from tests.unit.harness import T0, AgentSim, Clock, DedupBus, drive, make_runtime, post
+from tests.unit.harness import T0, TEST_KEYS, AgentSim, Clock, DedupBus, drive, make_runtime, post
 
 
 def recorder(store: MemoryStore, clock: Clock, proc: str = "p1") -> ConsoleStats:
@@ -143,9 +143,9 @@ def test_a_transaction_that_lost_its_race_counts_nothing() -> None:
     stats = recorder(store, clock)
     event = {"RowKey": history_row_key(1), "Event": "processed", "At": T0.isoformat()}
     store.transact("o1", [Op("create", dict(event))])
-    out = execute([Transact("o1", (Op("create", dict(event)),))], store, DedupBus())  # 409: lost race
+    out = execute([Transact("o1", (Op("create", dict(event)),))], store, DedupBus(), keys=TEST_KEYS)  # 409: lost race
     assert out.lost_race and stats.figures() == {}
-    execute([Transact("o2", (Op("create", dict(event)),))], store, DedupBus())
+    execute([Transact("o2", (Op("create", dict(event)),))], store, DedupBus(), keys=TEST_KEYS)
     assert total(stats, "m", "processed") == 1
 
 

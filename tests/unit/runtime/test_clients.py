@@ -9,15 +9,16 @@ import pytest
 
 from shared.core.statemachine import Config
 from shared.runtime import clients as C
-from shared.settings import REQUIRED_SETTINGS, Settings, instance_id
+from shared.settings import Settings, instance_id
 from shared.storage.table_store import TableStore
+from tests.unit.harness import REQUIRED_VALUES
 
 AZURITE = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
            "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
            "TableEndpoint=http://127.0.0.1:1/devstoreaccount1;")
 SB = ("Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;"
       "UseDevelopmentEmulator=true;")
-URLS = {s.name: f"http://{s.name.lower()}.invalid" for s in REQUIRED_SETTINGS}  # required; never called here
+URLS = REQUIRED_VALUES  # required (the service URLs: never called here; the tests' token key)
 
 
 def test_connection_strings_are_used_as_is() -> None:

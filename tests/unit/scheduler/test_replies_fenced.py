@@ -15,11 +15,13 @@ import pytest
 from shared.api.operator import retry_order, terminate_order
 from shared.core.messages import OutMessage, PoisonMessage
 from shared.core.rows import ETAG, Op
+from shared.core.sealed import Keys
 from shared.scheduler import handle_reply
 from shared.storage import fence
 from shared.storage.memory import MemoryStore
 from shared.storage.store import Conflict
 from shared.supervisor import sweep
+from tests.unit.harness import TEST_KEYS as KEYS
 from tests.unit.harness import AgentSim, CrashRuntime, deliver_schedules, drive, make_runtime, post, state, steps
 
 
@@ -212,18 +214,41 @@ def _with_token(reply: OutMessage, token: str | None) -> OutMessage:
     return OutMessage(queue=reply.queue, body={**reply.body, "fence": token}, message_id=reply.message_id)
 
 
-@pytest.mark.parametrize("token", ["damaged", "other-order", "other-attempt", "not-a-string", "too-long"])
+@pytest.mark.parametrize("token", ["damaged", "other-order", "other-attempt", "not-a-string", "too-long",
+                                   "unknown-key"])
 def test_a_token_that_cannot_be_used_is_ignored_and_the_reply_read(token: str) -> None:
     rt, store, agents, oid = setup()
     reply = next_reply(rt, agents)
     good = reply.body["fence"]
-    rows = {k: {kk: vv for kk, vv in v.items() if kk != "PartitionKey"} for k, v in fence.decode(oid, good).items()}
+    rows = {k: {kk: vv for kk, vv in v.items() if kk != "PartitionKey"}
+            for k, v in fence.decode(KEYS, oid, good).items()}
     other = post(rt, headers={"Idempotency-Key": "another"}).body["orderId"]
     elsewhere = {**rows, "state": {**rows["state"], "LeaseKey": "reserve-inventory:7"}}
     bad: Any = {"damaged": good[:-3] + ("AAA" if not good.endswith("AAA") else "BBB"),
-                "other-order": fence.encode(other, rows), "other-attempt": fence.encode(oid, elsewhere),
-                "not-a-string": 42, "too-long": "A" * (fence.MAX_FENCE_LENGTH + 1)}[token]
+                "other-order": fence.encode(KEYS, other, rows), "other-attempt": fence.encode(KEYS, oid, elsewhere),
+                "not-a-string": 42, "too-long": "A" * (fence.MAX_FENCE_LENGTH + 1),
+                "unknown-key": fence.encode(Keys(b"k" * 32), oid, rows)}[token]
     verdict, cost = counted(store, lambda: deliver(rt, _with_token(reply, bad)))
+    assert (verdict, cost) == ("step-done", Counts(reads=1, committed=1, lost=0))
+
+
+def test_after_a_rotation_a_token_by_the_previous_key_still_saves_the_read() -> None:
+    """TokenKeys rotated while a request was in flight (new key current, the old one previous):
+    its reply's token, by the old key, is still used; the next request's is by the new key. Once
+    the previous key is dropped, a token by it is ignored and the reply read, like a changed one."""
+    rt, store, agents, oid = setup()
+    reply = next_reply(rt, agents)  # its request's token is by the tests' key
+    rt.keys = Keys(current=b"n" * 32, previous=KEYS.current)
+    verdict, cost = counted(store, lambda: deliver(rt, reply))
+    assert (verdict, cost) == ("step-done", Counts(reads=0, committed=1, lost=0))
+    second = next_reply(rt, agents)
+    assert fence.decode(Keys(b"n" * 32), oid, second.body["fence"])  # by the new key alone
+    with pytest.raises(fence.InvalidFence, match="MAC"):
+        fence.decode(KEYS, oid, second.body["fence"])
+    rt.keys = Keys(current=b"n" * 32)  # the previous key dropped
+    old = fence.encode(KEYS, oid, {k: {kk: vv for kk, vv in v.items() if kk != "PartitionKey"}
+                                   for k, v in fence.decode(rt.keys, oid, second.body["fence"]).items()})
+    verdict, cost = counted(store, lambda: deliver(rt, _with_token(second, old)))
     assert (verdict, cost) == ("step-done", Counts(reads=1, committed=1, lost=0))
 
 
@@ -233,11 +258,11 @@ def test_a_token_decision_that_does_not_write_is_dropped_unrun() -> None:
     rt, store, agents, oid = setup()
     reply = next_reply(rt, agents)
     rows = {k: {kk: vv for kk, vv in v.items() if kk != "PartitionKey"}
-            for k, v in fence.decode(oid, reply.body["fence"]).items()}
+            for k, v in fence.decode(KEYS, oid, reply.body["fence"]).items()}
     step = next(k for k, v in rows.items() if v.get("Name") == "reserve-inventory")
     rows[step] = {**rows[step], "State": "Done"}
     sent_before = rt.bus.sent_count  # type: ignore[attr-defined]
-    verdict, cost = counted(store, lambda: deliver(rt, _with_token(reply, fence.encode(oid, rows))))
+    verdict, cost = counted(store, lambda: deliver(rt, _with_token(reply, fence.encode(KEYS, oid, rows))))
     assert (verdict, cost) == ("step-done", Counts(reads=1, committed=1, lost=0))
     # only the read decision's messages: the next request (and no re-sent request or alert of the dropped one)
     assert rt.bus.sent_count - sent_before == 1  # type: ignore[attr-defined]
@@ -293,7 +318,7 @@ def test_a_live_error_reply_is_decided_on_a_read_and_alerts_once() -> None:
 
 
 def _forged(oid: str, rows: dict[str, dict[str, Any]]) -> str:
-    token = fence.encode(oid, rows)
+    token = fence.encode(KEYS, oid, rows)
     assert token is not None
     return token
 
@@ -305,7 +330,7 @@ def test_a_token_with_unconditional_etags_is_refused_and_the_late_reply_is_stale
     deliver(rt, next_reply(rt, agents))
     reply = next_reply(rt, agents)
     assert terminate_order(rt, oid).body["result"] == "terminating"
-    rows = fence.decode(oid, reply.body["fence"])
+    rows = fence.decode(KEYS, oid, reply.body["fence"])
     for entity in rows.values():
         entity[ETAG] = "*"
     rows["state"]["EventSeq"] = 500
@@ -321,7 +346,7 @@ def test_a_token_whose_rows_make_no_view_is_ignored_not_poison() -> None:
     is ignored: the reply is decided on a read, never raised for redelivery and dead-lettering."""
     rt, store, agents, oid = setup()
     reply = next_reply(rt, agents)
-    rows = fence.decode(oid, reply.body["fence"])
+    rows = fence.decode(KEYS, oid, reply.body["fence"])
     rows["state"]["LeaseKey"] = 5
     broken = OutMessage(**{**reply.__dict__, "body": {**reply.body, "fence": _forged(oid, rows)}})
     verdict, cost = counted(store, lambda: deliver(rt, broken))

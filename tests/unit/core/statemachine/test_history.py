@@ -544,10 +544,10 @@ def test_a_tampered_or_foreign_history_token_is_400() -> None:
     assert token
     reads = len(mem(rt).reads)
     bad = [*_tampered(token),
-           issue(f"history:{other}", {"after": 100}),  # another order's token
-           issue("orders", {"after": 100}),  # another query's token
-           issue(f"history:{oid}", {"after": -1}), issue(f"history:{oid}", {"after": "100"}),
-           issue(f"history:{oid}", {"after": True}), issue(f"history:{oid}", {"k": "x"})]
+           issue(rt.keys, f"history:{other}", {"after": 100}),  # another order's token
+           issue(rt.keys, "orders", {"after": 100}),  # another query's token
+           issue(rt.keys, f"history:{oid}", {"after": -1}), issue(rt.keys, f"history:{oid}", {"after": "100"}),
+           issue(rt.keys, f"history:{oid}", {"after": True}), issue(rt.keys, f"history:{oid}", {"k": "x"})]
     for t in bad:
         r = get_history(rt, oid, {"continuationToken": t})
         assert r.status == 400, t
@@ -569,7 +569,8 @@ def test_a_bad_history_limit_is_400(limit: str) -> None:
 def test_history_of_an_unknown_order_is_404_and_a_bad_id_400() -> None:
     rt = make_runtime()
     assert get_history(rt, "f" * 32, {}).status == 404
-    assert get_history(rt, "f" * 32, {"continuationToken": issue(f"history:{'f' * 32}", {"after": 3})}).status == 404
+    unknown = issue(rt.keys, f"history:{'f' * 32}", {"after": 3})
+    assert get_history(rt, "f" * 32, {"continuationToken": unknown}).status == 404
     assert get_history(rt, "nope", {}).status == 400
     assert get_order(rt, "f" * 32).status == 404
 

@@ -73,7 +73,7 @@ def test_submission_claims_and_dispatches_first_step() -> None:
     assert 0 < req.time_to_live.total_seconds() <= 30
     # the fencing token: exactly the live rows the submission's transaction left (tests/unit/storage/test_fence.py)
     token = req.body.pop("fence")
-    assert fence.decode(oid, token) == rt.store.read_partition(oid)
+    assert fence.decode(rt.keys, oid, token) == rt.store.read_partition(oid)
     assert req.body == {"kind": "step", "orderId": oid, "step": "reserve-inventory", "operation": "reserve",
                         "attempt": 1, "idempotencyKey": f"{oid}:reserve-inventory",
                         "completeBy": "2026-11-22T08:00:30.000000+00:00",

@@ -199,7 +199,7 @@ def crash_one_sweep(rt: Any, k: int) -> None:
     def run(effects: Any, limit: Any = None) -> Any:
         if any(type(e).__name__ == "ForgetWaiting" for e in effects):
             rt.run = real
-            execute(effects, rt.store, rt.bus, limit=len(effects) - 1)  # all but the forget (last)
+            execute(effects, rt.store, rt.bus, keys=rt.keys, limit=len(effects) - 1)  # all but the forget (last)
             raise Crash("died before forgetting the waiting row")
         return real(effects, limit)
 
