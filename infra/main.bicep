@@ -4,7 +4,9 @@
 //
 // Everything is inline (no registry modules): it builds offline with a Bicep compiler.
 // Identity-based connections only: the app runs as one user-assigned managed identity with
-// least-privilege roles; no connection string with a key and no key exist anywhere.
+// least-privilege roles; no connection string with a key and no key exist anywhere. The app's one
+// secret (TokenKeys, its token MAC keys) is in a Key Vault this template creates: an operator
+// sets its value (docs/operating.md, "Token keys"); the app reads it by a Key Vault reference.
 targetScope = 'resourceGroup'
 
 @description('Short base name of every resource (lowercase letters, digits, hyphens).')
@@ -113,6 +115,9 @@ var tableNames = [
 
 var suffix = uniqueString(resourceGroup().id, appName)
 var storageAccountName = take('st${toLower(replace(appName, '-', ''))}${suffix}', 24)
+var keyVaultName = take('kv-${appName}-${suffix}', 24)
+// The secret an operator sets in that vault (versionless: the app follows its latest version).
+var tokenKeysSecretName = 'TokenKeys'
 var deploymentContainerName = 'app-package-${take(suffix, 8)}'
 
 module identity 'modules/identity.bicep' = {
@@ -156,6 +161,15 @@ module monitoring 'modules/monitoring.bicep' = {
   }
 }
 
+module keyVault 'modules/keyvault.bicep' = {
+  name: 'keyvault'
+  params: {
+    name: keyVaultName
+    location: location
+    tags: tags
+  }
+}
+
 module roles 'modules/roles.bicep' = {
   name: 'roles'
   params: {
@@ -165,6 +179,7 @@ module roles 'modules/roles.bicep' = {
     deploymentContainerName: storage.outputs.deploymentContainerName
     hostContainerNames: storage.outputs.hostContainerNames
     appInsightsName: monitoring.outputs.appInsightsName
+    keyVaultName: keyVault.outputs.name
   }
 }
 
@@ -182,6 +197,7 @@ module functionApp 'modules/functionapp.bicep' = {
     deploymentContainerName: storage.outputs.deploymentContainerName
     serviceBusFullyQualifiedNamespace: serviceBus.outputs.fullyQualifiedNamespace
     appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
+    tokenKeysSecretUri: '${keyVault.outputs.vaultUri}secrets/${tokenKeysSecretName}'
     agents: agents
     fastLanes: fastLanes
     serviceUrls: serviceUrls
@@ -200,7 +216,7 @@ module functionApp 'modules/functionapp.bicep' = {
     instanceMemoryMB: instanceMemoryMB
     tags: tags
   }
-  // The host starts with its roles in place (storage, Service Bus, telemetry).
+  // The host starts with its roles in place (storage, Service Bus, telemetry, Key Vault).
   dependsOn: [
     roles
   ]
@@ -214,3 +230,5 @@ output tableServiceUri string = storage.outputs.tableEndpoint
 output appInsightsName string = monitoring.outputs.appInsightsName
 output identityClientId string = identity.outputs.clientId
 output identityPrincipalId string = identity.outputs.principalId
+output keyVaultName string = keyVault.outputs.name
+output tokenKeysSecretName string = tokenKeysSecretName

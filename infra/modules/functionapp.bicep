@@ -1,6 +1,7 @@
 // The Function App on the Flex Consumption plan (FC1), Python 3.11, deployed from a blob
 // container, running as the user-assigned identity. App settings: identity-based connections
-// only (no connection string, no key), plus every non-connection setting of shared/settings.py.
+// only (no connection string, no key), plus every non-connection setting of shared/settings.py;
+// the one secret, TokenKeys, is a Key Vault reference the platform resolves with that identity.
 
 @description('Function App name (also its default host name).')
 param name string
@@ -34,6 +35,9 @@ param serviceBusFullyQualifiedNamespace string
 
 @description('Application Insights connection string (ingestion endpoint; not a key).')
 param appInsightsConnectionString string
+
+@description('URI of the TokenKeys secret in Key Vault, without a version (the app follows its latest version).')
+param tokenKeysSecretUri string
 
 @description('The agents of workflows/agents.json: name, queueSetting, serviceUrlSetting.')
 param agents array
@@ -160,6 +164,8 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
   }
   properties: {
     serverFarmId: plan.id
+    // Key Vault references (TokenKeys) are resolved as the app's user-assigned identity.
+    keyVaultReferenceIdentity: identityId
     httpsOnly: true
     clientCertEnabled: false
     publicNetworkAccess: 'Enabled'
@@ -364,6 +370,11 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'OperatorRole'
           value: operatorRole
+        }
+        // The token MAC keys (shared/settings.py TokenKeys), from Key Vault: never in a template.
+        {
+          name: 'TokenKeys'
+          value: '@Microsoft.KeyVault(SecretUri=${tokenKeysSecretUri})'
         }
         // Then each agent's queue and service URL settings (the loops above).
       ], agentQueueSettings, agentServiceUrlSettings, laneQueueSettings)

@@ -20,12 +20,16 @@ param hostContainerNames array
 @description('Application Insights component the app sends telemetry to.')
 param appInsightsName string
 
+@description('Key Vault holding the app\'s TokenKeys secret.')
+param keyVaultName string
+
 // Built-in role definition ids (the same in every tenant).
 var serviceBusDataSender = subscriptionResourceId('Microsoft.Authorization/roleDefinitions', '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39')
 var serviceBusDataReceiver = subscriptionResourceId('Microsoft.Authorization/roleDefinitions', '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0')
 var storageTableDataContributor = subscriptionResourceId('Microsoft.Authorization/roleDefinitions', '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3')
 var storageBlobDataOwner = subscriptionResourceId('Microsoft.Authorization/roleDefinitions', 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b')
 var monitoringMetricsPublisher = subscriptionResourceId('Microsoft.Authorization/roleDefinitions', '3913510d-42f4-4e42-8a64-420c390055eb')
+var keyVaultSecretsUser = subscriptionResourceId('Microsoft.Authorization/roleDefinitions', '4633458b-17de-408a-b874-0445c86b69e6')
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2022-10-01-preview' existing = {
   name: serviceBusNamespaceName
@@ -52,6 +56,10 @@ resource hostContainers 'Microsoft.Storage/storageAccounts/blobServices/containe
 
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: appInsightsName
+}
+
+resource vault 'Microsoft.KeyVault/vaults@2023-07-01' existing = {
+  name: keyVaultName
 }
 
 // Service Bus triggers receive; the scheduler, agents and supervisor send. The console's
@@ -119,6 +127,19 @@ resource metricsPublisher 'Microsoft.Authorization/roleAssignments@2022-04-01' =
   properties: {
     principalId: principalId
     roleDefinitionId: monitoringMetricsPublisher
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// The TokenKeys Key Vault reference: read secrets only (no list of keys, no write). Scoped to the
+// vault, which holds nothing but this app's secret (the secret itself is set by an operator after
+// the deployment, so it cannot be a scope here).
+resource keyVaultSecretsReader 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(vault.id, principalId, keyVaultSecretsUser)
+  scope: vault
+  properties: {
+    principalId: principalId
+    roleDefinitionId: keyVaultSecretsUser
     principalType: 'ServicePrincipal'
   }
 }

@@ -25,7 +25,7 @@ def test_only_inline_modules() -> None:
             assert (path.parent / target).exists()
     modules = {p.name for p in bicep_files() if p.parent.name == "modules"}
     assert modules == {"identity.bicep", "storage.bicep", "servicebus.bicep", "monitoring.bicep",
-                       "functionapp.bicep", "roles.bicep"}
+                       "functionapp.bicep", "roles.bicep", "keyvault.bicep"}
 
 
 def test_function_app_is_flex_consumption_python_311() -> None:
@@ -87,6 +87,7 @@ ROLES = {
     "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3": "storage",  # Storage Table Data Contributor
     "b7e6dc6d-f1e8-4753-8033-0f276bb0955b": "deploymentContainer",  # Storage Blob Data Owner
     "3913510d-42f4-4e42-8a64-420c390055eb": "appInsights",  # Monitoring Metrics Publisher
+    "4633458b-17de-408a-b874-0445c86b69e6": "vault",  # Key Vault Secrets User (read TokenKeys)
 }
 
 
@@ -95,7 +96,7 @@ def test_role_assignments_are_least_privilege_and_named_by_guid() -> None:
     role_vars = dict((guid, var) for var, guid in re.findall(
         r"^var (\w+) = subscriptionResourceId\('Microsoft\.Authorization/roleDefinitions', '([0-9a-f-]{36})'\)",
         text, re.M))
-    assert set(role_vars) == set(ROLES), "only the five least-privilege roles"
+    assert set(role_vars) == set(ROLES), "only the six least-privilege roles"
     assignments = resource_blocks(text, "Microsoft.Authorization/roleAssignments")
     scopes_by_role: dict[str, set[str]] = {}
     for name, body in assignments.items():
@@ -115,3 +116,22 @@ def test_role_assignments_are_least_privilege_and_named_by_guid() -> None:
 @pytest.mark.parametrize("path", bicep_files(), ids=lambda p: p.name)
 def test_no_registry_modules(path) -> None:
     assert not re.search(r"'(br|ts)[:/]", path.read_text())
+
+
+def test_token_keys_come_from_key_vault_by_the_apps_identity() -> None:
+    """TokenKeys is a Key Vault reference to a versionless secret URI of the vault main.bicep
+    creates (RBAC only, soft delete and purge protection on), resolved as the app's identity,
+    which may read that vault's secrets and nothing more; no template holds the key."""
+    vault = resource_blocks(strip_comments(bicep_text("modules/keyvault.bicep")), "Microsoft.KeyVault/vaults")["vault"]
+    for setting in ("enableRbacAuthorization: true", "enableSoftDelete: true", "enablePurgeProtection: true",
+                    "enabledForTemplateDeployment: false"):
+        assert setting in vault
+    assert "accessPolicies" not in vault and "secrets" not in vault
+    for path in bicep_files():
+        assert "Microsoft.KeyVault/vaults/secrets" not in path.read_text(), f"{path.name} holds a secret value"
+    functionapp = strip_comments(bicep_text("modules/functionapp.bicep"))
+    assert "keyVaultReferenceIdentity: identityId" in resource_blocks(functionapp, "Microsoft.Web/sites")["app"]
+    main = strip_comments(bicep_text("main.bicep"))
+    assert "tokenKeysSecretUri: '${keyVault.outputs.vaultUri}secrets/${tokenKeysSecretName}'" in main
+    assert re.search(r"^var tokenKeysSecretName = 'TokenKeys'$", main, re.M)
+    assert "keyVaultName: keyVault.outputs.name" in main

@@ -17,7 +17,14 @@ import yaml
 
 from shared.core.workflows.catalog import AGENTS, AGENTS_BY_NAME
 from shared.core.workflows.lanes import FAST_LANES, LANED_QUEUES, LANES
-from shared.settings import QUEUE_SETTINGS, REQUIRED_SETTINGS, SETTINGS, TABLE_SETTINGS
+from shared.settings import (
+    QUEUE_SETTINGS,
+    REQUIRED_SETTINGS,
+    SETTINGS,
+    TABLE_SETTINGS,
+    TOKEN_KEYS,
+    parse_token_keys,
+)
 from tests.indexed import indexed_functions
 
 from .conftest import (
@@ -374,19 +381,34 @@ def test_local_settings_example_values_match_the_declarations() -> None:
 
 def test_required_settings_are_required_in_bicep_and_set_locally() -> None:
     """No default in the app, none in Bicep (a deployment must give one: the serviceUrls parameter,
-    keyed by setting name); the example gives the local one."""
+    keyed by setting name; the token keys: Key Vault); the example gives the local one."""
     assert {s.name for s in REQUIRED_SETTINGS} == {"InventoryServiceUrl", "PaymentServiceUrl", "ShippingServiceUrl",
-                                                   "DeliveryServiceUrl"}
+                                                   "DeliveryServiceUrl", "TokenKeys"}
     main = bicep_text("main.bicep")
     bicep = bicep_app_settings()
     values = example_values()
     given = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]["serviceUrls"]["value"]
     assert re.search(r"^param serviceUrls object$", main, re.M)
-    for spec in REQUIRED_SETTINGS:
+    urls = [s for s in REQUIRED_SETTINGS if s.kind == "value"]
+    for spec in urls:
         assert bicep[spec.name] == f"serviceUrls['{spec.name}']", (spec.name, bicep[spec.name])
         assert given[spec.name].startswith("https://"), (spec.name, given.get(spec.name))
         assert values[spec.name].startswith("http://127.0.0.1:"), (spec.name, values[spec.name])
-    assert set(given) == {s.name for s in REQUIRED_SETTINGS}, "main.parameters.json serviceUrls: one per agent"
+    assert set(given) == {s.name for s in urls}, "main.parameters.json serviceUrls: one per agent"
+
+
+def test_the_secret_settings_are_key_vault_references_in_bicep_and_valid_locally() -> None:
+    """A secret setting (TokenKeys) has no value in any template or parameter: Bicep sets it to a
+    Key Vault reference; the example's local value is one the app accepts (and no deployment gets)."""
+    secrets = [s for s in SETTINGS if s.kind == "secret"]
+    assert [s.name for s in secrets] == [TOKEN_KEYS]
+    bicep = bicep_app_settings()
+    values = example_values()
+    for spec in secrets:
+        assert bicep[spec.name] == "'@Microsoft.KeyVault(SecretUri=${tokenKeysSecretUri})'", bicep[spec.name]
+        assert spec.name not in (INFRA / "main.parameters.json").read_text()
+    keys = parse_token_keys(values[TOKEN_KEYS])
+    assert keys.current == b"local only: not a key for Azure!" and keys.previous is None
 
 
 def test_local_settings_example_has_nothing_that_nothing_reads() -> None:

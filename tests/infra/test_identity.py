@@ -18,6 +18,8 @@ from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
 import shared.runtime.clients as clients_module
 from shared.settings import SETTINGS
 
+from tests.unit.harness import TEST_TOKEN_KEYS
+
 from .conftest import INFRA, bicep_app_settings, bicep_literal
 
 CLIENT_ID = "11111111-2222-3333-4444-555555555555"
@@ -34,6 +36,8 @@ BICEP_EXPRESSIONS = {
                                    "IngestionEndpoint=https://example.in.applicationinsights.azure.com/",
 }
 DEFAULTS = {s.name: s.default for s in SETTINGS}
+# What App Service hands the app for a Key Vault reference (TokenKeys): the secret's value.
+KEY_VAULT_SECRET = TEST_TOKEN_KEYS
 # The example deployment's parameters: the required settings (no default) come from there.
 RAW_PARAMETERS = {name: p["value"]
                   for name, p in json.loads((INFRA / "main.parameters.json").read_text())["parameters"].items()}
@@ -53,6 +57,8 @@ def azure_environment() -> dict[str, str]:
             env[name] = expr.strip("'").replace("${identityClientId}", CLIENT_ID)
         elif expr in PARAMETERS:
             env[name] = PARAMETERS[expr]
+        elif expr.startswith("'@Microsoft.KeyVault("):  # the platform hands the app the secret's value
+            env[name] = KEY_VAULT_SECRET
         elif m := re.fullmatch(r"(\w+)\['(\w+)'\]", expr):  # an entry of an object parameter (serviceUrls)
             env[name] = str(RAW_PARAMETERS[m.group(1)][m.group(2)])
         else:

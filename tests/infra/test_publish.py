@@ -22,7 +22,7 @@ import pathspec
 import pytest
 
 from shared.core.workflows.catalog import AGENTS
-from shared.settings import QUEUE_SETTINGS, SETTING_NAMES, SETTINGS
+from shared.settings import QUEUE_SETTINGS, SETTING_NAMES, SETTINGS, TOKEN_KEYS, new_token_key
 
 from .conftest import REPO_ROOT, VENV_TIMEOUT
 
@@ -112,7 +112,8 @@ def unpacked(package: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def indexed(unpacked: Path, publish_python: Path) -> dict:
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", str(unpacked)), **IDENTITY_ENV}
     env.update({s.name: s.default for s in SETTINGS if s.kind != "connection" and s.default is not None})
-    env.update({s.name: f"https://{s.name.lower()}.example" for s in SETTINGS if s.required})
+    env.update({s.name: f"https://{s.name.lower()}.example" for s in SETTINGS if s.required and s.kind == "value"})
+    env[TOKEN_KEYS] = new_token_key()  # what the Key Vault reference resolves to in Azure
     proc = subprocess.run([str(publish_python), "-I", "-c", INDEX_SCRIPT, str(unpacked)], cwd=unpacked, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"function_app does not import from the package:\n{proc.stderr[-6000:]}"
