@@ -17,7 +17,6 @@ from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
 
 import shared.runtime.clients as clients_module
 from shared.settings import SETTINGS
-
 from tests.unit.harness import TEST_TOKEN_KEYS
 
 from .conftest import INFRA, bicep_app_settings, bicep_literal

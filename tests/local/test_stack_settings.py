@@ -33,3 +33,20 @@ def test_an_override_may_not_blank_a_required_setting(tmp_path) -> None:  # type
         stack(tmp_path, PaymentServiceUrl="").build_settings()
     assert stack(tmp_path, PaymentServiceUrl="http://elsewhere/pay").build_settings()["PaymentServiceUrl"] == \
         "http://elsewhere/pay"
+
+
+def test_the_stack_makes_its_token_key_once_and_keeps_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A fresh clone needs no step: the first start makes a random key (owner-only file in the
+    state directory), later starts reuse it, another state directory gets another key."""
+    import stat
+
+    from local.stack import TOKEN_KEY_FILE
+    from shared.settings import TOKEN_KEYS, parse_token_keys
+
+    first = stack(tmp_path / "a").build_settings()[TOKEN_KEYS]
+    keys = parse_token_keys(first)
+    assert len(keys.current) == 32 and keys.previous is None
+    assert stack(tmp_path / "a").build_settings()[TOKEN_KEYS] == first
+    assert stat.S_IMODE((tmp_path / "a" / TOKEN_KEY_FILE).stat().st_mode) == 0o600
+    assert stack(tmp_path / "b").build_settings()[TOKEN_KEYS] != first
+    assert stack(tmp_path / "c", TokenKeys=first).build_settings()[TOKEN_KEYS] == first  # --set wins
