@@ -9,6 +9,17 @@ as it is now (a step waiting on a breaker included, with one query of the breake
 time of their next probe) and to repair a stale index row. With both ``customerId`` and ``state``, the
 customer's rows are filtered by category, so a page may hold fewer than ``limit`` orders and
 still have a continuation token: follow it.
+
+``workflow`` (a workflow's name: every version of it) and ``failedStep`` (the step an order failed
+at) filter the rows the range read gives the same way, with no key range of their own: the index
+rows carry both (written with them, no write more), the failed step of a changing category is
+taken from the state row the search reads anyway, and a row written before the rows carried them
+is checked against its order (one read of the order's partition, only under these filters). So a
+page under them may be short, or empty, and still have a token: follow it (narrow by state,
+customerId or creation time to read fewer rows).
+
+Any other query parameter gets 400 naming it (``code``, the function key the Functions host
+takes from the query string, excepted).
 """
 
 from __future__ import annotations
@@ -29,9 +40,11 @@ from shared.core.statemachine import Category, StateRow, category_of
 from shared.core.statemachine.search_index import customer_key, rev
 from shared.core.states import Outcome, ProcessState
 from shared.core.times import iso
+from shared.core.workflows.schema import NAME, NAME_PATTERN
 from shared.runtime import Runtime
 from shared.runtime.reindex import reindex_from_state
 from shared.storage.breakers import read_breakers
+from shared.storage.views import read_view
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
@@ -39,6 +52,10 @@ VERIFY_WORKERS = 8
 STATES = ", ".join(c.value for c in Category)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REV_LIMIT = 10 ** 17  # no ``rev`` reaches it (so no order was created at or before 1970-01-01T00:00Z)
+# The query parameters a search takes; ``code`` is the function key, which the Functions host
+# reads from the query string (the operator routes are ADMIN) and leaves in it.
+PARAMETERS = ("state", "customerId", "workflow", "failedStep", "createdFrom", "createdTo", "limit",
+              "continuationToken", "code")
 
 
 @dataclass(frozen=True)
@@ -48,13 +65,25 @@ class SearchQuery:
     created_from: datetime | None = None
     created_to: datetime | None = None
     limit: int = DEFAULT_LIMIT
+    workflow: str | None = None
+    failed_step: str | None = None
 
     @property
     def scope(self) -> str:
-        """What a continuation token is bound to: the filters (not the limit)."""
-        return json.dumps(["orders", self.category, self.customer_id,
-                           self.created_from.isoformat() if self.created_from else None,
-                           self.created_to.isoformat() if self.created_to else None])
+        """What a continuation token is bound to: the filters (not the limit). Without workflow
+        and failedStep, the scope tokens had before those filters were (so those stay good)."""
+        scope: list[Any] = ["orders", self.category, self.customer_id,
+                            self.created_from.isoformat() if self.created_from else None,
+                            self.created_to.isoformat() if self.created_to else None]
+        if self.workflow is not None or self.failed_step is not None:
+            scope += [self.workflow, self.failed_step]
+        return json.dumps(scope)
+
+    def matches(self, found: Found) -> bool:
+        """Whether a result (as it is now) passes the filters the key range does not apply."""
+        return ((self.category is None or found.category is self.category)
+                and (self.workflow is None or found.workflow == self.workflow)
+                and (self.failed_step is None or found.failed_step == self.failed_step))
 
     def key_range(self) -> tuple[str, str]:
         """[low, high) of the index keys this query reads, newest first."""
@@ -70,6 +99,17 @@ class SearchQuery:
         low = prefix + (f"{int(rev(self.created_to)) + 1:017d}" if self.created_to else "")
         high = prefix + f"{upper:017d}" if upper < REV_LIMIT else prefix[:-1] + "."
         return low, high
+
+
+def _unknown(params: Mapping[str, str]) -> HttpResult | None:
+    """The 400 naming every query parameter a search does not take (None: there is none)."""
+    unknown = sorted(name for name in params if name not in PARAMETERS)
+    if not unknown:
+        return None
+    accepted = ", ".join(p for p in PARAMETERS if p != "code")
+    message = f"not a parameter of this search (it takes {accepted})"
+    return problem(400, "invalid-query", "Invalid search", "; ".join(f"{name}: {message}" for name in unknown),
+                   errors=[{"field": name, "message": message} for name in unknown])
 
 
 def _bad(field: str, message: str) -> HttpResult:
@@ -98,6 +138,17 @@ def _instant(field: str, raw: str) -> datetime | HttpResult:
 
 def parse_query(params: Mapping[str, str]) -> SearchQuery | HttpResult:
     """The search's filters, or the 400 that names what is wrong with them."""
+    unknown = _unknown(params)
+    if unknown is not None:
+        return unknown
+    names: dict[str, str | None] = {}
+    for field in ("workflow", "failedStep"):
+        raw = params.get(field)
+        if raw is not None and not NAME_PATTERN.fullmatch(raw):
+            what = "a workflow's name" if field == "workflow" else "a step's name"
+            return _bad(field, f"must be {what} ({NAME}: lower-case letters, digits and '-', "
+                               f"starting with a letter, at most 63)")
+        names[field] = raw
     state = params.get("state")
     if state is not None and state not in {c.value for c in Category}:
         return _bad("state", f"must be one of {STATES}")
@@ -119,7 +170,7 @@ def parse_query(params: Mapping[str, str]) -> SearchQuery | HttpResult:
                                       and 1 <= int(raw_limit) <= MAX_LIMIT):
         return _bad("limit", f"must be a whole number from 1 to {MAX_LIMIT}")
     return SearchQuery(Category(state) if state else None, customer, start, end,
-                       int(raw_limit) if raw_limit else DEFAULT_LIMIT)
+                       int(raw_limit) if raw_limit else DEFAULT_LIMIT, names["workflow"], names["failedStep"])
 
 
 def search_orders(rt: Runtime, params: Mapping[str, str]) -> HttpResult:
@@ -138,7 +189,11 @@ def search_orders(rt: Runtime, params: Mapping[str, str]) -> HttpResult:
         low = after
     rows = rt.store.query_index(low, high, query.limit + 1)
     following = rows[query.limit].row_key if len(rows) > query.limit else None
-    orders = [o for o in _current(rt, rows[:query.limit]) if query.category is None or o.category is query.category]
+    page = rows[:query.limit]
+    if query.workflow is not None:  # an order's workflow never changes: no read for a row of another
+        page = [r for r in page if r.workflow is None or r.workflow == query.workflow]
+    filtered = query.workflow is not None or query.failed_step is not None
+    orders = [o for o in _current(rt, page, filtered) if query.matches(o)]
     return HttpResult(200, {"orders": [o.to_json() for o in orders],
                             "continuationToken": issue(rt.keys, query.scope, {"k": following}) if following else None})
 
@@ -156,28 +211,36 @@ class Found:
     failure_count: int
     priority: str | None
     category: Category
+    workflow: str | None = None
+    failed_step: str | None = None
     # its step in flight waits on a remote's open breaker: step, remote, giveUpAt, breaker, nextProbeAt
     waiting: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, row: SearchRow) -> Found:
         return cls(row.order_id, row.process_state, row.outcome, row.customer_id, row.created_at, row.updated_at,
-                   row.failure_count or 0, row.priority, row.category)
+                   row.failure_count or 0, row.priority, row.category, row.workflow, row.failed_step)
 
     def to_json(self) -> dict[str, Any]:
         return {"orderId": self.order_id, "processState": self.process_state, "outcome": self.outcome,
                 "customerId": self.customer_id, "createdAt": iso(self.created_at) if self.created_at else None,
                 "updatedAt": iso(self.updated_at) if self.updated_at else None, "failureCount": self.failure_count,
-                "priority": self.priority, "category": self.category, "waiting": self.waiting}
+                "priority": self.priority, "category": self.category, "workflow": self.workflow,
+                "failedStep": self.failed_step, "waiting": self.waiting}
 
 
-def _current(rt: Runtime, rows: list[SearchRow]) -> list[Found]:
-    """The rows as results; those of a changing category checked against their state row."""
-    changing = [r for r in rows if not r.category.final]
+def _current(rt: Runtime, rows: list[SearchRow], filtered: bool = False) -> list[Found]:
+    """The rows as results; those of a changing category checked against their state row, and
+    under a workflow or failedStep filter, a row written before rows carried those, against its
+    order."""
+    def check(row: SearchRow) -> Found | None:
+        return _check_legacy(rt, row) if filtered and row.workflow is None else _check(rt, row)
+
+    changing = [r for r in rows if not r.category.final or (filtered and r.workflow is None)]
     checked: dict[str, Found | None] = {}
     if changing:
         with ThreadPoolExecutor(max_workers=min(VERIFY_WORKERS, len(changing))) as pool:
-            for row, result in zip(changing, pool.map(lambda r: _check(rt, r), changing), strict=True):
+            for row, result in zip(changing, pool.map(check, changing), strict=True):
                 checked[row.row_key] = result
     out = []
     for row in rows:
@@ -203,7 +266,11 @@ def _check(rt: Runtime, row: SearchRow) -> Found | None:
     if entity is None:  # purged while its index rows were being deleted: drop this one too
         rt.store.write_index([], [row.row_key])
         return None
-    state = StateRow.from_entity(entity)
+    return _as_now(rt, row, StateRow.from_entity(entity))
+
+
+def _as_now(rt: Runtime, row: SearchRow, state: StateRow) -> Found:
+    """The row as ``state`` says the order is; a stale row is repaired."""
     category = category_of(state)
     if category is not row.category:
         reindex_from_state(rt, state.order_id, row.category)
@@ -212,4 +279,16 @@ def _check(rt: Runtime, row: SearchRow) -> Found | None:
         waiting = {"step": state.lease.step, "remote": state.waiting_on, "giveUpAt": iso(state.complete_by)
                    if state.complete_by else None}
     return replace(Found.of(row), process_state=state.process_state, failure_count=state.failure_count,
-                   outcome=state.outcome, category=category, updated_at=state.updated_at, waiting=waiting)
+                   outcome=state.outcome, category=category, updated_at=state.updated_at, waiting=waiting,
+                   failed_step=state.failed_step)
+
+
+def _check_legacy(rt: Runtime, row: SearchRow) -> Found | None:
+    """A row written before index rows carried the workflow and failed step, as its order is now
+    (one read of the order's partition instead of its state row; None: the order is gone). The row
+    is left as it is: it is rewritten at the order's next change of category."""
+    view = read_view(rt.store, row.order_id)
+    if view.order is None or view.state is None:
+        return _check(rt, row)  # gone (or going): as any row of a gone order
+    found = Found.of(row) if row.category.final else _as_now(rt, row, view.state)
+    return replace(found, workflow=view.order.workflow, failed_step=view.state.failed_step)

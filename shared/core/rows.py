@@ -374,6 +374,9 @@ class SearchRow(Row):
     outcome: Outcome | None = None
     rev: str | None = None  # fin- rows: the order's inverted creation time
     customer_key: str | None = None  # fin- rows: the order's customer, as a key
+    # all-/cust-/cat- rows from this version on (None in a row written before: read the order)
+    workflow: str | None = None
+    failed_step: str | None = None
     etag: str | None = None
 
     @property
@@ -387,4 +390,5 @@ SearchRow.PROPS = _props(SearchRow, {
     "created_at": ("CreatedAt", TIME), "process_state": ("ProcessState", _enum(ProcessState)),
     "failure_count": ("FailureCount", OPTIONAL_INT), "priority": ("Priority", TEXT), "updated_at": ("UpdatedAt", TIME),
     "outcome": ("Outcome", _enum(Outcome)), "rev": ("Rev", TEXT), "customer_key": ("CustomerKey", TEXT),
+    "workflow": ("Workflow", TEXT), "failed_step": ("FailedStep", TEXT),
 })

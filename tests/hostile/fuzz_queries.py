@@ -21,7 +21,8 @@ from typing import Any
 
 # The query parameters each query operation takes (path -> names).
 QUERY_PARAMS: dict[str, tuple[str, ...]] = {
-    "/orders": ("state", "customerId", "createdFrom", "createdTo", "limit", "continuationToken"),
+    "/orders": ("state", "customerId", "workflow", "failedStep", "createdFrom", "createdTo", "limit",
+                "continuationToken"),
     "/orders/{id}/history": ("limit", "continuationToken"),
     "/deadletters": ("queue", "limit", "from"),
 }
@@ -142,6 +143,10 @@ def search_violations(query: dict[str, Any], body: Any) -> list[str]:
             out.append(f"{oid}: customerId {order.get('customerId')!r}, asked {customer!r}")
         if isinstance(state, str) and order.get("category") != state:
             out.append(f"{oid}: category {order.get('category')!r}, asked {state!r}")
+        for param in ("workflow", "failedStep"):
+            asked = query.get(param)
+            if isinstance(asked, str) and order.get(param) != asked:
+                out.append(f"{oid}: {param} {order.get(param)!r}, asked {asked!r}")
         created = parse_instant(order.get("createdAt"))
         if created is None:
             out.append(f"{oid}: createdAt {order.get('createdAt')!r} is not an instant")

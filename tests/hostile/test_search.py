@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from shared.core.workflows import DEFAULT_WORKFLOW
 from tests.hostile.fuzz_queries import parse_instant, tamper
 from tests.hostile.stackutil import (
     GOOD_BODY,
@@ -38,7 +39,7 @@ pytestmark = pytest.mark.integration
 SEARCH = "/api/orders"
 CATEGORIES = ("inFlight", "attention", "processed", "error")
 SUMMARY_KEYS = {"orderId", "processState", "outcome", "customerId", "createdAt", "updatedAt", "failureCount",
-                "priority", "category"}
+                "priority", "category", "workflow", "failedStep"}
 
 
 @dataclass(frozen=True)
@@ -152,12 +153,31 @@ def test_state_filter(hostile_stack: Any, customers: Customers, state: str) -> N
         assert o["category"] == state, o
 
 
-def test_unknown_query_parameters_are_ignored(hostile_stack: Any, customers: Customers) -> None:
-    """OData system query options and friends are not the API's: ignored, never passed on."""
-    params = [("customerId", customers.a), ("$filter", "PartitionKey ne ''"), ("$top", "1000"),
-              ("$select", "*"), ("filter", "RowKey gt ''"), ("partitionKey", "orders"), ("rowKey", "all-"),
-              ("foo", "bar"), ("code", "x' or 1 eq 1")]
-    assert ids_of(hostile_stack, params) == customers.a_ids
+UNKNOWN_PARAMS = [("$filter", "PartitionKey ne ''"), ("$top", "1000"), ("$select", "*"), ("filter", "RowKey gt ''"),
+                  ("partitionKey", "orders"), ("rowKey", "all-"), ("foo", "bar"), ("failedstep", "charge-payment"),
+                  ("Workflow", "order"), ("STATE", "processed"), ("customerid", "x"), ("workflowVersion", "1")]
+
+
+@pytest.mark.parametrize(("name", "value"), UNKNOWN_PARAMS, ids=lambda v: repr(v)[:30])
+def test_an_unknown_query_parameter_is_400_naming_it(hostile_stack: Any, customers: Customers, name: str,
+                                                       value: str) -> None:
+    """OData system query options and friends are not the API's: refused, never passed on, never ignored
+    (a misspelt filter answered with every order would look like an answer)."""
+    r = search(hostile_stack, [("customerId", customers.a), (name, value)])
+    doc = assert_400(r, name, "workflow", "failedStep", "continuationToken")
+    assert doc["type"].endswith("/invalid-query") and [e["field"] for e in doc["errors"]] == [name], doc
+    assert_leaks_nothing(r, *customers.a_ids, *customers.b_ids)
+
+
+def test_every_unknown_query_parameter_is_named(hostile_stack: Any, customers: Customers) -> None:
+    r = search(hostile_stack, [("customerId", customers.a), *UNKNOWN_PARAMS])
+    doc = assert_400(r)
+    assert sorted(e["field"] for e in doc["errors"]) == sorted(n for n, _ in UNKNOWN_PARAMS), doc
+
+
+def test_the_function_key_in_the_query_is_no_unknown_parameter(hostile_stack: Any, customers: Customers) -> None:
+    """``code``: how a caller may pass the function key; whatever its value, not a filter."""
+    assert ids_of(hostile_stack, [("customerId", customers.a), ("code", "x' or 1 eq 1")]) == customers.a_ids
 
 
 def test_a_search_writes_nothing(hostile_stack: Any, tables: Tables, customers: Customers) -> None:
@@ -301,6 +321,30 @@ def test_a_repeated_state_is_not_two_states(hostile_stack: Any, customers: Custo
         assert len(states) <= 1, states
 
 
+def test_workflow_and_failed_step_filters(hostile_stack: Any, customers: Customers) -> None:
+    found = search_all(hostile_stack, {"customerId": customers.a, "workflow": DEFAULT_WORKFLOW})
+    assert [o["orderId"] for o in found] == customers.a_ids
+    assert all(o["workflow"] == DEFAULT_WORKFLOW and o["failedStep"] is None for o in found), found
+    for params in ({"workflow": "no-such-workflow"}, {"failedStep": "charge-payment"},
+                   {"workflow": DEFAULT_WORKFLOW, "failedStep": "create-shipment"}):
+        assert ids_of(hostile_stack, {"customerId": customers.a, **params}) == [], params
+    for o in page(hostile_stack, {"failedStep": "charge-payment", "limit": "200"})["orders"]:
+        assert o["failedStep"] == "charge-payment", o
+
+
+BAD_NAMES = ["Order", "ORDER", "1order", "-order", "order_x", "order x", "order/x", "order'", "o" * 64,
+             "order\n", "ord\u00e9r", "order@1", "order:1", "*", "order' or 'a' eq 'a", "%", "\U0001f600"]
+
+
+@pytest.mark.parametrize("param", ["workflow", "failedStep"])
+@pytest.mark.parametrize("value", BAD_NAMES, ids=lambda v: repr(v)[:30])
+def test_bad_workflow_or_step_names_are_400(hostile_stack: Any, customers: Customers, param: str,
+                                            value: str) -> None:
+    r = search(hostile_stack, {"customerId": customers.a, param: value.encode().decode("unicode_escape")})
+    assert_400(r, param)
+    assert_leaks_nothing(r, *customers.a_ids, *customers.b_ids)
+
+
 BAD_CUSTOMERS = ["c/1", "c\\1", "c#1", "c?1", "c 1", "c'1", "-c", "c" * 65, "kund\u00e9", "\U0001f600", "c\n",
                  "c\x00", "c\u200b1", "\uff11", "c%2F1"]
 
@@ -389,6 +433,7 @@ def test_another_querys_token_is_400(hostile_stack: Any, customers: Customers, a
     b_token = _token(hostile_stack, {"customerId": customers.b, "limit": "1"})
     processed_token = _token(hostile_stack, {"state": "processed", "limit": "1"})
     all_token = _token(hostile_stack, {"limit": "1"})
+    workflow_token = _token(hostile_stack, {"customerId": customers.a, "workflow": DEFAULT_WORKFLOW, "limit": "1"})
     cases = [
         ({"customerId": customers.a, "limit": "1"}, b_token),
         ({"customerId": customers.b, "limit": "1"}, a_token),
@@ -398,6 +443,11 @@ def test_another_querys_token_is_400(hostile_stack: Any, customers: Customers, a
         ({"customerId": customers.a, "state": "processed", "limit": "1"}, a_token),
         ({"customerId": customers.a, "createdFrom": "2020-01-01", "limit": "1"}, a_token),
         ({"state": "error", "limit": "1"}, processed_token),
+        ({"customerId": customers.a, "workflow": DEFAULT_WORKFLOW, "limit": "1"}, a_token),
+        ({"customerId": customers.a, "failedStep": "charge-payment", "limit": "1"}, a_token),
+        ({"customerId": customers.a, "limit": "1"}, workflow_token),
+        ({"customerId": customers.a, "workflow": "other", "limit": "1"}, workflow_token),
+        ({"customerId": customers.a, "workflow": DEFAULT_WORKFLOW, "failedStep": "x", "limit": "1"}, workflow_token),
     ]
     for params, token in cases:
         r = search(hostile_stack, {**params, "continuationToken": token})

@@ -22,6 +22,7 @@ from shared.api.orders import get_history, get_order
 from shared.api.search import search_orders
 from shared.core.rows import SearchRow
 from shared.core.states import Category
+from shared.core.workflows import DEFAULT_WORKFLOW
 from shared.scheduler import handle_reply
 from shared.storage.table_store import TableStore
 from shared.supervisor import sweep
@@ -76,6 +77,9 @@ def expect_index(rt: Any, oid: str, category: str, *, finished: bool, snapshot: 
             assert row["ProcessState"] == st["ProcessState"], (key, row, st["ProcessState"])
             assert row.get("Outcome") == st.get("Outcome"), (key, row)
             assert row["FailureCount"] == st.get("FailureCount", 0), (key, row)
+            assert row.get("FailedStep") == st.get("FailedStep"), (key, row)
+        if not key.startswith("fin-"):
+            assert row["Workflow"] == DEFAULT_WORKFLOW, (key, row)
     if finished:
         [fin] = [k for k in rows if k.startswith("fin-")]
         assert fin == f"fin-{st['FinishedAt'][:10].replace('-', '')}-{oid}"
@@ -292,7 +296,9 @@ def test_search_pages_through_every_filter(catalogue) -> None:  # type: ignore[n
                 got, _, _ = page_through(rt, {"customerId": c, "state": cat}, 2)
                 assert got == [o for o in ids if o in in_cat], (c, cat)
 
-    results = {o["orderId"]: o for o in search_orders(rt, {"limit": "200", "unknown": "x"}).body["orders"]}
+    refused = search_orders(rt, {"limit": "200", "unknown": "x"})
+    assert (refused.status, [e["field"] for e in refused.body["errors"]]) == (400, ["unknown"]), refused.body
+    results = {o["orderId"]: o for o in search_orders(rt, {"limit": "200", "code": "x"}).body["orders"]}
     assert list(results) == everyone
     live = results[made["f1"]]
     assert (live["processState"], live["category"], live["customerId"]) == ("Processing", "inFlight", "cust-a")
@@ -300,9 +306,34 @@ def test_search_pages_through_every_filter(catalogue) -> None:  # type: ignore[n
     assert (done["processState"], done["outcome"], done["category"], done["priority"]) == (
         "Processed", "processed", "processed", "normal")
     assert set(done) == {"orderId", "processState", "outcome", "customerId", "createdAt", "updatedAt",
-                         "failureCount", "priority", "category", "waiting"}
+                         "failureCount", "priority", "category", "workflow", "failedStep", "waiting"}
     assert results[made["cancelled"]]["outcome"] == "cancelled"
     assert results[made["terminated"]]["outcome"] == "terminated"
+
+
+def test_search_by_workflow_and_failed_step(catalogue) -> None:  # type: ignore[no-untyped-def]
+    """Both filter the rows the key range gives (the rows carry them): pages stay newest first,
+    short ones keep their token, and a token stays in its query."""
+    rt, made, by_category = catalogue
+    everyone = by_category[""]
+    failed = {o: state(rt, o).get("FailedStep") for o in everyone}
+    assert failed[made["held"]] == "charge-payment" and failed[made["failed"]] == "create-shipment"
+    assert failed[made["p1"]] is None
+    for step in ("charge-payment", "create-shipment", "reserve-inventory"):
+        for limit in (1, 3):
+            ids, _, _ = page_through(rt, {"failedStep": step}, limit)
+            assert ids == [o for o in everyone if failed[o] == step], (step, limit)
+        ids, _, _ = page_through(rt, {"failedStep": step, "state": "attention", "customerId": "cust-a"}, 1)
+        assert ids == [o for o in by_category["attention"] if failed[o] == step
+                       and get_order(rt, o).body["order"]["customerId"] == "cust-a"]
+    ids, _, _ = page_through(rt, {"workflow": DEFAULT_WORKFLOW}, 4)
+    assert ids == everyone
+    ids, pages, _ = page_through(rt, {"workflow": "no-such-workflow"}, 4)
+    assert (ids, pages) == ([], 3)
+    token = search_orders(rt, {"failedStep": "create-shipment", "limit": "1"}).body["continuationToken"]
+    assert token is not None
+    r = search_orders(rt, {"failedStep": "charge-payment", "continuationToken": token})
+    assert (r.status, r.body["type"].rsplit("/", 1)[-1]) == (400, "invalid-continuation-token"), r.body
 
 
 def test_search_by_creation_time(catalogue) -> None:  # type: ignore[no-untyped-def]

@@ -11,8 +11,9 @@ inverted creation time, so that ascending keys are newest first):
 ==================================  ==========================================================
 
 Every search is one key-range query, so a page costs about the page, whatever the number of
-finished orders. The rows of all and cust carry a summary of the order (its state when the
-index was last written).
+finished orders. The rows of all, cust and cat carry a summary of the order (its state when the
+index was last written), its workflow and failed step included: the ``workflow`` and
+``failedStep`` filters read them, no key range of their own (no write more).
 
 Cost: the index is written only when an order's category changes (accepted, and when it
 ends, holds, is retried...), never on the forward path's other steps: one transaction of the
@@ -82,7 +83,7 @@ def summary(order: OrderRow, state: StateRow, key: str) -> SearchRow:
     return SearchRow(key, state.order_id, category_of(state), customer_id=order.customer_id,
                      created_at=order.created_at, process_state=state.process_state,
                      failure_count=state.failure_count, priority=order.priority, updated_at=state.updated_at,
-                     outcome=state.outcome)
+                     outcome=state.outcome, workflow=order.workflow, failed_step=state.failed_step)
 
 
 def index_rows(order: OrderRow, state: StateRow) -> list[SearchRow]:

@@ -23,6 +23,7 @@ from shared.core.effects import Effect, Reindex
 from shared.core.rows import ETAG, Op
 from shared.core.statemachine import Category, View, index_rows
 from shared.core.times import iso
+from shared.core.workflows import DEFAULT_WORKFLOW
 from shared.runtime.executor import Outcome
 from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
@@ -262,10 +263,44 @@ def clone(rt: CrashRuntime, entities: dict[str, dict[str, Any]], created: dateti
 
 # ---------------------------------------------------------------------------------------------
 # Query parsing
-def test_defaults_and_unknown_parameters_are_ignored() -> None:
+def test_defaults() -> None:
     assert parse_query({}) == SearchQuery(None, None, None, None, DEFAULT_LIMIT) == SearchQuery()
     assert DEFAULT_LIMIT == 50 and MAX_LIMIT == 200
-    assert parse_query({"foo": "bar", "STATE": "nonsense", "$filter": "PartitionKey ne ''"}) == SearchQuery()
+
+
+def test_unknown_parameters_are_400_naming_each_and_the_accepted_ones() -> None:
+    rt = make()
+    r = search(rt, **{"foo": "bar", "STATE": "nonsense", "$filter": "PartitionKey ne ''", "state": "processed"})
+    assert r.status == 400 and r.content_type == "application/problem+json"
+    assert r.body["type"].endswith("/invalid-query")
+    assert [e["field"] for e in r.body["errors"]] == ["$filter", "STATE", "foo"]
+    for accepted in ("state", "customerId", "workflow", "failedStep", "createdFrom", "createdTo", "limit",
+                     "continuationToken"):
+        assert accepted in r.body["errors"][0]["message"]
+    for name in ("$filter", "STATE", "foo"):
+        assert name in r.body["detail"]
+    assert probe(rt).reads == []  # refused before any read
+    bad(search(rt, failedstep="charge-payment"), "failedstep")  # names are case-sensitive
+
+
+def test_the_function_key_in_the_query_is_accepted() -> None:
+    """``code``: the Functions host takes the function key from the query string and leaves it there."""
+    assert parse_query({"code": "x' or 1 eq 1", "state": "error"}) == SearchQuery(category=Category.ERROR)
+
+
+@pytest.mark.parametrize("field_name", ["workflow", "failedStep"])
+@pytest.mark.parametrize("value", ["", "Order-fulfilment", "1step", "-a", "a_b", "a b", "a/b", "a'", "a" * 64,
+                                   "a\n", "\u00e9", "order-fulfilment@2", "order-fulfilment:2", "*"])
+def test_bad_workflow_and_failed_step_are_400(field_name: str, value: str) -> None:
+    rt = make()
+    detail = bad(search(rt, **{field_name: value.encode().decode("unicode_escape")}), field_name)
+    assert "lower-case" in detail
+    assert probe(rt).reads == []
+
+
+def test_workflow_and_failed_step_parse() -> None:
+    assert parse_query({"workflow": "a" * 63, "failedStep": "charge-payment"}) == SearchQuery(
+        workflow="a" * 63, failed_step="charge-payment")
 
 
 @pytest.mark.parametrize("value", list(Category))
@@ -384,7 +419,7 @@ def test_a_result_shows_the_contract_fields(catalogue: Any) -> None:
     st = state(rt, oid)
     assert o == {"orderId": oid, "processState": "Processed", "outcome": "processed", "customerId": customer,
                  "createdAt": iso(created), "updatedAt": st["UpdatedAt"], "failureCount": 0, "priority": "normal",
-                 "category": "processed", "waiting": None}
+                 "category": "processed", "workflow": DEFAULT_WORKFLOW, "failedStep": None, "waiting": None}
 
 
 def test_every_page_size_lists_every_order_once(catalogue: Any) -> None:
@@ -415,6 +450,84 @@ def test_customer_filter_and_customer_with_state(catalogue: Any) -> None:
                                                        if customer == "c-2" and CATEGORY_OF_FATE[fate] == "attention"]
     assert ok(rt, customerId="nobody")["orders"] == []
     assert ok(rt, customerId="nobody")["continuationToken"] is None
+
+
+FAILED_STEP_OF_FATE = {"held": "charge-payment", "cancelled": "charge-payment", "failed": "create-shipment",
+                       "compFailed": "create-shipment", "dismissed": "create-shipment"}
+
+
+def test_failed_step_of_each_result(catalogue: Any) -> None:
+    rt, made = catalogue
+    shown = {o["orderId"]: o["failedStep"] for o in ok(rt, limit=200)["orders"]}
+    for oid, fate, *_ in made:
+        assert shown[oid] == state(rt, oid).get("FailedStep"), fate
+        if fate in FAILED_STEP_OF_FATE:
+            assert shown[oid] == FAILED_STEP_OF_FATE[fate], fate
+
+
+@pytest.mark.parametrize("step", ["charge-payment", "create-shipment", "reserve-inventory", "no-such-step"])
+def test_failed_step_filter_pages_newest_first(catalogue: Any, step: str) -> None:
+    rt, made = catalogue
+    expected = [oid for oid, *_ in reversed(made) if state(rt, oid).get("FailedStep") == step]
+    for limit in (1, 3, 200):
+        pages = all_pages(rt, failedStep=step, limit=limit)
+        assert [o["orderId"] for p in pages for o in p] == expected, limit
+        assert all(o["failedStep"] == step for p in pages for o in p)
+    both = all_pages(rt, failedStep=step, state="error", customerId="c-1", limit=2)
+    assert [o["orderId"] for p in both for o in p] == [
+        oid for oid, fate, customer, _t in reversed(made)
+        if oid in expected and customer == "c-1" and CATEGORY_OF_FATE[fate] == "error"]
+
+
+def test_workflow_filter(catalogue: Any) -> None:
+    rt, made = catalogue
+    every = [oid for oid, *_ in reversed(made)]
+    assert [o["orderId"] for p in all_pages(rt, workflow=DEFAULT_WORKFLOW, limit=5) for o in p] == every
+    assert all(o["workflow"] == DEFAULT_WORKFLOW for o in ok(rt, limit=200)["orders"])
+    probe(rt).reset_counts()
+    pages = all_pages(rt, workflow="another-workflow", limit=10)
+    assert [len(p) for p in pages] == [0, 0, 0]  # short pages, each with a token until the end
+    assert probe(rt).state_reads() == []  # a row of another workflow is dropped unread
+
+
+def test_a_token_of_one_filter_is_refused_by_another(catalogue: Any) -> None:
+    rt, _made = catalogue
+    token = ok(rt, failedStep="create-shipment", limit=1)["continuationToken"]
+    assert token is not None
+    assert ok(rt, failedStep="create-shipment", limit=5, continuationToken=token)["orders"]
+    for other in ({"failedStep": "charge-payment"}, {}, {"workflow": DEFAULT_WORKFLOW, "failedStep": "create-shipment"},
+                  {"workflow": DEFAULT_WORKFLOW}):
+        bad(search(rt, **other, continuationToken=token), "continuationToken", "invalid-continuation-token")
+    plain = ok(rt, limit=1)["continuationToken"]
+    bad(search(rt, workflow=DEFAULT_WORKFLOW, continuationToken=plain), "continuationToken",
+        "invalid-continuation-token")
+
+
+def test_rows_written_before_they_carried_workflow_and_failed_step_are_read_from_the_order() -> None:
+    """Index rows of an older version have no Workflow or FailedStep: under those filters each is
+    checked against its order (one read of its partition), and the rows are left as they are."""
+    rt = make()
+    agents = Agents(rt)
+    made = {}
+    for fate in ("processed", "dismissed", "held", "inFlight"):
+        rt.clock.advance(60)
+        made[fate] = new_order(rt, agents, fate)
+    store = probe(rt)
+    for key, (props, etag) in list(store._rows.items()):
+        if key[0] == "search":
+            store._rows[key] = ({k: v for k, v in props.items() if k not in ("Workflow", "FailedStep")}, etag)
+    before = store.search_rows()
+    store.reset_counts()
+    assert [o["orderId"] for o in ok(rt, failedStep="create-shipment")["orders"]] == [made["dismissed"]]
+    assert sorted(store.state_reads()) == sorted(made.values())  # one read of each
+    assert [o["orderId"] for o in ok(rt, failedStep="charge-payment")["orders"]] == [made["held"]]
+    assert [o["orderId"] for o in ok(rt, workflow=DEFAULT_WORKFLOW)["orders"]] == list(reversed(made.values()))
+    assert ok(rt, workflow="another-workflow")["orders"] == []
+    store.reset_counts()
+    plain = ok(rt)["orders"]  # without the filters: as before, a state read for the changing ones only
+    assert sorted(store.state_reads()) == sorted([made["held"], made["inFlight"]])
+    assert {o["orderId"]: o["workflow"] for o in plain}[made["processed"]] is None
+    assert store.search_rows() == before
 
 
 def test_created_range_from_inclusive_to_exclusive(catalogue: Any) -> None:

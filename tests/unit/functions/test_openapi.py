@@ -115,7 +115,15 @@ def test_query_endpoints() -> None:
     ops = _operations()
     search = ops[("GET", "/orders")]
     params = {(_resolve(p["$ref"]) if "$ref" in p else p)["name"]: p for p in search["parameters"]}
-    assert set(params) == {"state", "customerId", "createdFrom", "createdTo", "limit", "continuationToken"}
+    assert set(params) == {"state", "customerId", "workflow", "failedStep", "createdFrom", "createdTo", "limit",
+                           "continuationToken"}
+    from shared.api.search import PARAMETERS
+    from shared.core.workflows.schema import NAME
+
+    assert set(PARAMETERS) == set(params) | {"code"}  # what the code refuses is what the document leaves out
+    assert _resolve(params["workflow"]["schema"]["$ref"])["pattern"] == NAME
+    assert params["failedStep"]["schema"] == params["workflow"]["schema"]
+    assert "code" in {s["name"] for s in _doc()["components"]["securitySchemes"].values() if s["in"] == "query"}
     assert params["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}
     history = ops[("GET", "/orders/{id}/history")]
     limit = next(p for p in history["parameters"] if p.get("name") == "limit")
@@ -142,7 +150,8 @@ def test_order_view_has_the_issue_11_fields() -> None:
     assert {"history", "historyContinuationToken", "generation", "category"} <= set(view["required"])
     summary = _doc()["components"]["schemas"]["OrderSummary"]
     assert set(summary["required"]) == {"orderId", "processState", "outcome", "customerId", "createdAt",
-                                        "updatedAt", "failureCount", "priority", "category"}
+                                        "updatedAt", "failureCount", "priority", "category", "workflow",
+                                        "failedStep"}
 
 
 def _overview_errors(body: dict[str, Any]) -> list[str]:

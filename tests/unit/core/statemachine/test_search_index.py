@@ -19,6 +19,7 @@ from shared.core.rows import OrderRow, StateRow
 from shared.core.statemachine import Category, View, category_of, index_rows
 from shared.core.statemachine.search_index import category_key, customer_key, finished_key, listing_keys, reindex, rev
 from shared.core.states import Mode, OrderCompensation, Outcome, ProcessState
+from shared.core.workflows import DEFAULT_WORKFLOW
 from tests.unit.api.test_search import REJECTS, Agents, Probe, make, new_order, probe, settle
 from tests.unit.harness import T0, post
 
@@ -103,7 +104,8 @@ def test_rows_of_a_finished_order() -> None:
     r, ck = rev(T0), customer_key("c-1")
     summary = {"OrderId": OID, "CustomerId": "c-1", "CreatedAt": T0.isoformat(timespec="microseconds"),
                "UpdatedAt": done.isoformat(timespec="microseconds"), "ProcessState": "Processed",
-               "Outcome": "processed", "FailureCount": 1, "Priority": "normal", "Category": "processed"}
+               "Outcome": "processed", "FailureCount": 1, "Priority": "normal", "Category": "processed",
+               "Workflow": DEFAULT_WORKFLOW}
     assert rows == {
         f"all-{r}-{OID}": {"RowKey": f"all-{r}-{OID}", **summary},
         f"cust-{ck}-{r}-{OID}": {"RowKey": f"cust-{ck}-{r}-{OID}", **summary},
@@ -111,6 +113,20 @@ def test_rows_of_a_finished_order() -> None:
         f"fin-20261122-{OID}": {"RowKey": f"fin-20261122-{OID}", "OrderId": OID, "Rev": r, "CustomerKey": ck,
                                 "Category": "processed"},
     }
+
+
+def test_rows_of_an_order_that_failed_carry_its_workflow_and_failed_step() -> None:
+    """What the search's ``workflow`` and ``failedStep`` filters read: in the rows, no key range."""
+    order = replace(ORDER, workflow="express", workflow_version=2)
+    state = _state(ProcessState.ERROR, F, Outcome.CANCELLED, OrderCompensation.COMPLETED, finished_at=T0,
+                   failed_step="charge-payment")
+    rows = index_rows(order, state)
+    listings = [r for r in rows if not r.row_key.startswith("fin-")]
+    assert len(listings) == 3 and len(rows) == 4
+    for row in listings:
+        entity = row.to_entity()
+        assert (entity["Workflow"], entity["FailedStep"]) == ("express", "charge-payment"), row.row_key
+    assert all(k not in rows[-1].to_entity() for k in ("Workflow", "FailedStep"))  # the finish-day row: keys only
 
 
 @pytest.mark.parametrize(("state", "category"), CASES)
