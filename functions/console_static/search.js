@@ -1,15 +1,20 @@
-// Search (#/search?state=&customerId=&createdFrom=&createdTo=): GET /api/orders, paged by continuation token.
+// Search (#/search?state=&customerId=&workflow=&failedStep=&createdFrom=&createdTo=): GET /api/orders, paged by
+// continuation token.
 
 import { h, setChildren } from "./dom.js";
 import { COLUMNS, pagedOrders } from "./orderlist.js";
 
 const STATES = ["", "inFlight", "attention", "processed", "error"];
+const FILTERS = ["state", "customerId", "workflow", "failedStep", "createdFrom", "createdTo"];
 const ORDER_ID = /^([0-9a-fA-F]{32}|[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12})$/;
 
 export function render(main, ctx, query) {
   const field = (label, input) => h("label", {}, h("span", {}, label), input);
   const idInput = h("input", { name: "id", placeholder: "32 hex digits or a UUID", size: 36, autocomplete: "off" });
   const customer = h("input", { name: "customerId", value: query.get("customerId") || "", placeholder: "c-1" });
+  const workflow = h("input", { name: "workflow", value: query.get("workflow") || "", placeholder: "order" });
+  const failedStep = h("input", { name: "failedStep", value: query.get("failedStep") || "",
+    placeholder: "charge-payment" });
   const state = h("select", { name: "state" }, STATES.map((value) =>
     h("option", { value, selected: value === (query.get("state") || "") }, value || "any")));
   const from = h("input", { name: "createdFrom", type: "datetime-local", step: 1, value: localValue(query.get("createdFrom")) });
@@ -32,18 +37,21 @@ export function render(main, ctx, query) {
     const params = new URLSearchParams();
     if (customer.value.trim()) params.set("customerId", customer.value.trim());
     if (state.value) params.set("state", state.value);
+    if (workflow.value.trim()) params.set("workflow", workflow.value.trim());
+    if (failedStep.value.trim()) params.set("failedStep", failedStep.value.trim());
     if (from.value) params.set("createdFrom", isoValue(from.value));
     if (to.value) params.set("createdTo", isoValue(to.value));
     if (query.get("limit")) params.set("limit", query.get("limit"));
     window.location.hash = `#/search?${params}`;
   } },
   field("Order id", idInput), field("Customer", customer), field("Category", state),
+  field("Workflow", workflow), field("Failed step", failedStep),
   field("Created from (UTC)", from), field("Created before (UTC)", to),
   h("button", { type: "submit" }, "Search"));
 
   setChildren(main, h("h1", {}, "Search"), form, idError, results);
   const params = {};
-  for (const name of ["state", "customerId", "createdFrom", "createdTo"]) {
+  for (const name of FILTERS) {
     if (query.get(name)) params[name] = query.get(name);
   }
   const limit = Number(query.get("limit")) || 25;
