@@ -50,6 +50,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
 from local.procs import REPO_ROOT
+from shared.core.workflows import DEFAULT_WORKFLOW
 from tests.hostile.fuzz_queries import (
     DEAD_LETTER_QUEUES,
     HOSTILE_QUERY_VALUES,
@@ -223,11 +224,14 @@ def _strategies(schema: Any, n: int) -> list[tuple[Any, int]]:
 
     parts = []
     ops = [result.ok() for result in schema.get_all_operations()]
-    # Events right after the submissions whose orders they go to, before terminate and cancel end them.
+    # Events right after the submissions whose orders they go to, before terminate and cancel end them;
+    # searches after those, so that a run of one round has orders to find (the document lists
+    # GET /orders before POST /orders).
     events = [op for op in ops if op.path == EVENTS_PATH]
-    ops = [op for op in ops if op.path != EVENTS_PATH]
+    searches = [op for op in ops if (op.method.upper(), op.path) == ("GET", "/orders")]
+    ops = [op for op in ops if op.path != EVENTS_PATH and op not in searches]
     at = next((i + 1 for i, op in enumerate(ops) if (op.method.upper(), op.path) == ("POST", "/orders")), len(ops))
-    for op in ops[:at] + events + ops[at:]:
+    for op in ops[:at] + events + searches + ops[at:]:
         weight = ROUND_WEIGHTS.get((op.method.upper(), op.path), 1)
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             parts.append((op.as_strategy(generation_mode=mode), weight))
@@ -284,7 +288,8 @@ class Steer:
     tamper_how: int
     known_customer: bool
     customer_index: int
-    plain: bool  # drop the generated token and dates (mostly junk): a query that can find orders
+    plain: bool  # drop the generated token, dates and failed step (mostly junk), the default workflow: a query that
+    # can find orders
     small_limit: int  # 1..3 (a page that ends in a continuation token), or 0: the generated limit
     hostile: bool
     hostile_param: int
@@ -345,8 +350,10 @@ class Steer:
         if case.path == "/deadletters" and self.plain:  # a queue that exists: a page of dead letters
             query["queue"] = DEAD_LETTER_QUEUES[self.customer_index % len(DEAD_LETTER_QUEUES)]
         if self.plain:
-            for name in ("continuationToken", "createdFrom", "createdTo"):
+            for name in ("continuationToken", "createdFrom", "createdTo", "failedStep"):
                 query.pop(name, None)
+            if "workflow" in query:  # a generated name is almost never one: the one most orders run
+                query["workflow"] = DEFAULT_WORKFLOW
         if self.small_limit:
             query["limit"] = str(self.small_limit)
         if case.path == "/orders" and self.known_customer and report.accepted:
@@ -355,7 +362,7 @@ class Steer:
                 query["customerId"] = bodies[self.customer_index % len(bodies)].get("customerId")
         tampered = None
         token = report.tokens.pick(self.token_index, None if self.token_mode == 2 else case.path)
-        # Only to a path that takes one: /deadletters pages by ``from`` and ignores any other parameter.
+        # Only to a path that takes one: /deadletters pages by ``from`` and refuses any other parameter (400).
         if token is not None and self.token_mode in (0, 1, 2) and "continuationToken" in names:
             report.tokens_sent_back += 1
             if self.token_mode == 1:
