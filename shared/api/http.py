@@ -51,6 +51,23 @@ def problem(status: int, kind: str, title: str, detail: str, errors: list[dict[s
     return HttpResult(status, body, content_type=PROBLEM)
 
 
+# The function key, which the Functions host reads from the query string (``?code=``) and leaves
+# in it: a query parameter of every route whatever else the route takes.
+FUNCTION_KEY = "code"
+
+
+def unknown_query(params: Mapping[str, str], accepted: tuple[str, ...], title: str) -> HttpResult | None:
+    """The 400 (``invalid-query``) naming each query parameter not in ``accepted`` (nor the
+    function key), with the accepted ones; None when there is none. A parameter a route does not
+    take is refused, never ignored: a misspelt filter would be answered as if there were none."""
+    unknown = sorted(name for name in params if name not in accepted and name != FUNCTION_KEY)
+    if not unknown:
+        return None
+    message = f"not a parameter of this query (it takes {', '.join(accepted)})"
+    return problem(400, "invalid-query", title, "; ".join(f"{name}: {message}" for name in unknown),
+                   errors=[{"field": name, "message": message} for name in unknown])
+
+
 def lower_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in (headers or {}).items()}
 

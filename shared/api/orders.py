@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared.api.http import HttpResult, lower_headers, parse_json_body, problem, resolve_id
+from shared.api.http import HttpResult, lower_headers, parse_json_body, problem, resolve_id, unknown_query
 from shared.api.tokens import InvalidToken, issue, redeem
 from shared.api.views import order_view, waiting_remote
 from shared.core.effects import Effect, PutIndex, Send
@@ -211,6 +211,9 @@ def get_history(rt: Runtime, raw_id: str | None, params: Mapping[str, str]) -> H
     order_id = resolve_id(raw_id)
     if isinstance(order_id, HttpResult):
         return order_id
+    unknown = unknown_query(params, ("limit", "continuationToken"), "Invalid history query")
+    if unknown is not None:
+        return unknown
     raw_limit = params.get("limit", str(HISTORY_PAGE))
     if not (raw_limit.isascii() and raw_limit.isdigit() and len(raw_limit) <= 5
             and 1 <= int(raw_limit) <= MAX_HISTORY_PAGE):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time
 from typing import Any
 
-from shared.api.http import HttpResult, problem
+from shared.api.http import HttpResult, problem, unknown_query
 from shared.api.tokens import InvalidToken, issue, redeem
 from shared.api.views import next_probe
 from shared.core.orders import MAX_ID_LENGTH, SAFE_ID
@@ -52,10 +52,9 @@ VERIFY_WORKERS = 8
 STATES = ", ".join(c.value for c in Category)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REV_LIMIT = 10 ** 17  # no ``rev`` reaches it (so no order was created at or before 1970-01-01T00:00Z)
-# The query parameters a search takes; ``code`` is the function key, which the Functions host
-# reads from the query string (the operator routes are ADMIN) and leaves in it.
+# The query parameters a search takes (and ``code``, the function key: ``shared.api.http``).
 PARAMETERS = ("state", "customerId", "workflow", "failedStep", "createdFrom", "createdTo", "limit",
-              "continuationToken", "code")
+              "continuationToken")
 
 
 @dataclass(frozen=True)
@@ -101,17 +100,6 @@ class SearchQuery:
         return low, high
 
 
-def _unknown(params: Mapping[str, str]) -> HttpResult | None:
-    """The 400 naming every query parameter a search does not take (None: there is none)."""
-    unknown = sorted(name for name in params if name not in PARAMETERS)
-    if not unknown:
-        return None
-    accepted = ", ".join(p for p in PARAMETERS if p != "code")
-    message = f"not a parameter of this search (it takes {accepted})"
-    return problem(400, "invalid-query", "Invalid search", "; ".join(f"{name}: {message}" for name in unknown),
-                   errors=[{"field": name, "message": message} for name in unknown])
-
-
 def _bad(field: str, message: str) -> HttpResult:
     kind = "invalid-continuation-token" if field == "continuationToken" else "invalid-query"
     return problem(400, kind, "Invalid search", f"{field}: {message}", errors=[{"field": field, "message": message}])
@@ -138,7 +126,7 @@ def _instant(field: str, raw: str) -> datetime | HttpResult:
 
 def parse_query(params: Mapping[str, str]) -> SearchQuery | HttpResult:
     """The search's filters, or the 400 that names what is wrong with them."""
-    unknown = _unknown(params)
+    unknown = unknown_query(params, PARAMETERS, "Invalid search")
     if unknown is not None:
         return unknown
     names: dict[str, str | None] = {}

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.api.http import HttpResult, problem
+from shared.api.http import HttpResult, problem, unknown_query
 from shared.runtime import Runtime
 
 MAX_BODY_CHARS = 2000
@@ -185,6 +185,9 @@ def resolve_queue(rt: Runtime, raw: str | None) -> tuple[str, str] | None:
 
 def get_dead_letters(rt: Runtime, params: Mapping[str, str], *, client: Any | None = None) -> HttpResult:
     """``GET /api/deadletters?queue=&limit=&from=``: a page of a queue's dead letters."""
+    unknown = unknown_query(params, ("queue", "limit", "from"), "Invalid dead-letter query")
+    if unknown is not None:
+        return unknown
     known = ", ".join(sorted(rt.config.queues))
     queue = resolve_queue(rt, params.get("queue"))
     if queue is None:

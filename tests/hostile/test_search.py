@@ -615,3 +615,11 @@ def test_history_of_an_unknown_order_is_404_whatever_the_query(hostile_stack: An
     assert r.status == 404 and r.is_problem
     r = _history(hostile_stack, unknown, {"limit": "0", "continuationToken": "x"})
     assert r.status in (400, 404) and r.is_problem
+
+
+@pytest.mark.parametrize("name", ["after", "Limit", "$top", "state", "from"])
+def test_an_unknown_history_parameter_is_400_naming_it(hostile_stack: Any, customers: Customers, name: str) -> None:
+    r = _history(hostile_stack, customers.a_ids[0], {"limit": "5", name: "1"})
+    doc = assert_400(r, name, "continuationToken")
+    assert doc["type"].endswith("/invalid-query") and [e["field"] for e in doc["errors"]] == [name], doc
+    assert _history(hostile_stack, customers.a_ids[0], {"limit": "5", "code": "x"}).status == 200

@@ -295,6 +295,10 @@ def test_history_limit_and_token_errors() -> None:
         if token is None:
             break
     assert [e for p in pages for e in p] == events and len(pages) == (len(events) + 1) // 2
+    for unknown in ("after", "Limit", "from", "$top", "state"):
+        detail = bad(get_history(rt, oid, {"limit": "2", unknown: "1"}), unknown)
+        assert "limit, continuationToken" in detail
+    assert get_history(rt, oid, {"limit": "2", "code": "x"}).status == 200  # the function key
     forged = issue(KEYS, f"history:{oid}", {"after": -1})
     bad(get_history(rt, oid, {"continuationToken": forged}), "continuationToken", "invalid-continuation-token")
     not_a_number = issue(KEYS, f"history:{oid}", {"after": True})

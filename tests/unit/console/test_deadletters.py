@@ -85,6 +85,9 @@ def _get(client: FakeClient, **params: str) -> Any:
     ({"queue": "scheduler", "from": "-1"}, "from"), ({"queue": "scheduler", "from": "x"}, "from"),
     ({"queue": "scheduler", "from": str(2**63)}, "from"), ({"queue": "scheduler", "from": "1" * 40}, "from"),
     ({"queue": "scheduler", "from": " 5"}, "from"),
+    ({"queue": "scheduler", "continuationToken": "x"}, "continuationToken"),
+    ({"queue": "scheduler", "Limit": "5"}, "Limit"),
+    ({"queue": "scheduler", "$top": "5"}, "$top"),
 ])
 def test_a_bad_query_is_a_400_naming_the_parameter(params: dict[str, str], field: str) -> None:
     client = FakeClient()
@@ -93,6 +96,11 @@ def test_a_bad_query_is_a_400_naming_the_parameter(params: dict[str, str], field
     assert r.body["errors"] == [{"field": field, "message": r.body["errors"][0]["message"]}]
     assert r.body["detail"].startswith(f"{field}:")
     assert client.peeks == []  # nothing asked of Service Bus
+
+
+def test_the_function_key_in_the_query_is_no_unknown_parameter() -> None:
+    client = FakeClient({("scheduler", True): [Msg(7)]})
+    assert _get(client, queue="scheduler", code="x").status == 200
 
 
 @pytest.mark.parametrize("queue", ["SchedulerQueue", "schedulerqueue", "scheduler", "SCHEDULER"])
