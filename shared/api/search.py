@@ -203,18 +203,23 @@ class Found:
     failed_step: str | None = None
     # its step in flight waits on a remote's open breaker: step, remote, giveUpAt, breaker, nextProbeAt
     waiting: dict[str, Any] | None = None
+    # from the index row (None in a row written before they were recorded there)
+    total: str | None = None
+    currency: str | None = None
 
     @classmethod
     def of(cls, row: SearchRow) -> Found:
         return cls(row.order_id, row.process_state, row.outcome, row.customer_id, row.created_at, row.updated_at,
-                   row.failure_count or 0, row.priority, row.category, row.workflow, row.failed_step)
+                   row.failure_count or 0, row.priority, row.category, row.workflow, row.failed_step,
+                   total=row.total, currency=row.currency)
 
     def to_json(self) -> dict[str, Any]:
         return {"orderId": self.order_id, "processState": self.process_state, "outcome": self.outcome,
                 "customerId": self.customer_id, "createdAt": iso(self.created_at) if self.created_at else None,
                 "updatedAt": iso(self.updated_at) if self.updated_at else None, "failureCount": self.failure_count,
                 "priority": self.priority, "category": self.category, "workflow": self.workflow,
-                "failedStep": self.failed_step, "waiting": self.waiting}
+                "failedStep": self.failed_step, "waiting": self.waiting, "total": self.total,
+                "currency": self.currency}
 
 
 def _current(rt: Runtime, rows: list[SearchRow], filtered: bool = False) -> list[Found]:

@@ -377,6 +377,8 @@ class SearchRow(Row):
     # all-/cust-/cat- rows from this version on (None in a row written before: read the order)
     workflow: str | None = None
     failed_step: str | None = None
+    total: str | None = None  # a decimal string (the console's landing page lists it)
+    currency: str | None = None
     etag: str | None = None
 
     @property
@@ -390,5 +392,6 @@ SearchRow.PROPS = _props(SearchRow, {
     "created_at": ("CreatedAt", TIME), "process_state": ("ProcessState", _enum(ProcessState)),
     "failure_count": ("FailureCount", OPTIONAL_INT), "priority": ("Priority", TEXT), "updated_at": ("UpdatedAt", TIME),
     "outcome": ("Outcome", _enum(Outcome)), "rev": ("Rev", TEXT), "customer_key": ("CustomerKey", TEXT),
-    "workflow": ("Workflow", TEXT), "failed_step": ("FailedStep", TEXT),
+    "workflow": ("Workflow", TEXT), "failed_step": ("FailedStep", TEXT), "total": ("Total", TEXT),
+    "currency": ("Currency", TEXT),
 })

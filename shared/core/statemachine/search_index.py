@@ -83,7 +83,8 @@ def summary(order: OrderRow, state: StateRow, key: str) -> SearchRow:
     return SearchRow(key, state.order_id, category_of(state), customer_id=order.customer_id,
                      created_at=order.created_at, process_state=state.process_state,
                      failure_count=state.failure_count, priority=order.priority, updated_at=state.updated_at,
-                     outcome=state.outcome, workflow=order.workflow, failed_step=state.failed_step)
+                     outcome=state.outcome, workflow=order.workflow, failed_step=state.failed_step,
+                     total=order.total, currency=order.currency)
 
 
 def index_rows(order: OrderRow, state: StateRow) -> list[SearchRow]:

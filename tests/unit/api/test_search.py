@@ -419,7 +419,8 @@ def test_a_result_shows_the_contract_fields(catalogue: Any) -> None:
     st = state(rt, oid)
     assert o == {"orderId": oid, "processState": "Processed", "outcome": "processed", "customerId": customer,
                  "createdAt": iso(created), "updatedAt": st["UpdatedAt"], "failureCount": 0, "priority": "normal",
-                 "category": "processed", "workflow": DEFAULT_WORKFLOW, "failedStep": None, "waiting": None}
+                 "category": "processed", "workflow": DEFAULT_WORKFLOW, "failedStep": None, "waiting": None,
+                 "total": "19.98", "currency": "EUR"}
 
 
 def test_every_page_size_lists_every_order_once(catalogue: Any) -> None:

@@ -105,7 +105,7 @@ def test_rows_of_a_finished_order() -> None:
     summary = {"OrderId": OID, "CustomerId": "c-1", "CreatedAt": T0.isoformat(timespec="microseconds"),
                "UpdatedAt": done.isoformat(timespec="microseconds"), "ProcessState": "Processed",
                "Outcome": "processed", "FailureCount": 1, "Priority": "normal", "Category": "processed",
-               "Workflow": DEFAULT_WORKFLOW}
+               "Workflow": DEFAULT_WORKFLOW, "Total": "19.98", "Currency": "EUR"}
     assert rows == {
         f"all-{r}-{OID}": {"RowKey": f"all-{r}-{OID}", **summary},
         f"cust-{ck}-{r}-{OID}": {"RowKey": f"cust-{ck}-{r}-{OID}", **summary},
