@@ -1,32 +1,45 @@
-// Overview (#/): live counts, the remotes' breakers, the last hour as a chart, queues, the supervisor,
-// every 10 s.
+// Overview (#/), the landing page: a search box (an order id or a customer), live counts, the newest
+// orders, the remotes' breakers, the last hour as a chart, queues, the supervisor, every 10 s.
+// Each refresh makes two requests, side by side: GET /api/overview and one page of GET /api/orders.
 
 import { api } from "./api.js";
 import { capped, errorBox, fmtDuration, fmtTime, h, setChildren, table } from "./dom.js";
+import { COLUMNS } from "./orderlist.js";
 import { remotes } from "./remotes.js";
+import { isOrderId, orderRoute, searchRoute } from "./search.js";
 
 const REFRESH_MS = 10000;
 const SWEEP_STALE_SECONDS = 180;
 const FINISHED_FIELDS = ["submitted", "processed", "failed", "compensated"];
+const NEWEST = 20;
+const NEWEST_COLUMNS = [COLUMNS.id, COLUMNS.state, COLUMNS.outcome, COLUMNS.workflow, COLUMNS.customer,
+  COLUMNS.total, COLUMNS.createdAgo];
 
 export function render(main, ctx) {
   const status = h("p", { class: "muted", dataset: { testid: "overview-status" } }, "loading…");
+  const newest = h("section", { class: "panel", dataset: { testid: "newest" } },
+    h("h2", {}, "Newest orders"), h("p", { class: "muted" }, "loading…"));
   const body = h("div", { class: "overview" });
-  setChildren(main, h("h1", {}, "Overview"), status, body);
+  // The search box is built once, outside what the refresh redraws, so that what is typed stays.
+  setChildren(main, h("h1", {}, "Overview"), quickSearch(), status, body);
   let chart = null;
   let timer = null;
 
   async function refresh() {
-    try {
-      const data = await api("/overview");
-      if (!ctx.alive()) return;
-      chart = draw(body, data, chart);
+    // Both at once: the page waits for the slower one, not for the two in a row.
+    const [overview, orders] = await Promise.allSettled([api("/overview"),
+      api("/orders", { params: { limit: NEWEST } })]);
+    if (!ctx.alive()) return;
+    if (overview.status === "fulfilled") {
+      const data = overview.value;
+      chart = draw(body, data, chart, newest);
       setChildren(status, `as of ${fmtTime(data.asOf)} · refreshes every ${REFRESH_MS / 1000} s`);
       status.dataset.asOf = data.asOf;
-    } catch (error) {
-      if (!ctx.alive()) return;
-      setChildren(status, errorBox("GET /api/overview", error));
+    } else {
+      setChildren(status, errorBox("GET /api/overview", overview.reason));
     }
+    if (!newest.isConnected) body.prepend(newest); // the overview failed before its first draw
+    setChildren(newest, newestOrders(orders));
     if (ctx.alive()) timer = window.setTimeout(refresh, REFRESH_MS);
   }
   refresh();
@@ -36,10 +49,44 @@ export function render(main, ctx) {
   };
 }
 
-function draw(body, data, chart) {
-  if (!body.firstChild) {
-    body.append(
+/** One box: an order id (32 hex digits or a UUID) opens its page; anything else searches that customer. */
+function quickSearch() {
+  const input = h("input", { name: "q", type: "search", size: 44, autocomplete: "off",
+    placeholder: "an order id, or a customer id", dataset: { testid: "quick-search-input" } });
+  const message = h("p", { class: "error", role: "alert", hidden: true, dataset: { testid: "quick-search-message" } });
+  const form = h("form", { class: "search", role: "search", dataset: { testid: "quick-search" }, onsubmit: (event) => {
+    event.preventDefault();
+    const text = input.value.trim();
+    if (!text) {
+      message.hidden = false;
+      setChildren(message, "Type an order id (32 hexadecimal digits, or a UUID with dashes) or a customer id.");
+      input.focus();
+      return;
+    }
+    message.hidden = true;
+    window.location.hash = isOrderId(text) ? orderRoute(text) : searchRoute({ customerId: text });
+  } },
+  h("label", {}, h("span", {}, "Order or customer"), input),
+  h("button", { type: "submit" }, "Find"));
+  return [form, message];
+}
+
+/** The newest orders (GET /api/orders with no filter: newest first), or why they are not shown. */
+function newestOrders(result) {
+  const heading = h("h2", {}, "Newest orders ", h("a", { href: "#/search" }, "(search all)"));
+  if (result.status === "rejected") return [heading, errorBox("GET /api/orders", result.reason)];
+  const orders = result.value.orders || [];
+  if (!orders.length) return [heading, h("p", { class: "muted", dataset: { testid: "no-newest" } }, "No orders yet.")];
+  return [heading, table(NEWEST_COLUMNS.map(([header]) => header),
+    orders.map((order) => NEWEST_COLUMNS.map(([, cell]) => cell(order))), { dataset: { testid: "newest-orders" } })];
+}
+
+function draw(body, data, chart, newest) {
+  if (!body.querySelector("[data-part=counts]")) {
+    newest.remove();
+    body.replaceChildren(
       h("section", { class: "cards", dataset: { part: "counts" } }),
+      newest,
       h("section", { class: "panel", dataset: { part: "remotes" } }),
       h("section", { class: "panel", dataset: { part: "chart" } }, h("h2", {}, "Last hour"),
         h("div", { class: "chart", dataset: { testid: "chart" } })),

@@ -8,6 +8,25 @@ const STATES = ["", "inFlight", "attention", "processed", "error"];
 const FILTERS = ["state", "customerId", "workflow", "failedStep", "createdFrom", "createdTo"];
 const ORDER_ID = /^([0-9a-fA-F]{32}|[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12})$/;
 
+/** Whether `text` is an order id (32 hex digits, or a UUID with dashes). */
+export function isOrderId(text) {
+  return ORDER_ID.test(text);
+}
+
+/** The route of an order's page, from its id in either form. */
+export function orderRoute(id) {
+  return `#/orders/${id.replaceAll("-", "").toLowerCase()}`;
+}
+
+/** The search page's route for these filters ({customerId: "c-1", state: ...}; empty ones left out). */
+export function searchRoute(filters) {
+  const params = new URLSearchParams();
+  for (const [name, value] of Object.entries(filters)) {
+    if (value) params.set(name, value);
+  }
+  return `#/search?${params}`;
+}
+
 export function render(main, ctx, query) {
   const field = (label, input) => h("label", {}, h("span", {}, label), input);
   const idInput = h("input", { name: "id", placeholder: "32 hex digits or a UUID", size: 36, autocomplete: "off" });
@@ -26,23 +45,20 @@ export function render(main, ctx, query) {
     event.preventDefault();
     const id = idInput.value.trim();
     if (id) {
-      if (!ORDER_ID.test(id)) {
+      if (!isOrderId(id)) {
         idError.hidden = false;
         setChildren(idError, "An order id is 32 hexadecimal digits, or a UUID with dashes.");
         return;
       }
-      window.location.hash = `#/orders/${id.replaceAll("-", "").toLowerCase()}`;
+      window.location.hash = orderRoute(id);
       return;
     }
-    const params = new URLSearchParams();
-    if (customer.value.trim()) params.set("customerId", customer.value.trim());
-    if (state.value) params.set("state", state.value);
-    if (workflow.value.trim()) params.set("workflow", workflow.value.trim());
-    if (failedStep.value.trim()) params.set("failedStep", failedStep.value.trim());
-    if (from.value) params.set("createdFrom", isoValue(from.value));
-    if (to.value) params.set("createdTo", isoValue(to.value));
-    if (query.get("limit")) params.set("limit", query.get("limit"));
-    window.location.hash = `#/search?${params}`;
+    window.location.hash = searchRoute({
+      customerId: customer.value.trim(), state: state.value,
+      workflow: workflow.value.trim(), failedStep: failedStep.value.trim(),
+      createdFrom: from.value ? isoValue(from.value) : "", createdTo: to.value ? isoValue(to.value) : "",
+      limit: query.get("limit"),
+    });
   } },
   field("Order id", idInput), field("Customer", customer), field("Category", state),
   field("Workflow", workflow), field("Failed step", failedStep),

@@ -106,6 +106,97 @@ def test_overview_counts_match_the_api(seeded: Seeded, driver: Any) -> None:
     assert texts(driver, "[data-testid='last-sweep']") != ["—"]
 
 
+def newest_rows(driver: Any) -> list[list[str]]:
+    """The landing page's newest orders, each row's cells (read again if a refresh redraws it)."""
+    for _ in range(5):
+        try:
+            return [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                    for tr in driver.find_elements(By.CSS_SELECTOR, "[data-testid='newest-orders'] tbody tr")]
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError("the newest orders kept being redrawn while read")
+
+
+def test_the_landing_page_lists_the_newest_orders_first(seeded: Seeded, driver: Any) -> None:
+    open_view(driver, seeded, "/")
+    by_testid(driver, "newest-orders")
+    listed: list[list[str]] = []
+
+    def as_the_api_lists_them() -> bool:  # orders other tests posted may still be coming in
+        nonlocal listed
+        listed = newest_rows(driver)
+        return [row[0] for row in listed] == [o["orderId"] for o in seeded.api("/orders", limit=20)["orders"]]
+
+    wait_until("the landing page to list the API's newest orders, newest first", as_the_api_lists_them, timeout=60)
+    newest = seeded.api("/orders", limit=1)["orders"][0]
+    assert listed[0][0] == newest["orderId"]
+    assert len(listed) == min(20, len(seeded.api("/orders", limit=200)["orders"]))
+    assert set(seeded.processed + seeded.failed) <= {row[0] for row in listed} or len(listed) == 20
+    # its cells: id, state, outcome, workflow, customer, total, created (relative)
+    order = seeded.stack.get_order(newest["orderId"])
+    first = listed[0]
+    assert first[1].startswith(newest["processState"]) and first[3] == newest["workflow"] == order["workflow"]["name"]
+    assert first[4] == order["order"]["customerId"]
+    assert first[5] == f"{newest['total']} {newest['currency']}"
+    assert first[6].endswith(" ago"), first
+    # the list follows the page's refresh: an order posted now appears first without a reload
+    posted = seeded.stack.post_order(order_body("c-landing", [{"sku": "SKU-1", "quantity": 1, "unitPrice": "3.50"}]))
+    wait_until("the new order at the top of the list", lambda: [r[0] for r in newest_rows(driver)][:1] == [posted],
+               timeout=60)
+    assert newest_rows(driver)[0][4:6] == ["c-landing", "3.50 EUR"]
+
+
+def test_a_newest_order_clicked_opens_its_page(seeded: Seeded, driver: Any) -> None:
+    open_view(driver, seeded, "/")
+    by_testid(driver, "newest-orders")
+    clicked: list[str] = []
+
+    def click_first(d: Any) -> bool:  # the list is redrawn every 10 s: a link found then gone is found again
+        link = d.find_element(By.CSS_SELECTOR, "[data-testid='newest-orders'] tbody tr td a")
+        order_id = link.text
+        link.click()
+        clicked.append(order_id)
+        return True
+
+    WebDriverWait(driver, 30, ignored_exceptions=[StaleElementReferenceException]).until(click_first)
+    order_id = clicked[-1]
+    WebDriverWait(driver, 30).until(lambda d: d.current_url.endswith(f"/console#/orders/{order_id}"))
+    by_testid(driver, "summary")
+    assert driver.find_element(By.TAG_NAME, "h1").text == f"Order {order_id}"
+
+
+def quick_search(driver: Any, text: str) -> None:
+    box = by_testid(driver, "quick-search-input")
+    box.clear()
+    box.send_keys(text, Keys.ENTER)
+
+
+def test_the_landing_pages_search_box_opens_an_order_or_searches_a_customer(seeded: Seeded, driver: Any) -> None:
+    order_id = seeded.processed[2]
+    dashed = f"{order_id[:8]}-{order_id[8:12]}-{order_id[12:16]}-{order_id[16:20]}-{order_id[20:]}".upper()
+    for typed in (order_id, f"  {dashed} "):
+        open_view(driver, seeded, "/")
+        quick_search(driver, typed)
+        WebDriverWait(driver, 30).until(lambda d: d.current_url.endswith(f"/console#/orders/{order_id}"), typed)
+        WebDriverWait(driver, 30).until(lambda d: d.find_element(By.TAG_NAME, "h1").text == f"Order {order_id}")
+        by_testid(driver, "summary")
+    # anything else is a customer: the search page's route, listing that customer's orders
+    open_view(driver, seeded, "/")
+    quick_search(driver, "c-failing")
+    WebDriverWait(driver, 30).until(lambda d: d.current_url.endswith("/console#/search?customerId=c-failing"))
+    WebDriverWait(driver, 30, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda d: set(seeded.failed) <= set(texts(d, "[data-testid='orders'] tbody tr td:first-child")))
+    assert by_testid(driver, "search-results").find_element(By.TAG_NAME, "table")
+    # an empty query says what to type, and goes nowhere
+    open_view(driver, seeded, "/")
+    quick_search(driver, "   ")
+    message = by_testid(driver, "quick-search-message")
+    WebDriverWait(driver, 30).until(lambda d: message.is_displayed())
+    assert "order id" in message.text and "customer id" in message.text, message.text
+    assert driver.current_url.endswith("/console#/"), driver.current_url
+    assert driver.find_element(By.TAG_NAME, "h1").text == "Overview"
+
+
 def test_attention_order_retried_with_a_click_then_processed(seeded: Seeded, driver: Any) -> None:
     order_id = seeded.failed[0]
     with seeded.stack.remotes as remotes:
