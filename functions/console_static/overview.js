@@ -17,7 +17,7 @@ const NEWEST_COLUMNS = [COLUMNS.id, COLUMNS.state, COLUMNS.outcome, COLUMNS.work
 
 export function render(main, ctx) {
   const status = h("p", { class: "muted", dataset: { testid: "overview-status" } }, "loading…");
-  const newest = h("section", { class: "panel", dataset: { testid: "newest" } },
+  const newest = h("section", { class: "panel newest", dataset: { testid: "newest" } },
     h("h2", {}, "Newest orders"), h("p", { class: "muted" }, "loading…"));
   const body = h("div", { class: "overview" });
   // The search box is built once, outside what the refresh redraws, so that what is typed stays.

@@ -110,7 +110,8 @@ def newest_rows(driver: Any) -> list[list[str]]:
     """The landing page's newest orders, each row's cells (read again if a refresh redraws it)."""
     for _ in range(5):
         try:
-            return [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+            # textContent: a row scrolled out of the list's box is still read
+            return [[(td.get_attribute("textContent") or "").strip() for td in tr.find_elements(By.TAG_NAME, "td")]
                     for tr in driver.find_elements(By.CSS_SELECTOR, "[data-testid='newest-orders'] tbody tr")]
         except StaleElementReferenceException:
             continue
