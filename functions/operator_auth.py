@@ -35,3 +35,8 @@ def guard(mode: str, role: str) -> Callable[[Handler], Handler]:
 
 
 operator_only = guard(MODE, ROLE)
+
+
+def actor(req: func.HttpRequest) -> str:
+    """Who acts through ``req`` (recorded as ``by`` on every event its action writes)."""
+    return operator_auth.actor_of(MODE, req.headers)

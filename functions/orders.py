@@ -9,7 +9,7 @@ import azure.functions as func
 
 from functions.http import to_response
 from functions.operator_auth import LEVEL as OPERATOR
-from functions.operator_auth import operator_only
+from functions.operator_auth import actor, operator_only
 from shared.api.operator import cancel_order, resume_order, retry_order, send_event, suspend_order, terminate_order
 from shared.api.orders import get_history, get_order, list_workflows, submit
 from shared.api.search import search_orders
@@ -63,35 +63,35 @@ def workflows(req: func.HttpRequest) -> func.HttpResponse:
 @bp.route(route="orders/{id}/retry", methods=["POST"], auth_level=OPERATOR)
 @operator_only
 def retry(req: func.HttpRequest) -> func.HttpResponse:
-    return to_response(retry_order(get_runtime(), req.route_params.get("id")))
+    return to_response(retry_order(get_runtime(), req.route_params.get("id"), by=actor(req)))
 
 
 @bp.function_name("cancel_order")
 @bp.route(route="orders/{id}/cancel", methods=["POST"], auth_level=OPERATOR)
 @operator_only
 def cancel(req: func.HttpRequest) -> func.HttpResponse:
-    return to_response(cancel_order(get_runtime(), req.route_params.get("id")))
+    return to_response(cancel_order(get_runtime(), req.route_params.get("id"), by=actor(req)))
 
 
 @bp.function_name("terminate_order")
 @bp.route(route="orders/{id}/terminate", methods=["POST"], auth_level=OPERATOR)
 @operator_only
 def terminate(req: func.HttpRequest) -> func.HttpResponse:
-    return to_response(terminate_order(get_runtime(), req.route_params.get("id")))
+    return to_response(terminate_order(get_runtime(), req.route_params.get("id"), by=actor(req)))
 
 
 @bp.function_name("suspend_order")
 @bp.route(route="orders/{id}/suspend", methods=["POST"], auth_level=OPERATOR)
 @operator_only
 def suspend(req: func.HttpRequest) -> func.HttpResponse:
-    return to_response(suspend_order(get_runtime(), req.route_params.get("id")))
+    return to_response(suspend_order(get_runtime(), req.route_params.get("id"), by=actor(req)))
 
 
 @bp.function_name("resume_order")
 @bp.route(route="orders/{id}/resume", methods=["POST"], auth_level=OPERATOR)
 @operator_only
 def resume(req: func.HttpRequest) -> func.HttpResponse:
-    return to_response(resume_order(get_runtime(), req.route_params.get("id")))
+    return to_response(resume_order(get_runtime(), req.route_params.get("id"), by=actor(req)))
 
 
 @bp.function_name("send_event")
@@ -99,4 +99,4 @@ def resume(req: func.HttpRequest) -> func.HttpResponse:
 @operator_only
 def event(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(send_event(get_runtime(), req.route_params.get("id"), req.route_params.get("name"),
-                                  req.get_body(), dict(req.headers)))
+                                  req.get_body(), dict(req.headers), by=actor(req)))

@@ -56,6 +56,30 @@ def denied(mode: str, role: str, headers: Mapping[str, str]) -> HttpResult | Non
     return None
 
 
+NAME_HEADER = "x-ms-client-principal-name"
+NAME_CLAIMS = ("name", "preferred_username", "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name",
+               "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/upn")
+MAX_ACTOR = 256
+
+
+def actor_of(mode: str, headers: Mapping[str, str]) -> str:
+    """Who is acting, as the history records it (``by``): ``key`` in the key mode (whoever holds the
+    master key); in the ``appService`` mode the signed-in user's name (App Service's
+    ``X-MS-CLIENT-PRINCIPAL-NAME``, else the principal's name claim), else its user id."""
+    if mode == KEY:
+        return "key"
+    lowered = lower_headers(headers)
+    name = (lowered.get(NAME_HEADER) or "").strip()
+    principal = _decode(lowered.get(PRINCIPAL_HEADER) or "") or {}
+    if not name:
+        raw_claims = principal.get("claims")
+        claims = raw_claims if isinstance(raw_claims, list) else []
+        wanted = (str(principal.get("name_typ") or ""), *NAME_CLAIMS)
+        found = {str(c.get("typ")): str(c.get("val")) for c in claims if isinstance(c, dict)}
+        name = next((found[t] for t in wanted if found.get(t)), "")
+    return (name or str(principal.get("userId") or "") or "unknown")[:MAX_ACTOR]
+
+
 def roles_of(principal: Mapping[str, Any]) -> set[str]:
     """The principal's role and group claim values."""
     types = ROLE_CLAIMS | {str(principal.get("role_typ") or "roles")}

@@ -29,9 +29,10 @@ MAX_EVENT_BYTES = 16 * 1024  # an event's body is kept on its step's row (a Tabl
 
 
 def _operate(rt: Runtime, raw_id: str | None, action: str, decide: Callable[[View, Ctx], Decision] | None = None,
-             *, verb: str | None = None, **answer: Any) -> HttpResult:
-    """``action`` on the order (``decide``, else the operator action of that name); ``verb``: what
-    a 409's title says cannot be done; ``answer``: fields of the 202's body."""
+             *, by: str | None = None, verb: str | None = None, **answer: Any) -> HttpResult:
+    """``action`` on the order (``decide``, else the operator action of that name); ``by``: who
+    asked (every event it records says so); ``verb``: what a 409's title says cannot be done;
+    ``answer``: fields of the 202's body."""
     verb = verb or action
     order_id = resolve_id(raw_id)
     if isinstance(order_id, HttpResult):
@@ -43,7 +44,7 @@ def _operate(rt: Runtime, raw_id: str | None, action: str, decide: Callable[[Vie
             return problem(404, "not-found", "Order not found", f"no order {order_id}")
         with telemetry.order_span(f"operator.{action}", view.traceparent, **{"orders.order_id": order_id}):
             try:
-                decision = decide(view, bound(view, rt.ctx()))
+                decision = decide(view, bound(view, rt.ctx(actor=by)))
             except UnknownWorkflow as exc:
                 return problem(409, "workflow-not-deployed", f"Cannot {verb} this order",
                                f"{exc}: deploy its workflow file again first", orderId=order_id,
@@ -66,28 +67,28 @@ def _operate(rt: Runtime, raw_id: str | None, action: str, decide: Callable[[Vie
                    orderId=order_id)
 
 
-def retry_order(rt: Runtime, order_id: str | None) -> HttpResult:
-    return _operate(rt, order_id, "retry")
+def retry_order(rt: Runtime, order_id: str | None, by: str | None = None) -> HttpResult:
+    return _operate(rt, order_id, "retry", by=by)
 
 
-def cancel_order(rt: Runtime, order_id: str | None) -> HttpResult:
-    return _operate(rt, order_id, "cancel")
+def cancel_order(rt: Runtime, order_id: str | None, by: str | None = None) -> HttpResult:
+    return _operate(rt, order_id, "cancel", by=by)
 
 
-def terminate_order(rt: Runtime, order_id: str | None) -> HttpResult:
-    return _operate(rt, order_id, "terminate")
+def terminate_order(rt: Runtime, order_id: str | None, by: str | None = None) -> HttpResult:
+    return _operate(rt, order_id, "terminate", by=by)
 
 
-def suspend_order(rt: Runtime, order_id: str | None) -> HttpResult:
-    return _operate(rt, order_id, "suspend")
+def suspend_order(rt: Runtime, order_id: str | None, by: str | None = None) -> HttpResult:
+    return _operate(rt, order_id, "suspend", by=by)
 
 
-def resume_order(rt: Runtime, order_id: str | None) -> HttpResult:
-    return _operate(rt, order_id, "resume")
+def resume_order(rt: Runtime, order_id: str | None, by: str | None = None) -> HttpResult:
+    return _operate(rt, order_id, "resume", by=by)
 
 
 def send_event(rt: Runtime, raw_id: str | None, name: str | None, body: bytes | None,
-               headers: Mapping[str, str] | None) -> HttpResult:
+               headers: Mapping[str, str] | None, by: str | None = None) -> HttpResult:
     """``POST /api/orders/{id}/events/{name}``: the event for the order's wait step
     (``shared.core.statemachine.events``). 202 accepted (the wait ended, or the event is kept for
     when it starts, or it is a copy), 400 a bad name or a body that is not a JSON object, 404 no
@@ -118,7 +119,7 @@ def send_event(rt: Runtime, raw_id: str | None, name: str | None, body: bytes | 
                        errors=[{"field": "Idempotency-Key",
                                 "message": f"must be 1-{MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters"}])
     decide = partial(_decide_event, name, payload, event_key(payload, key))
-    return _operate(rt, order_id, "event", decide, verb=f"send {name!r} to", event=name)
+    return _operate(rt, order_id, "event", decide, by=by, verb=f"send {name!r} to", event=name)
 
 
 def _decide_event(name: str, body: dict[str, Any], key: str, view: View, ctx: Ctx) -> Decision:

@@ -40,8 +40,10 @@ class Runtime:
     clock: Callable[[], datetime] = field(default=utcnow)
     service_bus: Callable[[], Any] | None = None  # the ServiceBusClient the dead-letter routes peek with
 
-    def ctx(self) -> Ctx:
-        return Ctx(now=self.clock(), config=self.config, instance_id=self.instance_id, token=secrets.token_hex(8))
+    def ctx(self, actor: str | None = None) -> Ctx:
+        """A decision's context; ``actor``: who asked (an operator route's caller), recorded as ``by``."""
+        return Ctx(now=self.clock(), config=self.config, instance_id=self.instance_id, token=secrets.token_hex(8),
+                   actor=actor)
 
     def run(self, effects: list[Effect], limit: int | None = None) -> Outcome:
         return execute(effects, self.store, self.bus, keys=self.keys, limit=limit)

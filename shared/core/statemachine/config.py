@@ -146,6 +146,7 @@ class Ctx:
     config: Config
     instance_id: str = "local"
     token: str = "0"  # a fresh claim token per event
+    actor: str | None = None  # who asked (an operator route's caller): every event recorded says ``by``
 
 
 class Verdict(StrEnum):

@@ -84,8 +84,10 @@ def commit(view: View, new_state: StateRow, ops: Iterable[Op], events: Sequence[
     first = (old.event_seq if old is not None else new_state.event_seq) + 1
     stamped = replace(new_state, event_seq=first + len(events) - 1, waiting_on=waiting_on)
     trace = _trace_id(view.traceparent)
-    rows = [EventRow(seq=first + n, at=ctx.now, event=e.kind, step=e.step, attempt=e.attempt, detail=e.detail,
-                     instance=ctx.instance_id, trace_id=trace) for n, e in enumerate(events)]
+    by = {"by": ctx.actor} if ctx.actor is not None else {}  # who asked: an operator, or a system's event
+    rows = [EventRow(seq=first + n, at=ctx.now, event=e.kind, step=e.step, attempt=e.attempt,
+                     detail={**(e.detail or {}), **by} or None, instance=ctx.instance_id, trace_id=trace)
+            for n, e in enumerate(events)]
     state_op = stamped.replacing(old) if old is not None else stamped.create()
     return Transact(view.order_id if old is not None else new_state.order_id,
                     (state_op, *ops, *(r.create() for r in rows)), note=note)

@@ -89,3 +89,14 @@ def test_the_default_mode_is_the_key() -> None:
     assert setting_from_env("OperatorAuth", {"OperatorAuth": "appService"}) == APP_SERVICE
     with pytest.raises(KeyError):
         setting_from_env("NoSuchSetting", {})
+
+
+def test_who_acts_is_the_key_or_the_signed_in_users_name() -> None:
+    from shared.api.auth import actor_of
+
+    assert actor_of(KEY, {"X-MS-CLIENT-PRINCIPAL-NAME": "ana"}) == "key"  # the key mode trusts no header
+    assert actor_of(APP_SERVICE, {"X-MS-CLIENT-PRINCIPAL-NAME": "ana@contoso.com"}) == "ana@contoso.com"
+    upn = "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/upn"
+    assert actor_of(APP_SERVICE, {"X-MS-CLIENT-PRINCIPAL": principal((upn, "bo@contoso.com"))}) == "bo@contoso.com"
+    assert actor_of(APP_SERVICE, {"X-MS-CLIENT-PRINCIPAL": principal(("roles", "x"))}) == "unknown"
+    assert len(actor_of(APP_SERVICE, {"X-MS-CLIENT-PRINCIPAL-NAME": "a" * 1000})) == 256

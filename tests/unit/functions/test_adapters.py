@@ -14,6 +14,7 @@ import functions.scheduler as sched_fn
 import functions.supervisor as sup_fn
 from shared.core.messages import PoisonMessage
 from shared.supervisor import sweep
+from tests.unit.core.statemachine.test_operator import events
 from tests.unit.harness import BODY, make_runtime
 
 
@@ -53,6 +54,10 @@ def test_http_adapters(rt: Any) -> None:
     sweep(rt)  # the step timed out: redriven, Pending and unclaimed, so it can be cancelled
     c = _user(sub_fn.cancel)(_http("POST", f"/api/orders/{oid}/cancel", route_params={"id": oid}))
     assert c.status_code == 202
+    # who acted: the operator's event says so (the key mode: whoever holds the master key)
+    cancelled = [e for e in events(rt, oid) if e["event"] == "cancelled"]
+    assert [e["detail"]["by"] for e in cancelled] == ["key"]
+    assert all("by" not in (e.get("detail") or {}) for e in events(rt, oid) if e["event"] == "accepted")
     t = _user(sub_fn.submit_order)(_http("POST", "/api/orders", b"hello", {"Content-Type": "text/plain"}))
     assert t.status_code == 415
 
