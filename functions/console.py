@@ -18,14 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import azure.functions as func
 
 from functions.http import to_response
 from functions.operator_auth import LEVEL as OPERATOR
-from functions.operator_auth import operator_only
+from functions.operator_auth import actor, may_act, reader_only
 from shared.api.http import HttpResult, problem
 from shared.console.deadletters import get_dead_letters
 from shared.runtime import get_runtime
@@ -110,7 +110,7 @@ def page_response() -> func.HttpResponse:
 
 @bp.function_name("console")
 @bp.route(route="console", methods=["GET"], auth_level=OPERATOR)
-@operator_only
+@reader_only
 def console(req: func.HttpRequest) -> func.HttpResponse:
     return page_response()
 
@@ -123,16 +123,19 @@ def console_asset(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.function_name("overview")
 @bp.route(route="overview", methods=["GET"], auth_level=OPERATOR)
-@operator_only
+@reader_only
 def overview(req: func.HttpRequest) -> func.HttpResponse:
     from shared.console.overview import get_overview
 
     result: HttpResult = get_overview(get_runtime())
+    if result.status == 200 and isinstance(result.body, dict):
+        # who is looking, and whether they may act (a viewer may not: the console hides the actions)
+        result = replace(result, body={**result.body, "caller": {"by": actor(req), "canAct": may_act(req)}})
     return to_response(result)
 
 
 @bp.function_name("deadletters")
 @bp.route(route="deadletters", methods=["GET"], auth_level=OPERATOR)
-@operator_only
+@reader_only
 def deadletters(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(get_dead_letters(get_runtime(), dict(req.params)))

@@ -17,16 +17,18 @@ Handler = Callable[[func.HttpRequest], func.HttpResponse]
 
 MODE = operator_auth.mode_of(setting_from_env("OperatorAuth"))
 ROLE = setting_from_env("OperatorRole").strip()
+VIEWER = setting_from_env("ViewerRole").strip()
 LEVEL = func.AuthLevel.ANONYMOUS if MODE == operator_auth.APP_SERVICE else func.AuthLevel.ADMIN
 
 
-def guard(mode: str, role: str) -> Callable[[Handler], Handler]:
-    """A decorator that answers 401/403 before ``handler`` when ``mode`` says the request may not."""
+def guard(mode: str, role: str, viewer_role: str | None = None) -> Callable[[Handler], Handler]:
+    """A decorator that answers 401/403 before ``handler`` when ``mode`` says the request may not;
+    ``viewer_role``: a route that only reads, which that role may use too."""
 
     def decorate(handler: Handler) -> Handler:
         @functools.wraps(handler)
         def guarded(req: func.HttpRequest) -> func.HttpResponse:
-            refused = operator_auth.denied(mode, role, req.headers)
+            refused = operator_auth.denied(mode, role, req.headers, viewer_role)
             return to_response(refused) if refused is not None else handler(req)
 
         return guarded
@@ -34,7 +36,13 @@ def guard(mode: str, role: str) -> Callable[[Handler], Handler]:
     return decorate
 
 
-operator_only = guard(MODE, ROLE)
+operator_only = guard(MODE, ROLE)  # a route that acts
+reader_only = guard(MODE, ROLE, VIEWER)  # a route that only reads: a viewer may use it too
+
+
+def may_act(req: func.HttpRequest) -> bool:
+    """Whether the caller may act (a viewer may not): the console shows the actions it may use."""
+    return operator_auth.may_act(MODE, ROLE, req.headers)
 
 
 def actor(req: func.HttpRequest) -> str:

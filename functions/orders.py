@@ -9,7 +9,7 @@ import azure.functions as func
 
 from functions.http import to_response
 from functions.operator_auth import LEVEL as OPERATOR
-from functions.operator_auth import actor, operator_only
+from functions.operator_auth import actor, operator_only, reader_only
 from shared.api.operator import cancel_order, resume_order, retry_order, send_event, suspend_order, terminate_order
 from shared.api.orders import get_history, get_order, list_workflows, submit
 from shared.api.search import search_orders
@@ -42,7 +42,7 @@ def get_order_status(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.function_name("search_orders")
 @bp.route(route="orders", methods=["GET"], auth_level=OPERATOR)
-@operator_only
+@reader_only
 def search(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(search_orders(get_runtime(), dict(req.params)))
 

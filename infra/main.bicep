@@ -61,6 +61,9 @@ param operatorAuth string = 'key'
 @description('OperatorRole: in the appService mode, if set, the role (or group id) an operator must have.')
 param operatorRole string = ''
 
+@description('ViewerRole: in the appService mode, if set, a role (or group id) that may only read.')
+param viewerRole string = ''
+
 @description('Most instances the Flex Consumption plan scales out to.')
 @minValue(40)
 @maxValue(1000)
@@ -212,6 +215,7 @@ module functionApp 'modules/functionapp.bicep' = {
     retentionSchedule: retentionSchedule
     operatorAuth: operatorAuth
     operatorRole: operatorRole
+    viewerRole: viewerRole
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     tags: tags

@@ -116,6 +116,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
                 "Gate of the operator routes and the console: key (the master key) or appService (App Service "
                 "authentication's signed-in user)"),
     SettingSpec("OperatorRole", "", "In the appService mode, if set: the role (or group id) an operator must have"),
+    SettingSpec("ViewerRole", "",
+                "In the appService mode, if set: a role (or group id) that may only read: search, history, the "
+                "console's views and the dead letters"),
 )
 
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)

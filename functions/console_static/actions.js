@@ -1,6 +1,6 @@
 // Operator actions (retry, cancel, terminate, suspend, resume): a confirmation dialog, the POST, and its result shown.
 
-import { api } from "./api.js";
+import { api, callerMayAct } from "./api.js";
 import { describeError, h, setChildren } from "./dom.js";
 
 const EXPLAIN = {
@@ -63,9 +63,10 @@ async function runAction(button, orderId, action, status, onDone) {
  * The operator actions the API accepts for `order` (as GET /api/orders/{id} shows it): its
  * `actions`, which the API asks of its own decisions (shared/core/statemachine/actions.py). The
  * order page and the attention list both offer these and no other; the API keeps the last word
- * (an order may move between the read and the click).
+ * (an order may move between the read and the click). A viewer is offered none.
  */
 export function allowedActions(order) {
+  if (!callerMayAct()) return []; // a viewer: read only
   const known = ["retry", "cancel", "terminate", "suspend", "resume"];
   return Array.isArray(order.actions) ? order.actions.filter((action) => known.includes(action)) : [];
 }

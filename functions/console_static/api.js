@@ -58,3 +58,23 @@ function problemText(response, data, text) {
   }
   return (text || response.statusText || "error").slice(0, 500);
 }
+
+// Who is looking, as GET /api/overview says (`caller`): a viewer (ViewerRole, appService mode) may
+// only read, so the console offers no action. Until it is known, nothing is offered.
+let caller = null;
+
+/** Read the caller once (the app awaits it before its first view); a failure offers no action. */
+export async function loadCaller() {
+  try {
+    const overview = await api("/overview");
+    caller = overview && overview.caller ? overview.caller : { by: null, canAct: true };
+  } catch {
+    caller = { by: null, canAct: false };
+  }
+  return caller;
+}
+
+/** Whether the caller may act (retry, cancel, terminate, suspend, resume, send an event). */
+export function callerMayAct() {
+  return Boolean(caller && caller.canAct);
+}

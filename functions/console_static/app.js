@@ -3,6 +3,7 @@
 // routes its hash on load and on every change). The header's tab of the view is highlighted; an
 // order's page belongs to no tab (it is reached from several), so none is.
 
+import { loadCaller } from "./api.js";
 import * as attention from "./attention.js";
 import * as deadletters from "./deadletters.js";
 import { errorBox, h, setChildren } from "./dom.js";
@@ -65,4 +66,4 @@ function markNav(name) {
 
 document.getElementById("skip").addEventListener("click", () => main.focus());
 window.addEventListener("hashchange", route);
-route();
+loadCaller().finally(route); // who is looking first: a viewer is offered no action

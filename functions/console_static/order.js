@@ -1,7 +1,7 @@
 // Order (#/orders/{id}): the order, its timeline, compensation progress, full history, trace, actions.
 
 import { actionButtons, allowedActions } from "./actions.js";
-import { api } from "./api.js";
+import { api, callerMayAct } from "./api.js";
 import { SKIPPED_TEXT, awaitingBadge, awaitingText, eventForm, kindDetail, stepKind } from "./awaiting.js";
 import { errorBox, fmtTime, h, setChildren, table } from "./dom.js";
 import { branchNote, branchesOf, currentStepText, groupHeader, groupOf, shownState } from "./parallel.js";
@@ -95,7 +95,7 @@ function page(order, history, status, reload, path, drafts) {
       ` ${order.category}${order.outcome ? ` · ${order.outcome}` : ""}`,
       actions.length ? [" ", actionButtons(order.orderId, actions, status, () => reload())] : null,
       " ", h("button", { type: "button", onclick: () => reload() }, "Refresh")),
-    eventForm(order, status, () => reload(), drafts),
+    callerMayAct() ? eventForm(order, status, () => reload(), drafts) : null,
     h("section", { class: "panel" }, h("h2", {}, "Steps"), steps(order), compensation(order.compensation)),
     h("section", { class: "panel" }, h("h2", {}, "Timeline"), renderGantt(timeline)),
     h("div", { class: "columns" },

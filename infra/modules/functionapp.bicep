@@ -82,6 +82,9 @@ param operatorAuth string
 @description('OperatorRole: in the appService mode, if set, the role an operator must have.')
 param operatorRole string
 
+@description('ViewerRole: in the appService mode, if set, a role that may only read.')
+param viewerRole string
+
 @description('Most instances the plan scales out to.')
 @minValue(40)
 @maxValue(1000)
@@ -370,6 +373,10 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'OperatorRole'
           value: operatorRole
+        }
+        {
+          name: 'ViewerRole'
+          value: viewerRole
         }
         // The token MAC keys (shared/settings.py TokenKeys), from Key Vault: never in a template.
         {

@@ -10,7 +10,9 @@ Two modes, by the setting ``OperatorAuth``:
   the principal App Service passes in ``X-MS-CLIENT-PRINCIPAL`` (base64 JSON with its claims).
   App Service does not let a request from outside set that header while authentication is on;
   with authentication off, anyone could, so this mode is only for an app where it is on.
-  ``OperatorRole``, when set, must be one of the principal's roles (an app role or a group id).
+  ``OperatorRole``, when set, must be one of the principal's roles (an app role or a group id)
+  to act. ``ViewerRole``, when set, is a role that may only read (search, history, the console's
+  views, the dead letters): an operator may read too.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ def mode_of(value: str) -> str:
     return value
 
 
-def denied(mode: str, role: str, headers: Mapping[str, str]) -> HttpResult | None:
-    """None when the request may use an operator route, else the 401/403 to answer."""
+def denied(mode: str, role: str, headers: Mapping[str, str], viewer_role: str | None = None) -> HttpResult | None:
+    """None when the request may use an operator route, else the 401/403 to answer. ``role``: the
+    role that may act (empty: any signed-in user); ``viewer_role``: for a route that only reads,
+    the role that may read as well (None: the route acts)."""
     if mode == KEY:
         return None  # the host checked the key before the function ran
     lowered = lower_headers(headers)
@@ -51,9 +55,19 @@ def denied(mode: str, role: str, headers: Mapping[str, str]) -> HttpResult | Non
     if principal is None:
         return problem(401, "unauthenticated", "Unreadable principal",
                        f"the {PRINCIPAL_HEADER} header is not base64 JSON")
-    if role and role not in roles_of(principal):
-        return problem(403, "forbidden", "Not an operator", f"the signed-in user does not have the role {role}")
-    return None
+    has = roles_of(principal)
+    if not role or role in has or (viewer_role and viewer_role in has):
+        return None
+    if viewer_role:
+        return problem(403, "forbidden", "Neither an operator nor a viewer",
+                       f"the signed-in user has neither the role {role} nor {viewer_role}")
+    return problem(403, "forbidden", "Not an operator", f"the signed-in user does not have the role {role}"
+                   + (": a viewer may only read" if viewer_role is not None else ""))
+
+
+def may_act(mode: str, role: str, headers: Mapping[str, str]) -> bool:
+    """Whether the caller of a read route may also act (the console hides what it may not do)."""
+    return denied(mode, role, headers) is None
 
 
 NAME_HEADER = "x-ms-client-principal-name"

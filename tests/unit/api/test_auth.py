@@ -100,3 +100,46 @@ def test_who_acts_is_the_key_or_the_signed_in_users_name() -> None:
     assert actor_of(APP_SERVICE, {"X-MS-CLIENT-PRINCIPAL": principal((upn, "bo@contoso.com"))}) == "bo@contoso.com"
     assert actor_of(APP_SERVICE, {"X-MS-CLIENT-PRINCIPAL": principal(("roles", "x"))}) == "unknown"
     assert len(actor_of(APP_SERVICE, {"X-MS-CLIENT-PRINCIPAL-NAME": "a" * 1000})) == 256
+
+
+def test_a_viewer_may_read_but_not_act() -> None:
+    """ViewerRole: the read routes let a viewer (or an operator) in; the routes that act need
+    OperatorRole. No sign-in is 401, a user with neither role 403."""
+    from shared.api.auth import may_act
+
+    viewer = {"X-MS-CLIENT-PRINCIPAL": principal(("roles", "Viewer"))}
+    operator = {"X-MS-CLIENT-PRINCIPAL": principal(("roles", "Operator"))}
+    nobody = {"X-MS-CLIENT-PRINCIPAL": principal(("roles", "Other"))}
+    read = lambda h: denied(APP_SERVICE, "Operator", h, "Viewer")  # noqa: E731
+    act = lambda h: denied(APP_SERVICE, "Operator", h)  # noqa: E731
+    assert read(viewer) is None and read(operator) is None
+    assert act(operator) is None
+    refused = act(viewer)
+    assert refused is not None and refused.status == 403 and "Not an operator" in refused.body["title"]
+    both = read(nobody)
+    assert both is not None and both.status == 403 and "Neither an operator nor a viewer" in both.body["title"]
+    assert read({}) is not None and read({}).status == 401  # type: ignore[union-attr]
+    assert (may_act(APP_SERVICE, "Operator", viewer), may_act(APP_SERVICE, "Operator", operator)) == (False, True)
+    assert may_act(KEY, "Operator", {}) and denied(KEY, "Operator", {}, "Viewer") is None  # the key is an operator
+
+
+def test_a_read_guard_lets_a_viewer_in_and_an_act_guard_does_not() -> None:
+    viewer = request({"X-MS-CLIENT-PRINCIPAL": principal(("roles", "Viewer"))})
+    assert guard(APP_SERVICE, "Operator", "Viewer")(ok)(viewer).status_code == 200
+    assert guard(APP_SERVICE, "Operator")(ok)(viewer).status_code == 403
+
+
+def test_the_routes_that_only_read_have_the_read_guard() -> None:
+    """The search, the console, its overview and its dead letters read; every POST acts."""
+    import re
+
+    from local.procs import REPO_ROOT
+
+    guarded = {}
+    for name in ("orders.py", "console.py"):
+        text = (REPO_ROOT / "functions" / name).read_text(encoding="utf-8")
+        for route, methods, gate in re.findall(r'route="([^"]+)", methods=\["([A-Z", ]+)"\].*\n@(\w+)', text):
+            guarded[(methods, route)] = gate
+    assert {k for k, g in guarded.items() if g == "reader_only"} == {
+        ("GET", "orders"), ("GET", "console"), ("GET", "overview"), ("GET", "deadletters")}
+    assert all(g == "operator_only" for (m, _), g in guarded.items() if m == "POST") and len(guarded) >= 10

@@ -119,7 +119,9 @@ def test_the_json_routes_pass_the_runtime_and_query_on(monkeypatch: pytest.Monke
     assert resp.status_code == 200 and json.loads(resp.get_body()) == {"queue": "alerts"}
     assert seen["dead"] == ("rt", {"queue": "alerts", "limit": "5"})
     resp = console.overview(func.HttpRequest("GET", "http://localhost/api/overview", body=b""))
-    assert resp.status_code == 200 and json.loads(resp.get_body()) == {"asOf": "x"} and seen["overview"] == "rt"
+    # the function adds who is looking and whether they may act (the key mode: the key, who may)
+    assert resp.status_code == 200 and seen["overview"] == "rt"
+    assert json.loads(resp.get_body()) == {"asOf": "x", "caller": {"by": "key", "canAct": True}}
 
 
 def test_the_static_files_ship_in_the_publish_package() -> None:
