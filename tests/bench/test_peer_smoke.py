@@ -88,7 +88,7 @@ def test_a_rejected_charge_releases_the_reservation(rig: PeerRig) -> None:
     assert effects[1]["idempotencyKey"] == f"{oid}:reserve-inventory:compensate"
     assert effects[1]["compensates"] == f"{oid}:reserve-inventory"
     assert effects[1]["result"]["released"] == effects[0]["result"]["reservationId"]
-    final = peer_order(rig, oid)
+    final = settled_peer_order(rig, oid)  # DBOS records the workflow's end after its last message
     assert final["outcome"] == "compensated" and final["step"] == "charge-payment"
     assert rig.remotes.duplicate_effects() == []
 
@@ -130,4 +130,4 @@ def test_a_charge_that_never_answers_is_undone_by_key(rig: PeerRig) -> None:
     # nothing was charged: the refund tombstones the charge's key, so a late charge can never apply
     assert effects[("payment", "refund")]["kind"] == "tombstone"
     assert effects[("payment", "refund")]["compensates"] == f"{oid}:charge-payment"
-    assert peer_order(rig, oid)["outcome"] == "compensated"
+    assert settled_peer_order(rig, oid)["outcome"] == "compensated"
