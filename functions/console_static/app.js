@@ -65,5 +65,9 @@ function markNav(name) {
 }
 
 document.getElementById("skip").addEventListener("click", () => main.focus());
-window.addEventListener("hashchange", route);
-loadCaller().finally(route); // who is looking first: a viewer is offered no action
+// Who is looking first (a viewer is offered no action); then one route per address: a link
+// followed meanwhile is routed once, when the caller is known, not twice.
+loadCaller().finally(() => {
+  window.addEventListener("hashchange", route);
+  route();
+});
