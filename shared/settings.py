@@ -154,7 +154,7 @@ _BASE64 = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
 
 def new_token_key() -> str:
     """A fresh key for ``TokenKeys``: the base64 of 32 random bytes (what ``openssl rand -base64 32``
-    prints). The local stack and the benchmarks make theirs so; Azure's is in Key Vault."""
+    prints). Every local stack makes its own so; Azure's is in Key Vault."""
     import secrets
 
     return base64.b64encode(secrets.token_bytes(MIN_KEY_BYTES)).decode("ascii")
