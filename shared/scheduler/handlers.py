@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from shared.core.effects import Effect, Log, Transact
 from shared.core.jsonio import loads
-from shared.core.messages import PoisonMessage, ReplyMessage, ResumeMessage, ScheduleMessage, WakeMessage
+from shared.core.messages import PoisonMessage, ReplyMessage, ResumeMessage, ScheduleMessage
 from shared.core.statemachine import (
     Decision,
     Verdict,
@@ -38,6 +38,7 @@ from shared.core.statemachine import (
     decide_schedule,
     decide_wake,
 )
+from shared.core.wakeup import WakeMessage
 from shared.observability import telemetry
 from shared.observability.logs import log_event
 from shared.runtime import Runtime

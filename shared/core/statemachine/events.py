@@ -29,7 +29,6 @@ from typing import Any
 
 from shared.core.jsonio import dumps
 from shared.core.lease import Lease
-from shared.core.messages import WakeMessage
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
 from shared.core.statemachine.dispatch import inflight_requests
@@ -41,6 +40,7 @@ from shared.core.statemachine.outbox import info, log
 from shared.core.statemachine.view import View
 from shared.core.states import Mode, StepState
 from shared.core.times import iso
+from shared.core.wakeup import WakeMessage
 from shared.core.workflows import Step
 
 

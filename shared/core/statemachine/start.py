@@ -17,11 +17,12 @@ from dataclasses import replace
 from datetime import datetime
 
 from shared.core.effects import Send
-from shared.core.messages import OutMessage, WakeMessage
+from shared.core.messages import OutMessage
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.outbox import step_request, trace_properties
 from shared.core.statemachine.view import View
+from shared.core.wakeup import WakeMessage
 
 
 def deadline(step: StepRow, state: StateRow, ctx: Ctx) -> datetime:
