@@ -1,16 +1,17 @@
 """Scheduler functions: the scheduler queue (claim + dispatch) and the replies queue, one function
 each per priority lane (``shared.core.workflows.lanes``; a message is handled the same on every lane).
-Thin adapters over ``shared.scheduler``; settlement: auto-complete on return, abandon on
-raise (transient failures, and poison messages, which the broker dead-letters after
-MaxDeliveryCount; see shared/scheduler/handlers.py)."""
+Thin adapters over ``shared.scheduler``. Settlement is explicit (SDK-type binding,
+``autoCompleteMessages`` false; ``functions.settlement.settle``): complete on return, dead-letter a
+poison message at once with its reason, abandon on a transient failure (see shared/scheduler/handlers.py)."""
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: the worker reads the handlers' annotations as types.
 from collections.abc import Callable
 from typing import Any
 
 import azure.functions as func
+import azurefunctions.extensions.bindings.servicebus as servicebus
 
+from functions.settlement import received, settle
 from shared.core.workflows.lanes import LANES
 from shared.runtime import get_runtime
 from shared.scheduler import handle_reply, handle_schedule
@@ -19,32 +20,27 @@ from shared.settings import SERVICE_BUS_CONNECTION
 bp = func.Blueprint()
 
 
-def _traceparent(msg: func.ServiceBusMessage) -> str | None:
-    props = msg.application_properties or {}
-    value = props.get("traceparent")
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    return value if isinstance(value, str) else None
+def _on_schedule(msg: Any) -> None:
+    m = received(msg)
+    handle_schedule(get_runtime(), m.body, message_id=m.message_id, traceparent=m.traceparent)
 
 
-def _on_schedule(msg: func.ServiceBusMessage) -> None:
-    handle_schedule(get_runtime(), msg.get_body(), message_id=msg.message_id, traceparent=_traceparent(msg))
+def _on_reply(msg: Any) -> None:
+    m = received(msg)
+    handle_reply(get_runtime(), m.body, message_id=m.message_id, traceparent=m.traceparent)
 
 
-def _on_reply(msg: func.ServiceBusMessage) -> None:
-    handle_reply(get_runtime(), msg.get_body(), message_id=msg.message_id, traceparent=_traceparent(msg))
-
-
-def _register(name: str, queue_setting: str, handle: Callable[[func.ServiceBusMessage], None]) -> Any:
+def _register(name: str, queue_setting: str, handle: Callable[[Any], None]) -> Any:
     """One trigger on ``%queue_setting%`` named ``name``; every lane's trigger runs the same handler."""
 
-    def handler(msg: func.ServiceBusMessage) -> None:
-        handle(msg)
+    def handler(msg: servicebus.ServiceBusReceivedMessage,
+                message_actions: servicebus.ServiceBusMessageActions) -> None:
+        settle(message_actions, msg, lambda: handle(msg))
 
     handler.__name__ = handler.__qualname__ = name
     return bp.function_name(name=name)(
         bp.service_bus_queue_trigger(arg_name="msg", queue_name=f"%{queue_setting}%",
-                                     connection=SERVICE_BUS_CONNECTION)(handler))
+                                     connection=SERVICE_BUS_CONNECTION, auto_complete_messages=False)(handler))
 
 
 # One scheduler and one replies function per priority lane (workflows/lanes.json): "scheduler" and

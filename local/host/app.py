@@ -31,6 +31,7 @@ from azure.functions import _abc
 from azure.functions.decorators.function_app import FunctionRegister
 
 from .settings import SettingError, resolve
+from .settlement import is_sdk_type, settlement_client, settlement_param
 
 log = logging.getLogger("local.host")
 
@@ -76,6 +77,8 @@ class FunctionSpec:
     outputs: list[dict[str, Any]] = field(default_factory=list)
     context_param: str | None = None
     trigger_annotation: Any = None
+    sdk_type: bool = False  # the trigger parameter is an SDK type: model_binding_data (local.host.settlement)
+    settlement_param: str | None = None  # gets the settlement client (ServiceBusMessageActions)
 
     @property
     def trigger_type(self) -> str:
@@ -123,7 +126,14 @@ def index_functions(app: FunctionRegister, settings: Mapping[str, str]) -> tuple
             bound = {b["name"] for b in bindings}
             ctx = next((p for p in sig.parameters if p == "context" and p not in bound), None)
             ann = sig.parameters[trigger["name"]].annotation if trigger["name"] in sig.parameters else None
-            specs.append(FunctionSpec(name, user, inspect.iscoroutinefunction(user), trigger, outputs, ctx, ann))
+            sdk_type = is_sdk_type(trigger["type"], ann)
+            # as the worker: the one parameter no binding names may take the settlement client
+            unbound = [p for p in sig.parameters if p not in bound and p != ctx]
+            client = settlement_param(unbound, {p: v.annotation for p, v in sig.parameters.items()})
+            if unbound and client is None:
+                raise SettingError(f"the following parameters are declared in Python but not bound: {unbound}")
+            specs.append(FunctionSpec(name, user, inspect.iscoroutinefunction(user), trigger, outputs, ctx, ann,
+                                      sdk_type, client))
         except Exception as e:  # noqa: BLE001 - reported per function, the host goes on
             errors.append(f"{name}: {e}")
     return specs, errors
@@ -258,6 +268,8 @@ class Invoker:
                 outs[b["name"]] = kwargs[b["name"]] = Out()
         if spec.context_param:
             kwargs[spec.context_param] = InvocationContext(invocation_id, spec.name, self.app_dir, trace_parent)
+        if spec.settlement_param:
+            kwargs[spec.settlement_param] = settlement_client()
         log.info("Executing 'Functions.%s' (Reason='%s', Id=%s)", spec.name, reason, invocation_id)
         started = time.monotonic()
         self.in_flight += 1

@@ -22,6 +22,7 @@ from azure.functions.servicebus import ServiceBusMessageInConverter
 from azure.servicebus import ServiceBusMessage
 
 from .app import FunctionSpec
+from .settlement import model_binding_data, trigger_value
 
 
 def _text(v: Any) -> Any:
@@ -166,8 +167,12 @@ def to_function_message(msg: Any) -> FunctionServiceBusMessage:
 
 
 def trigger_argument(spec: FunctionSpec, msg: Any) -> Any:
-    """Convert by the parameter's annotation: ServiceBusMessage (default), str or bytes."""
+    """Convert by the parameter's annotation: an SDK type (``model_binding_data``, decoded by the
+    extension: ``local.host.settlement``), ServiceBusMessage (default), str or bytes."""
     ann = spec.trigger_annotation
+    if spec.sdk_type:
+        data = model_binding_data(msg, function_delivery_count(msg))
+        return trigger_value(spec.trigger_type, data, ann, host_trigger_metadata(msg))
     if ann is str or ann == "str":
         return message_body(msg).decode("utf-8")
     if ann is bytes or ann == "bytes":

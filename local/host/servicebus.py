@@ -8,6 +8,12 @@ completed when the function returns and abandoned when it raises; the queue's ma
 then moves it to the dead-letter queue. Locks are renewed while a call runs, for up to
 ``maxAutoLockRenewalDuration``. If the broker goes away the receiver is rebuilt with backoff.
 
+A function with ``autoCompleteMessages: false`` (its binding's, else host.json's) settles its
+messages itself, through the SDK-type binding's settlement client (``local.host.settlement``): while
+it runs, its message is held here by lock token, and ``settle_held`` settles it on the receiver that
+holds it. Unsettled when the function returns, it stays locked until its lock expires (no more
+renewal), then the broker delivers it again, as with the real host.
+
 Session-enabled triggers (``isSessionsEnabled``) take the next available session, up to
 ``maxConcurrentSessions`` at a time, and process each session's messages one by one.
 """
@@ -18,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceiveMode
@@ -27,6 +34,7 @@ from .app import FunctionSpec, Invoker
 from .messages import to_sdk_message, traceparent_of, trigger_argument
 from .receiving import LockRenewer, Turns, without_keep_alive_reads
 from .settings import ConnectionInfo, ServiceBusOptions, make_async_credential, resolve_connection
+from .settlement import UnknownLockToken
 
 log = logging.getLogger("local.host.servicebus")
 
@@ -41,6 +49,18 @@ def make_client(conn: ConnectionInfo) -> ServiceBusClient:
     assert conn.fully_qualified_namespace
     return ServiceBusClient(conn.fully_qualified_namespace, make_async_credential(conn),
                             retry_total=2, retry_backoff_max=5)
+
+
+@dataclass
+class Held:
+    """A message whose function may settle it: where it came from, and whether it was settled."""
+
+    receiver: Any
+    msg: Any
+    spec: FunctionSpec
+    turns: Turns | None
+    renewer: LockRenewer
+    settled: bool = False
 
 
 class ServiceBusHost:
@@ -59,6 +79,7 @@ class ServiceBusHost:
         self._out_clients: dict[str, ServiceBusClient] = {}
         self._senders: dict[tuple[str, str], Any] = {}
         self._sender_lock = asyncio.Lock()
+        self.held: dict[str, Held] = {}  # lock token -> a message its function may settle (SDK-type bindings)
         invoker.output_handlers["serviceBus"] = self.send_output
 
     # ------------------------------------------------------------------ triggers
@@ -73,9 +94,18 @@ class ServiceBusHost:
                     self.tasks.append(self.loop.create_task(self._session_loop(spec, conn, i)))
             else:
                 self.tasks.append(self.loop.create_task(self._listen(spec, conn)))
-        if not self.options.auto_complete_messages:
-            log.warning("autoCompleteMessages is false: messages are left to the function to settle, "
-                        "which Python functions cannot do without SDK-type bindings; they will be redelivered")
+        for spec in specs:
+            if not self.auto_complete(spec) and not spec.settlement_param:
+                log.warning("Functions.%s: autoCompleteMessages is false but the function takes no settlement "
+                            "client (ServiceBusMessageActions): its messages are never settled and will be "
+                            "redelivered", spec.name)
+
+    def auto_complete(self, spec: FunctionSpec) -> bool:
+        """The binding's ``autoCompleteMessages``, else host.json's (``extensions.serviceBus``)."""
+        value = spec.trigger.get("autoCompleteMessages")
+        if value is None:
+            return self.options.auto_complete_messages
+        return value if isinstance(value, bool) else str(value).strip().lower() == "true"
 
     def _entity(self, spec: FunctionSpec) -> str:
         t = spec.trigger
@@ -217,9 +247,13 @@ class ServiceBusHost:
 
     async def _handle(self, spec: FunctionSpec, receiver: Any, renewer: LockRenewer, msg: Any,
                       slots: asyncio.Semaphore | None, turns: Turns | None = None) -> None:
+        held: Held | None = None
         try:
             if msg.lock_token is not None and not spec.trigger.get("isSessionsEnabled"):
                 renewer.register(msg)
+            if spec.settlement_param and msg.lock_token is not None:
+                held = self.held[str(msg.lock_token)] = Held(receiver, msg, spec, turns, renewer)
+            auto = self.auto_complete(spec)
             try:
                 arg = trigger_argument(spec, msg)
                 await self.invoker.invoke(spec, arg, f"New ServiceBus message detected on '{self._entity(spec)}'.",
@@ -227,20 +261,42 @@ class ServiceBusHost:
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - logged by the invoker
-                if self.options.auto_complete_messages:
+                if auto and not (held and held.settled):
                     await self._settle("abandon", receiver.abandon_message, msg, spec, turns, renewer)
             else:
-                if self.options.auto_complete_messages:
+                if auto and not (held and held.settled):
                     await self._settle("complete", receiver.complete_message, msg, spec, turns, renewer)
         finally:
+            if held is not None:
+                self.held.pop(str(msg.lock_token), None)
             renewer.unregister(msg)
             if slots is not None:
                 slots.release()
 
+    async def settle_held(self, action: str, token: str, kw: dict[str, Any]) -> None:
+        """Settle the held message with lock token ``token`` (a settlement client's call, through
+        ``local.host.settlement.SettlementServer``), on its receiver, in its turn. Raises
+        ``UnknownLockToken``, or what the broker answered."""
+        held = self.held.get(str(token))
+        if held is None or (held.settled and action != "renew"):
+            raise UnknownLockToken(f"no message with lock token {token} is held by this instance "
+                                   "(settled already, or its function returned)")
+        receiver, msg = held.receiver, held.msg
+        if action == "renew":
+            await receiver.renew_message_lock(msg)
+            return
+        op = {"complete": receiver.complete_message, "abandon": receiver.abandon_message,
+              "defer": receiver.defer_message,
+              "deadletter": lambda m: receiver.dead_letter_message(m, reason=kw.get("reason"),
+                                                                   error_description=kw.get("error_description"))}[action]
+        held.settled = True
+        await self._settle(action, op, msg, held.spec, held.turns, held.renewer, raise_errors=True)
+
     async def _settle(self, what: str, op: Any, msg: Any, spec: FunctionSpec, turns: Turns | None,
-                      renewer: LockRenewer) -> None:
+                      renewer: LockRenewer, raise_errors: bool = False) -> None:
         """Settle ``msg``; its lock is renewed until its turn comes (a lull can make it wait up
-        to ``RECEIVE_WAIT``, longer than a short LockDuration leaves)."""
+        to ``RECEIVE_WAIT``, longer than a short LockDuration leaves). A failure is logged (the
+        broker redelivers the message), and raised too with ``raise_errors``."""
         try:
             # after the receive call in progress, if any (a session receiver's handling is inline: no turns)
             async with turns.lock if turns is not None else contextlib.nullcontext():
@@ -250,6 +306,8 @@ class ServiceBusHost:
         except Exception as e:  # noqa: BLE001 - lock lost or link gone: the broker redelivers
             log.warning("could not %s message %s of 'Functions.%s': %s: %s", what, msg.message_id, spec.name,
                         type(e).__name__, e)
+            if raise_errors:
+                raise
 
     async def _drain(self, timeout: float = 30.0) -> None:
         if self.in_flight:

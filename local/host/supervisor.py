@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,16 @@ STOP_GRACE = 25.0
 
 def new_instance_id(k: int) -> str:
     return f"local-{k}-{secrets.token_hex(4)}"
+
+
+GRPC_MAX_MESSAGE_LENGTH = 2147483647  # what the Functions host passes its workers
+
+
+def free_port(host: str) -> int:
+    """A port free now on ``host`` (the OS's choice)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -106,9 +117,15 @@ class Supervisor:
         env["PYTHONUNBUFFERED"] = "1"
         code = (f"import sys; sys.path.append({str(PACKAGE_ROOT)!r}); "
                 "from local.host.worker import main; sys.exit(main())")
+        # As the Functions host starts its worker: ``--host``/``--port`` name the host's gRPC
+        # endpoint (here the instance's settlement service, local.host.settlement, on a port
+        # chosen now) and ``--functions-grpc-max-message-length`` its limit; the SDK-type
+        # bindings' settlement client reads them from the worker's argv.
         popen = subprocess.Popen(
-            [sys.executable, "-c", code, "--app-dir", str(self.app_dir), "--host", self.host,
-             "--port", str(self.port), "--lease-dir", str(self.lease_dir), "--parent-pid", str(os.getpid())],
+            [sys.executable, "-c", code, "--app-dir", str(self.app_dir), "--http-host", self.host,
+             "--http-port", str(self.port), "--lease-dir", str(self.lease_dir), "--parent-pid", str(os.getpid()),
+             "--host", "127.0.0.1", "--port", str(free_port("127.0.0.1")),
+             "--functions-grpc-max-message-length", str(GRPC_MAX_MESSAGE_LENGTH)],
             cwd=str(self.app_dir), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
         )
@@ -213,11 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     if port is None:
         port = int((local.get("Host") or {}).get("LocalHttpPort") or 7071)
     if port == 0:
-        import socket
-
-        with socket.socket() as s:
-            s.bind((args.host, 0))
-            port = s.getsockname()[1]
+        port = free_port(args.host)
     env.setdefault("WEBSITE_HOSTNAME", f"{args.host}:{port}")
 
     own_lease_dir = args.lease_dir is None

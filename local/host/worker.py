@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .settlement import DEFAULT_MAX_MESSAGE_LENGTH
+
 READY_MARKER = "@@local-host-instance-listening@@"
 EXIT_STARTUP_FAILED = 3
 
@@ -78,10 +80,15 @@ def _die_with_parent() -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="local.host.worker")
     p.add_argument("--app-dir", required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--http-host", default="127.0.0.1")
+    p.add_argument("--http-port", type=int, required=True)
     p.add_argument("--lease-dir", required=True)
     p.add_argument("--parent-pid", type=int, default=0)
+    # the host's gRPC endpoint, as the Functions host passes it to its workers: here this
+    # instance's settlement service (local.host.settlement), for SDK-type Service Bus bindings
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--functions-grpc-max-message-length", type=int, default=DEFAULT_MAX_MESSAGE_LENGTH)
     args = p.parse_args(argv)
     _die_with_parent()
     if args.parent_pid and os.getppid() != args.parent_pid:
@@ -148,10 +155,18 @@ def main(argv: list[str] | None = None) -> int:
         invoker = Invoker(loop, app_dir, threads, thread_init=lambda: roles.register("invoke"))
         sb_host = ServiceBusHost(loop, invoker, host_cfg.service_bus, settings)
         routes = build_routes(specs, host_cfg.route_prefix)
-        front = HttpFrontEnd(args.host, args.port, routes, invoker, instance_id)
+        front = HttpFrontEnd(args.http_host, args.http_port, routes, invoker, instance_id)
         http_thread = threading.Thread(target=_registered(roles, "http", front.serve_forever), name="http",
                                        daemon=True)
         http_thread.start()
+        settlement = None
+        if any(s.settlement_param for s in sb_specs):
+            from .settlement import SettlementServer
+
+            settlement = SettlementServer(loop, sb_host.settle_held, args.host, args.port,
+                                          args.functions_grpc_max_message_length)
+            settlement.start()
+            log.info("Settlement service (SDK-type Service Bus bindings) on %s:%d", args.host, settlement.port)
         timers = []
         for s in specs:
             if s.trigger_type == "timerTrigger":
@@ -168,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     for t in timers:
         t.start()
     announce_ready()
-    log.info("Host instance %s listening on http://%s:%d", instance_id, args.host, front.port)
+    log.info("Host instance %s listening on http://%s:%d", instance_id, args.http_host, front.port)
 
     while not stop.wait(1.0):
         if args.parent_pid and os.getppid() != args.parent_pid:
@@ -183,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("stopping the Service Bus receivers: %s", e)
     for t in timers:
         t.join(timeout=10)
+    if settlement is not None:
+        settlement.stop()
     deadline = time.monotonic() + 10
     while invoker.in_flight and time.monotonic() < deadline:  # HTTP calls still running
         time.sleep(0.05)

@@ -133,12 +133,14 @@ def read_agent_request(body: bytes | str, *, message_id: str | None, reply_to: s
             request = ReceivedRequest.model_validate({**fields, "envelope": envelope})
     except ValidationError as e:
         problems = describe(e) + problems
+    wrong_route: list[str] = []
     if route_check is not None:
         route = _route(fields)
         if route is not None:
-            problems += route_check(route)
-    if problems:
-        raise PoisonMessage("; ".join(problems))
+            wrong_route = route_check(route)
+    if problems or wrong_route:
+        # a schema's problem first; a valid request for a step this agent does not serve: UnknownStep
+        raise PoisonMessage("; ".join(problems + wrong_route), "SchemaViolation" if problems else "UnknownStep")
     assert request is not None  # a problem above when it is not
     return request
 
@@ -153,9 +155,9 @@ def _json_object_body(body: bytes | str) -> dict[str, Any]:
     try:
         fields = loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise PoisonMessage(f"body is not JSON: {e}") from None
+        raise PoisonMessage(f"body is not JSON: {e}", "InvalidJson") from None
     if not isinstance(fields, dict):
-        raise PoisonMessage("body is not a JSON object")
+        raise PoisonMessage("body is not a JSON object", "SchemaViolation")
     return fields
 
 

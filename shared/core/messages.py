@@ -213,9 +213,10 @@ def _reraisable(error: ValidationError) -> list[InitErrorDetails]:
 
 
 class ScheduleMessage(BaseModel):
-    """Scheduler queue: 'dispatch whatever this order needs next'."""
+    """Scheduler queue: 'dispatch whatever this order needs next'. Nothing else: a field it does
+    not have (a ``step``...) makes it poison (it is not the message its sender meant)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["schedule"]
     orderId: Annotated[str, Field(pattern=ORDER_ID.pattern)]  # noqa: N815
@@ -391,10 +392,9 @@ class Bus(Protocol):
 
 
 class PoisonMessage(ValueError):
-    """A message that can never be processed: not JSON, a wrong schema, an unknown order or step.
+    """A message that can never be processed: ``reason`` is a short code (docs/reliability.md), the text
+    names the problem. The trigger dead-letters it at its first delivery with both (functions/settlement.py)."""
 
-    Handlers raise it after logging the reason. The trigger then abandons the message, and the
-    broker dead-letters it once MaxDeliveryCount is reached (reason MaxDeliveryCountExceeded),
-    where it stays for inspection and replay and the dead-letter alert sees it. A poison
-    message never changes state, and costs at most MaxDeliveryCount cheap invocations.
-    """
+    def __init__(self, description: str, reason: str = "PoisonMessage") -> None:
+        super().__init__(description)
+        self.reason = reason

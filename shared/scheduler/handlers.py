@@ -8,14 +8,18 @@ the order's partition, or, for a reply, the rows its request's fencing token car
 idempotent: at-least-once delivery, crashes between writes and duplicates all resume from the
 store (see ``shared.core.statemachine``).
 
-Poison messages (not UTF-8/JSON, wrong schema, unknown order or step, a result that cannot
-be stored): the handler logs an error-level JSON line with the reason, the message id and an
-excerpt, and raises :class:`PoisonMessage`. The Functions binding (autoCompleteMessages) has
-no explicit dead-letter call, so the trigger abandons it and the broker dead-letters it after
-MaxDeliveryCount (reason MaxDeliveryCountExceeded): the message is kept for inspection and
-replay, and the dead-letter alert fires. Nothing in the state changes on any delivery.
-Transient failures (store or bus unavailable) raise too: the message is abandoned and
-redelivered, and only a fault that outlasts MaxDeliveryCount dead-letters it.
+Poison messages: the handler logs an error-level JSON line with the reason, the message id and
+an excerpt, and raises :class:`PoisonMessage` with a reason code; the trigger dead-letters the
+message at its first delivery with that reason and a description naming the problem
+(``functions.settlement``): ``InvalidJson`` (not UTF-8/JSON), ``SchemaViolation`` (not the queue's
+message, e.g. a schedule notice with a ``step``), ``UnknownOrder``, ``UnknownStep`` (a reply for a
+step the order's workflow lacks), ``ResultTooLarge`` (a reply whose result cannot be stored).
+The message is kept for inspection and replay, and the dead-letter alert fires. Nothing in the
+state changes. Not poison: a stale notice (an order already claimed or finished) or a late reply
+of a superseded attempt are normal at-least-once traffic, completed with their logged verdict.
+Transient failures (store or bus unavailable) raise anything else: the message is abandoned and
+redelivered, and only a fault that outlasts MaxDeliveryCount dead-letters it
+(MaxDeliveryCountExceeded).
 """
 
 from __future__ import annotations
@@ -48,12 +52,24 @@ from shared.storage.views import SourcedView, read_view, refused, views_for_repl
 REPLY_RACE_RETRIES = 3
 
 
-def poison(source: str, reason: str, body: bytes, message_id: str | None,
+def poison(source: str, code: str, reason: str, body: bytes, message_id: str | None,
            traceparent: str | None = None) -> NoReturn:
+    """Log and raise a :class:`PoisonMessage`: ``code`` its dead-letter reason, ``reason`` the problem."""
     excerpt = body[:512].decode("utf-8", errors="replace")
-    log_event(logging.ERROR, "message.poison", traceparent=traceparent, source=source, reason=reason,
-              messageId=message_id, excerpt=excerpt, action="abandoned; dead-lettered after MaxDeliveryCount")
-    raise PoisonMessage(f"{source}: {reason}")
+    log_event(logging.ERROR, "message.poison", traceparent=traceparent, source=source, reason=code,
+              description=reason, messageId=message_id, excerpt=excerpt, action="dead-lettered")
+    raise PoisonMessage(f"{source}: {reason}", code)
+
+
+def _invalid(source: str, what: str, exc: Exception, body: bytes, message_id: str | None,
+             traceparent: str | None) -> NoReturn:
+    """Not JSON (InvalidJson), or JSON that is not the queue's message (SchemaViolation), naming
+    each field's problem."""
+    if isinstance(exc, ValidationError):
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(body)'}: {e['msg']}"
+                             for e in exc.errors(include_url=False))
+        poison(source, "SchemaViolation", f"{what}: {problems}", body, message_id, traceparent)
+    poison(source, "InvalidJson", f"{what}: {exc}".splitlines()[0], body, message_id, traceparent)
 
 
 def handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None = None,
@@ -74,8 +90,8 @@ def _handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None, tracep
             msg = WakeMessage.model_validate(data)
         else:
             msg = ScheduleMessage.model_validate(data)
-    except (ValueError, ValidationError) as exc:
-        poison("scheduler", f"invalid schedule message: {exc}".splitlines()[0], body, message_id, traceparent)
+    except (ValueError, ValidationError) as exc:  # ValidationError first: it is a ValueError too
+        _invalid("scheduler", "invalid schedule message", exc, body, message_id, traceparent)
     # A resume or a wake-up that loses its race (the step's waiting reply, an event, or a Supervisor
     # wrote first) is decided again on fresh rows: it still applies if the lease still names its
     # attempt. A schedule message that loses its race means another instance claimed the order: done.
@@ -83,7 +99,7 @@ def _handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None, tracep
     for _ in range(REPLY_RACE_RETRIES if again else 1):
         view = read_view(rt.store, msg.orderId)
         if view.state is None:
-            poison("scheduler", f"unknown order {msg.orderId}", body, message_id, traceparent)
+            poison("scheduler", "UnknownOrder", f"unknown order {msg.orderId}", body, message_id, traceparent)
         if isinstance(msg, ResumeMessage):
             decide = partial(decide_resume, view, msg)
         elif isinstance(msg, WakeMessage):
@@ -111,17 +127,17 @@ def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, tracepare
     try:
         reply = ReplyMessage.model_validate(loads(body))
     except (ValueError, ValidationError) as exc:
-        poison("replies", f"invalid reply: {exc}".splitlines()[0], body, message_id, traceparent)
+        _invalid("replies", "invalid reply", exc, body, message_id, traceparent)
     for sourced in views_for_reply(rt.store, reply, keys=rt.keys, reads=REPLY_RACE_RETRIES, message_id=message_id):
         view = sourced.view
         if view.state is None:
-            poison("replies", f"unknown order {reply.orderId}", body, message_id, traceparent)
+            poison("replies", "UnknownOrder", f"unknown order {reply.orderId}", body, message_id, traceparent)
         decision = _decide_reply(rt, sourced, reply, message_id)
         if decision is None:
             continue  # an unconfirmed view could not be acted on: decided again on a read
         if decision.verdict is Verdict.POISON:
             rt.run(decision.effects)
-            poison("replies", f"unknown step {reply.step}", body, message_id, traceparent)
+            poison("replies", "UnknownStep", f"unknown step {reply.step}", body, message_id, traceparent)
         try:
             outcome = rt.run(decision.effects)
         except TooLarge as exc:  # raised before anything is written
@@ -129,7 +145,7 @@ def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, tracepare
                 continue  # decided on a read, a stale reply is stale there, not poison
             # e.g. a result too large for a Table property: retrying cannot help. The step stays in
             # flight; the Supervisor times it out (and alerts at the threshold).
-            poison("replies", f"reply cannot be stored: {exc}", body, message_id, traceparent)
+            poison("replies", "ResultTooLarge", f"reply cannot be stored: {exc}", body, message_id, traceparent)
         if not outcome.lost_race:
             return decision.verdict
         # Lost the ETag race (a Supervisor or a duplicate of this reply wrote first): decide again

@@ -78,7 +78,7 @@ from shared.core.rows import EventRow, IndexRow, OrderRow, StateRow, StepRow
 from shared.core.statemachine.binding import bound, decide_for_order
 from shared.core.statemachine.config import OPERATOR_RESULTS, Config, Ctx, Decision, Rejected, Verdict
 from shared.core.statemachine.deadlines import ORPHAN_INDEX_AGE, IndexVerdict, index_verdict
-from shared.core.statemachine.dispatch import inflight_requests
+from shared.core.statemachine.dispatch import inflight_requests, request_not_in_flight
 from shared.core.statemachine.events import BadEvent, decide_event, decide_wake, event_key
 from shared.core.statemachine.expiry import decide_expired
 from shared.core.statemachine.forward import decide_reply, decide_schedule, plan_submission
@@ -97,6 +97,7 @@ __all__ = [
     "decide_for_order", "decide_reply", "decide_resume", "decide_retry", "decide_schedule", "decide_terminate",
     "Decision", "EventKind", "EventRow", "index_rows", "index_verdict", "IndexRow", "IndexVerdict",
     "inflight_requests", "Lease", "LeaseKind", "Mode", "OPERATOR_RESULTS", "OrderCompensation", "OrderRow",
-    "ORPHAN_INDEX_AGE", "Outcome", "plan_submission", "ProcessState", "Rejected", "schedule_message", "StateRow",
+    "ORPHAN_INDEX_AGE", "Outcome", "plan_submission", "ProcessState", "Rejected", "request_not_in_flight",
+    "schedule_message", "StateRow",
     "StepRow", "StepState", "Verdict", "View",
 ]

@@ -13,7 +13,7 @@ from shared.core.statemachine.history import Event, EventKind, event
 from shared.core.statemachine.outbox import compensation_request
 from shared.core.statemachine.start import deadline, step_sends
 from shared.core.statemachine.view import View
-from shared.core.states import CompensationState, StepState
+from shared.core.states import CompensationState, Mode, StepState
 from shared.core.times import iso
 
 
@@ -107,3 +107,31 @@ def inflight_requests(view: View, ctx: Ctx) -> list[Send]:
             and step.compensation_attempt == lease.attempt):
         return [replace(compensation_request(view, step, ctx), what="compensation (resume)")]
     return []
+
+
+def request_not_in_flight(view: View, kind: str, step_name: str, attempt: int, ctx: Ctx) -> str | None:
+    """Why an agent request (``kind`` "step" or "compensation", its step and attempt) is not one the
+    order has in flight, or None when it is: the same rows :func:`inflight_requests` re-sends from
+    (a step's or a parallel step's Running branch with that attempt under the order's step lease; a
+    Running compensation with that attempt under its lease), time aside (the request's own
+    completeBy is the agent's to check). ``ctx``: bound to the order's workflow (``bound``)."""
+    state = view.state
+    if state is None:
+        return "no such order"
+    if state.mode is Mode.FINISHED:
+        return f"the order is finished ({state.process_state})"
+    lease = state.lease
+    if not state.claimed or lease is None or lease.is_unclaimed:
+        return "the order has nothing in flight"
+    step = view.step(step_name)
+    if step is None:
+        return f"the order has no step {step_name!r}"
+    if kind == "compensation":
+        if (lease == Lease.for_compensation(step_name, attempt) and step.compensation is CompensationState.RUNNING
+                and step.compensation_attempt == attempt):
+            return None
+    elif lease.kind is LeaseKind.STEP and any(s.name == step_name and s.attempt == attempt
+                                                for s in in_flight(view, ctx)):
+        return None
+    return (f"{kind} {step_name!r} attempt {attempt} is not in flight (the order's lease: "
+            f"{lease.kind} {lease.step!r} attempt {lease.attempt})")

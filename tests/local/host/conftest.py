@@ -27,6 +27,7 @@ BASE_VALUES = {
     "PoisonQueue": "sample-poison",
     "SlowQueue": "sample-slow",
     "SessionQueue": "sample-sessions",
+    "SettleQueue": "sample-settle",
     "TimerSchedule": "0 0 0 1 1 *",
     "Greeting": "from-local-settings",
 }

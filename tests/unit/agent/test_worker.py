@@ -31,6 +31,8 @@ def test_the_worker_path_serves_the_digital_steps(monkeypatch: pytest.MonkeyPatc
     sender = RecordingSender()
     rt = AgentRuntime(agent, remote.base, sender)
     monkeypatch.setattr(worker, "runtime_for", lambda a: rt)
+    checked = []
+    monkeypatch.setattr(worker, "check_in_flight", lambda orders, request: checked.append(request.step))
     remote.script = [(200, result)]
     body = digital(step, operation)
     outcome = agent_functions.process_message(AGENTS_BY_NAME[agent],
@@ -40,6 +42,7 @@ def test_the_worker_path_serves_the_digital_steps(monkeypatch: pytest.MonkeyPatc
     assert call["path"].endswith(f"/{operation}")
     assert call["headers"]["Idempotency-Key"] == f"{body['orderId']}:{step}"
     assert sender.replies[0].correlation_id == mid_for(body)
+    assert checked == [step]  # the worker's path checks the order has the step in flight
 
 
 def test_a_digital_step_on_another_agents_queue_is_poison(monkeypatch: pytest.MonkeyPatch, remote: Scripted) -> None:

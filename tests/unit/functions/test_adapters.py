@@ -12,9 +12,9 @@ from azure.functions.servicebus import ServiceBusMessage
 import functions.orders as sub_fn
 import functions.scheduler as sched_fn
 import functions.supervisor as sup_fn
-from shared.core.messages import PoisonMessage
 from shared.supervisor import sweep
 from tests.unit.core.statemachine.test_operator import events
+from tests.unit.functions.test_settlement import RecordingActions
 from tests.unit.harness import BODY, make_runtime
 
 
@@ -74,10 +74,12 @@ def test_service_bus_and_timer_adapters(rt: Any) -> None:
     [req] = rt.bus.take("agent-inventory")
     reply = {"kind": "step", "orderId": oid, "step": "reserve-inventory", "attempt": 1, "outcome": "success",
              "result": {"reservationId": "r"}, "reason": None}
-    _user(sched_fn.replies)(_sb(json.dumps(reply).encode(), "reply:" + req.message_id))
-    assert len(rt.bus.take("agent-payment")) == 1
-    with pytest.raises(PoisonMessage):  # poison: abandoned, so the broker dead-letters it
-        _user(sched_fn.replies)(_sb(b"garbage", "x"))
+    actions = RecordingActions()
+    _user(sched_fn.replies)(_sb(json.dumps(reply).encode(), "reply:" + req.message_id), actions)
+    assert len(rt.bus.take("agent-payment")) == 1 and actions.actions == ["complete"]
+    garbage = _sb(b"garbage", "x")
+    _user(sched_fn.replies)(garbage, actions)  # poison: dead-lettered at once, with its reason
+    assert actions.calls[-1][:3] == ("deadletter", garbage, "InvalidJson")
     rt.clock.advance(31)
 
     class Timer:
@@ -87,6 +89,6 @@ def test_service_bus_and_timer_adapters(rt: Any) -> None:
     assert rt.store.read_row(oid, "state")["FailureCount"] == 1
     [m] = rt.bus.take("scheduler")  # the redrive's schedule message: the scheduler claims again
     msg = _sb(json.dumps(m.body).encode(), m.message_id, {"traceparent": m.application_properties["traceparent"]})
-    _user(sched_fn.scheduler)(msg)
+    _user(sched_fn.scheduler)(msg, actions)
     [again] = rt.bus.take("agent-payment")
     assert again.body["attempt"] == 2

@@ -104,3 +104,40 @@ def tick(timer: func.TimerRequest) -> None:
     record("tick-start", past_due=timer.past_due)
     time.sleep(float(os.environ.get("TickSeconds", "0.3")))
     record("tick-end")
+
+
+# An SDK-type binding (azurefunctions-extensions-bindings-servicebus): the SDK's message and a
+# settlement client; autoCompleteMessages false, so the function settles as its body says.
+import azurefunctions.extensions.bindings.servicebus as servicebus  # noqa: E402
+
+
+@bp.service_bus_queue_trigger(arg_name="received", queue_name="%SettleQueue%", connection="ServiceBusConnection",
+                              auto_complete_messages=False)
+def settles_itself(received: servicebus.ServiceBusReceivedMessage,
+                   message_actions: servicebus.ServiceBusMessageActions) -> None:
+    body = b"".join(received.body).decode()
+    todo = json.loads(body)
+    # the action for this delivery: "then" from the second delivery on
+    action = todo["then"] if received.delivery_count > 1 and "then" in todo else todo["do"]
+    record("settle", body=body, message_id=received.message_id, delivery_count=received.delivery_count,
+           lock_token=str(received.lock_token), reply_to=received.reply_to, sequence_number=received.sequence_number,
+           enqueued=received.enqueued_time_utc.isoformat() if received.enqueued_time_utc else None,
+           props={(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+                  for k, v in (received.application_properties or {}).items()},
+           type=type(received).__module__ + "." + type(received).__name__, action=action)
+    if action == "complete":
+        message_actions.complete(received)
+    elif action == "deadletter":
+        message_actions.deadletter(received, deadletter_reason=todo["reason"],
+                                   deadletter_error_description=todo["description"])
+    elif action == "abandon":
+        message_actions.abandon(received)
+    elif action == "twice":  # a second settlement of the same message fails
+        message_actions.complete(received)
+        try:
+            message_actions.complete(received)
+        except Exception as e:  # noqa: BLE001
+            record("settle-error", message_id=received.message_id, error=type(e).__name__)
+    elif action == "raise":
+        raise ValueError("not settled: autoCompleteMessages is false, so the host leaves it locked")
+    # "none": not settled; the lock expires and the broker delivers it again

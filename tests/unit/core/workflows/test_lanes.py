@@ -25,6 +25,7 @@ from shared.core.workflows.lanes import (
 )
 from shared.supervisor import sweep
 from tests.unit.core.statemachine.test_statemachine import HOLD_WORKFLOW
+from tests.unit.functions.test_settlement import RecordingActions
 from tests.unit.harness import BODY, WORKFLOW, AgentSim, drive, make_runtime, post, state, steps
 
 # The work queues of each lane, as the settings name them by default.
@@ -196,8 +197,10 @@ def test_a_message_on_the_wrong_lane_is_handled_the_same(monkeypatch: pytest.Mon
     replies = {m.body["orderId"]: m for m in agents.pending_replies}
     assert {m.queue for m in replies.values()} == {"replies-high", "replies"}
     agents.pending_replies.clear()
-    sched_fn.FUNCTIONS["scheduler_replies"]._function.get_user_function()(_sb(replies[high]))
-    sched_fn.FUNCTIONS["scheduler_replies_high"]._function.get_user_function()(_sb(replies[normal]))
+    actions = RecordingActions()
+    sched_fn.FUNCTIONS["scheduler_replies"]._function.get_user_function()(_sb(replies[high]), actions)
+    sched_fn.FUNCTIONS["scheduler_replies_high"]._function.get_user_function()(_sb(replies[normal]), actions)
+    assert actions.actions == ["complete", "complete"]
     for oid, next_queue in ((high, "agent-payment-high"), (normal, "agent-payment")):
         assert steps(rt, oid)["reserve-inventory"]["State"] == "Done"
         assert state(rt, oid)["LeaseKey"] == "charge-payment:1"
