@@ -10,6 +10,8 @@ const POLL_MS = 1000;
 const OFFERED = { retry: (filter) => filter.state === "attention" };
 const LABEL = { retry: "Retry all" };
 
+const orders = (n) => `${n} order${n === 1 ? "" : "s"}`;
+
 /** "state=attention · customerId=c-1" */
 export function describeFilter(filter) {
   return Object.entries(filter).map(([name, value]) => `${name}=${value}`).join(" · ") || "(no filter)";
@@ -73,11 +75,11 @@ function openBulk(button, ctx, action, filter, note, onDone) {
     }
     const n = count.matched;
     setChildren(title, `${LABEL[action]} `, h("span", { dataset: { testid: "bulk-count" } }, String(n)),
-      ` order${n === 1 ? "" : "s"} matching ${describeFilter(filter)}?`);
+      ` ${n === 1 ? "order" : "orders"} matching ${describeFilter(filter)}?`);
     setChildren(body, h("p", {}, "Each order is decided as it is when its turn comes: one that moved on meanwhile " +
       "is counted as failed, with the reason. The first 25 are done at once, the rest a slice per Supervisor tick."));
     const confirm = h("button", { type: "button", class: "danger", dataset: { testid: "bulk-confirm" },
-      onclick: () => start(action, filter, n, { title, body, menu, alive, closeButton, note, onDone }) },
+      onclick: () => start(action, filter, { title, body, menu, alive, closeButton, note, onDone }) },
     `${LABEL[action]} ${n}`);
     setChildren(menu, closeButton("Cancel"), confirm);
     confirm.focus();
@@ -89,7 +91,7 @@ function openBulk(button, ctx, action, filter, note, onDone) {
   });
 }
 
-async function start(action, filter, matched, view) {
+async function start(action, filter, view) {
   const { title, body, menu, alive, closeButton, note, onDone } = view;
   setChildren(menu, closeButton("Close"));
   setChildren(body, h("p", { class: "muted" }, "Starting…"));
@@ -104,7 +106,7 @@ async function start(action, filter, matched, view) {
       `${LABEL[action]} failed (POST /api/operations): ${describeError(error)}`));
     return;
   }
-  setChildren(title, `${LABEL[action]} ${op.matched} orders matching ${describeFilter(filter)}`);
+  setChildren(title, `${LABEL[action]} ${orders(op.matched)} matching ${describeFilter(filter)}`);
   const bar = h("progress", { max: Math.max(op.matched, 1), value: 0, dataset: { testid: "bulk-progress" } });
   const figures = h("p", { dataset: { testid: "bulk-figures" } });
   const errors = h("div", { dataset: { testid: "bulk-errors" } });
