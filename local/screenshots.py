@@ -9,7 +9,9 @@ for all of it to show, opens the shipping service's circuit breaker (its row wri
 agents' gate writes it, with steps waiting on it: the overview's red chip), then saves
 ``console-{overview,attention,order,search,deadletters}.png`` at 1280x800 with headless
 Chromium (``local.browser``), and ``console-parallel.png``: an ``express`` order whose parallel
-step's charge is declined while its reservation still runs (stopped, then released).
+step's charge is declined while its reservation still runs (stopped, then released). Last,
+``console-bulk.png``: the search for state=attention after "Retry all N" was confirmed, its
+operation's progress followed to done (it retries the failing orders, so it comes after the rest).
 """
 
 from __future__ import annotations
@@ -154,6 +156,33 @@ def shoot(stack: Stack, out: Path, order_id: str, queue: str, express_id: str) -
     return saved
 
 
+def shoot_bulk(stack: Stack, out: Path) -> Path:
+    """"Retry all N" on the search for state=attention, confirmed, and its progress once done."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def testid(name: str) -> str:
+        return f"[data-testid='{name}']"
+
+    driver = new_driver()
+    try:
+        driver.get(console_url(stack.api_url, "/search?state=attention"))
+        WebDriverWait(driver, 30).until(_present(By.CSS_SELECTOR, testid("orders")))
+        driver.find_element(By.CSS_SELECTOR, testid("bulk-retry")).click()
+        WebDriverWait(driver, 30).until(_present(By.CSS_SELECTOR, testid("bulk-confirm")))[0].click()
+        WebDriverWait(driver, 120).until(lambda d: [e for e in d.find_elements(By.CSS_SELECTOR, testid("bulk-state"))
+                                                    if e.text == "done"])
+        time.sleep(1.0)  # the results read again under the dialog
+        path = out / "console-bulk.png"
+        driver.save_screenshot(str(path))
+        severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        if severe:
+            raise RuntimeError(f"the console logged errors: {severe}")
+    finally:
+        driver.quit()
+    return path
+
+
 def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m local.screenshots", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(REPO_ROOT / "docs"), help="folder for the PNGs (default docs)")
@@ -172,6 +201,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         open_breaker(stack)
         for path in shoot(stack, out, order_id, queue, express_id):
             print(f"saved {path}")
+        print(f"saved {shoot_bulk(stack, out)}")
     return 0
 
 

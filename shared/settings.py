@@ -110,6 +110,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("BreakerCacheSeconds", "1",
                 "How long an instance reuses a breaker row it read closed with no failure counted (0: read "
                 "it on every call); another instance's opening is seen up to this much later"),
+    SettingSpec("BulkOrdersPerTick", "100",
+                "Orders a bulk operation acts on per Supervisor tick (its pace: live traffic keeps its latency)"),
     SettingSpec("WorkflowsPath", "workflows",
                 "Directory of the workflow files (<name>.v<version>.yaml); relative to the app's root"),
     SettingSpec("OperatorAuth", "key",

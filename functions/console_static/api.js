@@ -23,9 +23,9 @@ export function apiUrl(path, params) {
   return url;
 }
 
-/** GET or POST an API path; the parsed JSON, or an ApiError saying what the API said. */
-export async function api(path, { method = "GET", params, body } = {}) {
-  const headers = { Accept: "application/json" };
+/** GET or POST an API path (`headers`: more request headers); the parsed JSON, or an ApiError saying what the API said. */
+export async function api(path, { method = "GET", params, body, headers: extra } = {}) {
+  const headers = { Accept: "application/json", ...extra };
   if (key) headers["x-functions-key"] = key;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let response;

@@ -1,6 +1,7 @@
 // Search (#/search?state=&customerId=&workflow=&failedStep=&createdFrom=&createdTo=): GET /api/orders, paged by
 // continuation token.
 
+import { bulkBar } from "./bulk.js";
 import { h, setChildren } from "./dom.js";
 import { COLUMNS, pagedOrders } from "./orderlist.js";
 
@@ -65,13 +66,16 @@ export function render(main, ctx, query) {
   field("Created from (UTC)", from), field("Created before (UTC)", to),
   h("button", { type: "submit" }, "Search"));
 
-  setChildren(main, h("h1", {}, "Search"), form, idError, results);
   const params = {};
   for (const name of FILTERS) {
     if (query.get(name)) params[name] = query.get(name);
   }
+  let paged = null;
+  // "Retry all N" over this search's filter (bulk.js); when it is done, the results are read again
+  const bulk = bulkBar(ctx, params, () => paged && paged.reload());
+  setChildren(main, h("h1", {}, "Search"), form, idError, bulk, results);
   const limit = Number(query.get("limit")) || 25;
-  pagedOrders(results, ctx, { ...params, limit }, [COLUMNS.id, COLUMNS.state, COLUMNS.category,
+  paged = pagedOrders(results, ctx, { ...params, limit }, [COLUMNS.id, COLUMNS.state, COLUMNS.category,
     COLUMNS.outcome, COLUMNS.customer, COLUMNS.failureCount, COLUMNS.created, COLUMNS.updated]);
 }
 

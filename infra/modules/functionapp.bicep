@@ -360,6 +360,11 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'BreakerCacheSeconds'
           value: '1'
         }
+        // A bulk operation's pace: orders acted on per Supervisor tick (shared/runtime/bulk.py).
+        {
+          name: 'BulkOrdersPerTick'
+          value: '100'
+        }
         // The workflow files, shipped in the package (workflows/*.yaml).
         {
           name: 'WorkflowsPath'

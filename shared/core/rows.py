@@ -209,6 +209,7 @@ class StateRow(Row):
     # An operator suspended the order: while it runs its steps, it dispatches no new one
     # (``shared.core.statemachine.suspend``); a retry or restart runs it unsuspended.
     suspended: bool = False
+    operations: str | None = None  # the bulk operations that acted on it, newest last (``shared.core.operations``)
     etag: str | None = None
 
     @property
@@ -236,7 +237,7 @@ StateRow.PROPS = _props(StateRow, {
     "created_at": ("CreatedAt", TIME), "updated_at": ("UpdatedAt", TIME), "finished_at": ("FinishedAt", TIME),
     "retried_at": ("RetriedAt", TIME), "cancelled_at": ("CancelledAt", TIME),
     "terminated_at": ("TerminatedAt", TIME), "event_seq": ("EventSeq", INT), "generation": ("Generation", INT),
-    "waiting_on": ("WaitingOn", TEXT), "suspended": ("Suspended", FLAG),
+    "waiting_on": ("WaitingOn", TEXT), "suspended": ("Suspended", FLAG), "operations": ("Operations", TEXT),
 })
 
 

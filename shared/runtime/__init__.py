@@ -40,10 +40,11 @@ class Runtime:
     clock: Callable[[], datetime] = field(default=utcnow)
     service_bus: Callable[[], Any] | None = None  # the ServiceBusClient the dead-letter routes peek with
 
-    def ctx(self, actor: str | None = None) -> Ctx:
-        """A decision's context; ``actor``: who asked (an operator route's caller), recorded as ``by``."""
+    def ctx(self, actor: str | None = None, operation: str | None = None) -> Ctx:
+        """A decision's context; ``actor``: who asked (an operator route's caller), recorded as ``by``;
+        ``operation``: the bulk operation that asked (``shared.runtime.bulk``)."""
         return Ctx(now=self.clock(), config=self.config, instance_id=self.instance_id, token=secrets.token_hex(8),
-                   actor=actor)
+                   actor=actor, operation=operation)
 
     def run(self, effects: list[Effect], limit: int | None = None) -> Outcome:
         return execute(effects, self.store, self.bus, keys=self.keys, limit=limit)

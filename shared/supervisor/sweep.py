@@ -40,6 +40,7 @@ from typing import Any
 
 from shared.core.breaker.watch import Watch
 from shared.core.effects import PutIndex
+from shared.core.operations import OperationWatch
 from shared.core.rows import STATE_ROW
 from shared.core.statemachine import (
     IndexRow,
@@ -55,6 +56,7 @@ from shared.observability import metrics, telemetry
 from shared.observability.figures import record_sweep
 from shared.observability.logs import log_event
 from shared.runtime import Runtime
+from shared.runtime.bulk import handle_watch as handle_operation
 from shared.runtime.reindex import reindex_from_state
 from shared.storage.views import read_view
 from shared.supervisor.breakers import full_pass, handle_watch
@@ -75,11 +77,16 @@ class SweepReport:
     errors: int = 0
     deferred: int = 0  # due rows left for the next tick (time budget spent)
     breakers: dict[str, int] = field(default_factory=dict)  # due breaker watches, by verdict
+    operations: dict[str, int] = field(default_factory=dict)  # due bulk operation watches, by what was done
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def count_breaker(self, verdict: str) -> None:
         with self._lock:
             self.breakers[verdict] = self.breakers.get(verdict, 0) + 1
+
+    def count_operation(self, verdict: str) -> None:
+        with self._lock:
+            self.operations[verdict] = self.operations.get(verdict, 0) + 1
 
     def count(self, name: str, verdict: str | None = None) -> None:
         with self._lock:
@@ -155,9 +162,9 @@ def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> Swee
             futures.append(pool.submit(contextvars.copy_context().run, handle, row))  # in the sweep's span
     for f in futures:
         f.result()  # handle() keeps ordinary errors; anything else (an abort) propagates as before
-    if report.acted or report.errors or report.lost_races or report.deferred or report.breakers:
+    if report.acted or report.errors or report.lost_races or report.deferred or report.breakers or report.operations:
         log_event(logging.INFO, "supervisor.sweep", seen=report.seen, acted=report.acted, deleted=report.deleted,
-                  moved=report.moved, breakers=report.breakers,
+                  moved=report.moved, breakers=report.breakers, operations=report.operations,
                   lostRaces=report.lost_races, errors=report.errors, deferred=report.deferred)
     return report
 
@@ -166,6 +173,10 @@ def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepRepo
     watch = Watch.from_row(row.row_key, row.due)
     if watch is not None:
         _handle_watch(rt, watch, now, report)
+        return
+    operation = OperationWatch.from_row(row.row_key, row.due)
+    if operation is not None:  # a bulk operation's next slice (``shared.runtime.bulk``)
+        report.count_operation(handle_operation(rt, operation, now))
         return
     if not row.order_id or row.due is None:
         rt.store.delete_index(row.bucket, row.row_key)

@@ -1231,3 +1231,143 @@ def test_parallel_step_texts_in_each_state(seeded: Seeded, driver: Any) -> None:
                    "took effect is unknown: the order is held for an operator", None]},
         {"current": "create-shipment", "summary": "skipped: its condition does not hold", "notes": [None, None, None]},
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 30: "Retry all N" on a search result (a bulk operation: POST /api/operations)
+
+BULK_ORDERS = 3
+# a viewer, as GET /api/overview names one (ViewerRole, appService mode): the page's fetch is wrapped
+# before any script of the page runs, so the console reads ``caller.canAct`` false
+AS_A_VIEWER = """
+const realFetch = window.fetch.bind(window);
+window.fetch = async (input, init) => {
+  const response = await realFetch(input, init);
+  if (!new URL(String(input), window.location.href).pathname.endsWith("/api/overview")) return response;
+  const body = await response.json();
+  body.caller = { by: "viewer@example.com", canAct: false };
+  return new Response(JSON.stringify(body), { status: response.status, headers: response.headers });
+};
+"""
+
+
+def held_orders(seeded: Seeded, customer: str, count: int) -> list[str]:
+    """``count`` held orders of ``customer``: shipping down, each one's create-shipment waits on its
+    breaker and is terminated (the pivot's outcome unknown: held). Shipping is back after."""
+    body = {"customerId": customer, "currency": "EUR", "priority": "normal", "statusQueue": None, "items": SMALL}
+    with seeded.stack.remotes as remotes:
+        remotes.set_faults("shipping", down=True)
+    try:
+        ids = [seeded.stack.post_order(body) for _ in range(count)]
+        wait_until("the shipments waiting on the shipping breaker", lambda: all(
+            step_waits(seeded.stack.get_order(o), "create-shipment", "shipping") for o in ids))
+        for order_id in ids:
+            r = post_action(seeded, order_id, "terminate")
+            assert r.status_code == 202 and r.json()["result"] == "held", r.text
+    finally:
+        with seeded.stack.remotes as remotes:
+            remotes.set_faults("shipping")
+    return ids
+
+
+def test_retry_all_on_a_search_counts_confirms_and_retries_each_order_once(seeded: Seeded, driver: Any) -> None:
+    """Three held orders of one customer, searched with state=attention: "Retry all" counts them
+    first (a dry run: the dialog says 3, as many as the search lists), Cancel does nothing, then
+    confirmed it starts one operation whose progress the dialog shows until done, and the
+    results are read again (no order left in attention). Each order's history has exactly one
+    ``retried`` event, naming the operation and who started it; each is then Processed."""
+    customer = "c-bulk-retry"
+    ids = held_orders(seeded, customer, BULK_ORDERS)
+    open_view(driver, seeded, f"/search?state=attention&customerId={customer}")
+    WebDriverWait(driver, 30).until(lambda d: len(d.find_elements(
+        By.CSS_SELECTOR, "[data-testid='orders'] tbody tr")) == BULK_ORDERS)
+    listed = set(texts(driver, "[data-testid='orders'] tbody tr td:first-child"))
+    assert listed == set(ids), listed
+    start = by_testid(driver, "bulk-retry")
+    # By keyboard: Enter opens the count; Escape leaves without acting.
+    driver.execute_script("arguments[0].focus()", start)
+    start.send_keys(Keys.ENTER)
+    count = by_testid(driver, "bulk-count")
+    assert count.text == str(BULK_ORDERS)
+    dialog = by_testid(driver, "bulk-dialog")
+    assert f"Retry all {BULK_ORDERS} orders matching state=attention · customerId={customer}?" in dialog.text
+    assert driver.switch_to.active_element.get_attribute("data-testid") == "bulk-confirm"
+    driver.switch_to.active_element.send_keys(Keys.ESCAPE)
+    WebDriverWait(driver, 10).until(lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-testid='bulk-dialog']"))
+    assert driver.switch_to.active_element == start  # focus back where it was
+    assert all(seeded.stack.get_order(o)["outcome"] == "held" for o in ids)  # nothing done
+    # Now with clicks: the count, confirm, the progress until done.
+    start.click()
+    by_testid(driver, "bulk-confirm").click()
+    WebDriverWait(driver, 60).until(lambda d: by_testid(d, "bulk-state").text == "done")
+    figures = by_testid(driver, "bulk-figures").text
+    assert f"done · {BULK_ORDERS} of {BULK_ORDERS} · {BULK_ORDERS} succeeded · 0 failed" in figures, figures
+    progress = by_testid(driver, "bulk-progress")
+    assert (progress.get_attribute("value"), progress.get_attribute("max")) == (str(BULK_ORDERS), str(BULK_ORDERS))
+    operation_id = figures.rsplit(" ", 1)[-1]
+    operation = seeded.api(f"/operations/{operation_id}")
+    assert (operation["action"], operation["state"], operation["matched"], operation["succeeded"]) == \
+        ("retry", "done", BULK_ORDERS, BULK_ORDERS)
+    assert operation["filter"] == {"state": "attention", "customerId": customer}
+    by_testid(driver, "no-orders")  # the results, read again: none of them is in attention now
+    for order_id in ids:
+        history = seeded.api(f"/orders/{order_id}")["history"]
+        retried = [e for e in history if e["event"] == "retried"]
+        assert len(retried) == 1, retried
+        assert retried[0]["detail"]["operationId"] == operation_id
+        assert retried[0]["detail"]["by"] == operation["by"]
+    wait_until("the retried orders Processed", lambda: all(
+        seeded.stack.get_order(o)["processState"] == "Processed" for o in ids), timeout=120)
+
+
+def test_retry_all_is_offered_on_attention_only_and_never_to_a_viewer(seeded: Seeded, driver: Any) -> None:
+    """The bar is there for state=attention and not for another state; a viewer (caller.canAct
+    false) gets the same search results and no "Retry all"."""
+    open_view(driver, seeded, "/search?state=attention")
+    by_testid(driver, "bulk-retry")
+    open_view(driver, seeded, "/search?state=processed")
+    by_testid(driver, "orders")
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='bulk']")
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": AS_A_VIEWER})
+    driver.get("about:blank")  # a new document: the script runs before the console's own
+    open_view(driver, seeded, "/search?state=attention")
+    by_testid(driver, "search-results")
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements(
+        By.CSS_SELECTOR, "[data-testid='orders'], [data-testid='no-orders']"))
+    assert driver.execute_script(
+        "return import(new URL('console/assets/api.js', document.baseURI).href).then((m) => m.callerMayAct())") is False
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='bulk'], [data-testid='bulk-retry']")
+
+
+# the dry run's answer as a filter over 10,000 orders gets it (``overLimit``), for the page's fetch
+OVER_LIMIT = """
+const realFetch = window.fetch.bind(window);
+window.fetch = async (input, init) => {
+  const path = new URL(String(input), window.location.href).pathname;
+  if (!path.endsWith("/api/operations") || !init || !String(init.body).includes('"dryRun":true')) {
+    return realFetch(input, init);
+  }
+  const body = { action: "retry", matched: 10001, limit: 10000, overLimit: true };
+  return new Response(JSON.stringify(body), { status: 200, headers: { "Content-Type": "application/json" } });
+};
+"""
+
+
+def test_retry_all_shows_the_apis_refusal_and_offers_no_confirm_over_the_limit(seeded: Seeded, driver: Any) -> None:
+    """A filter the API refuses (createdFrom not a time: 400) is said in the dialog, with the
+    API's reason; over 10,000 orders the dialog says to narrow the filter and offers no confirm."""
+    open_view(driver, seeded, "/search?state=attention&createdFrom=yesterday")
+    by_testid(driver, "bulk-retry").click()
+    error = by_testid(driver, "bulk-error")
+    assert "400" in error.text and "createdFrom" in error.text, error.text
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='bulk-confirm']")
+    by_testid(driver, "bulk-close").click()
+    WebDriverWait(driver, 10).until(lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-testid='bulk-dialog']"))
+
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": OVER_LIMIT})
+    driver.get("about:blank")
+    open_view(driver, seeded, "/search?state=attention")
+    by_testid(driver, "bulk-retry").click()
+    over = by_testid(driver, "bulk-over-limit")
+    assert "More than 10000 orders match: narrow the filter" in over.text, over.text
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='bulk-confirm']")

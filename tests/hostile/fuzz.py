@@ -204,6 +204,9 @@ def _schema(include_openapi: bool) -> Any:
     import schemathesis
 
     schema = schemathesis.openapi.from_path(str(SPEC_PATH))
+    # A generated bulk operation would act on every order of the shared stack, the other hostile
+    # tests' included, for minutes after the run: its hostile inputs are tests/hostile/test_operations.py.
+    schema = schema.exclude(operation_id="startOperation")
     if not include_openapi:
         schema = schema.exclude(path="/openapi.yaml")
     return schema

@@ -152,7 +152,7 @@ def test_openapi_document_is_valid() -> None:
                    ("POST", "/orders/{id}/resume"), ("POST", "/orders/{id}/events/{name}"),
                    ("GET", "/openapi.yaml"), ("GET", "/console"),
                    ("GET", "/console/assets/{name}"), ("GET", "/overview"), ("GET", "/deadletters"),
-                   ("GET", "/workflows")}
+                   ("GET", "/workflows"), ("POST", "/operations"), ("GET", "/operations/{id}")}
     post = raw["paths"]["/orders"]["post"]
     assert {"202", "400", "409", "413", "415", "422"} <= set(post["responses"])
     for path in ("/orders/{id}/retry", "/orders/{id}/cancel", "/orders/{id}/terminate", "/orders/{id}/suspend",

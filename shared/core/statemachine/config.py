@@ -47,6 +47,7 @@ class Config:
     step_timeout_override: float | None = None
     retention_days: int = 30
     breaker_max_wait_seconds: float = 300.0  # longest a step waits on an open breaker (BreakerMaxWaitSeconds)
+    bulk_slice: int = 100  # orders a bulk operation acts on per Supervisor tick (BulkOrdersPerTick)
 
     @classmethod
     def from_settings(cls, settings: Any, workflow: tuple[Step, ...] | None = None,
@@ -71,6 +72,7 @@ class Config:
             step_timeout_override=float(override) if override else None,
             retention_days=max(1, settings.int("RetentionDays")),
             breaker_max_wait_seconds=float(settings.int("BreakerMaxWaitSeconds")),
+            bulk_slice=max(1, settings.int("BulkOrdersPerTick")),
         )
 
     @property
@@ -147,6 +149,7 @@ class Ctx:
     instance_id: str = "local"
     token: str = "0"  # a fresh claim token per event
     actor: str | None = None  # who asked (an operator route's caller): every event recorded says ``by``
+    operation: str | None = None  # the bulk operation that asked: said on its events, kept on the state row
 
 
 class Verdict(StrEnum):

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from shared.core.effects import Transact
+from shared.core.operations import remember
 from shared.core.rows import EventRow, Op, StateRow
 from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.view import View
@@ -85,6 +86,9 @@ def commit(view: View, new_state: StateRow, ops: Iterable[Op], events: Sequence[
     stamped = replace(new_state, event_seq=first + len(events) - 1, waiting_on=waiting_on)
     trace = _trace_id(view.traceparent)
     by = {"by": ctx.actor} if ctx.actor is not None else {}  # who asked: an operator, or a system's event
+    if ctx.operation is not None:  # a bulk operation: said on its events, kept on the row (acted once)
+        by["operationId"] = ctx.operation
+        stamped = replace(stamped, operations=remember(stamped.operations, ctx.operation))
     rows = [EventRow(seq=first + n, at=ctx.now, event=e.kind, step=e.step, attempt=e.attempt,
                      detail={**(e.detail or {}), **by} or None, instance=ctx.instance_id, trace_id=trace)
             for n, e in enumerate(events)]

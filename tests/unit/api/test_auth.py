@@ -130,16 +130,18 @@ def test_a_read_guard_lets_a_viewer_in_and_an_act_guard_does_not() -> None:
 
 
 def test_the_routes_that_only_read_have_the_read_guard() -> None:
-    """The search, the console, its overview and its dead letters read; every POST acts."""
+    """The search, the console, its overview, its dead letters and a bulk operation's progress read;
+    every POST acts."""
     import re
 
     from local.procs import REPO_ROOT
 
     guarded = {}
-    for name in ("orders.py", "console.py"):
+    for name in ("orders.py", "console.py", "operations.py"):
         text = (REPO_ROOT / "functions" / name).read_text(encoding="utf-8")
         for route, methods, gate in re.findall(r'route="([^"]+)", methods=\["([A-Z", ]+)"\].*\n@(\w+)', text):
             guarded[(methods, route)] = gate
     assert {k for k, g in guarded.items() if g == "reader_only"} == {
-        ("GET", "orders"), ("GET", "console"), ("GET", "overview"), ("GET", "deadletters")}
-    assert all(g == "operator_only" for (m, _), g in guarded.items() if m == "POST") and len(guarded) >= 10
+        ("GET", "orders"), ("GET", "console"), ("GET", "overview"), ("GET", "deadletters"), ("GET", "operations/{id}")}
+    assert all(g == "operator_only" for (m, _), g in guarded.items() if m == "POST") and len(guarded) >= 12
+    assert guarded[("POST", "operations")] == "operator_only"
