@@ -124,7 +124,9 @@ class FuzzReport:
     tokens_tampered: int = 0
     tampered_accepted: list[dict[str, Any]] = field(default_factory=list)
     hostile_queries: Counter[int] = field(default_factory=Counter)  # status -> count
-    accepted: dict[str, dict[str, Any]] = field(default_factory=dict)  # orderId -> first accepted body
+    # orderId -> first accepted body, in the order of acceptance: steering picks from it by index, never by
+    # sorted id (most ids are random, uuid4: sorted, the same draw would pick another order every run).
+    accepted: dict[str, dict[str, Any]] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)
     rows: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
@@ -132,8 +134,9 @@ class FuzzReport:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def waiting_orders(self) -> list[str]:
-        """The accepted orders that wait for an approval (of the default workflow, over 1000)."""
-        return sorted(oid for oid, body in self.accepted.items() if _waits(body))
+        """The accepted orders that wait for an approval (of the default workflow, over 1000),
+        in the order of acceptance."""
+        return [oid for oid, body in self.accepted.items() if _waits(body)]
 
     def sample(self, bucket: list[dict[str, Any]], item: dict[str, Any]) -> None:
         if len(bucket) < SAMPLES:
@@ -291,8 +294,8 @@ class Steer:
     tamper_how: int
     known_customer: bool
     customer_index: int
-    plain: bool  # drop the generated token, dates and failed step (mostly junk), the default workflow: a query that
-    # can find orders
+    plain: bool  # a query that finds orders whatever the timing: no generated token, dates, failed step (mostly
+    # junk) or state (an order's category changes as it runs); the customer and workflow of an accepted order
     small_limit: int  # 1..3 (a page that ends in a continuation token), or 0: the generated limit
     hostile: bool
     hostile_param: int
@@ -327,7 +330,7 @@ class Steer:
         was not) and whether a query parameter got a hostile value."""
         method = case.method.upper()
         if "{id}" in case.path and report.accepted and self.use_known:
-            known = sorted(report.accepted)  # grows during the run: an index, not a draw from the list
+            known = list(report.accepted)  # grows during the run: an index, not a draw from the list
             case.path_parameters = {**(case.path_parameters or {}), "id": known[self.known_index % len(known)]}
         if (method, case.path) == ("POST", "/orders") and report.keys and self.reuse_key:
             used = report.keys[self.key_index % len(report.keys)]
@@ -353,16 +356,24 @@ class Steer:
         if case.path == "/deadletters" and self.plain:  # a queue that exists: a page of dead letters
             query["queue"] = DEAD_LETTER_QUEUES[self.customer_index % len(DEAD_LETTER_QUEUES)]
         if self.plain:
-            for name in ("continuationToken", "createdFrom", "createdTo", "failedStep"):
+            # The state goes too: whether an order is in flight, held or processed when the search comes
+            # depends on how fast the host ran it (machine load), so a plain search by state found orders
+            # on one run and none on the next.
+            for name in ("continuationToken", "createdFrom", "createdTo", "failedStep", "state"):
                 query.pop(name, None)
             if "workflow" in query:  # a generated name is almost never one: the one most orders run
                 query["workflow"] = DEFAULT_WORKFLOW
         if self.small_limit:
             query["limit"] = str(self.small_limit)
         if case.path == "/orders" and self.known_customer and report.accepted:
-            bodies = [b for _, b in sorted(report.accepted.items()) if isinstance(b, dict)]
+            bodies = [b for b in report.accepted.values() if isinstance(b, dict)]
             if bodies:
-                query["customerId"] = bodies[self.customer_index % len(bodies)].get("customerId")
+                body = bodies[self.customer_index % len(bodies)]
+                query["customerId"] = body.get("customerId")
+                if self.plain and "workflow" in query:  # the workflow that order runs: the search finds it
+                    query["workflow"] = body.get("workflow") or DEFAULT_WORKFLOW
+        elif case.path == "/orders" and self.plain:  # a generated customer has no orders: every customer's
+            query.pop("customerId", None)
         tampered = None
         token = report.tokens.pick(self.token_index, None if self.token_mode == 2 else case.path)
         # Only to a path that takes one: /deadletters pages by ``from`` and refuses any other parameter (400).

@@ -10,6 +10,7 @@ FUZZ_REQUESTS sets the count (default 300, CI-sized); the 10,000-request run is
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -167,3 +168,61 @@ def test_openapi_document_is_valid() -> None:
     assert raw["paths"]["/openapi.yaml"]["get"]["security"] == []
     schemes = raw["components"]["securitySchemes"]
     assert {(s["in"], s["name"]) for s in schemes.values()} == {("query", "code"), ("header", "x-functions-key")}
+
+
+def _steer(**kw: Any) -> fuzz.Steer:
+    fields: dict[str, Any] = dict(use_known=False, known_index=0, reuse_key=False, key_index=0, token_mode=5,
+                                  token_index=0, tamper_how=0, known_customer=False, customer_index=0, plain=False,
+                                  small_limit=0, hostile=False, hostile_param=0, hostile_value=0, big_order=False,
+                                  awaited_event=False, decision=3)
+    return fuzz.Steer(**{**fields, **kw})
+
+
+def _search(query: dict[str, str]) -> Any:
+    return SimpleNamespace(method="GET", path="/orders", query=dict(query), path_parameters=None, headers=None,
+                           body=None)
+
+
+def test_plain_searches_find_accepted_orders_whatever_the_timing() -> None:
+    """A plain search asks for what an accepted order has and keeps whatever it runs: its
+    customer (or every customer's) and workflow, no state (a category changes as the order
+    runs: a search by the state it had a moment ago finds nothing on a loaded machine), no
+    dates, no failed step, no token. The seeded run's searches that get a 200 are plain ones."""
+    report = fuzz.FuzzReport()
+    report.accepted = {"f" * 32: {"customerId": "big", "workflow": "digital"}, "0" * 32: {"customerId": "c-1"}}
+    generated = {"state": "processed", "customerId": "0", "workflow": "x1", "failedStep": "y", "limit": "7",
+                 "createdFrom": "2020-01-01", "createdTo": "2021-01-01", "continuationToken": "junk"}
+    case = _search(generated)
+    fuzz.Steer.apply(_steer(plain=True, known_customer=True, customer_index=0), case, report)
+    assert case.query == {"customerId": "big", "workflow": "digital", "limit": "7"}
+    case = _search(generated)
+    fuzz.Steer.apply(_steer(plain=True, known_customer=True, customer_index=1), case, report)
+    assert case.query == {"customerId": "c-1", "workflow": "order", "limit": "7"}
+    case = _search(generated)
+    fuzz.Steer.apply(_steer(plain=True), case, report)  # no known customer: every customer's orders
+    assert case.query == {"workflow": "order", "limit": "7"}
+    case = _search(generated)  # not plain: the generated filters stay (state included)
+    fuzz.Steer.apply(_steer(known_customer=True), case, report)
+    assert {k: v for k, v in case.query.items() if k != "customerId"} == \
+        {k: v for k, v in generated.items() if k != "customerId"} and case.query["customerId"] == "big"
+
+
+def test_steering_picks_orders_by_acceptance_not_by_their_random_ids() -> None:
+    """The same draws pick the same order (its customer, its id, the order that waits) on every
+    run of a seed: the n-th accepted, not the n-th of ids that are random (uuid4) each run."""
+    bodies = [{"customerId": "small", "items": [{"quantity": 1, "unitPrice": "1"}]},
+              {"customerId": "big", "items": [{"quantity": 1, "unitPrice": "1001"}]},
+              {"customerId": "other", "items": [{"quantity": 2, "unitPrice": "1001"}]}]
+    picks = set()
+    for ids in (["a" * 32, "b" * 32, "c" * 32], ["c" * 32, "a" * 32, "b" * 32], ["b" * 32, "c" * 32, "a" * 32]):
+        report = fuzz.FuzzReport()
+        report.accepted = dict(zip(ids, bodies, strict=True))
+        search = _search({})
+        fuzz.Steer.apply(_steer(known_customer=True, customer_index=4), search, report)
+        read = SimpleNamespace(method="GET", path="/orders/{id}", query=None, path_parameters={"id": "x"},
+                               headers=None, body=None)
+        fuzz.Steer.apply(_steer(use_known=True, known_index=5), read, report)
+        waiting = report.waiting_orders()
+        picks.add((search.query["customerId"], ids.index(read.path_parameters["id"]),
+                   tuple(ids.index(o) for o in waiting)))
+    assert picks == {("big", 2, (1, 2))}
