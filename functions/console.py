@@ -1,5 +1,5 @@
 """HTTP functions of the operator console (issue 12): the page, its static files, and the two
-JSON routes only it needs (the overview and the dead letters).
+JSON routes only it needs (the overview, the dead letters and what an operator does to one).
 
 * ``GET /api/console`` (ADMIN): ``console_static/index.html``. The page reads ``code`` from its
   own query string and sends it as ``x-functions-key`` on its API calls.
@@ -9,6 +9,8 @@ JSON routes only it needs (the overview and the dead letters).
   If-None-Match.
 * ``GET /api/overview`` (ADMIN): ``shared.console.overview.get_overview``.
 * ``GET /api/deadletters`` (ADMIN): ``shared.console.deadletters.get_dead_letters``.
+* ``POST /api/deadletters/{queue}/{sequenceNumber}/resubmit`` and ``.../discard`` (ADMIN,
+  operators only): ``shared.console.deadletter_actions.post_dead_letter_action``.
 
 The files are read once per worker, on first use (they ship in the package with functions/).
 """
@@ -25,7 +27,7 @@ import azure.functions as func
 
 from functions.http import to_response
 from functions.operator_auth import LEVEL as OPERATOR
-from functions.operator_auth import actor, may_act, reader_only
+from functions.operator_auth import actor, may_act, operator_only, reader_only
 from shared.api.http import HttpResult, problem
 from shared.console.deadletters import get_dead_letters
 from shared.runtime import get_runtime
@@ -139,3 +141,24 @@ def overview(req: func.HttpRequest) -> func.HttpResponse:
 @reader_only
 def deadletters(req: func.HttpRequest) -> func.HttpResponse:
     return to_response(get_dead_letters(get_runtime(), dict(req.params)))
+
+
+def dead_letter_action(req: func.HttpRequest, action: str) -> func.HttpResponse:
+    from shared.console.deadletter_actions import post_dead_letter_action
+
+    return to_response(post_dead_letter_action(get_runtime(), req.route_params.get("queue"),
+                                               req.route_params.get("sequenceNumber"), action, by=actor(req)))
+
+
+@bp.function_name("deadletter_resubmit")
+@bp.route(route="deadletters/{queue}/{sequenceNumber}/resubmit", methods=["POST"], auth_level=OPERATOR)
+@operator_only
+def deadletter_resubmit(req: func.HttpRequest) -> func.HttpResponse:
+    return dead_letter_action(req, "resubmit")
+
+
+@bp.function_name("deadletter_discard")
+@bp.route(route="deadletters/{queue}/{sequenceNumber}/discard", methods=["POST"], auth_level=OPERATOR)
+@operator_only
+def deadletter_discard(req: func.HttpRequest) -> func.HttpResponse:
+    return dead_letter_action(req, "discard")

@@ -57,13 +57,13 @@ def _utc_text(value: datetime | None) -> str | None:
     return when.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _text(value: Any) -> str | None:
+def text_of(value: Any) -> str | None:
     if value is None:
         return None
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _body_text(message: Any) -> str:
+def body_text(message: Any) -> str:
     """The message's body as text: data sections joined and decoded (UTF-8, bad bytes
     replaced); an AMQP value or sequence body as JSON."""
     from azure.servicebus.amqp import AmqpMessageBodyType
@@ -73,14 +73,14 @@ def _body_text(message: Any) -> str:
         return b"".join(bytes(section) for section in body).decode("utf-8", "replace")
     if message.body_type == AmqpMessageBodyType.SEQUENCE:
         body = list(body)
-    return json.dumps(body, default=_text, ensure_ascii=False)
+    return json.dumps(body, default=text_of, ensure_ascii=False)
 
 
-def _order_id(properties: Mapping[Any, Any] | None, body: str) -> str | None:
+def order_id_of(properties: Mapping[Any, Any] | None, body: str) -> str | None:
     """``orderId`` from the application properties, else from the JSON body, if a string."""
     for key, value in (properties or {}).items():
-        if _text(key) == "orderId" and isinstance(value, (str, bytes)):
-            return _text(value)
+        if text_of(key) == "orderId" and isinstance(value, (str, bytes)):
+            return text_of(value)
     try:
         parsed = json.loads(body)
     except ValueError:
@@ -91,16 +91,16 @@ def _order_id(properties: Mapping[Any, Any] | None, body: str) -> str | None:
 
 def dead_letter_view(message: Any) -> dict[str, Any]:
     """One peeked dead letter as the API shows it."""
-    body = _body_text(message)
+    body = body_text(message)
     return {
         "sequenceNumber": message.sequence_number,
-        "messageId": _text(message.message_id),
+        "messageId": text_of(message.message_id),
         "enqueuedAt": _utc_text(message.enqueued_time_utc),
         "deliveryCount": message.delivery_count,
         "reason": message.dead_letter_reason,
         "description": message.dead_letter_error_description,
-        "orderId": _order_id(message.application_properties, body),
-        "subject": _text(message.subject),
+        "orderId": order_id_of(message.application_properties, body),
+        "subject": text_of(message.subject),
         "body": body[:MAX_BODY_CHARS],
         "bodyTruncated": len(body) > MAX_BODY_CHARS,
     }
@@ -122,7 +122,7 @@ def _peek(client: Any, queue: str, count: int, from_seq: int, dead_letter: bool)
         raise ServiceBusUnavailable(f"peeking {where} failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _client(rt: Runtime, client: Any | None) -> Any:
+def client_or_default(rt: Runtime, client: Any | None) -> Any:
     if client is not None:
         return client
     try:
@@ -137,7 +137,7 @@ def peek_dead_letters(rt: Runtime, queue: str, limit: int = DEFAULT_LIMIT, from_
     ``next`` is the sequence number the next page starts at, or None when there is none. One
     peek (of ``limit + 1``, to know whether more follow). Raises ``ServiceBusUnavailable``."""
     setting = next((name for name, value in rt.config.queues.items() if value == queue), None)
-    peeked = _peek(_client(rt, client), queue, limit + 1, from_seq, dead_letter=True)
+    peeked = _peek(client_or_default(rt, client), queue, limit + 1, from_seq, dead_letter=True)
     page = peeked[:limit]
     following = peeked[limit].sequence_number if len(peeked) > limit else None
     return {"queue": queue, "setting": setting, "messages": [dead_letter_view(m) for m in page], "next": following,
@@ -151,7 +151,7 @@ def queue_depths(rt: Runtime, cap: int = DEPTH_CAP, *, client: Any | None = None
     when any peek fails."""
     from shared.settings import QUEUE_SETTINGS
 
-    sb = _client(rt, client)
+    sb = client_or_default(rt, client)
     queues = [(spec.name, rt.config.queues.get(spec.name) or spec.default or "") for spec in QUEUE_SETTINGS]
     with ThreadPoolExecutor(max_workers=DEPTH_WORKERS) as pool:
         counts = [(pool.submit(_peek, sb, name, cap + 1, 0, False), pool.submit(_peek, sb, name, cap + 1, 0, True))
@@ -169,7 +169,7 @@ def _bad(field: str, message: str) -> HttpResult:
                    errors=[{"field": field, "message": message}])
 
 
-def _whole(raw: str, digits: int) -> int | None:
+def whole_number(raw: str, digits: int) -> int | None:
     """A whole number written in at most ``digits`` ASCII digits, else None."""
     return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= digits else None
 
@@ -192,10 +192,10 @@ def get_dead_letters(rt: Runtime, params: Mapping[str, str], *, client: Any | No
     queue = resolve_queue(rt, params.get("queue"))
     if queue is None:
         return _bad("queue", f"must be a queue setting ({known}) or the name of one of those queues")
-    limit = _whole(params.get("limit", str(DEFAULT_LIMIT)), 2)
+    limit = whole_number(params.get("limit", str(DEFAULT_LIMIT)), 2)
     if limit is None or not 1 <= limit <= MAX_LIMIT:
         return _bad("limit", f"must be a whole number from 1 to {MAX_LIMIT}")
-    from_seq = _whole(params.get("from", "0"), 19)
+    from_seq = whole_number(params.get("from", "0"), 19)
     if from_seq is None or from_seq > MAX_SEQUENCE:
         return _bad("from", f"must be a sequence number: a whole number from 0 to {MAX_SEQUENCE}")
     try:

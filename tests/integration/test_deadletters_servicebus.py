@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
 
+from shared.console.deadletter_actions import copy_of, post_dead_letter_action, resubmit_id
 from shared.console.deadletters import get_dead_letters, peek_dead_letters, queue_depths
 from shared.core.statemachine import Config
 from shared.messaging import ServiceBusBus
@@ -120,3 +121,93 @@ def test_queue_depths_count_active_and_dead_letters_up_to_the_cap(sb: tuple[Runt
     # Counting received nothing: the four active alerts are still there.
     with client.get_queue_receiver("alerts") as receiver:
         assert len(receiver.peek_messages(max_message_count=50)) == 4
+
+
+# ---------------------------------------------------------------- resubmit and discard (issue 30, deliverable 6)
+
+def _dead_seqs(client: Any, queue: str) -> list[int]:
+    with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
+        return [m.sequence_number for m in dlq.peek_messages(max_message_count=250)]
+
+
+def _drain(client: Any, queue: str) -> list[Any]:
+    """Every message now in ``queue``, received and deleted."""
+    got: list[Any] = []
+    with client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+        while batch := receiver.receive_messages(max_message_count=50, max_wait_time=2):
+            got.extend(batch)
+    return got
+
+
+def test_resubmit_sends_a_copy_the_queue_keeps_and_discard_removes(sb: tuple[Runtime, Any]) -> None:
+    """Right after dead-lettering, inside the queue's duplicate-detection window: a copy with the
+    original id would be dropped; the resubmitted copy (a new id) arrives, with what the app needs."""
+    rt, client = sb
+    queue = "agent-inventory"
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage(json.dumps({"orderId": f"o-{i}", "step": "reserve"}),
+                                                message_id=f"req-{i}", content_type="application/json",
+                                                reply_to="replies", correlation_id=f"c-{i}", subject="request",
+                                                application_properties={"traceparent": f"tp-{i}"})
+                              for i in range(3)])
+    _dead_letter_all(client, queue, 3, "PoisonMessage", "the agent refused it")
+    first, second, third = _dead_seqs(client, queue)
+
+    r = post_dead_letter_action(rt, "InventoryQueue", str(second), "resubmit", by="ana")
+    assert r.status == 200, r.body
+    assert r.body == {"queue": queue, "setting": "InventoryQueue", "sequenceNumber": second, "action": "resubmit",
+                      "messageId": "req-1", "orderId": "o-1", "resubmittedAs": f"resubmit:{second}:req-1", "by": "ana"}
+    assert _dead_seqs(client, queue) == [first, third]
+    (copy,) = _drain(client, queue)
+    assert copy.message_id == f"resubmit:{second}:req-1"
+    assert json.loads(b"".join(copy.body)) == {"orderId": "o-1", "step": "reserve"}
+    assert (copy.content_type, copy.reply_to, copy.correlation_id, copy.subject) == (
+        "application/json", "replies", "c-1", "request")
+    props = {(k.decode() if isinstance(k, bytes) else k): v for k, v in copy.application_properties.items()}
+    assert props == {"traceparent": b"tp-1"} or props == {"traceparent": "tp-1"}  # no DeadLetterReason
+
+    r = post_dead_letter_action(rt, queue, str(third), "discard", by="bo")
+    assert r.status == 200 and (r.body["action"], r.body["orderId"], r.body["resubmittedAs"]) == ("discard", "o-2", None)
+    assert _dead_seqs(client, queue) == [first] and _drain(client, queue) == []
+    # Gone: a second action on either is a 404; the one left is untouched and free (not locked).
+    for seq in (second, third):
+        assert post_dead_letter_action(rt, queue, str(seq), "resubmit", by="ana").status == 404
+    with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
+        (left,) = dlq.receive_messages(max_message_count=5, max_wait_time=5)
+        assert left.sequence_number == first and left.dead_letter_reason == "PoisonMessage"
+        dlq.abandon_message(left)
+
+
+def test_a_second_resubmit_after_a_crash_sends_no_second_copy(sb: tuple[Runtime, Any]) -> None:
+    """The crash window: the copy was sent, the dead letter was not completed. Resubmitted again,
+    the second copy has the same id, and the queue's duplicate detection drops it."""
+    rt, client = sb
+    queue = "agent-delivery"
+    _send(client, queue, [{"orderId": "o-crash", "step": "deliver"}])
+    _dead_letter_all(client, queue, 1, "PoisonMessage", "refused")
+    (seq,) = _dead_seqs(client, queue)
+    with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
+        (dead,) = dlq.peek_messages(max_message_count=1)
+        with client.get_queue_sender(queue) as sender:  # what the first attempt sent before it died
+            sender.send_messages(copy_of(dead, resubmit_id(seq, dead.message_id)))
+    r = post_dead_letter_action(rt, queue, str(seq), "resubmit", by="ana")
+    assert r.status == 200 and _dead_seqs(client, queue) == []
+    assert [m.message_id for m in _drain(client, queue)] == [resubmit_id(seq, dead.message_id)]
+
+
+def test_one_dead_letter_among_many_is_found_and_the_others_are_given_back(sb: tuple[Runtime, Any]) -> None:
+    rt, client = sb
+    queue = "replies"
+    _send(client, queue, [{"orderId": f"o-{i}"} for i in range(120)])
+    _dead_letter_all(client, queue, 120, "Test", "many")
+    seqs = _dead_seqs(client, queue)
+    r = post_dead_letter_action(rt, queue, str(seqs[110]), "discard", by="ana")
+    assert r.status == 200 and r.body["orderId"] == "o-110"
+    assert _dead_seqs(client, queue) == seqs[:110] + seqs[111:]
+    # every other one was given back at once (abandoned, not left locked until the lock expires)
+    taken = 0
+    with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER,
+                                   receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as dlq:
+        while batch := dlq.receive_messages(max_message_count=50, max_wait_time=2):
+            taken += len(batch)
+    assert taken == 119

@@ -133,3 +133,67 @@ def test_the_static_files_ship_in_the_publish_package() -> None:
     for name in ["index.html", "manifest.json", *_listed()]:
         assert not spec.match_file(f"functions/console_static/{name}"), name
     assert spec.match_file("tests/unit/functions/test_console.py")  # the spec is the real one
+
+
+@pytest.mark.parametrize("action", ["resubmit", "discard"])
+def test_the_dead_letter_actions_pass_the_route_and_who_acts_on(monkeypatch: pytest.MonkeyPatch, action: str) -> None:
+    import sys
+    import types
+
+    from shared.api.http import HttpResult
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(console, "get_runtime", lambda: "rt")
+
+    def act(rt: Any, queue: str | None, seq: str | None, what: str, *, by: str) -> HttpResult:
+        seen["act"] = (rt, queue, seq, what, by)
+        return HttpResult(200, {"action": what})
+
+    fake = types.ModuleType("shared.console.deadletter_actions")
+    fake.post_dead_letter_action = act  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "shared.console.deadletter_actions", fake)
+    handler = console.deadletter_resubmit if action == "resubmit" else console.deadletter_discard
+    resp = handler(func.HttpRequest("POST", f"http://localhost/api/deadletters/alerts/7/{action}", body=b"",
+                                    route_params={"queue": "alerts", "sequenceNumber": "7"}))
+    assert resp.status_code == 200 and json.loads(resp.get_body()) == {"action": action}
+    assert seen["act"] == ("rt", "alerts", "7", action, "key")  # the key mode: the key acts
+
+
+_ROLES = """
+import base64, json, azure.functions as func
+from functions import console
+from tests.unit.harness import make_runtime
+console.get_runtime = make_runtime  # the handler's runtime: no storage needed to refuse a bad queue
+def principal(*roles):
+    claims = [{"typ": "name", "val": "ana"}] + [{"typ": "roles", "val": r} for r in roles]
+    return base64.b64encode(json.dumps({"auth_typ": "aad", "claims": claims}).encode()).decode()
+out = {}
+for who, headers in (("none", {}), ("viewer", {"X-MS-CLIENT-PRINCIPAL": principal("Viewer")}),
+                     ("operator", {"X-MS-CLIENT-PRINCIPAL": principal("Operator")})):
+    for action in ("resubmit", "discard"):
+        handler = getattr(console, "deadletter_" + action)
+        req = func.HttpRequest("POST", "http://localhost/api/deadletters/nope/7/" + action, body=b"",
+                               headers=headers, route_params={"queue": "nope", "sequenceNumber": "7"})
+        resp = handler(req)
+        out[who + " " + action] = [resp.status_code, json.loads(resp.get_body()).get("errors")]
+print(json.dumps(out))
+"""
+
+
+def test_with_app_service_authentication_only_an_operator_reaches_the_dead_letter_actions() -> None:
+    """No sign-in is 401, a viewer 403; an operator's request reaches the handler (its bad queue: 400)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.unit.harness import REQUIRED_VALUES
+
+    env = {**os.environ, **REQUIRED_VALUES, "OperatorAuth": "appService", "OperatorRole": "Operator",
+           "ViewerRole": "Viewer"}
+    proc = subprocess.run([sys.executable, "-c", _ROLES], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    bad_queue = [{"field": "queue", "message": got["operator resubmit"][1][0]["message"]}]
+    for action in ("resubmit", "discard"):
+        assert got[f"none {action}"] == [401, None] and got[f"viewer {action}"] == [403, None]
+        assert got[f"operator {action}"] == [400, bad_queue]

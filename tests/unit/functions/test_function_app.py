@@ -46,6 +46,8 @@ def test_http_functions() -> None:
         (("GET",), "deadletters"): "ADMIN",
         (("POST",), "operations"): "ADMIN",
         (("GET",), "operations/{id}"): "ADMIN",
+        (("POST",), "deadletters/{queue}/{sequenceNumber}/resubmit"): "ADMIN",
+        (("POST",), "deadletters/{queue}/{sequenceNumber}/discard"): "ADMIN",
         # The fallback: every other request under /api (functions/fallback.py, tests/unit/functions/test_fallback.py).
         (("GET", "POST", "DELETE", "HEAD", "PATCH", "PUT", "OPTIONS"), "{*path}"): "ANONYMOUS",
     }
@@ -144,7 +146,7 @@ def test_indexing_stops_on_a_broken_workflow_file_and_names_it(tmp_path: Path) -
 
 
 _OPERATOR_ROUTES = ["search_orders", "retry_order", "cancel_order", "terminate_order", "console", "overview",
-                    "deadletters", "start_operation", "get_operation"]
+                    "deadletters", "start_operation", "get_operation", "deadletter_resubmit", "deadletter_discard"]
 _LEVELS = ("import json, function_app; print(json.dumps({f.get_function_name(): [b.get('authLevel') "
            "for b in json.loads(f.get_function_json())['bindings'] if b['type'] == 'httpTrigger'][0] "
            "for f in function_app.app.get_functions() if 'httpTrigger' in f.get_function_json()}))")
