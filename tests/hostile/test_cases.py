@@ -169,6 +169,43 @@ def test_an_order_id_with_dashes_in_any_case_names_the_same_order(hostile_stack:
                 assert before.new_rows(tables.snapshot()) == NOTHING_NEW
 
 
+# ------------------------------------------------------------------ dead-letter actions (queue, sequence number)
+
+# POST /api/deadletters/{queue}/{sequenceNumber}/{action}: every action route.
+DEAD_LETTER_ACTIONS = ["/resubmit", "/discard"]
+BAD_QUEUES = {**{name: raw for name, raw in BAD_IDS.items() if name != "dot-dot"},
+              "dead-letter-queue": "scheduler%2F%24DeadLetterQueue", "dollar": "%24DeadLetterQueue",
+              "setting-prefix": "SchedulerQueu", "other-namespace": "sb:%2F%2Fx%2Fscheduler", "star": "*"}
+BAD_SEQUENCES = {"zero": "0", "negative": "-1", "decimal": "1.5", "hex": "0x10", "exponent": "1e3", "plus": "+1",
+                 "too-big": str(2**63), "long": "1" * 40, "arabic-indic": "%D9%A3", "space": "%201",
+                 "nul": "1%00", "newline": "1%0A", "crlf": "1%0D%0AX:%201", "letters": "abc", "blank": "%20",
+                 "fullwidth": "%EF%BC%91"}
+
+
+@pytest.mark.parametrize("action", DEAD_LETTER_ACTIONS)
+@pytest.mark.parametrize("name", sorted(BAD_QUEUES))
+def test_a_bad_dead_letter_queue_is_400(hostile_stack: Any, tables: Tables, action: str, name: str) -> None:
+    assert_rejected(hostile_stack, tables, "POST", f"/api/deadletters/{BAD_QUEUES[name]}/1{action}", b"", [], 400,
+                    ["queue"])
+
+
+@pytest.mark.parametrize("action", DEAD_LETTER_ACTIONS)
+@pytest.mark.parametrize("name", sorted(BAD_SEQUENCES))
+def test_a_bad_sequence_number_is_400(hostile_stack: Any, tables: Tables, action: str, name: str) -> None:
+    assert_rejected(hostile_stack, tables, "POST", f"/api/deadletters/scheduler/{BAD_SEQUENCES[name]}{action}", b"",
+                    [], 400, ["sequenceNumber"])
+
+
+@pytest.mark.parametrize("action", DEAD_LETTER_ACTIONS)
+@pytest.mark.parametrize("queue,seq", [("scheduler", str(2**63 - 1)), ("SCHEDULERQUEUE", "999999999"),
+                                       ("agent-payment", "0" + str(10**17))])
+def test_no_such_dead_letter_is_404(hostile_stack: Any, tables: Tables, action: str, queue: str, seq: str) -> None:
+    # a body, headers or a query are ignored: the path says what to act on
+    r = assert_rejected(hostile_stack, tables, "POST", f"/api/deadletters/{queue}/{seq}{action}?queue=alerts",
+                        body_of({"sequenceNumber": 1}), JSON, 404)
+    assert r.json()["type"].endswith("/not-found"), r.json()
+
+
 # ------------------------------------------------------------------ Idempotency-Key
 
 BAD_KEYS: dict[str, bytes] = {
@@ -493,7 +530,9 @@ def test_own_queue_in_another_case_is_rejected(hostile_stack: Any, tables: Table
                                                ("PUT", "/api/Orders/", "GET, POST"),
                                                ("POST", "/api/console", "GET"),
                                                ("DELETE", "/api/openapi.yaml", "GET"),
-                                               ("HEAD", "/api/overview", "GET")])
+                                               ("HEAD", "/api/overview", "GET"),
+                                               ("GET", "/api/deadletters/scheduler/1/resubmit", "POST"),
+                                               ("DELETE", "/api/deadletters/scheduler/1/discard", "POST")])
 def test_other_methods_write_nothing(hostile_stack: Any, tables: Tables, method: str, path: str, allow: str) -> None:
     # No function takes these: the app's fallback route answers 405 problem+json with the route's
     # methods in Allow (HEAD too: the Functions host gives a GET route no HEAD).

@@ -153,6 +153,8 @@ def test_openapi_document_is_valid() -> None:
                    ("POST", "/orders/{id}/resume"), ("POST", "/orders/{id}/events/{name}"),
                    ("GET", "/openapi.yaml"), ("GET", "/console"),
                    ("GET", "/console/assets/{name}"), ("GET", "/overview"), ("GET", "/deadletters"),
+                   ("POST", "/deadletters/{queue}/{sequenceNumber}/resubmit"),
+                   ("POST", "/deadletters/{queue}/{sequenceNumber}/discard"),
                    ("GET", "/workflows"), ("POST", "/operations"), ("GET", "/operations/{id}")}
     post = raw["paths"]["/orders"]["post"]
     assert {"202", "400", "409", "413", "415", "422"} <= set(post["responses"])

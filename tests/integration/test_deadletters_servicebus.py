@@ -167,7 +167,8 @@ def test_resubmit_sends_a_copy_the_queue_keeps_and_discard_removes(sb: tuple[Run
     assert props == {"traceparent": b"tp-1"} or props == {"traceparent": "tp-1"}  # no DeadLetterReason
 
     r = post_dead_letter_action(rt, queue, str(third), "discard", by="bo")
-    assert r.status == 200 and (r.body["action"], r.body["orderId"], r.body["resubmittedAs"]) == ("discard", "o-2", None)
+    assert r.status == 200
+    assert (r.body["action"], r.body["orderId"], r.body["resubmittedAs"]) == ("discard", "o-2", None)
     assert _dead_seqs(client, queue) == [first] and _drain(client, queue) == []
     # Gone: a second action on either is a 404; the one left is untouched and free (not locked).
     for seq in (second, third):

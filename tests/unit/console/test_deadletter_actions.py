@@ -126,7 +126,8 @@ def _post(broker: Broker, queue: str, seq: str, action: str, by: str = "ana") ->
     ("../scheduler", "1", "queue"), ("scheduler", "", "sequenceNumber"), ("scheduler", None, "sequenceNumber"),
     ("scheduler", "0", "sequenceNumber"), ("scheduler", "-1", "sequenceNumber"), ("scheduler", "1.5", "sequenceNumber"),
     ("scheduler", "\u0663", "sequenceNumber"), ("scheduler", str(2**63), "sequenceNumber"),
-    ("scheduler", "1" * 40, "sequenceNumber"), ("scheduler", " 5", "sequenceNumber"), ("scheduler", "0x10", "sequenceNumber"),
+    ("scheduler", "1" * 40, "sequenceNumber"), ("scheduler", " 5", "sequenceNumber"),
+    ("scheduler", "0x10", "sequenceNumber"),
 ])
 @pytest.mark.parametrize("action", actions.ACTIONS)
 def test_a_bad_request_is_a_400_naming_the_field(queue: str | None, seq: str | None, field: str, action: str) -> None:

@@ -207,3 +207,24 @@ def test_every_verdict_is_documented_as_the_code_describes_it() -> None:
     rows = dict(re.findall(r"^\| `([a-z-]+)` \| (.*) \|$", docs[docs.index("## Verdicts"):], re.M))
     assert set(described) == {v.value for v in Verdict}
     assert rows == described
+
+
+def test_a_dead_letter_actions_answer_matches_its_schema() -> None:
+    """What POST /api/deadletters/{queue}/{sequenceNumber}/{resubmit,discard} answers (the stand-in
+    broker of tests/unit/console/test_deadletter_actions.py) is what the document says."""
+    import jsonschema_rs
+
+    from shared.console.deadletter_actions import ACTIONS, post_dead_letter_action
+    from tests.unit.console.test_deadletter_actions import Broker, Dead
+    from tests.unit.harness import make_runtime
+
+    schema = {"$ref": "#/components/schemas/DeadLetterAction", "components": _doc()["components"]}
+    ops = _operations()
+    for action in ACTIONS:
+        broker = Broker([Dead(1)])
+        body = post_dead_letter_action(make_runtime(), "scheduler", "1", action, by="ana", client=broker).body
+        assert [str(e) for e in jsonschema_rs.validator_for(schema).iter_errors(body)] == []
+        assert set(_doc()["components"]["schemas"]["DeadLetterAction"]["properties"]) == set(body)
+        assert set(ops[("POST", f"/deadletters/{{queue}}/{{sequenceNumber}}/{action}")]["responses"]) >= {
+            "200", "400", "404", "409", "503"}
+    assert "422" in ops[("POST", "/deadletters/{queue}/{sequenceNumber}/resubmit")]["responses"]
