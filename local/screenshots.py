@@ -12,11 +12,17 @@ Chromium (``local.browser``), and ``console-parallel.png``: an ``express`` order
 step's charge is declined while its reservation still runs (stopped, then released). Last,
 ``console-bulk.png``: the search for state=attention after "Retry all N" was confirmed, its
 operation's progress followed to done (it retries the failing orders, so it comes after the rest).
+
+The stack runs with App Service authentication (``OperatorAuth=appService``, ``ROLES``): the
+browser sends an operator's principal (``X-MS-CLIENT-PRINCIPAL``, as App Service would) for
+those pictures, and a viewer's for ``console-viewer.png``, the same order's page with no action.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import sys
 import tempfile
 import time
@@ -36,6 +42,17 @@ from local.stack import Stack
 FAST = {"SupervisorSchedule": "*/2 * * * * *", "StepTimeoutSeconds": "5", "UnclaimedGraceSeconds": "5",
         "BackoffBaseSeconds": "1"}
 POISON = '{"orderId": "0f8fad5bd9cb469fa16570867728950e", "seq": "not a number"}'
+ROLES = {"OperatorAuth": "appService", "OperatorRole": "Operator", "ViewerRole": "Viewer"}
+
+
+def principal(name: str, *roles: str) -> str:
+    """An App Service principal (``X-MS-CLIENT-PRINCIPAL``: base64 JSON of its claims)."""
+    claims = [{"typ": "name", "val": name}, *({"typ": "roles", "val": role} for role in roles)]
+    return base64.b64encode(json.dumps({"auth_typ": "aad", "claims": claims}).encode()).decode()
+
+
+OPERATOR = {"X-MS-CLIENT-PRINCIPAL": principal("ana@contoso.com", "Operator")}
+VIEWER = {"X-MS-CLIENT-PRINCIPAL": principal("vera@contoso.com", "Viewer")}
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 240.0) -> None:
@@ -47,19 +64,20 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 240.0) -> No
 
 
 def get(stack: Stack, path: str, **params: Any) -> Any:
-    r = requests.get(f"{stack.api_url}{path}", params=params, timeout=30)
+    r = requests.get(f"{stack.api_url}{path}", params=params, headers=OPERATOR, timeout=30)
     r.raise_for_status()
     return r.json()
 
 
-def send_poison(stack: Stack) -> str:
+def send_poison(stack: Stack, message_id: str | None = None) -> str:
     """A schedule message no order has: abandoned on every delivery, then dead-lettered."""
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
     queue = stack.settings["SchedulerQueue"]
     with ServiceBusClient.from_connection_string(stack.servicebus_connection_string) as client, \
             client.get_queue_sender(queue) as sender:
-        sender.send_messages(ServiceBusMessage(POISON, content_type="application/json"))
+        sender.send_messages(ServiceBusMessage(POISON, content_type="application/json",
+                                               message_id=message_id or uuid.uuid4().hex))
     return queue
 
 
@@ -136,10 +154,14 @@ def shoot(stack: Stack, out: Path, order_id: str, queue: str, express_id: str) -
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
+    views.append(("viewer", f"/orders/{order_id}", "[data-testid='gantt']"))
     driver = new_driver()
+    driver.execute_cdp_cmd("Network.enable", {})
     saved = []
     try:
         for name, route, ready in views:
+            who = VIEWER if name == "viewer" else OPERATOR
+            driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": who})
             driver.get(console_url(stack.api_url, route))
             WebDriverWait(driver, 30).until(_present(By.CSS_SELECTOR, ready))
             if name == "deadletters":  # show the first message's body
@@ -165,6 +187,8 @@ def shoot_bulk(stack: Stack, out: Path) -> Path:
         return f"[data-testid='{name}']"
 
     driver = new_driver()
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": OPERATOR})
     try:
         driver.get(console_url(stack.api_url, "/search?state=attention"))
         WebDriverWait(driver, 30).until(_present(By.CSS_SELECTOR, testid("orders")))
@@ -195,7 +219,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="console-shots-") as tmp, \
-            Stack(Path(tmp) / "stack", persistent=False, settings_overrides=FAST) as stack:
+            Stack(Path(tmp) / "stack", persistent=False, settings_overrides={**FAST, **ROLES}) as stack:
         order_id, queue = seed(stack, args.orders)
         express_id = express_declined(stack)
         open_breaker(stack)

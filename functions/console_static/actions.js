@@ -13,10 +13,11 @@ const EXPLAIN = {
 };
 
 /** Ask with the page's <dialog>; resolves true when confirmed (Esc or "Keep" resolve false). */
-export function confirmDialog(title, message) {
+export function confirmDialog(title, message, keep = "Keep the order as it is") {
   const dialog = document.getElementById("confirm-dialog");
   setChildren(dialog.querySelector("[data-role=title]"), title);
   setChildren(dialog.querySelector("[data-role=message]"), message);
+  setChildren(dialog.querySelector("button[value=cancel]"), keep);
   return new Promise((resolve) => {
     dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), { once: true });
     dialog.returnValue = "";

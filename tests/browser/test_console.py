@@ -1371,3 +1371,74 @@ def test_retry_all_shows_the_apis_refusal_and_offers_no_confirm_over_the_limit(s
     over = by_testid(driver, "bulk-over-limit")
     assert "More than 10000 orders match: narrow the filter" in over.text, over.text
     assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='bulk-confirm']")
+
+
+# ------------------------------------------------------------------ dead letters: resubmit and discard
+
+def dead_letters(seeded: Seeded, queue: str = "scheduler") -> dict[str, int]:
+    """The queue's dead letters now, by message id: their sequence numbers."""
+    return {m["messageId"]: m["sequenceNumber"] for m in seeded.api("/deadletters", queue=queue, limit=50)["messages"]}
+
+
+def click_dead_letter_action(driver: Any, seq: int, action: str, before_confirm: Any = None) -> str:
+    """Click a dead letter's button, confirm, and the status line once it has the outcome."""
+    stable(driver, lambda d: d.find_element(
+        By.CSS_SELECTOR, f"[data-testid='deadletters'] button[data-action='{action}'][data-seq='{seq}']").click())
+    dialog = driver.find_element(By.ID, "confirm-dialog")
+    WebDriverWait(driver, 10).until(lambda d: dialog.get_attribute("open") is not None)
+    assert "Keep the dead letter" in dialog.text and f"{action} dead letter {seq}" in dialog.text, dialog.text
+    if before_confirm is not None:
+        before_confirm()
+    dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
+    status = by_testid(driver, "deadletter-status")
+    WebDriverWait(driver, 30).until(lambda d: "sending" not in status.text and status.text.strip())
+    return str(status.text)
+
+
+def dead_letter_seqs_shown(driver: Any) -> set[int]:
+    return {int(b.get_attribute("data-seq")) for b in driver.find_elements(
+        By.CSS_SELECTOR, "[data-testid='deadletters'] button[data-action='discard']")}
+
+
+def test_dead_letters_are_discarded_and_resubmitted_with_a_click(seeded: Seeded, driver: Any) -> None:
+    """Three poison schedule messages, dead-lettered by Service Bus. Discard removes one (the list
+    refreshes without it); Resubmit sends a copy back to the scheduler queue, which dead-letters it
+    again under its new id resubmit:<seq>:<id> (so the copy really went back); a dead letter gone
+    meanwhile shows the API's 404 in the status line."""
+    import uuid
+
+    from local.screenshots import send_poison
+
+    ids = [f"poison-{uuid.uuid4().hex[:8]}-{n}" for n in range(3)]
+    for message_id in ids:
+        send_poison(seeded.stack, message_id)
+    wait_until("the poison messages dead-lettered", lambda: set(ids) <= set(dead_letters(seeded)))
+    seqs = dead_letters(seeded)
+    discarded, resubmitted, vanished = (seqs[i] for i in ids)
+    open_view(driver, seeded, "/deadletters/scheduler")
+    WebDriverWait(driver, 30).until(lambda d: {discarded, resubmitted, vanished} <= dead_letter_seqs_shown(d))
+
+    status = click_dead_letter_action(driver, discarded, "discard")
+    assert f"discarded dead letter {discarded} (order 0f8fad5bd9cb469fa16570867728950e)" in status, status
+    WebDriverWait(driver, 30).until(lambda d: discarded not in dead_letter_seqs_shown(d))
+    assert ids[0] not in dead_letters(seeded)
+
+    status = click_dead_letter_action(driver, resubmitted, "resubmit")
+    copy_id = f"resubmit:{resubmitted}:{ids[1]}"
+    assert f"resubmitted dead letter {resubmitted}" in status and f"to scheduler as {copy_id}" in status, status
+    WebDriverWait(driver, 30).until(lambda d: resubmitted not in dead_letter_seqs_shown(d))
+    wait_until("the copy handled again and dead-lettered again", lambda: copy_id in dead_letters(seeded))
+    assert ids[1] not in dead_letters(seeded) and dead_letters(seeded)[copy_id] > resubmitted
+
+    def discard_meanwhile() -> None:  # another operator was faster
+        r = requests.post(f"{seeded.stack.api_url}/deadletters/scheduler/{vanished}/discard", timeout=60)
+        assert r.status_code == 200, r.text
+
+    status = click_dead_letter_action(driver, vanished, "resubmit", before_confirm=discard_meanwhile)
+    assert f"resubmit dead letter {vanished}" in status and "failed" in status, status
+    assert "No such dead letter" in status, status
+    assert "error" in by_testid(driver, "deadletter-status").get_attribute("class")
+    # clean up the copy's dead letter (the other tests peek at this queue)
+    r = requests.post(f"{seeded.stack.api_url}/deadletters/scheduler/{dead_letters(seeded)[copy_id]}/discard",
+                      timeout=60)
+    assert r.status_code == 200 and r.json()["by"] == "key", r.text
