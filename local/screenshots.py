@@ -81,12 +81,23 @@ def send_poison(stack: Stack, message_id: str | None = None) -> str:
     return queue
 
 
+def approve_waiting(stack: Stack) -> bool:
+    """Approve the failing orders that wait for their approval, as an operator (the demo's own
+    approval is refused: it sends no principal, and this stack asks App Service's). True."""
+    for summary in get(stack, "/orders", customerId=FAILING_CUSTOMER)["orders"]:
+        if (get(stack, f"/orders/{summary['orderId']}")["awaiting"] or {}).get("event") == "approval":
+            requests.post(f"{stack.api_url}/orders/{summary['orderId']}/events/approval", headers=OPERATOR,
+                          json={"approved": True, "by": "demo"}, timeout=30).raise_for_status()
+    return True
+
+
 def seed(stack: Stack, orders: int) -> tuple[str, str]:
     """Demo orders (failing ones too) and a dead letter; returns (a compensated order, the queue)."""
     demo(stack, orders, 10.0, True, sys.stdout, seed=7)
     queue = send_poison(stack)
     wait_for("the held shipment and the dead letter", lambda: (
-        get(stack, "/overview")["live"]["attention"]["count"] >= 3
+        approve_waiting(stack)
+        and get(stack, "/overview")["live"]["attention"]["count"] >= 3
         and any(q["deadLetter"] for q in get(stack, "/overview")["queues"])))
     failing = [get(stack, f"/orders/{o['orderId']}")
                for o in get(stack, "/orders", customerId=FAILING_CUSTOMER)["orders"]]
@@ -162,6 +173,7 @@ def shoot(stack: Stack, out: Path, order_id: str, queue: str, express_id: str) -
         for name, route, ready in views:
             who = VIEWER if name == "viewer" else OPERATOR
             driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": who})
+            driver.get("about:blank")  # a new page load: the console reads its caller once per load
             driver.get(console_url(stack.api_url, route))
             WebDriverWait(driver, 30).until(_present(By.CSS_SELECTOR, ready))
             if name == "deadletters":  # show the first message's body

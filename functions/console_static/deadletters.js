@@ -91,15 +91,16 @@ export function render(main, ctx, query, queue) {
     const rows = data.messages.map((message) => [
       String(message.sequenceNumber), fmtTime(message.enqueuedAt), message.reason || "—", message.description || "—",
       message.orderId ? orderLink(message.orderId) : "—", String(message.deliveryCount),
+      ...(mayAct ? [rowActions(queue, message, status, load)] : []),
       h("details", {}, h("summary", { class: "mono" }, preview(message.body)),
         h("pre", { class: "body" }, message.body ?? ""),
         h("p", { class: "muted" }, `message id ${message.messageId}${message.subject ? `, subject ${message.subject}` : ""}` +
           (message.bodyTruncated ? " · body truncated by the API" : ""))),
-      ...(mayAct ? [rowActions(queue, message, status, load)] : []),
     ]);
-    const headers = ["Seq", "Enqueued", "Reason", "Description", "Order", "Deliveries", "Body"];
+    const headers = ["Seq", "Enqueued", "Reason", "Description", "Order", "Deliveries",
+      ...(mayAct ? ["Actions"] : []), "Body"];
     setChildren(list,
-      rows.length ? table(mayAct ? [...headers, "Actions"] : headers, rows)
+      rows.length ? table(headers, rows)
         : h("p", { class: "muted", dataset: { testid: "no-deadletters" } }, "No dead letters."),
       h("nav", { class: "pager", "aria-label": "pages" },
         h("button", { type: "button", disabled: page === 0, onclick: () => { page -= 1; load(); } }, "← Previous"),
