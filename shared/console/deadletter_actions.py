@@ -105,6 +105,8 @@ def copy_of(message: Any, message_id: str) -> Any:
 
 
 def _settle(client: Any, receiver: Any, queue: str, message: Any, action: str) -> Done:
+    from azure.core.exceptions import AzureError
+
     body = body_text(message)
     done = Done(queue, message.sequence_number, action, text_of(message.message_id),
                 order_id_of(message.application_properties, body), None)
@@ -113,7 +115,14 @@ def _settle(client: Any, receiver: Any, queue: str, message: Any, action: str) -
         with client.get_queue_sender(queue) as sender:
             sender.send_messages(copy)
         done = replace(done, resubmitted_as=copy.message_id)
-    receiver.complete_message(message)  # after the send: a crash between leaves the dead letter, never loses it
+    try:
+        receiver.complete_message(message)  # after the send: a crash between leaves the dead letter, never loses it
+    except AzureError as exc:
+        if done.resubmitted_as is None:
+            raise
+        raise ServiceBusUnavailable(f"the copy was sent as {done.resubmitted_as} but the dead letter was not removed "
+                                    f"({type(exc).__name__}: {exc}): resubmit it again (the same id, which duplicate "
+                                    "detection drops inside its window) or discard it") from exc
     return done
 
 

@@ -234,7 +234,8 @@ def test_a_failed_completion_after_the_send_leaves_the_dead_letter_and_a_retry_s
     """The crash window: the copy went, the dead letter stayed. Resubmitted again, the second copy
     has the same message id (duplicate detection drops it inside its window)."""
     broker = Broker([Dead(4, message_id="req-9")], fail="complete")
-    assert _post(broker, "scheduler", "4", "resubmit").status == 503
+    r = _post(broker, "scheduler", "4", "resubmit")
+    assert r.status == 503 and "the copy was sent as resubmit:4:req-9" in r.body["detail"], r.body
     assert len(broker.dead) == 1 and broker.locked == set()
     broker.fail = None
     assert _post(broker, "scheduler", "4", "resubmit").status == 200
