@@ -365,3 +365,33 @@ def test_unknown_entity_dead_letter_and_session_receivers_fail_fast(sb: Endpoint
             with pytest.raises(MessagingEntityNotFoundError):
                 bounded(lambda kw=kwargs: receive(**kw), 20, f"receive from an unknown queue with {kwargs}")
             assert time.monotonic() - t0 < 10, f"not-found should fail fast ({kwargs})"
+
+
+def test_dead_letters_in_peek_lock_are_abandoned_and_completed_where_they_are(client: ServiceBusClient) -> None:
+    """What the console's resubmit/discard relies on (shared/console/deadletter_actions.py): dead
+    letters received in peek-lock, oldest first, abandoned again and again (past MaxDeliveryCount 2:
+    a dead letter is never dead-lettered again) are at once available, delivery count + 1; one
+    completed by its sequence number is gone, the others stay."""
+    with client.get_queue_sender("dlq-settle") as sender:
+        sender.send_messages([ServiceBusMessage(f"m{i}", message_id=f"dls-{i}") for i in range(3)])
+    with client.get_queue_receiver("dlq-settle") as r:
+        for m in receive_exactly(r, 3):
+            r.dead_letter_message(m, reason="Test")
+    with client.get_queue_receiver("dlq-settle", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
+        seqs = [m.sequence_number for m in dlq.peek_messages(max_message_count=10)]
+        assert len(seqs) == 3 and seqs == sorted(seqs)
+        for round_ in range(3):
+            got = receive_exactly(dlq, 3, timeout=5)
+            assert [m.sequence_number for m in got] == seqs  # oldest first
+            assert [m.delivery_count for m in got] == [round_] * 3, [m.delivery_count for m in got]
+            for m in got:
+                dlq.abandon_message(m)
+        got = receive_exactly(dlq, 3, timeout=5)
+        (middle,) = [m for m in got if m.sequence_number == seqs[1]]
+        dlq.complete_message(middle)
+        for m in got:
+            if m is not middle:
+                dlq.abandon_message(m)
+        left = dlq.peek_messages(max_message_count=10, sequence_number=seqs[0])  # (a receiver's peek goes on
+        assert [m.sequence_number for m in left] == [seqs[0], seqs[2]]          # from its last one without it)
+        assert [m.dead_letter_reason for m in receive_exactly(dlq, 2, timeout=5)] == ["Test", "Test"]
