@@ -99,6 +99,7 @@ from typing import Any, TextIO
 import requests
 
 from bench.chaos_approvals import ApprovalPlan, Approvals, approval_outcomes, render_approvals, write_workflows
+from bench.chaos_bulk import Bulk, render_bulk
 from bench.chaos_express import (
     EXPRESS_WORKFLOW,
     Express,
@@ -172,6 +173,8 @@ class ChaosOptions:
     express_share: float = 0.15  # share of orders that name "workflow": "express" (a parallel step)
     approval_share: float = 0.1  # share of orders made to wait for approval (bench.chaos_approvals)
     approval_timeout: int = 30  # every wait step's timeoutSeconds in the run's own workflows directory
+    bulk_orders: int = 0  # orders retried by ONE bulk operation while an instance is killed (bench.chaos_bulk)
+    bulk_per_tick: int = 1  # BulkOrdersPerTick of the stack when bulk_orders > 0 (the POST itself acts on 25)
     progress_every: float = 2.0
     echo: bool = False  # echo the stack's processes' output to stderr
 
@@ -195,6 +198,8 @@ class ChaosOptions:
             raise ValueError("--express-share must be 0..1, and with --digital-share at most 1")
         if not 0 <= o.approval_share <= 1 or o.approval_timeout < 10:
             raise ValueError("--approval-share must be 0..1, --approval-timeout at least 10 (s)")
+        if not 0 <= o.bulk_orders <= 10_000 or o.bulk_per_tick < 1:
+            raise ValueError("--bulk-orders must be 0..10000, --bulk-per-tick at least 1")
         if o.state_dir is None:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
             o.state_dir = REPO_ROOT / ".local" / "chaos" / f"{stamp}-seed{o.seed}"
@@ -254,6 +259,8 @@ class OrderRec:
     request_copy_step: str | None = None  # the step whose request (or reply) the duplicate delivery copied
     reply_copy_step: str | None = None
     reply_copy_in_group: bool = False  # the reply copied was a branch's while another branch still ran
+    bulk: bool = False  # retried by the run's bulk operation (bench.chaos_bulk)
+    bulk_restarts: int = 0  # restarts the bulk operation was asked for (1 once it started)
 
     @property
     def state(self) -> str | None:
@@ -410,6 +417,7 @@ class ChaosRun:
         self.operator = Operator(self)
         self.approvals = Approvals(self)
         self.express = Express(self)
+        self.bulk = Bulk(self)
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -492,14 +500,16 @@ class ChaosRun:
         unshipped = self.express.held_skus("pivotCancel")
         # An order's own cause is no chaos fault: it stays until the operator (or the runner) removes it.
         self._own_causes = {svc: {} for svc in SERVICES}
-        self._own_causes.update({"inventory": {"rejectSkus": own["restock"], "hangSkus": held,
+        self._own_causes.update({"inventory": {"rejectSkus": [*own["restock"], *self.bulk.refused_skus()],
+                                               "hangSkus": held,
                                                "hangSeconds": o.hang_seconds},
                                  "payment": {"hangSkus": own["stall"], "hangSeconds": o.hang_seconds,
                                              **({"rejectAmountOver": REJECT_AMOUNT_OVER} if own["limit"] else {})},
                                  "shipping": {"hangSkus": unshipped, "hangSeconds": o.hang_seconds}})
         self.remote_profile = {svc: dict(base) for svc in SERVICES}  # delivery: the chaos faults only
         self.remote_profile.update({
-            "inventory": {**base, "rejectSkus": [REJECT_SKU, *own["restock"]], "hangSkus": held},
+            "inventory": {**base, "rejectSkus": [REJECT_SKU, *own["restock"], *self.bulk.refused_skus()],
+                          "hangSkus": held},
             "payment": {**base, "rejectAmountOver": REJECT_AMOUNT_OVER, "hangSkus": own["stall"]},
             "shipping": {**base, "hangSkus": unshipped},
         })
@@ -943,7 +953,7 @@ class ChaosRun:
                         for r in due:
                             if (r.dup_delivery and not (r.request_copy_sent and r.reply_copy_sent)
                                     or self.operator.watching(r) or self.approvals.watching(r)
-                                    or self.express.watching(r)):
+                                    or self.express.watching(r) or self.bulk.watching(r)):
                                 r.poll_interval = 0.5
                             else:
                                 r.poll_interval = min(cap, max(2.0, r.poll_interval * 1.5))
@@ -965,7 +975,7 @@ class ChaosRun:
     def all_settled(self) -> bool:
         with self.lock:
             unanswered = any(r.order_id is None and r.post_status is None for r in self.recs[: self.posted])
-            return (not unanswered and self.posted >= len(self.recs)
+            return (not unanswered and self.posted >= len(self.recs) and not self.bulk.pending()
                     and all(is_terminal(r.view) and not self.operator.pending(r) and not self.approvals.pending(r)
                             for r in self.recs if r.order_id))
 
@@ -974,7 +984,7 @@ class ChaosRun:
         acc = sum(c.values())
         done = c["Processed"] + c["Error"]
         f = self.faults
-        return (f"[{self.elapsed():6.1f}s {self.phase:>8}] posted {self.posted}/{self.o.orders} accepted {acc} | "
+        return (f"[{self.elapsed():6.1f}s {self.phase:>8}] posted {self.posted}/{len(self.recs)} accepted {acc} | "
                 f"Pending {c['Pending']} Processing {c['Processing']} Processed {c['Processed']} Error {c['Error']}"
                 f" (terminal {done}) | kills {f['hostInstanceKills']} sbRestarts {f['serviceBusEmulatorRestarts']}"
                 f" azRestarts {f['azuriteRestarts']} dupPOST {f['duplicateSubmissions']}"
@@ -1005,6 +1015,7 @@ class ChaosRun:
         self.operator.plan()
         self.express.plan(events)
         self.approvals.plan()
+        self.recs[:0] = self.bulk.plan()  # posted first: they fail while the others run, then are retried
         assert o.state_dir is not None  # set by ChaosOptions.resolved()
         # The run's own workflows: a wait of a day would not end within it (bench.chaos_approvals).
         workflows_dir = o.state_dir / "workflows"
@@ -1017,6 +1028,8 @@ class ChaosRun:
             "BackoffBaseSeconds": "1",
             "WorkflowsPath": str(workflows_dir),
         }
+        if o.bulk_orders:
+            overrides["BulkOrdersPerTick"] = str(o.bulk_per_tick)
         if o.breaker_failure_threshold is not None:
             overrides["BreakerFailureThreshold"] = str(o.breaker_failure_threshold)
         if o.breaker_cool_down is not None:
@@ -1042,6 +1055,7 @@ class ChaosRun:
             threads.append(threading.Thread(target=self.poll_loop, name="poller", daemon=True))
             threads.append(threading.Thread(target=self.operator.loop, name="operator", daemon=True))
             threads.append(threading.Thread(target=self.approvals.loop, name="approvals", daemon=True))
+            threads.append(threading.Thread(target=self.bulk.loop, name="bulk", daemon=True))
             for th in threads:
                 th.start()
 
@@ -1222,6 +1236,9 @@ class ChaosRun:
         examples["orderNotes"] = self.order_notes(examples, views)
         approvals = {"timeoutSeconds": self.approvals.timeouts, **summary.pop("approvals")}
         express = summary.pop("express")
+        bulk = self.bulk.report(views, histories) if self.bulk.recs else {}
+        checks.update(bulk.get("checks", {}))
+        examples.update(bulk.get("examples", {}))
         report = {
             "ok": all(c["ok"] for c in checks.values()),
             "seed": o.seed,
@@ -1233,6 +1250,7 @@ class ChaosRun:
             "faultEvents": self.fault_events,
             "approvals": approvals,
             "express": express,
+            "bulk": bulk,
             "outage": self.outage_section(views, stats, histories),
             "remotes": {"effects": len(ledger), "stats": stats},
             "pollErrors": dict(self.poll_errors),
@@ -1623,7 +1641,7 @@ def operator_outcomes(accepted: list[OrderRec],
                 continue  # an earlier call whose answer was lost did it
             retry_refused.append({**who, **a})
         gen = int(view.get("generation") or 0)
-        if status == 200 and not r.restarts_done <= gen <= r.restarts_done + r.restarts_unanswered:
+        if status == 200 and not r.restarts_done <= gen <= r.restarts_done + r.restarts_unanswered + r.bulk_restarts:
             generation_wrong.append({**who, "generation": gen, "restartsAccepted": r.restarts_done,
                                      "restartAnswersLost": r.restarts_unanswered})
     counts = {
@@ -1680,6 +1698,9 @@ def render_summary(report: dict[str, Any]) -> str:
                  "approvedOrdersNotProcessed", "declinedOrTimedOutOrdersCharged",
                  "declinedOrTimedOutOrdersNotUndone", "expressOrdersNotRunAsExpress", "expressCompensationsOutOfOrder",
                  "expressFailedOrdersWithBranchEffectsStanding", "expressBranchesNotCompensatedByKey",
+                 "bulkOperationDone", "bulkMatchedOtherThanTheBatch", "bulkCountsNotAddingUp",
+                 "bulkOrdersActedOnTwice", "bulkSucceededNotRestartedOnce", "bulkEventsWithoutBy",
+                 "bulkOrdersEndedWrongly", "bulkKillsWhileRunning", "bulkProblems",
                  "infrastructureErrors", "orphanProcesses"):
         if name in c:
             lines.append(f"  [{mark(c[name]['ok'])}] {name}: {c[name]['value']}")
@@ -1689,6 +1710,7 @@ def render_summary(report: dict[str, Any]) -> str:
         _operator_line(orders.get("operator") or {}),
         *render_approvals(report.get("approvals") or {}, (report.get("approvals") or {}).get("timeoutSeconds")),
         *render_express(report.get("express") or {}),
+        *render_bulk(report.get("bulk") or {}),
         "  faults injected:",
         f"    host instance SIGKILLs {f['hostInstanceKills']}, Service Bus emulator restarts "
         f"{f['serviceBusEmulatorRestarts']}, Azurite restarts {f['azuriteRestarts']}, "
@@ -1788,6 +1810,11 @@ def main(argv: Iterable[str] | None = None) -> int:
                     help="share of orders made to wait for approval (on time, early, late, twice, declined, never)")
     ap.add_argument("--approval-timeout", type=int, default=d.approval_timeout,
                     help="every wait step's timeoutSeconds in the run's own copy of workflows/ (s)")
+    ap.add_argument("--bulk-orders", type=int, default=d.bulk_orders,
+                    help="orders failed on a cause of their own, then retried by ONE bulk operation (POST "
+                         "/api/operations) while a host instance is killed (0: none)")
+    ap.add_argument("--bulk-per-tick", type=int, default=d.bulk_per_tick,
+                    help="BulkOrdersPerTick of the stack with --bulk-orders (the POST acts on 25 itself)")
     ap.add_argument("--settle-timeout", type=float, default=d.settle_timeout)
     ap.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
     ap.add_argument("--echo", action="store_true", help="echo the stack's output to stderr")
@@ -1804,7 +1831,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         operator_retry=not a.no_operator_retry, terminate_rate=a.terminate_rate,
         terminate_within=a.terminate_within, operator_restarts=not a.no_operator_restart, fixable_rate=a.fixable_rate,
         digital_share=a.digital_share, express_share=a.express_share, approval_share=a.approval_share,
-        approval_timeout=a.approval_timeout,
+        approval_timeout=a.approval_timeout, bulk_orders=a.bulk_orders, bulk_per_tick=a.bulk_per_tick,
         settle_timeout=a.settle_timeout, drain_timeout=a.drain_timeout, echo=a.echo,
     )
     if opts.instances < 2:

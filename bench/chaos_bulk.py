@@ -1,0 +1,320 @@
+"""The chaos run's bulk retry (issue 30, deliverable 3): ONE ``POST /api/operations`` retries a
+batch of failed orders while a host instance is killed, and no order is acted on twice.
+
+What it plans (``--bulk-orders`` N, from ``random.Random(f"{seed}:bulk")``, so a seed replays
+it and the rest of the run's plan is drawn as before): N orders of a customer of their own
+(``chaos-bulk-{seed}``), posted first, each with a SKU the inventory refuses
+(``SKU-BULK-{seed}``): every one fails at its reservation (an express one while its charge runs,
+which is then undone) and waits in ``attention``. A quarter of them carry a second SKU of their
+own that stays refused (``SKU-BULK-{seed}-{index}``): the operator does not know about it.
+
+What the runner does, from a thread of its own (``loop``), as an operator would:
+
+1. waits until every bulk order is failed and undone, restocks the SKU (the cause), and asks
+   for a dry run of ``{"action": "retry", "filter": {"state": "attention", "customerId": ...}}``
+   until it matches them all (the search index is written after each order's decision);
+2. POSTs the operation (with an Idempotency-Key: an answer lost with a killed instance is asked
+   again, and gives the same operation), and kills a host instance 0.2-0.8 s after sending it
+   (the POST acts on the first 25 orders itself), and again once it answered while the
+   Supervisor's ticks (``--bulk-per-tick`` orders each) still carry it;
+3. polls ``GET /api/operations/{id}`` until it is ``done``; each order is polled again, so
+   duplicate deliveries reach the generation the operation started, and the run waits for
+   them to settle.
+
+The checks (``bulk_outcomes``, on the final views and whole histories): the operation is done;
+it matched exactly the batch and ``matched == succeeded + failed``; **no order was acted on
+twice** (at most one history event with the operation's id, each saying ``by``); an order the
+operation succeeded on has exactly one ``restarted`` event of it, at generation 1; every bulk
+order ends where it should: Processed (its cause fixed) or failed again, undone (its second
+SKU; the generations' effects are judged by the ledger's checks as any restarted order's); and
+a host instance was killed while the operation ran.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import requests
+
+from local.stack import demo_order
+from shared.core.workflows import DEFAULT_WORKFLOW
+
+if TYPE_CHECKING:
+    from bench.chaos import ChaosRun, OrderRec
+
+BULK_SKU = "SKU-BULK-{seed}"  # inventory refuses it until the operator restocks it
+KEPT_SKU = "SKU-BULK-{seed}-{index}"  # ... and these stay refused: the retried order fails again
+CUSTOMER = "chaos-bulk-{seed}"
+WORKFLOWS = (DEFAULT_WORKFLOW, "digital", "express")  # in turn
+KEPT_EVERY = 4  # every 4th bulk order keeps a cause of its own
+ACTED = ("restarted", "retried")  # what a retry writes (a failed and undone order: restarted)
+KILL_AFTER = (0.2, 0.8)  # seconds after the POST is sent: while it acts on its first slice
+FAIL_TIMEOUT = 120.0  # for the batch to fail and be undone
+MATCH_TIMEOUT = 60.0  # for the search index to list every one of them
+DONE_TIMEOUT = 300.0  # for the operation to be done
+
+
+def failed_and_undone(view: dict[str, Any] | None) -> bool:
+    if not view or view.get("processState") != "Error" or view.get("outcome") != "failed":
+        return False
+    comp = view.get("compensation") or {}
+    return comp.get("state") in ("none", "completed") and not comp.get("pending")
+
+
+class Bulk:
+    """Plans the bulk orders and runs the one bulk retry over them (``loop``)."""
+
+    def __init__(self, run: ChaosRun) -> None:
+        self.run = run
+        seed = run.o.seed
+        self.rng = random.Random(f"{seed}:bulk")
+        self.sku = BULK_SKU.format(seed=seed)
+        self.customer = CUSTOMER.format(seed=seed)
+        self.recs: list[OrderRec] = []
+        self.operation_id: str | None = None
+        self.started = False  # the POST was sent
+        self.finished = False  # done, or given up
+        self.operation: dict[str, Any] | None = None  # the last GET's body
+        self.post: dict[str, Any] = {}  # what the POST(s) answered
+        self.kills: list[dict[str, Any]] = []  # the kills while the operation ran
+        self.problems: list[str] = []
+
+    # ---- plan ---------------------------------------------------------------------------------
+
+    def plan(self) -> list[OrderRec]:
+        """The bulk orders (indexes after the run's own: posted first, planned by nothing else)."""
+        from bench.chaos import OrderRec
+
+        o, rng = self.run.o, self.rng
+        for j in range(o.bulk_orders):
+            index = o.orders + j
+            body = demo_order(rng)
+            body["customerId"] = self.customer
+            body["items"].append({"sku": self.sku, "quantity": 1, "unitPrice": 3})
+            kept = j % KEPT_EVERY == KEPT_EVERY - 1
+            if kept:
+                body["items"].append({"sku": KEPT_SKU.format(seed=o.seed, index=index), "quantity": 1,
+                                      "unitPrice": 2})
+            workflow = WORKFLOWS[j % len(WORKFLOWS)]
+            if workflow != DEFAULT_WORKFLOW:
+                body["workflow"] = workflow
+            self.recs.append(OrderRec(index=index, key=f"chaos-{o.seed}-bulk-{j}", body=body, reject=None,
+                                      dup_submit=rng.random() < o.duplicate_submit_rate,
+                                      dup_delivery=rng.random() < o.duplicate_delivery_rate,
+                                      workflow=workflow, bulk=True))
+        return self.recs
+
+    def refused_skus(self) -> list[str]:
+        """What the inventory refuses for the bulk orders: the batch's SKU (until restocked) and
+        the kept causes (never)."""
+        if not self.recs:
+            return []
+        kept = [i["sku"] for r in self.recs for i in r.body["items"] if i["sku"].startswith(f"{self.sku}-")]
+        return [self.sku, *kept]
+
+    def kept(self, rec: OrderRec) -> bool:
+        return any(i["sku"].startswith(f"{self.sku}-") for i in rec.body["items"])
+
+    def watching(self, rec: OrderRec) -> bool:
+        """A bulk order is polled every 0.5 s while the operation runs (and duplicates reach it)."""
+        return rec.bulk and self.started and not self.finished
+
+    def pending(self) -> bool:
+        return bool(self.recs) and not self.finished
+
+    # ---- the operator's bulk retry --------------------------------------------------------------
+
+    def loop(self) -> None:
+        run = self.run
+        try:
+            self._loop()
+        except Exception as e:  # noqa: BLE001
+            run.errors.append(f"bulk retry: {type(e).__name__}: {e}")
+        finally:
+            self.finished = True
+
+    def _wait(self, predicate: Any, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            if self.run.stop.wait(0.5):
+                return False
+        return predicate()
+
+    def _loop(self) -> None:
+        run = self.run
+        if not self.recs:
+            return
+
+        def all_failed() -> bool:
+            with run.lock:
+                return all(r.order_id and failed_and_undone(r.view) for r in self.recs)
+
+        if not self._wait(all_failed, (run.o.orders + len(self.recs)) / run.o.rate + FAIL_TIMEOUT):
+            with run.lock:
+                left = [(r.order_id, r.state) for r in self.recs if not failed_and_undone(r.view)]
+            raise RuntimeError(f"bulk orders not failed and undone in time: {left[:5]}")
+        run.remove_remote_cause("restock", self.sku)
+        run.event("bulk-fix", sku=self.sku, orders=len(self.recs))
+        body = {"action": "retry", "filter": {"state": "attention", "customerId": self.customer}}
+        matched = 0
+
+        def all_matched() -> bool:
+            nonlocal matched
+            status, answer = self._call("post", "/operations", json={**body, "dryRun": True})
+            matched = int(answer.get("matched") or 0) if status == 200 else matched
+            return matched == len(self.recs)
+
+        if not self._wait(all_matched, MATCH_TIMEOUT):
+            self.problems.append(f"the dry run matched {matched} of {len(self.recs)} bulk orders")
+        run.say(f"  ! bulk retry of {len(self.recs)} orders (customer {self.customer}): POST /api/operations")
+        with run.lock:
+            for r in self.recs:  # each order is watched again: the operation restarts it
+                r.bulk_restarts, r.view, r.next_poll, r.poll_interval = 1, None, 0.0, 0.0
+        self.started = True
+        t_post = time.monotonic()
+        killer = threading.Thread(target=self._kills, args=(t_post,), name="bulk-kills", daemon=True)
+        killer.start()
+        self._start(body)
+        if self.operation_id is None:
+            raise RuntimeError(f"the bulk POST was never answered 202: {self.post}")
+
+        def done() -> bool:
+            status, answer = self._call("get", f"/operations/{self.operation_id}")
+            if status == 200:
+                self.operation = answer
+            return bool(self.operation) and self.operation.get("state") == "done"  # type: ignore[union-attr]
+
+        ok = self._wait(done, DONE_TIMEOUT)
+        self.post["seconds"] = round(time.monotonic() - t_post, 2)
+        killer.join(timeout=90)
+        counts = {k: (self.operation or {}).get(k) for k in ("state", "matched", "succeeded", "failed")}
+        run.event("bulk-done" if ok else "bulk-not-done", operationId=self.operation_id, seconds=self.post["seconds"],
+                  operation=counts)
+        run.say(f"  ! bulk retry {self.operation_id} after {self.post['seconds']}s: {counts}")
+
+    def _start(self, body: dict[str, Any]) -> None:
+        """POST the operation; an answer lost (a killed instance) is asked again with the same key."""
+        key = f"chaos-{self.run.o.seed}-bulk-retry"
+        lost, delay = 0, 0.25
+        deadline = time.monotonic() + self.run.o.post_retry_seconds
+        while time.monotonic() < deadline and not self.run.stop.is_set():
+            status, answer = self._call("post", "/operations", json=body, headers={"Idempotency-Key": key})
+            if status == 202:
+                self.operation_id = str(answer["operationId"])
+                self.post.update(status=202, answersLost=lost, firstAnswer=answer)
+                return
+            if status is not None and status < 500 and status not in (409, 429):
+                self.post.update(status=status, answer=answer)
+                return
+            lost += 1  # no answer, a 5xx, or 409 "being started": asked again
+            self.run.stop.wait(delay)
+            delay = min(delay * 2, 2.0)
+        self.post.update(status=None, answersLost=lost)
+
+    def _kills(self, t_post: float) -> None:
+        """Kill an instance while the POST acts on its first slice, then again once it answered,
+        if the Supervisor's ticks still carry the operation."""
+        run = self.run
+        if run.stop.wait(self.rng.uniform(*KILL_AFTER)):
+            return
+        for when in ("post", "ticks"):
+            if when == "ticks":
+                while self.operation_id is None and not run.stop.is_set() and time.monotonic() < t_post + 60:
+                    run.stop.wait(0.1)
+                if (self.operation or self.post.get("firstAnswer") or {}).get("state") != "running":
+                    return
+            progress = {k: (self.operation or self.post.get("firstAnswer") or {}).get(k)
+                        for k in ("succeeded", "failed")}
+            before, at = run.faults["hostInstanceKills"], round(time.monotonic() - t_post, 2)
+            answered = self.operation_id is not None
+            run.kill_instance()  # (returns once the host restarted it)
+            if run.faults["hostInstanceKills"] > before:
+                self.kills.append({"during": when, "afterSeconds": at, "postAnswered": answered, **progress})
+
+    def _call(self, method: str, path: str, **kw: Any) -> tuple[int | None, dict[str, Any]]:
+        assert self.run.stack is not None
+        try:
+            r = self.run.session().request(method, f"{self.run.stack.api_url}{path}", timeout=60, **kw)
+        except requests.RequestException:
+            return None, {}
+        try:
+            answer = r.json()
+        except ValueError:
+            answer = {"detail": r.text[:300]}
+        return r.status_code, answer if isinstance(answer, dict) else {"detail": str(answer)[:300]}
+
+    def report(self, views: dict[str, tuple[int | None, dict[str, Any] | None]],
+               histories: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+        return bulk_outcomes(self.recs, self.kept, self.operation_id, self.operation, views, histories,
+                             kills=self.kills, post=self.post, problems=self.problems)
+
+
+def bulk_outcomes(recs: list[OrderRec], kept: Any, operation_id: str | None, operation: dict[str, Any] | None,
+                  views: dict[str, tuple[int | None, dict[str, Any] | None]],
+                  histories: dict[str, list[dict[str, Any]]], *, kills: list[dict[str, Any]],
+                  post: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """The bulk retry's checks (see the module's doc) -> {"checks": ..., "summary": ..., "examples": ...}."""
+    op = operation or {}
+    twice, not_once, wrong_end, no_by = [], [], [], []
+    acted_on = 0
+    for r in recs:
+        if not r.order_id:
+            continue
+        status, view = views.get(r.order_id, (None, None))
+        view = (view if status == 200 else None) or r.view or {}
+        history = histories.get(r.order_id) or view.get("history") or []
+        mine = [e for e in history if operation_id and (e.get("detail") or {}).get("operationId") == operation_id]
+        who = {"orderId": r.order_id, "events": [e.get("event") for e in mine]}
+        if len(mine) > 1:
+            twice.append(who)
+        acted_on += bool(mine)
+        if any(not (e.get("detail") or {}).get("by") for e in mine):
+            no_by.append(who)
+        if [e.get("event") for e in mine] not in ([], ["restarted"]):
+            not_once.append(who)
+        gen, state, outcome = int(view.get("generation") or 0), view.get("processState"), view.get("outcome")
+        should = ("Error", "failed") if kept(r) else ("Processed", None)
+        if gen != 1 or state != should[0] or (should[1] and outcome != should[1]):
+            wrong_end.append({**who, "generation": gen, "processState": state, "outcome": outcome,
+                              "expected": {"generation": 1, "processState": should[0], "keptCause": kept(r)}})
+    n = sum(1 for r in recs if r.order_id)
+    matched, succeeded, failed = (int(op.get(k) or 0) for k in ("matched", "succeeded", "failed"))
+    during = [k for k in kills if k.get("during")]
+    checks = {
+        "bulkOperationDone": {"value": op.get("state"), "expected": "done", "ok": op.get("state") == "done"},
+        "bulkMatchedOtherThanTheBatch": {"value": matched - n, "expected": 0, "ok": matched == n > 0},
+        "bulkCountsNotAddingUp": {"value": matched - succeeded - failed, "expected": 0,
+                                  "ok": matched == succeeded + failed},
+        "bulkOrdersActedOnTwice": {"value": len(twice), "expected": 0, "ok": not twice},
+        "bulkSucceededNotRestartedOnce": {"value": abs(succeeded - (acted_on - len(not_once))) + len(not_once),
+                                          "expected": 0, "ok": not not_once and acted_on == succeeded},
+        "bulkEventsWithoutBy": {"value": len(no_by), "expected": 0, "ok": not no_by},
+        "bulkOrdersEndedWrongly": {"value": len(wrong_end), "expected": 0, "ok": not wrong_end},
+        "bulkKillsWhileRunning": {"value": len(during), "expected": ">= 1", "ok": bool(during)},
+        "bulkProblems": {"value": len(problems), "expected": 0, "ok": not problems},
+    }
+    summary = {"orders": n, "keptCause": sum(1 for r in recs if kept(r)), "operationId": operation_id,
+               "matched": matched, "succeeded": succeeded, "failed": failed, "errors": op.get("errors") or [],
+               "actedOn": acted_on, "post": {k: v for k, v in post.items() if k != "firstAnswer"},
+               "firstSlice": {k: (post.get("firstAnswer") or {}).get(k) for k in ("state", "succeeded", "failed")},
+               "kills": kills}
+    examples = {"bulkActedTwice": twice[:20], "bulkNotOnce": not_once[:20], "bulkEndedWrongly": wrong_end[:20],
+                "bulkNoBy": no_by[:20], "bulkProblems": problems[:20]}
+    return {"checks": checks, "summary": summary, "examples": examples}
+
+
+def render_bulk(bulk: dict[str, Any]) -> list[str]:
+    """The summary's lines about the bulk retry (none when the run had none)."""
+    if not bulk:
+        return []
+    s = bulk["summary"]
+    kills = ", ".join(f"{k['during']} at {k['afterSeconds']}s" for k in s["kills"]) or "none"
+    return [f"  bulk retry {s['operationId']}: {s['orders']} orders ({s['keptCause']} with a cause of their own "
+            f"kept): matched {s['matched']}, succeeded {s['succeeded']}, failed {s['failed']}, acted on "
+            f"{s['actedOn']}; POST {s['post'].get('status')} ({s['post'].get('answersLost', 0)} answers lost), first "
+            f"slice {s['firstSlice']}, done after {s['post'].get('seconds')}s; instance kills while it ran: {kills}"]
