@@ -44,6 +44,12 @@ def parse_args(argv: list[str] | None, description: str | None = None) -> argpar
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--skip-recovery", action="store_true")
     ap.add_argument("--recovery-hang", type=float, default=3.0, help="remote latency while the agent is killed")
+    ap.add_argument("--bulk-orders", type=int, default=300,
+                    help="orders in attention that ONE bulk retry acts on beside the fixed-rate load (0 skips the "
+                         "bulk phase)")
+    ap.add_argument("--bulk-seconds", type=float, default=40.0, help="each of the bulk phase's two loads")
+    ap.add_argument("--bulk-fraction", type=float, default=0.2,
+                    help="the bulk phase's load, as a fraction of the saturation rate (the latency phase's)")
     ap.add_argument("--breaker-cache-seconds", type=float, default=None,
                     help="BreakerCacheSeconds of the stack (default: the app's; 0: a breaker read per agent call)")
     ap.add_argument("--no-profile", action="store_true")
@@ -68,6 +74,7 @@ def parse_args(argv: list[str] | None, description: str | None = None) -> argpar
         args.supervisor_period = min(args.supervisor_period, 2)
         args.step_timeout = min(args.step_timeout, 6)
         args.recovery_hang = min(args.recovery_hang, 1.5)
+        args.bulk_orders, args.bulk_seconds = min(args.bulk_orders, 40), min(args.bulk_seconds, 4.0)
         args.no_profile = True
         args.instances = min(args.instances, 2)
         versus.smoke_args(args)

@@ -46,7 +46,11 @@ replayed with ``--seed``) injects:
   their own: designed rejections of either branch while the other runs, a terminate while the
   group runs (the reservation hangs: stopped, compensated by its key), and a terminate at the
   shipment (held) followed by the operator's cancel (both branches undone in reverse order of
-  completion).
+  completion);
+* with ``--bulk-orders N`` (``bench.chaos_bulk``): N orders of a customer of their own fail on a
+  SKU the inventory refuses; the operator restocks it and retries them all with ONE bulk
+  operation (``POST /api/operations``) while a host instance is killed (during the POST's first
+  slice, and during the Supervisor's ticks): no order may be acted on twice.
 
 Then it waits (bounded) for every order to settle, turns the faults off so the tail drains,
 retries the orders the app held for an operator (a pivot step of unknown outcome) through

@@ -327,6 +327,11 @@ def print_summary(r: dict[str, Any]) -> None:
     rec = r.get("recovery")
     if rec:
         p(f"recovery: {rec.get('recovered_s')} s (bound {rec.get('bound_s')} s) {rec.get('error', '')}")
+    if r.get("bulk"):
+        from bench.phase_bulk import report_lines
+
+        for line in report_lines(r["bulk"]):
+            p(line)
     _print_cost(r)
     p("targets:")
     for t in r.get("targets", []):
@@ -419,7 +424,10 @@ def plots(bench: Any) -> dict[str, str]:
     plt.close(fig)
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=90)
-    for phase, color in (("latency", "tab:green"), ("sustained", "tab:orange"), ("saturation", "tab:red")):
+    from bench.phase_bulk import ALONE, BESIDE
+
+    for phase, color in (("latency", "tab:green"), ("sustained", "tab:orange"), ("saturation", "tab:red"),
+                         (ALONE, "tab:blue"), (BESIDE, "tab:purple")):
         lat = sorted(1000 * (o.processed - o.submitted) for o in orders if o.phase == phase and o.processed)
         if not lat:
             continue

@@ -16,6 +16,8 @@ the local Functions host with N instances), in phases:
 7. **sustained**: a fixed arrival rate of 60% of saturation;
 8. **idle**: operations per minute with nothing in flight;
 9. **recovery**: a host instance SIGKILLed in the middle of a step; time to that step's success;
+   then **bulk**: the latency phase's load alone, then beside a bulk retry of ``--bulk-orders``
+   orders in attention at the default pace; the live p50/p99 in both (``bench.phase_bulk``);
 10. **sweep, large**: seeded up to ``--sweep-large`` finished orders; the sweep again.
 11. **the DBOS peer**: our stack stopped, the same phases on the DBOS peer (``bench.versus``,
     ``--skip-peer``); ours/peer side by side in ``versusPeer``.
@@ -43,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import busstats, cpu_split, opcount, phase_recovery, phase_sweep, segments, versus
+from bench import busstats, cpu_split, opcount, phase_bulk, phase_recovery, phase_sweep, segments, versus
 from bench.args import parse_args
 from bench.azraw import raw_rate
 from bench.calibrate import calibrate
@@ -159,6 +161,8 @@ class Bench:
             self.phase_idle()
             if not self.args.skip_recovery:
                 self.phase_recovery()
+            if self.args.bulk_orders > 0:
+                phase_bulk.run(self)
             self.phase_sweep("large", self.args.sweep_large)
             if not self.args.skip_peer:
                 self.phase_peer()
@@ -189,6 +193,8 @@ class Bench:
         os.environ[busstats.ENV] = str(self.bus_stats_path)
         overrides = {"StepTimeoutSeconds": str(self.args.step_timeout),
                      "SupervisorSchedule": f"*/{self.args.supervisor_period} * * * * *"}
+        # a bulk retry at the default's pace (orders/s) whatever the Supervisor's period (bench.phase_bulk)
+        overrides["BulkOrdersPerTick"] = str(phase_bulk.per_tick(self.args.supervisor_period))
         if self.args.breaker_cache_seconds is not None:
             overrides["BreakerCacheSeconds"] = str(self.args.breaker_cache_seconds)
         log(f"starting the stack ({self.args.instances} host instances; step timeout {self.args.step_timeout}s, "

@@ -195,3 +195,18 @@ def test_the_lanes_phase_reports_every_priority_side_by_side(result: tuple[dict,
     assert per["normal"]["latency_ms"]["p99"] > 0 and "high_to_normal_p99" in ph
     png = out / "lanes.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_bulk_phase_runs_the_load_alone_and_beside_a_bulk_retry(result: tuple[dict, Path]) -> None:
+    """bench/phase_bulk.py (issue 30): the same load twice, the second beside ONE bulk retry over the
+    orders in attention; counts only (the ratio is the machine's)."""
+    r, _ = result
+    b = r["bulk"]
+    assert "error" not in b, b
+    for load in ("alone", "beside"):
+        assert b[load]["orders_posted"] == b[load]["processed"] > 0 and b[load]["failed"] == 0, b[load]
+        assert b[load]["latency_ms"]["p50"] > 0 and b[load]["latency_ms"]["p99"] > 0
+    op = b["operation"]
+    assert op["matched"] == op["succeeded"] == b["orders"] == 40 and op["failed"] == 0, op
+    assert op["orders_per_s"] > 0 and op["retried_all_processed_s"] is not None, op
+    assert b["ratio"]["p50"] is not None and b["ratio"]["p99"] is not None, b["ratio"]
