@@ -3,9 +3,13 @@
 ``POST`` takes ``{"action", "filter", "dryRun"}``: an operator action (retry, cancel, terminate,
 suspend, resume) and a search's filters (``state``, ``customerId``, ``workflow``, ``failedStep``,
 ``createdFrom``, ``createdTo``, as ``GET /api/orders`` takes them). It lists the matching orders
-from the search index (the rows as they are: the action decides on each order as it is when it
-acts, and refuses one that no longer fits, as the single-order route would). A dry run answers 200
-``{"matched"}``; otherwise the operation is stored (``shared.core.operations``) and answered 202
+from the search index as a search shows them: a row of a changing category (inFlight, attention)
+checked against its order's state row, and repaired if stale (``shared.api.search.current``), so an
+order whose index write was lost is matched where its state puts it (if the range read holds its
+row: a customer's or every order's; under ``state`` alone, as in a search, once a search that read
+it has moved it). The action then decides on each order as it is when it acts, and refuses one
+that no longer fits, as the single-order route would. A dry run answers 200 ``{"matched"}``;
+otherwise the operation is stored (``shared.core.operations``) and answered 202
 with its id and a Location. Its first slice is acted on at once; the Supervisor's ticks do the
 rest (``shared.runtime.bulk``). With an ``Idempotency-Key``, the same caller's same key is the same
 operation: a retried POST starts nothing twice.
@@ -19,16 +23,15 @@ import uuid
 from collections.abc import Mapping
 
 from shared.api.http import HttpResult, lower_headers, parse_json_body, problem
-from shared.api.search import SearchQuery, parse_query
+from shared.api.search import SearchQuery, current, parse_query
 from shared.core.operations import MAX_ORDERS, Operation, OperationWatch, chunks, partition_of
 from shared.core.orders import IDEMPOTENCY_KEY, MAX_IDEMPOTENCY_KEY_LENGTH, ORDER_ID
-from shared.core.rows import Op, SearchRow
+from shared.core.rows import Op
 from shared.core.statemachine.actions import ACTIONS
 from shared.observability.logs import log_event
 from shared.runtime import Runtime
 from shared.runtime.bulk import advance, read_operation
 from shared.storage.store import Conflict
-from shared.storage.views import read_view
 
 MAX_BODY_BYTES = 4096
 FIELDS = ("action", "filter", "dryRun")
@@ -77,8 +80,9 @@ def parse_request(body: bytes, headers: Mapping[str, str]) -> Request | HttpResu
 
 
 def matching(rt: Runtime, query: SearchQuery, cap: int) -> list[str] | None:
-    """The ids of the orders the search index lists for ``query``, newest first, at most ``cap``;
-    None when finding them would read more than ``MAX_SCANNED`` index rows."""
+    """The ids of the orders a search lists for ``query``, newest first, at most ``cap``; None
+    when finding them would read more than ``MAX_SCANNED`` index rows. Each row of a changing
+    category costs one read of its state row, as in a search (a retry over attention: one per order)."""
     low, high = query.key_range()
     found: list[str] = []
     scanned = 0
@@ -87,28 +91,14 @@ def matching(rt: Runtime, query: SearchQuery, cap: int) -> list[str] | None:
         rows = rt.store.query_index(low, high, PAGE)
         scanned += len(rows)
         fresh = [r for r in rows if last is None or r.row_key > last]  # a page starts at the last key read
-        found += [r.order_id for r in fresh if _matches(rt, query, r)][:cap - len(found)]
+        filtered = query.workflow is not None or query.failed_step is not None
+        found += [f.order_id for f in current(rt, fresh, filtered) if query.matches(f)][:cap - len(found)]
         if len(rows) < PAGE or not fresh:
             break
         if scanned >= MAX_SCANNED:
             return None
         last = low = rows[-1].row_key
     return found
-
-
-def _matches(rt: Runtime, query: SearchQuery, row: SearchRow) -> bool:
-    """Whether the index row passes the filters its key range does not apply (a row written before
-    index rows carried the workflow and failed step is checked against its order)."""
-    if query.category is not None and row.category is not query.category:
-        return False
-    workflow, failed_step = row.workflow, row.failed_step
-    if row.workflow is None and (query.workflow is not None or query.failed_step is not None):
-        view = read_view(rt.store, row.order_id)
-        if view.order is None or view.state is None:
-            return False
-        workflow, failed_step = view.order.workflow, view.state.failed_step
-    return ((query.workflow is None or workflow == query.workflow)
-            and (query.failed_step is None or failed_step == query.failed_step))
 
 
 def _operation_id(by: str, key: str | None) -> str:

@@ -181,7 +181,7 @@ def search_orders(rt: Runtime, params: Mapping[str, str]) -> HttpResult:
     if query.workflow is not None:  # an order's workflow never changes: no read for a row of another
         page = [r for r in page if r.workflow is None or r.workflow == query.workflow]
     filtered = query.workflow is not None or query.failed_step is not None
-    orders = [o for o in _current(rt, page, filtered) if query.matches(o)]
+    orders = [o for o in current(rt, page, filtered) if query.matches(o)]
     return HttpResult(200, {"orders": [o.to_json() for o in orders],
                             "continuationToken": issue(rt.keys, query.scope, {"k": following}) if following else None})
 
@@ -222,10 +222,11 @@ class Found:
                 "currency": self.currency}
 
 
-def _current(rt: Runtime, rows: list[SearchRow], filtered: bool = False) -> list[Found]:
-    """The rows as results; those of a changing category checked against their state row, and
-    under a workflow or failedStep filter, a row written before rows carried those, against its
-    order."""
+def current(rt: Runtime, rows: list[SearchRow], filtered: bool = False) -> list[Found]:
+    """The rows as results; those of a changing category checked against their state row (a stale
+    one repaired), and under a workflow or failedStep filter, a row written before rows carried
+    those, against its order. A bulk operation matches its orders through this too
+    (``shared.api.bulk``), so it acts on exactly the orders a search shows."""
     def check(row: SearchRow) -> Found | None:
         return _check_legacy(rt, row) if filtered and row.workflow is None else _check(rt, row)
 

@@ -81,12 +81,12 @@ class Probe(MemoryStore):
         self.index_writes += 1
         super().write_index(puts, deletes, stale=stale)
 
-    def transact(self, order_id: str, ops: Sequence[Op]) -> None:
+    def transact(self, order_id: str, ops: Sequence[Op]) -> dict[str, str]:
         if self.transactions_left is not None:
             if self.transactions_left <= 0:
                 raise self.crash
             self.transactions_left -= 1
-        super().transact(order_id, ops)
+        return super().transact(order_id, ops)  # the ETags written (a bulk operation's header needs its own)
 
     def read_row(self, order_id: str, row_key: str) -> dict[str, Any] | None:
         row = super().read_row(order_id, row_key)
