@@ -6,8 +6,9 @@ The SKU is restocked, then the fixed-rate load of the latency phase (``--bulk-fr
 saturation rate, ``--bulk-seconds`` long) runs twice on the same stack: **alone**, and **beside**
 ONE bulk retry over the N orders (``POST /api/operations``, started as the second load starts) at
 the default pace: the stack's ``BulkOrdersPerTick`` is set so that its orders per second equal the
-default's (100 per 15 s tick) at the run's Supervisor period. The retried orders then run their
-whole workflow beside the live ones: that is what an operator's bulk retry adds.
+default's (100 per 15 s tick) at the run's Supervisor period (``--bulk-per-tick`` sets another).
+The retried orders then run their whole workflow beside the live ones: that is what an operator's
+bulk retry adds.
 
 Reported (``bench.json`` ``bulk``, printed, and the two loads in the latency plot): the live
 orders' p50/p99 submit -> Processed in each load and their ratio (beside / alone), the bulk
@@ -38,9 +39,12 @@ DONE_TIMEOUT = 600.0
 ALONE, BESIDE = "bulk: live alone", "bulk: live beside a bulk retry"
 
 
-def per_tick(supervisor_period: float) -> int:
-    """BulkOrdersPerTick that gives the default's pace (orders/s) at this Supervisor period."""
-    return max(1, round(DEFAULT_TICK_ORDERS * supervisor_period / DEFAULT_TICK_SECONDS))
+def per_tick(args: Any) -> int:
+    """BulkOrdersPerTick of the run: ``--bulk-per-tick``, else the default's pace (orders/s) at the
+    run's Supervisor period."""
+    if args.bulk_per_tick is not None:
+        return max(1, int(args.bulk_per_tick))
+    return max(1, round(DEFAULT_TICK_ORDERS * args.supervisor_period / DEFAULT_TICK_SECONDS))
 
 
 def run(bench: Bench) -> None:
@@ -159,7 +163,7 @@ def _measure(bench: Bench) -> dict[str, Any]:
     res = {
         "orders": n, "batch_failed_in_s": fail_s, "arrival_rate": round(rate, 2), "fraction": a.bulk_fraction,
         "seconds": a.bulk_seconds,
-        "bulk_orders_per_tick": per_tick(a.supervisor_period), "supervisor_period_s": a.supervisor_period,
+        "bulk_orders_per_tick": per_tick(a), "supervisor_period_s": a.supervisor_period,
         "alone": _brief(alone), "beside": _brief(beside),
         "ratio": {p: _ratio(beside["latency_ms"][p], alone["latency_ms"][p]) for p in ("p50", "p99")},
         "operation": {"operationId": last.get("operationId"), "matched": last.get("matched"),
