@@ -92,7 +92,9 @@ def matching(rt: Runtime, query: SearchQuery, cap: int) -> list[str] | None:
         scanned += len(rows)
         fresh = [r for r in rows if last is None or r.row_key > last]  # a page starts at the last key read
         filtered = query.workflow is not None or query.failed_step is not None
-        found += [f.order_id for f in current(rt, fresh, filtered) if query.matches(f)][:cap - len(found)]
+        # an order's workflow never changes: no state read for a row of another (as in a search)
+        kept = [r for r in fresh if query.workflow is None or r.workflow in (None, query.workflow)]
+        found += [f.order_id for f in current(rt, kept, filtered) if query.matches(f)][:cap - len(found)]
         if len(rows) < PAGE or not fresh:
             break
         if scanned >= MAX_SCANNED:
