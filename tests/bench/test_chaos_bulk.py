@@ -145,7 +145,14 @@ def test_checks_catch_a_running_operation_an_event_without_by_and_no_kill() -> N
 
 def test_checks_catch_an_order_that_ends_where_it_should_not() -> None:
     recs, views, hist = _batch()
-    views["b1"] = (200, {**_view("b1", "Error", outcome="failed"), "generation": 1})  # its cause was fixed
+    recs[0].body = {"items": [{"sku": "SKU-1"}, {"sku": "SKU-BULK-5"}]}
+    # its cause was fixed, but it failed again on a chaos fault: where it may end
+    views["b1"] = (200, {**_view("b1", "Error", outcome="failed"), "generation": 1,
+                         "reason": "timed out (attempt 1); failure count 2 reached 2"})
+    assert _checks(recs, views, hist) == set()
+    views["b1"][1]["reason"] = "out of stock: SKU-BULK-5"  # ... but never on the restocked SKU
+    assert _checks(recs, views, hist) == {"bulkOrdersEndedWrongly"}
+    views["b1"] = (200, {**_view("b1", "Processed"), "generation": 1})
     views["b3"] = (200, {**_view("b3", "Processed"), "generation": 1})  # its cause was kept
     assert _checks(recs, views, hist) == {"bulkOrdersEndedWrongly"}
 
