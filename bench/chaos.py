@@ -945,7 +945,7 @@ class ChaosRun:
             while not self.stop.is_set():
                 now = time.monotonic()
                 with self.lock:
-                    due = [r for r in self.recs if r.order_id and not is_terminal(r.view)
+                    due = [r for r in self.recs if r.order_id and (not is_terminal(r.view) or self.bulk.behind(r))
                            and (r.next_poll or (r.accepted_at or now) + 2.0) <= now]
                 due.sort(key=lambda r: r.next_poll)
                 due = due[:80]
@@ -981,7 +981,7 @@ class ChaosRun:
             unanswered = any(r.order_id is None and r.post_status is None for r in self.recs[: self.posted])
             return (not unanswered and self.posted >= len(self.recs) and not self.bulk.pending()
                     and all(is_terminal(r.view) and not self.operator.pending(r) and not self.approvals.pending(r)
-                            for r in self.recs if r.order_id))
+                            and not self.bulk.behind(r) for r in self.recs if r.order_id))
 
     def progress_line(self) -> str:
         c = self.counts()

@@ -127,6 +127,14 @@ class Bulk:
     def pending(self) -> bool:
         return bool(self.recs) and not self.finished
 
+    def behind(self, rec: OrderRec) -> bool:
+        """A bulk order whose last view predates the operation's restart of it (a poll read it before
+        the operation reached it): polled again, and not settled, until it shows generation 1 (unless
+        the operation, done, counted failures: then some may never be restarted)."""
+        if not rec.bulk_restarts or int((rec.view or {}).get("generation") or 0) >= rec.bulk_restarts:
+            return False
+        return not (self.finished and (self.operation or {}).get("failed"))
+
     # ---- the operator's bulk retry --------------------------------------------------------------
 
     def loop(self) -> None:

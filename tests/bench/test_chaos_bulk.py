@@ -182,3 +182,24 @@ def test_the_summary_prints_the_bulk_checks() -> None:
                          "remote503": {}}}
     text = render_summary(report)
     assert "[ok ] bulkOrdersActedOnTwice: 0" in text and "bulk retry " + OP in text
+
+
+def test_a_bulk_order_seen_before_the_operation_reached_it_is_polled_until_it_shows_the_restart() -> None:
+    """A poll can read an order after the operation started but before it acted on it: that view
+    (generation 0, failed) looks final, yet the order is about to run again."""
+    run = _planned()
+    rec = run.recs[0]
+    rec.order_id, rec.view = "b0", {**_view("b0", "Error", outcome="failed"), "generation": 0}
+    assert not run.bulk.behind(rec)  # the operation has not started: nothing is owed
+    rec.bulk_restarts = 1
+    assert run.bulk.behind(rec)
+    run.bulk.finished = True
+    run.posted = len(run.recs)
+    for other in run.recs[1:]:
+        other.order_id, other.view = f"o{other.index}", _view(f"o{other.index}", "Processed")
+    assert not run.all_settled()
+    rec.view = {**_view("b0", "Processed"), "generation": 1}
+    assert not run.bulk.behind(rec) and run.all_settled()
+    rec.view = {**_view("b0", "Error", outcome="failed"), "generation": 0}
+    run.bulk.operation = {"state": "done", "failed": 1}  # it was counted failed: it may never restart
+    assert not run.bulk.behind(rec)
