@@ -32,12 +32,13 @@ from shared.storage.waiting import forget_waiting, register_waiting
 class BreakerWait(Exception):
     """The remote's breaker is open (or a probe is out): no call; reply ``waiting``."""
 
-    def __init__(self, remote: str, until: datetime, verdict: str, wake: bool) -> None:
+    def __init__(self, remote: str, until: datetime, verdict: str, wake: bool, opening: int = 0) -> None:
         super().__init__(f"breaker of {remote}: {verdict}")
         self.remote = remote
         self.until = until
         self.verdict = verdict
         self.wake = wake  # this step is the one re-dispatched at ``until`` (it drives the next probe)
+        self.opening = opening  # the breaker's opening it read (0: unknown), told in the reply
 
 
 @dataclass
@@ -54,7 +55,8 @@ class CallGuard:
         decision = hold(self.gate, self.step)
         if decision.admission == "wait":
             until = decision.until or self.gate.now() + self.gate.policy.cool_down
-            raise BreakerWait(self.gate.remote, until, decision.verdict, self.gate.claim_wake(until))
+            raise BreakerWait(self.gate.remote, until, decision.verdict, self.gate.claim_wake(until),
+                              decision.opening)
         self.probe_id = decision.probe_id
         self.counted = decision.failures
 

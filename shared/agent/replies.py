@@ -22,13 +22,15 @@ def reply_message_id(request_message_id: str) -> str:
 
 
 def build_reply(request: ReceivedRequest, outcome: Outcome, result: dict[str, Any] | None, reason: str | None,
-                *, breaker: str | None = None, until: datetime | None = None, wake: bool = False) -> ReplyMessage:
+                *, breaker: str | None = None, until: datetime | None = None, wake: bool = False,
+                opening: int | None = None) -> ReplyMessage:
     """The reply: the request's coordinates, the outcome, and its result or reason; the request's
     fencing token, unchanged, when it had one (``shared.storage.fence``). Built as sent, without
     validation: the Scheduler validates what it receives."""
     return ReplyMessage.model_construct(kind=request.kind, orderId=request.order_id, step=request.step,
                                         attempt=request.attempt, outcome=outcome, result=result, reason=reason,
-                                        breaker=breaker, until=until, wake=wake, fence=request.fence)
+                                        breaker=breaker, until=until, wake=wake, opening=opening,
+                                        fence=request.fence)
 
 
 def reply_message(request: ReceivedRequest, reply: ReplyMessage) -> OutMessage:

@@ -171,7 +171,7 @@ class AgentRuntime:
                        note: RequestLog) -> AgentResult:
         """The remote's breaker is open: tell the scheduler the step waits (not a failure)."""
         reply = build_reply(request, "waiting", None, wait.verdict, breaker=wait.remote, until=wait.until,
-                            wake=wait.wake)
+                            wake=wait.wake, opening=wait.opening or None)
         telemetry.send(self.bus, reply_message(request, reply))
         note(logging.WARNING, "agent.waiting", breaker=wait.remote, until=iso(wait.until), wake=wait.wake,
              reason=wait.verdict, calls=len(statuses))

@@ -211,7 +211,6 @@ def _reraisable(error: ValidationError) -> list[InitErrorDetails]:
 
 # --------------------------------------------------------------------------- Scheduler queue and replies
 
-
 class ScheduleMessage(BaseModel):
     """Scheduler queue: 'dispatch whatever this order needs next'. Nothing else: a field it does
     not have (a ``step``...) makes it poison (it is not the message its sender meant)."""
@@ -244,11 +243,12 @@ class ReplyMessage(BaseModel):
     outcome: Literal["success", "error", "waiting"]
     result: JsonObject | None = None
     reason: str | None = None
-    # outcome "waiting": the remote's breaker is open; no call was made. ``until``: when the
-    # breaker is looked at again; ``wake``: this step is the one to re-dispatch then.
+    # outcome "waiting": the remote's breaker is open; no call was made. ``until``: when it is looked at
+    # again; ``wake``: this step is re-dispatched then; ``opening``: the breaker's Opens the agent read.
     breaker: Annotated[str, Field(min_length=1, max_length=100)] | None = None
     until: datetime | None = None
     wake: bool = False
+    opening: Annotated[StrictInt, Field(ge=1)] | None = None
     # The request's fencing token, echoed (``shared.storage.fence``): the rows the scheduler decides on
     # instead of reading them. Checked there; a token it cannot use is ignored, never poison.
     fence: Annotated[str | None, BeforeValidator(_usable_fence)] = None
@@ -259,10 +259,10 @@ class ReplyMessage(BaseModel):
 
     def to_body(self) -> Body:
         """The reply as sent: ``result`` and ``reason`` always; the breaker's fields only on a
-        ``waiting`` reply; the token only when the request had one."""
-        absent = {"fence"} if self.fence is None else set()
+        ``waiting`` reply (``opening`` when known); the token only when the request had one."""
+        absent = {name for name in ("fence", "opening") if getattr(self, name) is None}
         if self.outcome != "waiting":
-            absent |= {"breaker", "until", "wake"}
+            absent |= {"breaker", "until", "wake", "opening"}
         return self.model_dump(exclude=absent)
 
 

@@ -263,11 +263,12 @@ class StepRow(Row):
     compensation_finished_at: datetime | None = None
     compensation_result: Any = None
     compensation_reason: str | None = None
-    # The attempt in flight waits on this remote's open breaker (a ``waiting`` reply), since
-    # ``waiting_since`` (the attempt's first wait: the longest wait counts from it, so it is kept
-    # when a wait ends, until the next attempt).
+    # The attempt in flight waits on this remote's open breaker (a ``waiting`` reply) since ``waiting_since``
+    # (its first wait, kept until the next attempt: the longest wait counts from it), on its opening
+    # ``waiting_opening`` (kept too: after a close ends the wait, a waiting reply of it is stale).
     waiting_on: str | None = None
     waiting_since: datetime | None = None
+    waiting_opening: int | None = None
     # A wait step's event (``shared.core.statemachine.events``): its body, when it arrived (kept
     # if it came before the step started) and what makes a copy of it a copy (its Idempotency-Key,
     # else the body's hash).
@@ -293,6 +294,7 @@ StepRow.PROPS = _props(StepRow, {
     "compensation_finished_at": ("CompensationFinishedAt", TIME),
     "compensation_result": ("CompensationResult", JSON), "compensation_reason": ("CompensationReason", TEXT),
     "waiting_on": ("WaitingOn", TEXT), "waiting_since": ("WaitingSince", TIME),
+    "waiting_opening": ("WaitingOpening", OPTIONAL_INT),
     "event_body": ("EventBody", JSON), "event_at": ("EventAt", TIME), "event_key": ("EventKey", TEXT),
 })
 

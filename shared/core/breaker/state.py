@@ -136,6 +136,7 @@ class BreakerDecision:
     until: datetime | None = None  # wait: when to look again
     probe_id: str = ""  # probe: the lease to report the outcome under
     failures: int = 0  # call: the failures counted when it was admitted (a success then resets them)
+    opening: int = 0  # wait: the opening (``Opens``) the breaker is in
 
 
 def decide_admit(row: BreakerRow, now: datetime, policy: BreakerPolicy, instance: str,
@@ -144,9 +145,10 @@ def decide_admit(row: BreakerRow, now: datetime, policy: BreakerPolicy, instance
     if row.state is BreakerState.CLOSED:
         return BreakerDecision("closed", admission="call", failures=row.failures)
     if row.state is BreakerState.OPEN and row.retry_at is not None and now < row.retry_at:
-        return BreakerDecision("open: cooling down", admission="wait", until=row.retry_at)
+        return BreakerDecision("open: cooling down", admission="wait", until=row.retry_at, opening=row.opens)
     if row.state is BreakerState.HALF_OPEN and row.probe_until is not None and now < row.probe_until:
-        return BreakerDecision("half-open: a probe is out", admission="wait", until=row.probe_until)
+        return BreakerDecision("half-open: a probe is out", admission="wait", until=row.probe_until,
+                               opening=row.opens)
     probe_id = new_probe_id or uuid.uuid4().hex
     taken = replace(row, state=BreakerState.HALF_OPEN, probe_id=probe_id, probe_by=instance,
                     probe_until=now + policy.probe_lease, changed_at=now)

@@ -63,6 +63,11 @@ def closed_tag(opening: int) -> str:
     return f"o{opening}"
 
 
+def closed_opening(tag: str) -> int | None:
+    """The opening a ``closed`` resume's tag names (:func:`closed_tag`), or None (not such a tag)."""
+    return int(tag[1:]) if tag[:1] == "o" and tag[1:].isdigit() else None
+
+
 def probe_tag(at: datetime) -> str:
     """The tag of a resume that carries the probe due at ``at``."""
     return f"probe-{at:%Y%m%dT%H%M%S%f}"

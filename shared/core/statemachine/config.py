@@ -165,11 +165,11 @@ class Verdict(StrEnum):
     STEP_DONE_SUSPENDED = "step-done-suspended"  # a step's reply recorded; the order is suspended: nothing dispatched
     PROCESSED = "processed"  # the last step's reply recorded: the order is done
     DUPLICATE = "duplicate"  # the reply of an attempt already recorded (the request in flight is re-sent)
-    STALE = "stale"  # the reply of an attempt that is no longer the one in flight: nothing written
+    STALE = "stale"  # a reply of an attempt no longer in flight, or a waiting reply from before the close: no write
     WAITING = "waiting"  # the step waits on its remote's open breaker
     WAITING_DUPLICATE = "waiting-duplicate"  # a waiting step's waiting reply again (a copy, or a failed probe's)
     PROBING = "probing"  # a waiting step carries the breaker's probe: its request sent again, nothing written
-    RESENT = "resent"  # the breaker closed before the step's wait was recorded: its request sent again
+    RESENT = "resent"  # a close before the step's wait was recorded, or an older opening's close: request sent again
     LOST_RACE = "lost-race"  # another writer changed the order first, every time it was tried: nothing written
     POISON = "poison"  # the reply names an order or a step that does not exist (the message is poison)
     UNKNOWN_ORDER = "unknown-order"  # the order the message names does not exist

@@ -46,7 +46,8 @@ def dispatch(view: View, step: StepRow, state: StateRow, ctx: Ctx) -> tuple[list
 
 def _running(step: StepRow, state: StateRow, ctx: Ctx) -> StepRow:
     return replace(step, state=StepState.RUNNING, attempt=step.attempt + 1, complete_by=deadline(step, state, ctx),
-                   started_at=ctx.now, finished_at=None, waiting_on=None, waiting_since=None)
+                   started_at=ctx.now, finished_at=None, waiting_on=None, waiting_since=None,
+                   waiting_opening=None)
 
 
 def dispatch_compensation(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[StepRow, StateRow]:
@@ -55,7 +56,8 @@ def dispatch_compensation(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[Ste
     complete_by = ctx.now + ctx.config.timeout(ctx.config.spec(step.name))
     running = replace(step, compensation=CompensationState.RUNNING, compensation_attempt=attempt,
                       compensation_complete_by=complete_by, compensation_started_at=ctx.now,
-                      compensation_finished_at=None, waiting_on=None, waiting_since=None)
+                      compensation_finished_at=None, waiting_on=None, waiting_since=None,
+                      waiting_opening=None)
     return running, replace(state, comp_index=step.index, complete_by=complete_by,
                             lease=Lease.for_compensation(step.name, attempt), updated_at=ctx.now)
 

@@ -31,7 +31,7 @@ import logging
 from dataclasses import replace
 from datetime import timedelta
 
-from shared.core.breaker.waiting import WaitingStep, probe_tag, resume_message
+from shared.core.breaker.waiting import WaitingStep, closed_opening, probe_tag, resume_message
 from shared.core.effects import Effect, ForgetWaiting, Send
 from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage, ResumeMessage
@@ -55,12 +55,21 @@ def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> D
         # next wake-up, if this reply claimed it.
         return Decision(Verdict.WAITING_DUPLICATE, [*wake, info("step.waiting_duplicate", view, step=step.name,
                                                                 attempt=reply.attempt, wake=reply.wake)])
+    if _before_close(step, reply.opening):
+        # The agent read an opening whose close already ended this attempt's wait: a copy of an
+        # earlier waiting reply, or one from before that close. The breaker is not open on it any
+        # more, and the request the close sent again answers for the step: no new wait, no probe.
+        return Decision(Verdict.STALE, [info("step.waiting_stale", view, step=step.name, attempt=reply.attempt,
+                                             opening=reply.opening, closed=step.waiting_opening)])
     since = step.waiting_since or ctx.now
     complete_by = max(since + timedelta(seconds=ctx.config.breaker_max_wait_seconds), ctx.now)
+    opening = reply.opening or step.waiting_opening
     if compensation:
-        waiting = replace(step, waiting_on=reply.breaker, waiting_since=since, compensation_complete_by=complete_by)
+        waiting = replace(step, waiting_on=reply.breaker, waiting_since=since, waiting_opening=opening,
+                          compensation_complete_by=complete_by)
     else:
-        waiting = replace(step, waiting_on=reply.breaker, waiting_since=since, complete_by=complete_by)
+        waiting = replace(step, waiting_on=reply.breaker, waiting_since=since, waiting_opening=opening,
+                          complete_by=complete_by)
     new_state = replace(state, complete_by=complete_by, updated_at=ctx.now)
     detail = {"breaker": reply.breaker, "until": iso(reply.until) if reply.until else None,
               "since": iso(since), "completeBy": iso(complete_by), "compensation": compensation or None}
@@ -111,7 +120,14 @@ def decide_resume(view: View, msg: ResumeMessage, ctx: Ctx) -> Decision:
         return Decision(Verdict.RESENT, [_request(view, step, msg, ctx), info("resume.resent", view, **fields)])
     if msg.why == "probe":
         return Decision(Verdict.PROBING, [_request(view, step, msg, ctx), info("step.probing", view, **fields)])
-    ended, new_state = _ended(step, state, msg.target == "compensation", ctx)
+    closed = closed_opening(msg.tag)
+    if closed is not None and step.waiting_opening is not None and closed < step.waiting_opening:
+        # The close of an older opening (a late copy): the step waits on a newer one, which its own
+        # close ends. Its request goes again, as a probe's does (nothing written): if that older
+        # closer took the step's row with it, the request registers it again.
+        return Decision(Verdict.RESENT, [_request(view, step, msg, ctx),
+                                         info("resume.older_opening", view, waiting=step.waiting_opening, **fields)])
+    ended, new_state = _ended(step, state, msg.target == "compensation", closed, ctx)
     after = view.with_steps(ended).with_state(new_state)
     return Decision(Verdict.RESUMED, [
         # Crash after this: the request is not sent; the Supervisor expires the attempt at its
@@ -162,14 +178,23 @@ def _resumed(step: StepRow, compensation: bool) -> list[Event]:
     return [event(EventKind.RESUMED, step.name, attempt, breaker=step.waiting_on, compensation=compensation or None)]
 
 
-def _ended(step: StepRow, state: StateRow, compensation: bool, ctx: Ctx) -> tuple[StepRow, StateRow]:
+def _before_close(step: StepRow, opening: int | None) -> bool:
+    """Whether a waiting reply of ``opening`` was read before the close that ended the step's wait."""
+    return opening is not None and step.waiting_opening is not None and opening <= step.waiting_opening
+
+
+def _ended(step: StepRow, state: StateRow, compensation: bool, closed: int | None,
+           ctx: Ctx) -> tuple[StepRow, StateRow]:
     """The step without its wait, and its deadline back to the step's timeout (from now).
-    ``WaitingSince`` stays: a later wait of the same attempt counts its longest wait from it."""
+    ``WaitingSince`` stays: a later wait of the same attempt counts its longest wait from it.
+    ``WaitingOpening`` becomes the opening that ``closed`` (when known): a waiting reply read on it
+    or before it is then stale."""
     complete_by = ctx.now + ctx.config.timeout(ctx.config.spec(step.name))
+    opening = max(closed, step.waiting_opening or 0) if closed is not None else step.waiting_opening
     if compensation:
-        ended = replace(step, waiting_on=None, compensation_complete_by=complete_by)
+        ended = replace(step, waiting_on=None, waiting_opening=opening, compensation_complete_by=complete_by)
     else:
-        ended = replace(step, waiting_on=None, complete_by=complete_by)
+        ended = replace(step, waiting_on=None, waiting_opening=opening, complete_by=complete_by)
     return ended, replace(state, complete_by=complete_by, updated_at=ctx.now)
 
 

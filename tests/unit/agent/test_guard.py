@@ -75,6 +75,7 @@ def test_an_outage_is_called_threshold_times_then_every_request_waits(remote: Sc
     for reply in sent:
         parsed = ReplyMessage.model_validate(reply)  # the scheduler's contract
         assert parsed.outcome == "waiting" and parsed.breaker == "inventory" and parsed.until is not None
+        assert parsed.opening == 1  # the opening read: a reply from before a close is told from a new wait
     assert sum(r["wake"] for r in sent) == 1  # one step per cool-down drives the probe
     waiting = waiting_steps(store, "inventory")
     assert {w.order_id for w in waiting} == {r["orderId"] for r in sent}

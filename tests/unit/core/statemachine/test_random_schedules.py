@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
 from shared.api.operator import resume_order, suspend_order
@@ -254,6 +254,32 @@ def test_random_waits_on_a_breaker_hold_one_wait_and_settle(actions: list[tuple[
     only while the step does, and no order has two waiting rows. Once the remote is back and the
     closer has run, every order settles, and its history holds no more waits than there were
     closes and redrives to start them: probes add nothing."""
+    run_breaker_schedule(actions)
+
+
+# Idempotency-Keys whose order ids sort in posting order: the closer lists the waiting rows by key,
+# so the first resume is the first order's, as is the first waiting reply (the failing draws).
+KEYS = ("shipment-1", "shipment-2")
+
+
+def test_copies_of_a_waiting_reply_and_of_its_close_start_no_new_wait() -> None:
+    """The schedule hypothesis found: the closer's resume overtakes the waiting reply, the
+    breaker opens again, and the resume and the old waiting reply are each delivered three times.
+    Before the replies said which opening they read, every copy of the old reply recorded a new
+    wait and every copy of the resume ended one: 4 ``stepWaiting`` for 2 closes."""
+    run_breaker_schedule([(9, 0), (10, 0), (9, 0), (1, 0), (3, 0), (0, 1), (1, 0), (3, 0), (0, 0), (2, 0)], KEYS)
+
+
+def test_a_copy_of_a_waiting_reply_after_its_close_keeps_the_deadline_covered() -> None:
+    """The other schedule hypothesis found: a copy of the waiting reply came after the close had
+    ended its wait, 300 s after the first wait, and set CompleteBy back before the deadline index
+    row the sweep had just put."""
+    run_breaker_schedule([(9, 0), (10, 0), (3, 0), (5, 1), (5, 7), (5, 7), (0, 0), (6, 0), (2, 0)], KEYS)
+
+
+def run_breaker_schedule(actions: list[tuple[int, int]], keys: tuple[str, str] | None = None) -> None:
+    """One schedule of :func:`test_random_waits_on_a_breaker_hold_one_wait_and_settle`; ``keys``:
+    the orders' Idempotency-Keys (None: random order ids)."""
     from datetime import timedelta
 
     from shared.core.breaker.waiting import WaitingStep, waiting_partition
@@ -264,7 +290,8 @@ def test_random_waits_on_a_breaker_hold_one_wait_and_settle(actions: list[tuple[
     s = "create-shipment"
     rt = runtime({})
     agents = AgentSim(rt)
-    orders = [post(rt).body["orderId"] for _ in range(2)]
+    orders = [post(rt, headers={"Idempotency-Key": key} if key else None).body["orderId"]
+              for key in keys or (None, None)]
     down, closes = True, 0
     waited_on: dict[str, int] = {}  # order -> the attempt its step started waiting on
 
@@ -273,8 +300,9 @@ def test_random_waits_on_a_breaker_hold_one_wait_and_settle(actions: list[tuple[
         if down and body["step"] == s and body["kind"] == "step":
             register_waiting(rt.store, "shipping", WaitingStep(body["orderId"], body["attempt"], s), rt.clock())
             until = rt.clock() + timedelta(seconds=5)
+            # the opening it reads: the one after the last close (a close ends an opening)
             agents._reply(msg, {"outcome": "waiting", "breaker": "shipping", "until": until.isoformat(),
-                                "wake": True})
+                                "wake": True, "opening": closes + 1})
         else:
             agents._handle(msg, rt.clock())
 
@@ -338,7 +366,8 @@ def test_random_waits_on_a_breaker_hold_one_wait_and_settle(actions: list[tuple[
         assert history.count("stepWaiting") <= 1 + closes + redrives, history
         assert final["Mode"] in ("finished", "held")
         waits = min(history.count("stepWaiting"), 2)
-        event(f"waits: final {final['ProcessState']}/{final.get('Outcome')}, waits {waits}")
+        if currently_in_test_context():  # not in the fixed schedules' own tests
+            event(f"waits: final {final['ProcessState']}/{final.get('Outcome')}, waits {waits}")
     close()
     assert rt.store.partition_keys(waiting_partition("shipping"), 100) == []
 

@@ -27,9 +27,10 @@ S = "create-shipment"
 
 
 def waiting_reply(oid: str, attempt: int, *, wake: bool = False, kind: str = "step", step: str = S,
-                  until: str = "2026-11-22T08:10:00+00:00") -> bytes:
+                  until: str = "2026-11-22T08:10:00+00:00", opening: int | None = None) -> bytes:
     return json.dumps({"kind": kind, "orderId": oid, "step": step, "attempt": attempt, "outcome": "waiting",
-                       "breaker": "shipping", "until": until, "wake": wake, "reason": "open: cooling down"}).encode()
+                       "breaker": "shipping", "until": until, "wake": wake, "reason": "open: cooling down",
+                       **({"opening": opening} if opening is not None else {})}).encode()
 
 
 def shipping_in_flight() -> tuple[Any, AgentSim, str]:
@@ -143,6 +144,40 @@ def test_a_closed_resume_ahead_of_the_waiting_reply_sends_the_request_again() ->
     st = state(rt, oid)
     assert st["ProcessState"] == "Processed" and st["FailureCount"] == 0 and steps(rt, oid)[S]["Attempt"] == 1
     assert kinds(rt, oid)[-4:] == ["stepWaiting", "resumed", "stepDone", "processed"]
+
+
+def test_a_waiting_reply_read_before_the_close_that_ended_the_wait_starts_no_new_wait() -> None:
+    """A copy of the waiting reply (or one the close's resume overtook) after the close of its
+    opening ended the wait: stale, nothing written, no probe. A reply of the next opening is a
+    new wait, and only that opening's close ends it."""
+    rt, agents, oid = shipping_in_flight()
+    assert handle_reply(rt, waiting_reply(oid, 1, wake=True, opening=1)) == "waiting"
+    assert resume(rt, oid, 1, tag="o1") == "resumed"
+    assert steps(rt, oid)[S]["WaitingOpening"] == 1
+    seq, wakes = state(rt, oid)["EventSeq"], len(membus(rt).peek("scheduler"))
+    assert handle_reply(rt, waiting_reply(oid, 1, wake=True, opening=1)) == "stale"
+    assert state(rt, oid)["EventSeq"] == seq and "WaitingOn" not in steps(rt, oid)[S]
+    assert len(membus(rt).peek("scheduler")) == wakes  # no probe for a closed opening
+    # the breaker opened again: the request the close sent again meets opening 2, a new wait
+    assert handle_reply(rt, waiting_reply(oid, 1, opening=2)) == "waiting"
+    assert steps(rt, oid)[S]["WaitingOpening"] == 2
+    # a late copy of opening 1's resume does not end it: the request goes again, nothing written
+    seq = state(rt, oid)["EventSeq"]
+    assert resume(rt, oid, 1, tag="o1") == "resent"
+    assert state(rt, oid)["EventSeq"] == seq and steps(rt, oid)[S]["WaitingOn"] == "shipping"
+    assert requests_of(rt, oid)[-1].message_id == f"{oid}:{S}:1:o1"
+    assert resume(rt, oid, 1, tag="o2") == "resumed"
+    drive(rt, oid, agents)
+    assert state(rt, oid)["ProcessState"] == "Processed" and state(rt, oid)["FailureCount"] == 0
+    assert kinds(rt, oid).count("stepWaiting") == 2 and kinds(rt, oid).count("resumed") == 2
+
+
+def test_a_waiting_reply_without_an_opening_still_starts_a_wait_after_a_close() -> None:
+    """An older agent's reply says no opening: it is taken as a new wait, as before."""
+    rt, _agents, oid = shipping_in_flight()
+    assert handle_reply(rt, waiting_reply(oid, 1, opening=1)) == "waiting"
+    assert resume(rt, oid, 1, tag="o1") == "resumed"
+    assert handle_reply(rt, waiting_reply(oid, 1)) == "waiting"
 
 
 def test_a_probe_for_a_step_that_no_longer_waits_is_ignored() -> None:
