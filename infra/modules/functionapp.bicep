@@ -365,6 +365,10 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'BulkOrdersPerTick'
           value: '100'
         }
+        {
+          name: 'BulkMaxInFlight'
+          value: '20'
+        }
         // The workflow files, shipped in the package (workflows/*.yaml).
         {
           name: 'WorkflowsPath'

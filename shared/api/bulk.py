@@ -21,6 +21,7 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Mapping
+from datetime import timedelta
 
 from shared.api.http import HttpResult, lower_headers, parse_json_body, problem
 from shared.api.search import SearchQuery, current, parse_query
@@ -36,7 +37,8 @@ from shared.storage.store import Conflict
 MAX_BODY_BYTES = 4096
 FIELDS = ("action", "filter", "dryRun")
 FILTERS = ("state", "customerId", "workflow", "failedStep", "createdFrom", "createdTo")
-FIRST_SLICE = 25  # acted on by the POST itself: a small operation is done when it answers
+FIRST_SLICE = 25  # acted on by the POST itself (room permitting): a small operation is done when it answers
+WATCH_AFTER = timedelta(seconds=10)  # the first tick that takes the operation on comes after the POST's slice
 PAGE = 1000  # index rows per query while matching
 MAX_SCANNED = 50_000  # index rows one match may read (filters with no key range of their own)
 
@@ -152,7 +154,8 @@ def start_operation(rt: Runtime, body: bytes, headers: Mapping[str, str], by: st
                        limit=MAX_ORDERS)
     now = rt.clock()
     op = Operation(operation_id, action, filter_, by, now, len(ids), key=key)
-    rt.store.put_index(OperationWatch(operation_id, now).row)  # first: no operation is without one
+    # first: no operation is without one; due after the POST's own slice, which a tick would only repeat
+    rt.store.put_index(OperationWatch(operation_id, now + WATCH_AFTER).row)
     try:
         rt.store.transact(partition_of(operation_id),
                           [Op("create", op.to_entity()), *(Op("create", c) for c in chunks(ids))])

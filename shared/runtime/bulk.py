@@ -8,8 +8,11 @@ a tick, two Supervisors) act on the same orders at most once each, since the act
 keeps the operation id on the order and a second pass reads it there; one header write wins and
 the other is dropped, with counts that the winner's pass already holds.
 
-Pacing: one slice per Supervisor tick (``BulkOrdersPerTick``, default 100 every 15 s: about 6.7
-orders a second), one order at a time, so a bulk retry adds at most that to the live traffic.
+Pacing: one slice per Supervisor tick (``BulkOrdersPerTick``, default 100 every 15 s), one order
+at a time, and never more orders than leave ``BulkMaxInFlight`` (20) orders in flight in all, live
+traffic's included (one count of the search index's in-flight rows per slice, capped there). A
+slice acts on what room there is, so a bulk retry yields to live traffic instead of queueing ahead
+of it: measured in bench/README.md, "Issue 30: a bulk retry beside live traffic".
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from shared.core.operations import (
 from shared.core.rows import ETAG, Op
 from shared.core.statemachine import Rejected, bound
 from shared.core.statemachine.actions import ACTIONS
+from shared.core.states import Category
 from shared.core.workflows import UnknownWorkflow
 from shared.observability.logs import log_event
 from shared.runtime import Runtime
@@ -74,12 +78,23 @@ def act_on(rt: Runtime, op: Operation, order_id: str) -> str | None:
     return "the order kept changing; try again"
 
 
+def room_in_flight(rt: Runtime) -> int:
+    """How many more orders may be put in flight now: ``BulkMaxInFlight`` less those in flight
+    (one RowKey-only count of the search index, up to that cap)."""
+    cap = rt.config.bulk_max_in_flight
+    in_flight, _more = rt.store.count_index(f"cat-{Category.IN_FLIGHT}-", f"cat-{Category.IN_FLIGHT}.", cap)
+    return cap - in_flight
+
+
 def advance(rt: Runtime, operation_id: str, limit: int | None = None) -> Slice:
     """Act on the next slice (at most ``limit`` orders, default ``BulkOrdersPerTick``) of the operation."""
     op = read_operation(rt, operation_id)
     if op is None or op.state == "done":
         return Slice(op)
-    end = min(op.matched, op.next + (limit or rt.config.bulk_slice))
+    room = room_in_flight(rt)
+    if room <= 0:
+        return Slice(op)  # the system is busy: this slice waits for the next tick
+    end = min(op.matched, op.next + min(limit or rt.config.bulk_slice, room))
     partition = partition_of(operation_id)
     ids: list[str] = []
     for chunk in range(op.next // CHUNK, (end - 1) // CHUNK + 1):

@@ -48,6 +48,7 @@ class Config:
     retention_days: int = 30
     breaker_max_wait_seconds: float = 300.0  # longest a step waits on an open breaker (BreakerMaxWaitSeconds)
     bulk_slice: int = 100  # orders a bulk operation acts on per Supervisor tick (BulkOrdersPerTick)
+    bulk_max_in_flight: int = 20  # a bulk operation puts no order in flight past this many in all (BulkMaxInFlight)
 
     @classmethod
     def from_settings(cls, settings: Any, workflow: tuple[Step, ...] | None = None,
@@ -73,6 +74,7 @@ class Config:
             retention_days=max(1, settings.int("RetentionDays")),
             breaker_max_wait_seconds=float(settings.int("BreakerMaxWaitSeconds")),
             bulk_slice=max(1, settings.int("BulkOrdersPerTick")),
+            bulk_max_in_flight=max(1, settings.int("BulkMaxInFlight")),
         )
 
     @property

@@ -255,3 +255,21 @@ def test_an_order_whose_index_write_was_lost_is_matched_as_a_search_shows_it() -
     assert (r.status, r.body["matched"], r.body["succeeded"], r.body["state"]) == (202, 1, 1, "done")
     assert [e["event"] for e in op_events(rt, held, r.body["operationId"])] == ["retried"]
     assert op_events(rt, in_flight, r.body["operationId"]) == []
+
+
+def test_a_slice_puts_no_order_in_flight_past_the_cap_and_goes_on_when_there_is_room(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """BulkMaxInFlight: live orders in flight leave the operation less room, none at the cap."""
+    monkeypatch.setattr(bulk_api, "FIRST_SLICE", 100)
+    rt, agents, ids = held_orders(4, make_runtime(workflow=HOLD, bulk_max_in_flight=3))
+    live = [post(rt).body["orderId"] for _ in range(2)]  # in flight: room for one more
+    r = start(rt, RETRY_ATTENTION)
+    assert (r.status, r.body["succeeded"], r.body["state"]) == (202, 1, "running"), r.body
+    tick(rt)  # three in flight now (two live, one retried): no room, nothing acted on
+    assert get_operation(rt, r.body["operationId"]).body["succeeded"] == 1
+    for oid in [*live, *ids]:
+        if state(rt, oid)["ProcessState"] != "Error":
+            drive(rt, oid, agents)
+    tick(rt)
+    assert get_operation(rt, r.body["operationId"]).body == {**get_operation(rt, r.body["operationId"]).body,
+                                                           "state": "done", "succeeded": 4, "failed": 0}
