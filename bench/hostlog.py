@@ -74,8 +74,12 @@ class HostLog:
             return n
 
     def counts(self, since: float = 0.0, until: float = float("inf")) -> Counter[str]:
+        """Invocations by function that STARTED in [since, until) (the Executed line's time less its
+        duration): a function that settles its message itself logs Executed only after its settlement,
+        which the local host makes wait for the receiver's turn (up to its receive wait in a lull), so
+        the last replies of a window end after it although their work was in it."""
         with self._lock:
-            return Counter(i.function for i in self.invocations if since <= i.at < until)
+            return Counter(i.function for i in self.invocations if since <= i.at - i.duration_ms / 1000 < until)
 
     def work_items(self, since: float = 0.0, until: float = float("inf")) -> int:
         c = self.counts(since, until)
