@@ -5,7 +5,8 @@ The emulator (``local.servicebus``) writes per-queue counters to the JSON file n
 on SIGUSR1 and at exit. Counted at the broker: messages accepted by sends (``sent``; a batch
 counts each message), deliveries (a message transferred to a receiver: credit waits are not
 operations), settlements (complete / abandon / dead-letter / defer / release), management
-operations by name, duplicates dropped, expirations.
+operations by name, duplicates dropped, expirations. :func:`diff` sums the management operations
+under ``management`` and keeps each by name as ``management:<op>``.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def diff(after: dict[str, dict[str, Any]] | None,
             if isinstance(v, dict):
                 bv = b.get(k, {}) if isinstance(b.get(k), dict) else {}
                 row[k] = sum(int(n) - int(bv.get(op, 0)) for op, n in v.items())  # type: ignore[assignment]
+                for op, n in v.items():  # and each by name (``management:peek-message``): credits differ by kind
+                    row[f"{k}:{op}"] = int(n) - int(bv.get(op, 0))
             elif isinstance(v, (int, float)):
                 row[k] = int(v) - int(b.get(k, 0))
         if any(row.values()):

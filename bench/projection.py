@@ -4,9 +4,15 @@ when there is one: the rate a projection is about).
 
 Assumptions, stated in ``bench.json`` with each figure:
 
-* Service Bus Standard: ~1,000 operations/s per namespace (its throttling credits); counted: the
-  sends to every queue the app sends to, and the deliveries, settlements and management
-  operations of the work queues (the bench's own status-queue receives excluded).
+* Service Bus Standard: 1,000 credits/s per namespace, priced by Azure's rules ("Service Bus
+  throttling", learn.microsoft.com/azure/service-bus-messaging/service-bus-throttling): Send,
+  Receive, Peek 1 credit per message, entity Create/Read/Update/Delete 10, settlement not listed
+  (``bench.cost.bus_credits``): every message sent, every delivery on the work queues; the status
+  queue's receives are its consumer's (the order's caller), given apart.
+* Service Bus Premium: throttled by the messaging units' CPU and memory, not by credits; the docs
+  give no operations/s per MU. Assumed: at least Standard's 1,000 per second per MU (the premium
+  page: "peak performance is much faster than with the Standard tier"), linear in MUs ("a single
+  workload or entity can span multiple messaging units"). A floor to replace by a measurement.
 * Storage account: 20,000 transactions/s (1 KiB entities). Whether an entity-group transaction
   counts once or once per entity toward that target, both figures are given; the binding limit
   takes the lower (every entity counted, reads' returned entities included).
@@ -18,7 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-SB_STANDARD_OPS = 1000
+SB_STANDARD_CREDITS = 1000
+SB_PREMIUM_PER_MU_ASSUMED = 1000  # not documented: see above
+PREMIUM_MUS = (1, 2, 4)
 ACCOUNT_TRANSACTIONS = 20000
 PARTITION_ENTITIES = 2000
 
@@ -27,12 +35,22 @@ def projection(po: dict[str, Any] | None, counted_over: str = "load phases") -> 
     if po is None:
         return None
     out: dict[str, Any] = {}
-    if "bus" in po and po["bus"]["azure_ops_per_order"]:
-        ops = po["bus"]["azure_ops_per_order"]
+    credits = (po.get("bus") or {}).get("credits") or {}
+    if credits.get("credits_per_order"):
+        c, with_status = credits["credits_per_order"], credits["with_status_consumer"]
         out["service_bus_standard_namespace"] = {
-            "ops_per_s": SB_STANDARD_OPS, "ops_per_order": ops, "orders_per_s": round(SB_STANDARD_OPS / ops, 1),
-            "counted": "sends (all queues the app sends to) + deliveries + settlements + management ops "
-                       "of the work queues; the bench's own status-queue receives excluded"}
+            "credits_per_s": SB_STANDARD_CREDITS, "credits_per_order": c,
+            "orders_per_s": round(SB_STANDARD_CREDITS / c, 1),
+            "orders_per_s_with_status_consumer": round(SB_STANDARD_CREDITS / with_status, 1),
+            "credits_per_order_by_rule": credits["by_rule_per_order"],
+            "ops_per_order_before_credits": po["bus"]["azure_ops_per_order"],
+            "counted": credits["rules"]}
+        out["service_bus_premium"] = {
+            f"{mu}_mu": {"orders_per_s_at_least": round(mu * SB_PREMIUM_PER_MU_ASSUMED / c, 1),
+                         "with_status_consumer": round(mu * SB_PREMIUM_PER_MU_ASSUMED / with_status, 1)}
+            for mu in PREMIUM_MUS} | {
+            "assumed": f">= {SB_PREMIUM_PER_MU_ASSUMED} credit-equivalents/s per messaging unit, linear "
+                       "(not documented: Premium is throttled by its MUs' CPU and memory)"}
     t = po["table"]
     ent, req = t["entities_per_order"], t["requests_per_order"]
     if ent:
@@ -53,8 +71,17 @@ def projection(po: dict[str, Any] | None, counted_over: str = "load phases") -> 
         if per_order:
             out[name] = {"entities_per_s": PARTITION_ENTITIES, key: per_order,
                          "orders_per_s": round(PARTITION_ENTITIES / per_order, 1), "why": why}
-    limits = [v["orders_per_s"] for v in out.values()]
+    limits = [v["orders_per_s"] for v in out.values() if "orders_per_s" in v]  # Premium: an alternative tier
     if limits:
         out["binding_limit_orders_per_s"] = min(limits)
     out["counted_over"] = counted_over
     return out
+
+
+def service_bus_line(proj: dict[str, Any]) -> str:
+    sb, prem = proj["service_bus_standard_namespace"], proj["service_bus_premium"]
+    mus = ", ".join(f"{k.replace('_', ' ')} {v['orders_per_s_at_least']}"
+                    for k, v in prem.items() if isinstance(v, dict))
+    return (f"Service Bus by credits: {sb['credits_per_order']} per order {sb['credits_per_order_by_rule']}: Standard "
+            f"{sb['orders_per_s']} orders/s ({sb['orders_per_s_with_status_consumer']} with the status consumer's "
+            f"receives); Premium at least {mus} ({prem['assumed']})")

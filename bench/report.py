@@ -10,8 +10,8 @@ from typing import Any
 
 from bench import busstats, cpu_split
 from bench.calibrate import calibrate
-from bench.cost import IDLE_SWEEP_KINDS, SWEEP_KINDS, consistency, saturation_cost, work_queues
-from bench.projection import projection
+from bench.cost import IDLE_SWEEP_KINDS, SWEEP_KINDS, bus_credits, consistency, saturation_cost, work_queues
+from bench.projection import projection, service_bus_line
 
 LOAD_PHASES = ("saturation", "latency", "sustained")
 SEARCH_TABLE = "orderindex"  # OrderIndexTable as the stack names it (the default)
@@ -94,6 +94,7 @@ def per_order(result: dict[str, Any]) -> dict[str, Any] | None:
             "management_ops_per_order": round(mgmt / orders, 3),
             "status_sends_per_order": round(status.get("sent", 0) / orders, 3),
             "azure_ops_per_order": round(azure_ops / orders, 3),
+            "credits": bus_credits(bus, orders),
             "consistency": {q: {"sent": r.get("sent", 0), "delivered": r.get("delivered", 0),
                                 "completed": r.get("completed", 0), "duplicates": r.get("duplicates", 0)}
                             for q, r in sorted(work_q.items())},
@@ -302,7 +303,7 @@ def print_summary(r: dict[str, Any]) -> None:
             p(f"bus per order: {b['work_queue_messages_per_order']} messages on work queues "
               f"({b['work_queue_messages_per_step']} per step), {b['settlements_per_order']} settlements, "
               f"{b['management_ops_per_order']} management ops, {b['status_sends_per_order']} status sends; "
-              f"Azure ops {b['azure_ops_per_order']}")
+              f"Azure ops {b['azure_ops_per_order']}, credits {b['credits']['credits_per_order']}")
     idle = r.get("idle")
     if idle:
         p(f"idle: {idle['bus_ops_per_min']} bus ops/min, {idle['table_requests_per_min']} table requests/min "
@@ -372,7 +373,10 @@ def _print_cost(r: dict[str, Any]) -> None:
     proj = r.get("azure_projection")
     if proj:
         print(f"Azure projection (counted over {proj.get('counted_over')}): " + "; ".join(
-            f"{k}: {v['orders_per_s']} orders/s" for k, v in proj.items() if isinstance(v, dict)))
+            f"{k}: {v['orders_per_s']} orders/s" for k, v in proj.items()
+            if isinstance(v, dict) and "orders_per_s" in v))
+        if "service_bus_standard_namespace" in proj:
+            print(service_bus_line(proj))
     failed = [c for c in r.get("consistency") or [] if not c["ok"]]
     print(f"counts consistent: {len(r.get('consistency') or []) - len(failed)} relations hold"
           + "".join(f"; BROKEN: {c['check']} {c['detail']}" for c in failed))

@@ -125,10 +125,39 @@ def test_the_azure_projection_comes_from_the_counted_operations() -> None:
     proj = projection(po, counted_over="saturation")
     assert proj is not None and proj["counted_over"] == "saturation"
     sb = proj["service_bus_standard_namespace"]
-    # per order: 6 messages sent, 6.1 delivered and 6 completed on the work queues, 5 status sends
-    assert sb["ops_per_order"] == pytest.approx(23.1) and sb["orders_per_s"] == round(1000 / 23.1, 1)
+    # per order: 6 messages sent, 6.1 delivered and 6 completed on the work queues, 5 status sends:
+    # 23.1 operations; by Azure's credits the settlements are free: 6 + 5 sent + 6.1 received
+    assert sb["ops_per_order_before_credits"] == pytest.approx(23.1)
+    assert sb["credits_per_order"] == pytest.approx(17.1) and sb["orders_per_s"] == round(1000 / 17.1, 1)
+    # the status queue's 5 deliveries are its consumer's receives
+    assert sb["orders_per_s_with_status_consumer"] == round(1000 / 22.1, 1)
+    premium = proj["service_bus_premium"]
+    assert [premium[f"{mu}_mu"]["orders_per_s_at_least"] for mu in (1, 2, 4)] == [
+        round(mu * 1000 / 17.1, 1) for mu in (1, 2, 4)]
     account = proj["storage_account"]
     assert account["requests_per_order"] == 6.4 and account["entities_per_order"] == 16.7
     assert account["orders_per_s"] == round(20000 / 16.7, 1)
     assert account["orders_per_s_if_a_batch_counts_once"] == round(20000 / 6.4, 1)
-    assert proj["binding_limit_orders_per_s"] == min(v["orders_per_s"] for v in proj.values() if isinstance(v, dict))
+    # Premium is another tier, not a limit of this deployment
+    assert proj["binding_limit_orders_per_s"] == min(v["orders_per_s"] for v in proj.values()
+                                                     if isinstance(v, dict) and "orders_per_s" in v)
+
+
+def test_credits_follow_azures_rules_settlements_and_lock_renewals_free_peeks_priced_crud_at_ten() -> None:
+    from bench import busstats
+    from bench.cost import bus_credits
+
+    before = {"agent-payment": {"sent": 0, "delivered": 0, "completed": 0, "management": {"renew-lock": 1}}}
+    after = {"agent-payment": {"sent": 4, "delivered": 5, "completed": 4, "abandoned": 1,
+                               "management": {"renew-lock": 4, "peek-message": 2, "update-disposition": 1}},
+             "order-status": {"sent": 3, "delivered": 3, "management": {"peek-message": 1}}}
+    bus = busstats.diff(after, before)
+    assert bus["agent-payment"]["management"] == 6 and bus["agent-payment"]["management:renew-lock"] == 3
+    c = bus_credits(bus, orders=1)
+    # 4 + 3 sent, 5 delivered, 2 peeks; completions, the abandon and lock renewals free
+    assert c["credits_per_order"] == 14
+    assert c["by_rule_per_order"]["peek / deferred receive"] == 2
+    assert c["free_per_order"] == {"completed": 4, "abandoned": 1, "deadlettered": 0, "deferred": 0, "released": 0,
+                                   "renew-lock": 3}
+    assert c["with_status_consumer"] == 14 + 3 + 1  # the status consumer's receives and its peek
+    assert bus_credits(bus, orders=1, entity_ops=2)["credits_per_order"] == 14 + 20
