@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench import busstats, cpu_split
+from bench import busstats, cpu_account, cpu_split
 from bench.calibrate import calibrate
 from bench.cost import IDLE_SWEEP_KINDS, SWEEP_KINDS, bus_credits, consistency, saturation_cost, work_queues
 from bench.projection import projection, service_bus_line
@@ -257,7 +257,9 @@ def summarize(bench: Any) -> None:
                 r["plots"]["search"] = search_plot(r["search"], bench.out_dir / "search.png")
         except Exception as e:  # noqa: BLE001
             r["plots"] = {"error": repr(e)}
+    r["cpu_accounting"] = cpu_account.accounting(r)
     print_summary(r)
+    print("\n".join(cpu_account.lines(r["cpu_accounting"])))
 
 
 def print_summary(r: dict[str, Any]) -> None:
