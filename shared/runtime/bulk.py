@@ -12,7 +12,7 @@ Pacing: one slice per Supervisor tick (``BulkOrdersPerTick``, default 100 every 
 at a time, and never more orders than leave ``BulkMaxInFlight`` (20) orders in flight in all, live
 traffic's included (one count of the search index's in-flight rows per slice, capped there). A
 slice acts on what room there is, so a bulk retry yields to live traffic instead of queueing ahead
-of it: measured in bench/README.md, "Issue 30: a bulk retry beside live traffic".
+of it (docs/operating.md, "Bulk operations").
 """
 
 from __future__ import annotations
