@@ -129,7 +129,7 @@ class Row:
 
 
 def _props(cls: type, names: Mapping[str, tuple[str, Codec]]) -> tuple[tuple[str, str, Codec], ...]:
-    declared = {f.name for f in fields(cls)} - {"etag"}
+    declared = {f.name for f in fields(cls)} - {"etag", "legacy"}  # legacy: where a SearchRow was read, not a property
     assert declared == set(names), f"{cls.__name__}: {declared ^ set(names)}"
     return tuple((attr, prop, codec) for attr, (prop, codec) in names.items())
 
@@ -383,6 +383,7 @@ class SearchRow(Row):
     total: str | None = None  # a decimal string (the console's landing page lists it)
     currency: str | None = None
     etag: str | None = None
+    legacy: bool = False  # read from the partition before the shards (not stored: see shared.storage.store)
 
     @property
     def row_key(self) -> str:

@@ -21,11 +21,15 @@ from shared.observability.figures import ConsoleStats, Figures
 from shared.storage.store import (
     INDEX_PARTITION,
     MAX_BATCH_OPS,
+    SEARCH_SHARDS,
     STATS_PARTITION,
     Conflict,
     TooLarge,
     check_entity,
     clean,
+    index_partitions,
+    merge_shards,
+    shard_of,
 )
 
 
@@ -37,7 +41,8 @@ class MemoryStore:
       per row, string properties at most 64 KiB.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, shards: int = SEARCH_SHARDS) -> None:
+        self.shards = shards  # the search index's (``shared.storage.store.SEARCH_SHARDS``)
         self._lock = threading.Lock()
         self._rows: dict[tuple[str, str, str], tuple[Entity, str]] = {}
         self._etags = itertools.count(1)
@@ -151,23 +156,46 @@ class MemoryStore:
         deletes = [*deletes, *stale]
         with self._lock:
             for row in puts:
-                self._rows[("search", INDEX_PARTITION, row.row_key)] = (row.to_entity(), self._etag())
+                key = ("search", shard_of(row.row_key, self.shards), row.row_key)
+                self._rows[key] = (row.to_entity(), self._etag())
             for rk in deletes:
-                self._rows.pop(("search", INDEX_PARTITION, rk), None)
+                self._rows.pop(("search", shard_of(rk, self.shards), rk), None)
             self.writes += 1
+
+    def _index_range(self, partition: str, low: str, high: str) -> list[tuple[str, Entity]]:
+        return sorted((rk, props) for (t, pk, rk), (props, _e) in self._rows.items()
+                      if t == "search" and pk == partition and low <= rk < high)
 
     def query_index(self, low: str, high: str, limit: int) -> list[SearchRow]:
         with self._lock:
-            self.reads.append(("search", low))
-            rows = sorted((rk, props) for (t, _pk, rk), (props, _e) in self._rows.items()
-                          if t == "search" and low <= rk < high)
-            return [SearchRow.from_entity({**props, "RowKey": rk}) for rk, props in rows[:limit]]
+            partitions = index_partitions(self.shards)
+            self.reads += [("search", low)] * len(partitions)
+            pages = [[SearchRow.from_entity({**props, "RowKey": rk}) for rk, props in
+                      self._index_range(pk, low, high)[:limit]] for pk in partitions]
+        return merge_shards(pages, limit)
 
     def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
         with self._lock:
-            self.reads.append(("search", low))
-            n = sum(1 for (t, _pk, rk) in self._rows if t == "search" and low <= rk < high)
-            return min(n, cap), n > cap
+            partitions = index_partitions(self.shards)
+            self.reads += [("search", low)] * len(partitions)
+            keys = {rk for pk in partitions for rk, _p in self._index_range(pk, low, high)}
+            return min(len(keys), cap), len(keys) > cap
+
+    def legacy_index(self, limit: int) -> list[SearchRow]:
+        if self.shards <= 1:
+            return []  # ``orders`` is the index itself
+        with self._lock:
+            self.reads.append(("search", INDEX_PARTITION))
+            return [SearchRow.from_entity({**props, "RowKey": rk}) for rk, props in
+                    self._index_range(INDEX_PARTITION, "", "\uffff")[:limit]]
+
+    def drop_legacy_index(self, row_keys: Sequence[str]) -> None:
+        if self.shards <= 1:
+            return
+        with self._lock:
+            for rk in row_keys:
+                self._rows.pop(("search", INDEX_PARTITION, rk), None)
+            self.writes += 1
 
     # console stats (partition ``stats``) ------------------------------------------------------
     def put_stats(self, rows: Mapping[str, Figures]) -> None:

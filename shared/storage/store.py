@@ -34,9 +34,19 @@ later when the order is slower than that. A sweep reads only buckets that are du
 It also holds a breaker's *watch* while the Supervisor may owe that breaker anything: RowKey
 ``breaker:{remote}:{opening}:{due}``, property Due, no OrderId (``shared.core.breaker.watch``).
 
-OrderIndexTable (setting ``OrderIndexTable``): the search index, one partition ``orders``,
-key ranges by purpose (``shared.core.statemachine.search_index``): ``all-``, ``cust-``, ``cat-``
-(newest first) and ``fin-`` (finished orders by finish day, for retention). Its partition
+OrderIndexTable (setting ``OrderIndexTable``): the search index, key ranges by purpose
+(``shared.core.statemachine.search_index``): ``all-``, ``cust-``, ``cat-`` (newest first) and
+``fin-`` (finished orders by finish day, for retention). In one partition ``orders``, or in S shards
+(the store's ``shards``, ``SEARCH_SHARDS`` by default): partitions ``orders-0`` .. ``orders-{S-1}``, a
+row in the shard of its key's last part (the order id: every row of an order in one shard, so an
+order's index write is still one transaction). A range read queries every shard in parallel, each
+at most ``limit`` rows, and merges them by RowKey: the keys are unique across shards, so the merge is
+the one partition's order and a continuation token is still one key. Price: a page is S + 1
+queries (the shards and the legacy partition) returning up to (S + 1) x (limit + 1) rows, instead of
+one query of limit + 1; the index's write ceiling is S partitions' (2,000 entities/s each) instead
+of one's. Beside shards, ``orders`` (the rows written before them) is read as one more shard, its
+rows marked ``legacy`` (a search checks them against their state row: their deletes go to the
+shards now), until retention has moved them (``shared.supervisor.retention``). The partition
 ``stats`` holds the console's per-process figures by minute and hour (``shared.observability.figures``).
 
 The state row's ``IndexDue`` names the row the order's own writes put (so that the last
@@ -57,13 +67,20 @@ This module: the ``Store`` protocol, its errors and the limits; the in-memory tw
 
 from __future__ import annotations
 
+import hashlib
+import heapq
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from shared.core.rows import Entity, EventRow, IndexRow, Op, SearchRow
 from shared.observability.figures import Figures
 
-INDEX_PARTITION = "orders"  # the one partition of the search index (OrderIndexTable)
+INDEX_PARTITION = "orders"  # the search index unsharded (one shard), and the legacy partition beside shards
+# The search index's shards: 1 keeps the one partition ``orders`` (a page is one query: issue 11's
+# "about 60 entities"); S > 1 writes to ``orders-0`` .. ``orders-{S-1}`` (S times the write ceiling, S + 1
+# queries a page). Set it once, from 1 to S: a shard is a hash of the key modulo S, so another S moves rows.
+SEARCH_SHARDS = 1
 STATS_PARTITION = "stats"  # the console's per-process figures (OrderIndexTable, ``shared.observability.figures``)
 
 
@@ -109,19 +126,58 @@ class DeadlineIndex(Protocol):
         """Up to ``limit`` rows of the buckets up to ``bucket``: ONE query."""
 
 
+def index_partitions(shards: int) -> tuple[str, ...]:
+    """The partitions a range read of the search index queries: ``orders`` alone (one shard), or the
+    shards and ``orders`` last (legacy: the rows from before the shards, until retention moves them)."""
+    return (INDEX_PARTITION,) if shards <= 1 else (*(f"orders-{n}" for n in range(shards)), INDEX_PARTITION)
+
+
+def shard_of(row_key: str, shards: int) -> str:
+    """The partition of a search index row: a hash of its key's last part (the order id), so every row
+    of an order is in one shard."""
+    if shards <= 1:
+        return INDEX_PARTITION
+    digest = hashlib.sha256(row_key.rsplit("-", 1)[-1].encode("utf-8")).digest()
+    return f"orders-{int.from_bytes(digest[:4], 'big') % shards}"
+
+
+def merge_shards(pages: Sequence[Sequence[SearchRow]], limit: int) -> list[SearchRow]:
+    """The first ``limit`` rows of the partitions' pages (``index_partitions`` order, each ascending),
+    ascending. With shards, the last page is the legacy partition's: a key in a shard and there
+    once (the shard's), a row from there marked ``legacy``."""
+    legacy = len(pages) - 1 if len(pages) > 1 else -1
+    tagged = [[(r.row_key, i, r) for r in page] for i, page in enumerate(pages)]
+    out: list[SearchRow] = []
+    for key, i, row in heapq.merge(*tagged, key=lambda t: (t[0], t[1])):
+        if out and out[-1].row_key == key:
+            continue
+        out.append(replace(row, legacy=True) if i == legacy else row)
+        if len(out) == limit:
+            break
+    return out
+
+
 class SearchIndex(Protocol):
-    """OrderIndexTable's partition ``orders``: the search index."""
+    """OrderIndexTable's partition ``orders``, or its shards (``index_partitions``): the search index."""
+
+    shards: int  # 1: the one partition ``orders``; S > 1: ``orders-0`` .. ``orders-{S-1}`` (and ``orders``, legacy)
 
     def write_index(self, puts: Sequence[SearchRow], deletes: Sequence[str], *,
                     stale: Sequence[str] = ()) -> None:
         """Upsert ``puts`` and delete ``deletes`` (RowKeys) in the search index (a missing row is
-        fine), committed when it returns. ``stale``: rows that may well not be there, deleted one
-        by one apart from the rest."""
+        fine), committed when it returns: one transaction per shard (an order's rows share one).
+        ``stale``: rows that may well not be there, deleted one by one apart from the rest."""
     def query_index(self, low: str, high: str, limit: int) -> list[SearchRow]:
-        """Search index rows with ``low <= RowKey < high``, ascending, at most ``limit``."""
+        """Search index rows with ``low <= RowKey < high``, ascending, at most ``limit``, over
+        every partition (``index_partitions``; a row of the legacy one marked ``legacy``)."""
     def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
         """(rows with ``low <= RowKey < high`` counted up to ``cap``, whether there may be more):
-        ONE request, RowKeys only."""
+        ONE request per partition, RowKeys only."""
+    def legacy_index(self, limit: int) -> list[SearchRow]:
+        """Up to ``limit`` rows of the legacy partition ``orders`` beside the shards, ascending
+        (retention moves them); none without shards (``orders`` is then the index itself)."""
+    def drop_legacy_index(self, row_keys: Sequence[str]) -> None:
+        """Delete rows of the legacy partition (a missing row is fine)."""
 
 
 class StatsTable(Protocol):

@@ -9,7 +9,8 @@ for it and has returned when the call returns: nothing is queued for later.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,12 +19,16 @@ from shared.observability.figures import ConsoleStats, Figures
 from shared.storage.store import (
     INDEX_PARTITION,
     MAX_BATCH_OPS,
+    SEARCH_SHARDS,
     STATS_PARTITION,
     Conflict,
     Entity,
     TooLarge,
     check_entity,
     clean,
+    index_partitions,
+    merge_shards,
+    shard_of,
 )
 from shared.storage.tables import MAX_PAGE, POOL_SIZE, SdkTable, Table, Write, table_for
 from shared.storage.transport import Urllib3Transport
@@ -39,6 +44,7 @@ class TableStore:
     state: Table
     deadlines: Table
     search: Table | None = None  # OrderIndexTable (None: no search index)
+    shards: int = SEARCH_SHARDS  # the search index's (``shared.storage.store``)
     stats: ConsoleStats | None = field(default=None, repr=False, compare=False)  # the console's figures
 
     def __post_init__(self) -> None:
@@ -47,12 +53,12 @@ class TableStore:
 
     @classmethod
     def of(cls, state: Any, deadlines: Any, search: Any = None, *, rest: bool = True,
-           transport: Any | None = None) -> TableStore:
+           transport: Any | None = None, shards: int = SEARCH_SHARDS) -> TableStore:
         """A store over azure-data-tables ``TableClient``\\ s, each reached by the REST path (``rest``,
         where its credential allows) or the SDK's (``shared.storage.tables.table_for``), on one transport."""
         transport = transport or Urllib3Transport(POOL_SIZE)
         return cls(table_for(state, transport, rest=rest), table_for(deadlines, transport, rest=rest),
-                   None if search is None else table_for(search, transport, rest=rest))
+                   None if search is None else table_for(search, transport, rest=rest), shards)
 
     @property
     def path(self) -> str:
@@ -109,36 +115,67 @@ class TableStore:
 
     def write_index(self, puts: Sequence[SearchRow], deletes: Sequence[str], *,
                     stale: Sequence[str] = ()) -> None:
-        """One transaction of the puts and deletes; if a delete finds nothing (the transaction
-        fails), the puts again alone and the deletes one by one. ``stale``: one by one, apart."""
+        """Per shard (an order's rows share one), one transaction of the puts and deletes; if a delete
+        finds nothing (the transaction fails), the puts again alone and the deletes one by one.
+        ``stale``: one by one, apart."""
         search = self._searched()
-        writes = [*(Write("upsert", r.row_key, r.to_entity()) for r in puts), *(Write("delete", k) for k in deletes)]
-        for i in range(0, len(writes), MAX_BATCH_OPS):
-            chunk = writes[i:i + MAX_BATCH_OPS]
-            try:
-                search.transact(INDEX_PARTITION, chunk)
-            except Conflict:  # a delete of a row already gone: the upserts cannot fail that way
-                upserts = [w for w in chunk if w.kind == "upsert"]
-                if upserts:
-                    search.transact(INDEX_PARTITION, upserts)
-                stale = [*stale, *(w.row_key for w in chunk if w.kind == "delete")]
-        for key in stale:
-            search.delete(INDEX_PARTITION, key)
+        shards: dict[str, list[Write]] = {}
+        for w in [*(Write("upsert", r.row_key, r.to_entity()) for r in puts), *(Write("delete", k) for k in deletes)]:
+            shards.setdefault(shard_of(w.row_key, self.shards), []).append(w)
+        gone = list(stale)
+        for shard, writes in shards.items():
+            for i in range(0, len(writes), MAX_BATCH_OPS):
+                chunk = writes[i:i + MAX_BATCH_OPS]
+                try:
+                    search.transact(shard, chunk)
+                except Conflict:  # a delete of a row already gone: the upserts cannot fail that way
+                    upserts = [w for w in chunk if w.kind == "upsert"]
+                    if upserts:
+                        search.transact(shard, upserts)
+                    gone += [w.row_key for w in chunk if w.kind == "delete"]
+        for key in gone:
+            search.delete(shard_of(key, self.shards), key)
 
     def _searched(self) -> Table:
         if self.search is None:
             raise RuntimeError("this store has no search index table (OrderIndexTable)")
         return self.search
 
+    def _each_partition(self, read: Callable[[str], Any]) -> list[Any]:
+        """``read`` of every partition of the search index, in parallel (joined before it returns)."""
+        partitions = index_partitions(self.shards)
+        if len(partitions) == 1:
+            return [read(partitions[0])]
+        with ThreadPoolExecutor(max_workers=len(partitions)) as pool:
+            return list(pool.map(read, partitions))
+
     def query_index(self, low: str, high: str, limit: int) -> list[SearchRow]:
-        rows = self._searched().query(RANGE, {"pk": INDEX_PARTITION, "low": low, "high": high}, limit=limit).rows
-        return [SearchRow.from_entity(e) for e in rows]
+        search = self._searched()
+        pages = self._each_partition(lambda pk: [SearchRow.from_entity(e) for e in search.query(
+            RANGE, {"pk": pk, "low": low, "high": high}, limit=limit).rows])
+        return merge_shards(pages, limit)
 
     def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
-        """One page of RowKeys (``cap`` at most 1000: one request): capped if there may be more."""
-        page = self._searched().query(RANGE, {"pk": INDEX_PARTITION, "low": low, "high": high},
-                                      limit=min(cap, MAX_PAGE), select=["RowKey"])
-        return len(page.rows), page.more
+        """One page of RowKeys per partition (``cap`` at most 1000: one request each): capped if
+        there may be more (a key in a shard and in the legacy partition counted once)."""
+        search = self._searched()
+        pages = self._each_partition(lambda pk: search.query(
+            RANGE, {"pk": pk, "low": low, "high": high}, limit=min(cap, MAX_PAGE), select=["RowKey"]))
+        keys = {str(e["RowKey"]) for page in pages for e in page.rows}
+        return min(len(keys), cap), len(keys) > cap or any(page.more for page in pages)
+
+    def legacy_index(self, limit: int) -> list[SearchRow]:
+        if self.shards <= 1:
+            return []  # ``orders`` is the index itself
+        rows = self._searched().query("PartitionKey eq @pk", {"pk": INDEX_PARTITION}, limit=limit).rows
+        return [SearchRow.from_entity(e) for e in rows]
+
+    def drop_legacy_index(self, row_keys: Sequence[str]) -> None:
+        if self.shards <= 1:
+            return
+        search = self._searched()
+        for key in row_keys:
+            search.delete(INDEX_PARTITION, key)
 
     def put_stats(self, rows: Mapping[str, Figures]) -> None:
         self._searched().transact(STATS_PARTITION, [Write("upsert", key, clean(figures.to_row(key)))

@@ -193,6 +193,53 @@ def check_search_index(store: Store) -> None:
     assert store.query_index(f"t-{tag}-", f"u-{tag}.", 100) == []
 
 
+def check_search_index_in_shards(store: Store) -> None:
+    # the same contract with the index in 8 shards: a range read merges them (the keys' last parts
+    # differ, so the rows are spread over the shards)
+    before = store.shards
+    try:
+        store.shards = 8
+        check_search_index(store)
+    finally:
+        store.shards = before
+
+
+def check_search_index_legacy_partition(store: Store) -> None:
+    # rows written before the shards (the one partition ``orders``) are read as one more shard, marked
+    # legacy, a key in both once (the shard's); a delete goes to the shard; drop_legacy_index empties it
+    tag, before = _pk()[:8], store.shards
+    ids = [uuid.uuid4().hex for _ in range(6)]
+    keys = [f"v-{tag}-{n}-{oid}" for n, oid in enumerate(ids)]
+
+    def listed() -> list[tuple[int | None, bool]]:
+        return [(r.failure_count, r.legacy) for r in store.query_index(f"v-{tag}-", f"v-{tag}.", 100)]
+
+    try:
+        store.shards = 1
+        store.write_index([SearchRow(keys[n], ids[n], failure_count=n) for n in range(4)], [])
+        assert [r for r in store.legacy_index(1000) if r.row_key.startswith(f"v-{tag}-")] == []  # the index itself
+        store.shards = 8
+        store.write_index([SearchRow(keys[n], ids[n], failure_count=10 + n) for n in range(2, 6)], [])
+        assert listed() == [(0, True), (1, True), (12, False), (13, False), (14, False), (15, False)]
+        assert [r.failure_count for r in store.query_index(f"v-{tag}-", f"v-{tag}.", 3)] == [0, 1, 12]
+        assert store.count_index(f"v-{tag}-", f"v-{tag}.", 100) == (6, False)
+        assert store.count_index(f"v-{tag}-", f"v-{tag}.", 5) == (5, True)
+        legacy = [r for r in store.legacy_index(1000) if r.row_key.startswith(f"v-{tag}-")]
+        assert [(r.failure_count, r.legacy) for r in legacy] == [(0, False), (1, False), (2, False), (3, False)]
+        store.write_index([], [keys[2]])  # the shard's row: the legacy one is read again
+        assert listed() == [(0, True), (1, True), (2, True), (13, False), (14, False), (15, False)]
+        store.shards = 1  # nothing of the shards went to ``orders``
+        assert listed() == [(0, False), (1, False), (2, False), (3, False)]
+        store.shards = 8
+        store.drop_legacy_index([r.row_key for r in legacy])
+        store.drop_legacy_index([r.row_key for r in legacy])  # a row already gone is fine
+        assert listed() == [(13, False), (14, False), (15, False)]
+        store.write_index([], keys[3:])
+        assert listed() == []
+    finally:
+        store.shards = before
+
+
 def check_transact_returns_the_etags_a_read_returns(store: Store) -> None:
     """Every created or replaced row's new ETag (the fencing token is built on them, ``shared.storage.fence``)."""
     pk = _pk()
@@ -232,4 +279,5 @@ ALL = [check_transact_returns_the_etags_a_read_returns, check_create_conflict_is
        check_replace_removes_absent_and_none,
        check_replace_missing_row_conflicts, check_index, check_injection_safe_keys,
        check_mixed_transaction_and_values, check_delete_needs_current_etag, check_index_many_rows_of_one_bucket,
-       check_history_is_apart_from_live_rows, check_search_index, check_read_rows_is_the_whole_partition_with_etags]
+       check_history_is_apart_from_live_rows, check_search_index, check_read_rows_is_the_whole_partition_with_etags,
+       check_search_index_in_shards, check_search_index_legacy_partition]
