@@ -1,9 +1,10 @@
 """``GET /api/orders``: find orders by category, customer and creation time, newest first.
 
-Every search is ONE key-range query of the search index (``shared.core.statemachine.search_index``):
+Every search reads ONE key range of the search index (``shared.core.statemachine.search_index``),
+in each of its shards at once, merged by key (``shared.storage.store``: a token is still one key):
 the customer's range if ``customerId`` is given, else the category's if ``state`` is, else
 every order's; the creation-time bounds narrow the range (its keys are inverted creation
-times). A page reads at most ``limit + 1`` index rows, however many orders there are, plus
+times). A page reads at most ``limit + 1`` index rows per shard, however many orders there are, plus
 the state row of each result whose category still changes (inFlight, attention), to show it
 as it is now (a step waiting on a breaker included, with one query of the breakers for the
 time of their next probe) and to repair a stale index row. With both ``customerId`` and ``state``, the
@@ -223,14 +224,15 @@ class Found:
 
 
 def current(rt: Runtime, rows: list[SearchRow], filtered: bool = False) -> list[Found]:
-    """The rows as results; those of a changing category checked against their state row (a stale
-    one repaired), and under a workflow or failedStep filter, a row written before rows carried
-    those, against its order. A bulk operation matches its orders through this too
-    (``shared.api.bulk``), so it acts on exactly the orders a search shows."""
+    """The rows as results; those of a changing category or of the legacy partition (whose deletes
+    went to a shard since: ``shared.storage.store``) checked against their state row (a stale one
+    repaired), and under a workflow or failedStep filter, a row written before rows carried those,
+    against its order. A bulk operation matches its orders through this too (``shared.api.bulk``),
+    so it acts on exactly the orders a search shows."""
     def check(row: SearchRow) -> Found | None:
         return _check_legacy(rt, row) if filtered and row.workflow is None else _check(rt, row)
 
-    changing = [r for r in rows if not r.category.final or (filtered and r.workflow is None)]
+    changing = [r for r in rows if not r.category.final or r.legacy or (filtered and r.workflow is None)]
     checked: dict[str, Found | None] = {}
     if changing:
         with ThreadPoolExecutor(max_workers=min(VERIFY_WORKERS, len(changing))) as pool:
@@ -284,5 +286,5 @@ def _check_legacy(rt: Runtime, row: SearchRow) -> Found | None:
     view = read_view(rt.store, row.order_id)
     if view.order is None or view.state is None:
         return _check(rt, row)  # gone (or going): as any row of a gone order
-    found = Found.of(row) if row.category.final else _as_now(rt, row, view.state)
+    found = Found.of(row) if row.category.final and not row.legacy else _as_now(rt, row, view.state)
     return replace(found, workflow=view.order.workflow, failed_step=view.state.failed_step)

@@ -18,6 +18,12 @@ A crash anywhere leaves the ``fin`` row, so the next run finds the order again a
 the job (a missing state row then means "already purged: go on from step 3"). Held and
 attention orders have no ``fin`` row, so they are never purged.
 
+Before the purge, the same run moves the search index's legacy partition (``orders``, the one
+partition before the shards: ``shared.storage.store``) to the shards: each order found there is
+re-indexed from its state (``reindex_from_state``: the rows its state implies, in its shard), then
+its legacy rows are deleted; a gone order's rows are just deleted. Until it is empty, searches read
+it as one more shard and check its rows against their state row. Empty, it costs one query a run.
+
 The same run deletes the console's stats rows (``shared.observability.figures``) older than
 ``STATS_KEEP`` (48 h): minute and hour rows, by key range, in pages of up to 100 (one
 transaction each).
@@ -52,6 +58,7 @@ class PurgeReport:
     errors: int = 0
     rows_deleted: int = 0
     stats_deleted: int = 0  # console stats rows (minute and hour) older than STATS_KEEP
+    legacy_moved: int = 0  # rows of the search index's legacy partition moved to the shards
     cutoff: str = ""
     orders: list[str] = field(default_factory=list)
 
@@ -62,6 +69,10 @@ def purge(rt: Runtime, *, batch: int = PURGE_BATCH, budget_seconds: float = PURG
     cutoff = now - timedelta(days=rt.config.retention_days)
     report = PurgeReport(cutoff=cutoff.strftime("%Y-%m-%d"))
     deadline = time.monotonic() + budget_seconds
+    try:
+        report.legacy_moved = move_legacy_index(rt, batch=batch, deadline=deadline)
+    except Exception as exc:  # noqa: BLE001 - searches still read the legacy rows; the next run goes on
+        log_event(logging.ERROR, "retention.legacy_failed", error=repr(exc))
     try:
         report.stats_deleted = purge_stats(rt, now - STATS_KEEP, batch=batch, deadline=deadline)
     except Exception as exc:  # noqa: BLE001 - the orders' purge goes on; the next run deletes them
@@ -74,12 +85,29 @@ def purge(rt: Runtime, *, batch: int = PURGE_BATCH, budget_seconds: float = PURG
             _purge_one(rt, row, cutoff, report)
         if len(rows) < batch or report.purged == purged_before:  # done, or only rows to retry next time
             break
-    if report.purged or report.errors or report.lost_races or report.stats_deleted:
+    if report.purged or report.errors or report.lost_races or report.stats_deleted or report.legacy_moved:
         log_event(logging.INFO, "retention.purge", purged=report.purged, skipped=report.skipped,
-                  statsDeleted=report.stats_deleted,
+                  statsDeleted=report.stats_deleted, legacyMoved=report.legacy_moved,
                   lostRaces=report.lost_races, errors=report.errors, rowsDeleted=report.rows_deleted,
                   cutoff=report.cutoff)
     return report
+
+
+def move_legacy_index(rt: Runtime, *, batch: int = PURGE_BATCH, deadline: float | None = None) -> int:
+    """Move the legacy partition's rows to the shards, ``batch`` rows a page, until none is left or
+    ``deadline`` (monotonic) passes: each order re-indexed from its state, then its rows there
+    deleted (an order whose re-index failed keeps them: the next run tries again). The rows moved."""
+    moved = 0
+    while deadline is None or time.monotonic() < deadline:
+        rows = rt.store.legacy_index(batch)
+        done = {oid for oid in dict.fromkeys(r.order_id for r in rows) if reindex_from_state(rt, oid)}
+        keys = [r.row_key for r in rows if r.order_id in done]
+        if keys:
+            rt.store.drop_legacy_index(keys)
+            moved += len(keys)
+        if len(rows) < batch or not keys:
+            break
+    return moved
 
 
 def purge_stats(rt: Runtime, cutoff: datetime, *, batch: int = PURGE_BATCH, deadline: float | None = None) -> int:
