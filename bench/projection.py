@@ -74,6 +74,7 @@ def projection(po: dict[str, Any] | None, counted_over: str = "load phases") -> 
     limits = [v["orders_per_s"] for v in out.values() if "orders_per_s" in v]  # Premium: an alternative tier
     if limits:
         out["binding_limit_orders_per_s"] = min(limits)
+    out.update(search_index_in_shards(t.get("search_index_entities_per_order")))
     out["counted_over"] = counted_over
     return out
 
@@ -85,3 +86,16 @@ def service_bus_line(proj: dict[str, Any]) -> str:
     return (f"Service Bus by credits: {sb['credits_per_order']} per order {sb['credits_per_order_by_rule']}: Standard "
             f"{sb['orders_per_s']} orders/s ({sb['orders_per_s_with_status_consumer']} with the status consumer's "
             f"receives); Premium at least {mus} ({prem['assumed']})")
+
+
+def search_index_in_shards(per_order: float | None, shards: int = 8) -> dict[str, Any]:
+    """The search index's ceiling in ``shards`` partitions (``shared.storage.store.SEARCH_SHARDS`` set
+    to it; counted after the binding limit: the deployment's default is one partition). An order's
+    rows are all in one shard, chosen by a hash of its id: the writes spread evenly."""
+    if not per_order:
+        return {}
+    return {"search_index_in_shards": {
+        "shards": shards, "entities_per_s": PARTITION_ENTITIES * shards, "search_index_entities_per_order": per_order,
+        "orders_per_s": round(PARTITION_ENTITIES * shards / per_order, 1),
+        "why": f"SEARCH_SHARDS = {shards}: a hash of the order id picks its shard; a search page then reads "
+               f"{shards + 1} partitions (the shards and the legacy one) instead of one"}}
