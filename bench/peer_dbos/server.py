@@ -22,34 +22,14 @@ import sqlite3
 import sys
 import threading
 import uuid
-from decimal import Decimal, InvalidOperation
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
 
 from bench.peer_dbos import remote
+from bench.peer_dbos.orders import BadOrder, normalise
 from bench.peer_dbos.workflow import order_workflow
-
-
-class BadOrder(ValueError):
-    pass
-
-
-def normalise(raw: Any) -> dict[str, Any]:
-    """The order as the steps send it: items with str prices, and ``total`` as our app sums it."""
-    if not isinstance(raw, dict) or not isinstance(raw.get("items"), list) or not raw["items"]:
-        raise BadOrder("an order needs a non-empty items list")
-    items, total = [], Decimal(0)
-    try:
-        for item in raw["items"]:
-            price, qty = Decimal(str(item["unitPrice"])), int(item["quantity"])
-            items.append({"sku": str(item["sku"]), "quantity": qty, "unitPrice": str(price)})
-            total += price * qty
-    except (KeyError, TypeError, ValueError, InvalidOperation) as e:
-        raise BadOrder(f"bad item: {e!r}") from None
-    return {"customerId": str(raw.get("customerId", "")), "currency": str(raw.get("currency", "EUR")),
-            "items": items, "total": str(total)}
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -31,8 +31,8 @@ def peer_python(venv: Path = PEER_VENV) -> Path:
     return venv / "bin" / "python"
 
 
-def _stamp_value() -> str:
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+def _stamp_value(requirements: Path = REQUIREMENTS) -> str:
+    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()
     return f"pip {PIP_VERSION}; requirements.txt sha256 {digest}"
 
 
@@ -48,22 +48,24 @@ def _locked(venv: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def ensure_peer_venv(venv: Path = PEER_VENV, log: bool = True) -> tuple[Path, float]:
-    """(the venv's python, seconds spent building it: 0.0 when it was already up to date)."""
+def ensure_peer_venv(venv: Path = PEER_VENV, log: bool = True,
+                     requirements: Path = REQUIREMENTS) -> tuple[Path, float]:
+    """(the venv's python, seconds spent building it: 0.0 when it was already up to date). The
+    Temporal peer builds its own (``.venv-temporal``) from its requirements with the same code."""
     stamp = venv / ".installed"
     python = peer_python(venv)
-    want = _stamp_value()
+    want = _stamp_value(requirements)
     with _locked(venv):
         if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
             return python, 0.0
         t0 = time.monotonic()
         if log:
-            print(f"building {venv} from {REQUIREMENTS.relative_to(REPO_ROOT)} (first use)", flush=True)
+            print(f"building {venv} from {requirements.relative_to(REPO_ROOT)} (first use)", flush=True)
         if venv.exists():
             shutil.rmtree(venv)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", *_PIP_QUIET, f"pip=={PIP_VERSION}"], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", *_PIP_QUIET, "-r", str(REQUIREMENTS)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", *_PIP_QUIET, "-r", str(requirements)], check=True)
         stamp.write_text(want + "\n")
         seconds = time.monotonic() - t0
         if log:
