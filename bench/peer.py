@@ -83,14 +83,17 @@ class StatusListener(StatusEvents):
 
 
 class PeerRig:
-    """The remotes simulator, the status listener and the peer, on free loopback ports."""
+    """The remotes simulator, the status listener and the peer, on free loopback ports.
+    bench/peer_temporal/rig.py's TemporalRig is one with the Temporal dev server beside the peer."""
+
+    kind = "dbos"
 
     def __init__(self, work: Path, echo: bool = False, journal: str = "wal", system_db: str = "sqlite") -> None:
         self.work = work
         self.journal = journal
         self.postgres = Postgres() if system_db == "postgres" else None
         self.echo = echo
-        self.python, self.venv_build_seconds = ensure_peer_venv()
+        self.python, self.venv_build_seconds = self.venv()
         self.db_arg = str(work / "peer.sqlite")  # or the PostgreSQL URL, once started
         self.remotes_url = f"http://127.0.0.1:{free_port()}"
         self.peer_port = free_port()
@@ -101,6 +104,18 @@ class PeerRig:
         self.remotes = RemotesClient(self.remotes_url)
         self.peer_starts: list[float] = []  # seconds from spawn to "peer ready", per start
         self.runs: list[LoadRun] = []
+
+    def venv(self) -> tuple[Path, float]:
+        return ensure_peer_venv()
+
+    def peer_command(self) -> list[str]:
+        return [str(self.python), "-m", "bench.peer_dbos", "--port", str(self.peer_port), "--remotes",
+                self.remotes_url, "--db", self.db_arg, "--status-url", self.listener.url, "--journal", self.journal]
+
+    def cpu_pids(self) -> dict[str, int]:
+        """The processes whose CPU is counted, by name: "peer" is the peer's own process."""
+        assert self.remotes_proc is not None
+        return {"peer": self.peer_pid, "remotes": self.remotes_proc.pid, "bench (load + listener)": os.getpid()}
 
     def start(self) -> PeerRig:
         if self.postgres is not None:
@@ -115,10 +130,8 @@ class PeerRig:
     def start_peer(self) -> float:
         """Start (or restart) the peer on the same database; seconds until it served."""
         t0 = time.monotonic()
-        self.peer_proc = Proc("peer", [str(self.python), "-m", "bench.peer_dbos", "--port", str(self.peer_port),
-                                       "--remotes", self.remotes_url, "--db", self.db_arg,
-                                       "--status-url", self.listener.url, "--journal", self.journal],
-                              log_path=self.work / "peer.log", echo=self.echo).start("peer ready", 60)
+        self.peer_proc = Proc("peer", self.peer_command(), log_path=self.work / "peer.log",
+                              echo=self.echo).start("peer ready", 60)
         took = time.monotonic() - t0
         self.peer_starts.append(round(took, 2))
         return took
@@ -182,9 +195,7 @@ def _phase_result(orders: list[OrderTimes], post_failures: int, all_finished: bo
 
 
 def _cpu(rig: PeerRig) -> dict[str, float]:
-    assert rig.remotes_proc is not None
-    pids = {"peer": rig.peer_pid, "remotes": rig.remotes_proc.pid, "bench (load + listener)": os.getpid()}
-    out = {k: cpu_seconds(p) or 0.0 for k, p in pids.items()}
+    out = {k: cpu_seconds(p) or 0.0 for k, p in rig.cpu_pids().items()}
     if rig.postgres is not None:
         out["postgres"] = rig.postgres.cpu_seconds()
     return out
@@ -197,6 +208,9 @@ def _with_cpu(res: dict[str, Any], before: dict[str, float], after: dict[str, fl
     res["peer_cpu_ms_per_order"] = round(1000 * cpu["peer"] / n, 1) if n else None
     if "postgres" in cpu:  # the system database's own process; SQLite runs inside the peer's
         res["peer_and_postgres_cpu_ms_per_order"] = round(1000 * (cpu["peer"] + cpu["postgres"]) / n, 1) if n else None
+    if "temporal server" in cpu:  # Temporal: the worker + front ("peer") and the dev server (its SQLite inside)
+        both = cpu["peer"] + cpu["temporal server"]
+        res["peer_and_server_cpu_ms_per_order"] = round(1000 * both / n, 1) if n else None
     return res
 
 
@@ -300,21 +314,33 @@ def measure_peer(out_dir: Path | None = None, *, window: int = 48, saturation_se
                  latency_seconds: float = 40.0, rate: float | None = None, fraction: float = 0.2,
                  warmup: int = 10, recovery_orders: int = 10, recovery_hang: float = 3.0,
                  skip_recovery: bool = False, system_db: str = "sqlite", journal: str = "wal",
-                 profile: bool = False, echo: bool = False) -> dict[str, Any]:
+                 profile: bool = False, echo: bool = False, peer: str = "dbos") -> dict[str, Any]:
     """Run the peer's phases and return the figures. ``rate``: the latency phase's arrival rate
-    (bench/run.py passes the one it used for our app); None: ``fraction`` of the peer's saturation."""
+    (bench/run.py passes the one it used for our app); None: ``fraction`` of the peer's saturation.
+    ``peer``: "dbos" (bench/peer_dbos) or "temporal" (bench/peer_temporal)."""
     with tempfile.TemporaryDirectory(prefix="peer-bench-") as tmp:
         work = Path(out_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         t_venv = time.monotonic()
-        _, built = ensure_peer_venv()
-        result: dict[str, Any] = {"peer": "DBOS Transact (bench/peer_dbos)",
-                                  "system_database": f"SQLite ({journal} journal)" if system_db == "sqlite"
-                                  else "PostgreSQL (Debian's, local)",
+        if peer == "temporal":
+            from bench.peer_temporal.rig import TemporalRig
+            from bench.peer_temporal.venv import ensure_temporal_venv
+
+            _, built = ensure_temporal_venv()
+            about = {"peer": "Temporal (bench/peer_temporal: one worker, temporal server start-dev)",
+                     "system_database": "SQLite (the dev server's, --db-filename)"}
+        else:
+            _, built = ensure_peer_venv()
+            about = {"peer": "DBOS Transact (bench/peer_dbos)",
+                     "system_database": f"SQLite ({journal} journal)" if system_db == "sqlite"
+                     else "PostgreSQL (Debian's, local)"}
+        result: dict[str, Any] = {**about,
                                   "venv_build_seconds": round(built, 1),
                                   "venv_check_seconds": round(time.monotonic() - t_venv, 2),
                                   "loadavg_1m_at_start": round(os.getloadavg()[0], 2), "nproc": os.cpu_count()}
-        with PeerRig(work, echo=echo, journal=journal, system_db=system_db) as rig:
+        rig_of = (lambda: TemporalRig(work, echo=echo)) if peer == "temporal" else (
+            lambda: PeerRig(work, echo=echo, journal=journal, system_db=system_db))
+        with rig_of() as rig:
             result["peer_start_s"] = rig.peer_starts[0]
             w = rig.new_run("warmup", seed=0)
             w.open_loop(rate=max(2.0, warmup / 3), seconds=max(1.0, warmup / max(2.0, warmup / 3)), threads=4)
@@ -332,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.peer", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="a short run (small counts)")
+    ap.add_argument("--peer", choices=("dbos", "temporal"), default="dbos", help="which peer")
     ap.add_argument("--window", type=int, default=48, help="orders in flight at saturation")
     ap.add_argument("--saturation-seconds", type=float, default=40.0)
     ap.add_argument("--latency-seconds", type=float, default=40.0)
@@ -344,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the peer's system database: SQLite (a file) or a local PostgreSQL the run starts")
     ap.add_argument("--journal", choices=("wal", "default"), default="wal",
                     help="the SQLite journal of the peer's system database (default: DBOS's own, rollback)")
-    ap.add_argument("--out", default=str(RESULTS / "peer.json"))
+    ap.add_argument("--out", default=None, help="default: bench/results/peer.json (temporal: peer-temporal.json)")
     ap.add_argument("--profile", action="store_true", help="py-spy the peer during saturation (costs CPU)")
     ap.add_argument("--echo", action="store_true", help="echo the remotes' and the peer's output")
     a = ap.parse_args(argv)
@@ -353,8 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     res = measure_peer(window=a.window, saturation_seconds=a.saturation_seconds, latency_seconds=a.latency_seconds,
                        rate=a.rate, fraction=a.fraction, recovery_orders=a.recovery_orders,
                        recovery_hang=a.recovery_hang, skip_recovery=a.skip_recovery,
-                       system_db=a.db, journal=a.journal, profile=a.profile, echo=a.echo)
-    out = Path(a.out)
+                       system_db=a.db, journal=a.journal, profile=a.profile, echo=a.echo, peer=a.peer)
+    out = Path(a.out or RESULTS / ("peer-temporal.json" if a.peer == "temporal" else "peer.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
     sat, lat = res["phases"]["saturation"], res["phases"]["latency"]
