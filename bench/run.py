@@ -19,7 +19,7 @@ the local Functions host with N instances), in phases:
    then **bulk**: the latency phase's load alone, then beside a bulk retry of ``--bulk-orders``
    orders in attention at the default pace; the live p50/p99 in both (``bench.phase_bulk``);
 10. **sweep, large**: seeded up to ``--sweep-large`` finished orders; the sweep again.
-11. **the DBOS peer**: our stack stopped, the same phases on the DBOS peer (``bench.versus``,
+11. **the peers**: our stack stopped, the same phases on the DBOS peer, then the Temporal peer (``bench.versus``,
     ``--skip-peer``); ours/peer side by side in ``versusPeer``.
 
 Counts are counted, not estimated: table requests at the host processes' azure-core transport
@@ -548,10 +548,10 @@ class Bench:
         phase_recovery.run(self)
 
     def phase_peer(self) -> None:
-        """The DBOS peer, once every process of our stack has stopped (bench.versus)."""
+        """The peers (DBOS, Temporal), once every process of our stack has stopped (bench.versus)."""
         self.stop_stack()
         self.stack = self.watcher = None
-        self.result["peer"] = versus.measure(self.args, self.result, self.phase_windows)
+        versus.measure_all(self.args, self.result, self.phase_windows)
 
     # ---- summary -------------------------------------------------------------------------------
     def summarize(self) -> None:

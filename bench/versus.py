@@ -1,4 +1,4 @@
-"""Our app against the DBOS peer in the same benchmark run (issue 15, "A peer in the same run").
+"""Our app against the DBOS peer and the Temporal peer in the same benchmark run (issues 15 and 31).
 
 bench/run.py measures our stack, stops every process of it, then calls :func:`measure` here: the
 peer (bench/peer.py's ``measure_peer``, the same remotes simulator and the same load generator)
@@ -6,7 +6,9 @@ runs on the same machine with the same window, phase durations and fixed arrival
 so the two never share the CPU. :func:`summarize` then sets the figures side by side
 (``versusPeer`` in bench.json: ours, the peer's, and ours/peer), checks the peer's counts
 (``peer.consistency``: every order in was processed, no effect twice in the simulator's ledger;
-never a speed), prints them and draws ``versus-peer.png``.
+never a speed), prints them and draws ``versus-peer.png``. The Temporal peer (bench/peer_temporal)
+is measured the same way after the DBOS peer: ``peer_temporal`` and ``versusTemporal`` in bench.json,
+its bars beside the others in the same plot.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ MEASURES = (
 
 
 def add_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--skip-peer", action="store_true", help="do not measure the DBOS peer after our stack")
+    ap.add_argument("--skip-peer", action="store_true", help="do not measure the peers after our stack")
+    ap.add_argument("--peers", default="dbos,temporal",
+                    help="the peers measured after our stack, comma-separated (dbos, temporal)")
     ap.add_argument("--peer-db", choices=("sqlite", "postgres"), default="sqlite",
                     help="the peer's system database (postgres: Debian's, started by the run)")
     ap.add_argument("--peer-recovery-orders", type=int, default=10,
@@ -44,25 +48,36 @@ def smoke_args(args: argparse.Namespace) -> None:
     args.peer_recovery_orders = min(args.peer_recovery_orders, 3)
 
 
+# the peer's name → its key in bench.json, its ratios' key, its label
+PEERS = {"dbos": ("peer", "versusPeer", "DBOS"), "temporal": ("peer_temporal", "versusTemporal", "Temporal")}
+
+
+def measure_all(args: argparse.Namespace, result: dict[str, Any], windows: list[tuple[str, float, float]]) -> None:
+    """Each peer of ``--peers`` in turn, into bench.json's ``peer`` (DBOS) and ``peer_temporal``."""
+    for name in [p.strip() for p in args.peers.split(",") if p.strip()]:
+        result[PEERS[name][0]] = measure(args, result, windows, peer=name)
+
+
 def measure(args: argparse.Namespace, result: dict[str, Any],
-            windows: list[tuple[str, float, float]]) -> dict[str, Any]:
+            windows: list[tuple[str, float, float]], peer: str = "dbos") -> dict[str, Any]:
     """The peer's phases, sized like ours, at our latency phase's arrival rate. Call it only once
     our stack is stopped. A failure is recorded, not raised: our figures stand without the peer's."""
     ours_latency = (result.get("phases") or {}).get("latency") or {}
     t0 = time.time()
-    print(f"[{time.strftime('%H:%M:%S')}] phase: the DBOS peer (our stack stopped; load average "
+    label = PEERS[peer][2]
+    print(f"[{time.strftime('%H:%M:%S')}] phase: the {label} peer (our stack stopped; load average "
           f"{os.getloadavg()[0]:.2f})", flush=True)
     try:
-        peer = measure_peer(window=args.window, saturation_seconds=args.saturation_seconds,
-                            latency_seconds=args.latency_seconds, rate=ours_latency.get("arrival_rate"),
-                            warmup=args.warmup, recovery_orders=args.peer_recovery_orders,
-                            recovery_hang=args.recovery_hang, skip_recovery=args.skip_recovery,
-                            system_db=args.peer_db)
-        peer["consistency"] = consistency(peer)
+        out = measure_peer(peer=peer, window=args.window, saturation_seconds=args.saturation_seconds,
+                           latency_seconds=args.latency_seconds, rate=ours_latency.get("arrival_rate"),
+                           warmup=args.warmup, recovery_orders=args.peer_recovery_orders,
+                           recovery_hang=args.recovery_hang, skip_recovery=args.skip_recovery,
+                           system_db=args.peer_db)
+        out["consistency"] = consistency(out)
     except Exception as e:  # noqa: BLE001 - reported in bench.json; our own figures are kept
-        peer = {"error": repr(e), "traceback": traceback.format_exc()}
-    windows.append(("peer (DBOS)", t0, time.time()))
-    return peer
+        out = {"error": repr(e), "traceback": traceback.format_exc()}
+    windows.append((f"peer ({label})", t0, time.time()))
+    return out
 
 
 def consistency(peer: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +114,8 @@ def _peer(peer: dict[str, Any]) -> dict[str, float | None]:
     sat, lat = phases.get("saturation") or {}, phases.get("latency") or {}
     cpu = sat.get("cpu_seconds") or {}
     n = (sat.get("processed") or 0) + (sat.get("failed") or 0)
-    app = cpu.get("peer", 0.0) + cpu.get("postgres", 0.0)  # SQLite runs inside the peer's process
+    # DBOS: its process (SQLite inside it) or + PostgreSQL; Temporal: the worker + front and the dev server
+    app = cpu.get("peer", 0.0) + cpu.get("postgres", 0.0) + cpu.get("temporal server", 0.0)
     return {"saturation_orders_per_s": sat.get("steady_orders_per_s") or sat.get("orders_per_s"),
             "p50_ms_at_fixed_rate": (lat.get("latency_ms") or {}).get("p50"),
             "p99_ms_at_fixed_rate": (lat.get("latency_ms") or {}).get("p99"),
@@ -114,9 +130,10 @@ def _peer_machine_share(peer: dict[str, Any]) -> float | None:
     return round(sum((sat.get("cpu_seconds") or {}).values()) / (wall * nproc), 3) if wall else None
 
 
-def versus(result: dict[str, Any]) -> dict[str, Any] | None:
-    """Ours, the peer's and ours/peer for each measure; None when the peer was not measured."""
-    peer = result.get("peer")
+def versus(result: dict[str, Any], peer_key: str = "peer") -> dict[str, Any] | None:
+    """Ours, the peer's and ours/peer for each measure; None when the peer (bench.json's ``peer_key``)
+    was not measured."""
+    peer = result.get(peer_key)
     if not peer or "error" in peer or "phases" not in peer:
         return None
     ours, theirs = _ours(result), _peer(peer)
@@ -134,16 +151,26 @@ def versus(result: dict[str, Any]) -> dict[str, Any] | None:
             # how much of the machine each stack got at saturation: well under 1 with other work beside it
             "machine_cpu_share_at_saturation": {"ours": (result.get("where_time_goes") or {}).get(
                 "machine_cpu_used_share"), "peer": _peer_machine_share(peer)},
-            "notes": ["ours: the whole local stack (Functions host instances, Service Bus emulator, Azurite, "
-                      "remotes, the bench); peer: one DBOS process (its system database inside it with SQLite), "
-                      "remotes, the bench; measured one after the other, never together",
-                      "recovery: ours, one order's step re-sent after its CompleteBy by the supervisor (no restart); "
-                      "peer, every in-flight order done after the bench restarts the killed process at once"]}
+            "peer_name": peer.get("peer"), "notes": NOTES[peer_key]}
 
 
-def summary_lines(v: dict[str, Any]) -> list[str]:
+NOTES = {
+    "peer": ["ours: the whole local stack (Functions host instances, Service Bus emulator, Azurite, "
+             "remotes, the bench); peer: one DBOS process (its system database inside it with SQLite), "
+             "remotes, the bench; measured one after the other, never together",
+             "recovery: ours, one order's step re-sent after its CompleteBy by the supervisor (no restart); "
+             "peer, every in-flight order done after the bench restarts the killed process at once"],
+    "peer_temporal": ["peer app CPU: the Temporal worker process (the workflow and activity code, the SDK's "
+                      "Rust core, and the HTTP front, in one process) plus the dev server (temporal server "
+                      "start-dev: frontend, history, matching, its SQLite inside); the stack adds the remotes "
+                      "and the bench",
+                      "recovery: the worker + front SIGKILLed and restarted at once; a step in flight runs again "
+                      "once its attempt timeout (12 s) expires on the server"]}
+
+
+def summary_lines(v: dict[str, Any], label: str = "DBOS") -> list[str]:
     share, load = v["machine_cpu_share_at_saturation"], v["loadavg_1m"]
-    out = [f"ours vs the DBOS peer ({v['peer_system_database']}), same run, one after the other "
+    out = [f"ours vs the {label} peer ({v['peer_system_database']}), same run, one after the other "
            f"(fixed rate {v['fixed_rate_orders_per_s']} orders/s; share of the machine used at saturation: "
            f"ours {share['ours']}, peer {share['peer']}; 1-min load at start: ours {load['ours_at_start']:.1f}, "
            f"peer {load['peer_at_start']}):"]
@@ -153,28 +180,32 @@ def summary_lines(v: dict[str, Any]) -> list[str]:
     return out
 
 
-def plot(v: dict[str, Any], path: Path) -> str:
-    """A bar chart per measure, ours beside the peer's."""
+def plot(vs: dict[str, dict[str, Any]], path: Path) -> str:
+    """A bar chart per measure: ours beside each measured peer's (``vs``: label → its versus())."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = list(v["measures"].values())
-    fig, axes = plt.subplots(1, len(rows), figsize=(2.0 * len(rows), 3.4), dpi=90)
-    for ax, row in zip(axes, rows, strict=True):
-        vals = [row["ours"] or 0.0, row["peer"] or 0.0]
-        bars = ax.bar(["ours", "peer"], vals, color=["tab:blue", "tab:orange"])
-        for bar, val in zip(bars, (row["ours"], row["peer"]), strict=True):
+    labels = list(vs)
+    first = vs[labels[0]]
+    keys = list(first["measures"])
+    colors = ["tab:blue", "tab:orange", "tab:green"]
+    fig, axes = plt.subplots(1, len(keys), figsize=(2.2 * len(keys), 3.6), dpi=90)
+    for ax, key in zip(axes, keys, strict=True):
+        row = first["measures"][key]
+        names = ["ours", *labels]
+        vals = [row["ours"], *(vs[lb]["measures"][key]["peer"] for lb in labels)]
+        bars = ax.bar(names, [v or 0.0 for v in vals], color=colors[:len(names)])
+        for bar, val in zip(bars, vals, strict=True):
             ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), "n/a" if val is None else f"{val:g}",
                     ha="center", va="bottom", fontsize=7)
-        ratio = row["ours_over_peer"]
-        ax.set_title(f"{row['short']}\n({row['unit']}, {row['better']} is better)\nours/peer "
-                     f"{'n/a' if ratio is None else ratio}", fontsize=7)
+        ratios = ", ".join(f"{lb} {vs[lb]['measures'][key]['ours_over_peer']}" for lb in labels)
+        ax.set_title(f"{row['short']}\n({row['unit']}, {row['better']} is better)\nours/ {ratios}", fontsize=7)
         ax.tick_params(labelsize=7)
         ax.margins(y=0.12)
-    fig.suptitle(f"Our app vs the DBOS peer, same run (fixed rate {v['fixed_rate_orders_per_s']} orders/s)",
-                 fontsize=9)
+    fig.suptitle(f"Our app vs {' and '.join(labels)}, same run, one after the other (fixed rate "
+                 f"{first['fixed_rate_orders_per_s']} orders/s)", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
@@ -183,21 +214,28 @@ def plot(v: dict[str, Any], path: Path) -> str:
 
 
 def summarize(bench: Any) -> None:
-    """After bench.report's summary: the side-by-side figures, printed, in bench.json and plotted."""
+    """After bench.report's summary: the side-by-side figures for each peer measured, printed, in
+    bench.json (``versusPeer``: DBOS, ``versusTemporal``) and in one plot."""
     r = bench.result
-    if "peer" not in r:
-        return
-    v = versus(r)
-    r["versusPeer"] = v
-    if v is None:
-        print(f"DBOS peer: not measured ({(r['peer'] or {}).get('error')})", flush=True)
-        return
-    if not bench.args.no_plots:
+    vs: dict[str, dict[str, Any]] = {}
+    lines: list[str] = []
+    for key, vkey, label in PEERS.values():
+        if key not in r:
+            continue
+        v = versus(r, key)
+        r[vkey] = v
+        if v is None:
+            lines.append(f"{label} peer: not measured ({(r[key] or {}).get('error')})")
+            continue
+        vs[label] = v
+        lines += summary_lines(v, label)
+        c = r[key].get("consistency") or {}
+        lines.append(f"  {label} peer counts consistent (orders in = processed, no double effect): "
+                     f"{c.get('consistent')}")
+    if vs and not bench.args.no_plots:
         try:
-            r.setdefault("plots", {})["versus_peer"] = plot(v, bench.out_dir / PLOT_NAME)
+            r.setdefault("plots", {})["versus_peer"] = plot(vs, bench.out_dir / PLOT_NAME)
         except Exception as e:  # noqa: BLE001
             r.setdefault("plots", {})["versus_peer"] = {"error": repr(e)}
-    lines = summary_lines(v)
-    c = r["peer"].get("consistency") or {}
-    lines.append(f"  peer counts consistent (orders in = processed, no double effect): {c.get('consistent')}")
-    print("\n".join(lines), flush=True)
+    if lines:
+        print("\n".join(lines), flush=True)

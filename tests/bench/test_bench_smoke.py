@@ -184,6 +184,37 @@ def test_peer_measured_in_the_same_run_with_consistent_counts(result: tuple[dict
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+
+def test_temporal_peer_measured_in_the_same_run_with_consistent_counts(result: tuple[dict, Path]) -> None:
+    """Issue 31: the Temporal peer (its dev server and one worker) runs after the DBOS peer, on the
+    same simulator, load generator and fixed rate; its counts add up, and its CPU counts the worker
+    and the dev server. No speed."""
+    r, _ = result
+    peer = r["peer_temporal"]
+    assert "error" not in peer, peer.get("traceback")
+    assert peer["peer"].startswith("Temporal")
+    for name in ("saturation", "latency"):
+        ph = peer["phases"][name]
+        assert ph["orders_posted"] > 0 and ph["post_failures"] == 0
+        assert ph["processed"] == ph["orders_posted"], (name, ph)
+        assert set(ph["cpu_seconds"]) >= {"peer", "temporal server", "remotes"}
+    assert peer["phases"]["latency"]["arrival_rate"] == r["phases"]["latency"]["arrival_rate"]
+    rec = peer["recovery"]
+    assert rec["all_finished"] and rec["ledger"] == {"double_effects": 0, "orders": rec["orders"],
+                                                     "orders_without_exactly_one_of_each_effect": 0}
+    ledger = peer["ledger_all_orders"]
+    assert ledger["double_effects"] == 0 and ledger["orders_without_exactly_one_of_each_effect"] == 0
+    assert ledger["orders"] >= sum(peer["phases"][n]["orders_posted"] for n in ("saturation", "latency"))
+    assert peer["consistency"]["consistent"] is True
+    v = r["versusTemporal"]
+    assert set(v["measures"]) == set(r["versusPeer"]["measures"])
+    for row in v["measures"].values():
+        assert row["ours"] is not None and row["peer"] is not None, row
+    sat = v["measures"]["app_cpu_ms_per_order"]
+    cpu = peer["phases"]["saturation"]["cpu_seconds"]
+    n = peer["phases"]["saturation"]["processed"] + peer["phases"]["saturation"]["failed"]
+    assert sat["peer"] == round(1000 * (cpu["peer"] + cpu["temporal server"]) / n, 1)
+
 def test_the_lanes_phase_reports_every_priority_side_by_side(result: tuple[dict, Path]) -> None:
     """bench/lanes.py: high, normal and low orders in one closed loop, each measured (no speed asserted)."""
     r, out = result
