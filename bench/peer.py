@@ -86,8 +86,6 @@ class PeerRig:
     """The remotes simulator, the status listener and the peer, on free loopback ports.
     bench/peer_temporal/rig.py's TemporalRig is one with the Temporal dev server beside the peer."""
 
-    kind = "dbos"
-
     def __init__(self, work: Path, echo: bool = False, journal: str = "wal", system_db: str = "sqlite") -> None:
         self.work = work
         self.journal = journal
@@ -328,7 +326,7 @@ def measure_peer(out_dir: Path | None = None, *, window: int = 48, saturation_se
 
             _, built = ensure_temporal_venv()
             about = {"peer": "Temporal (bench/peer_temporal: one worker, temporal server start-dev)",
-                     "system_database": "SQLite (the dev server's, --db-filename)"}
+                     "system_database": "SQLite (the dev server's, WAL journal)"}
         else:
             _, built = ensure_peer_venv()
             about = {"peer": "DBOS Transact (bench/peer_dbos)",
