@@ -164,6 +164,7 @@ def _measure(bench: Bench) -> dict[str, Any]:
         "orders": n, "batch_failed_in_s": fail_s, "arrival_rate": round(rate, 2), "fraction": a.bulk_fraction,
         "seconds": a.bulk_seconds,
         "bulk_orders_per_tick": per_tick(a), "supervisor_period_s": a.supervisor_period,
+        "bulk_max_in_flight": a.bulk_max_in_flight,
         "alone": _brief(alone), "beside": _brief(beside),
         "ratio": {p: _ratio(beside["latency_ms"][p], alone["latency_ms"][p]) for p in ("p50", "p99")},
         "operation": {"operationId": last.get("operationId"), "matched": last.get("matched"),

@@ -195,6 +195,8 @@ class Bench:
                      "SupervisorSchedule": f"*/{self.args.supervisor_period} * * * * *"}
         # a bulk retry at the default's pace (orders/s) whatever the Supervisor's period (bench.phase_bulk)
         overrides["BulkOrdersPerTick"] = str(phase_bulk.per_tick(self.args))
+        if self.args.bulk_max_in_flight is not None:
+            overrides["BulkMaxInFlight"] = str(self.args.bulk_max_in_flight)
         if self.args.breaker_cache_seconds is not None:
             overrides["BreakerCacheSeconds"] = str(self.args.breaker_cache_seconds)
         log(f"starting the stack ({self.args.instances} host instances; step timeout {self.args.step_timeout}s, "
