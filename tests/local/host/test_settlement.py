@@ -59,7 +59,13 @@ def test_the_binding_data_is_what_the_extension_decodes() -> None:
     assert got.sequence_number == 42 and got.enqueued_time_utc is not None
 
 
-def test_the_sample_apps_sdk_type_function_is_indexed_with_its_settlement_parameter() -> None:
+def test_the_sample_apps_sdk_type_function_is_indexed_with_its_settlement_parameter(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # load_app imports the sample's function_app.py as ``function_app`` (and puts its folder on
+    # sys.path), as a worker does: undone after the test, or later tests' ``import function_app``
+    # would get the sample instead of the app (tests/indexed.py).
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
     app, _ = load_app(SAMPLE_APP)
     specs, errors = index_functions(app, {"SettleQueue": "q", "InQueue": "i", "OutQueue": "o", "PoisonQueue": "p",
                                           "SlowQueue": "s", "SessionQueue": "x", "TimerSchedule": "0 0 0 1 1 *",
