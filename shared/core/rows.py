@@ -28,8 +28,7 @@ from shared.core.states import (
 from shared.core.times import iso, parse_iso
 from shared.core.workflows import DEFAULT_WORKFLOW, LEGACY_VERSION
 
-# An entity as the store reads and writes it: its properties (PascalCase), PartitionKey and RowKey,
-# and its ETag under ETAG. Each typed row below reads itself from one and writes itself to one.
+# An entity as the store has it (PascalCase properties, keys, ETag under ETAG); each row below reads and writes one.
 Entity = dict[str, Any]
 R = TypeVar("R", bound="Row")
 
