@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None, description: str | None = None) -> argpar
                     help="BulkOrdersPerTick of the stack (default: the default's pace, 100 per 15 s, in orders/s at "
                          "--supervisor-period)")
     ap.add_argument("--bulk-max-in-flight", type=int, default=None,
-                    help="BulkMaxInFlight of the stack (default: the app's, 20)")
+                    help="BulkMaxInFlight of the stack (default: the app's, 5)")
     ap.add_argument("--bulk-seconds", type=float, default=40.0, help="each of the bulk phase's two loads")
     ap.add_argument("--bulk-fraction", type=float, default=0.2,
                     help="the bulk phase's load, as a fraction of the saturation rate (the latency phase's)")

@@ -112,7 +112,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
                 "it on every call); another instance's opening is seen up to this much later"),
     SettingSpec("BulkOrdersPerTick", "100",
                 "Orders a bulk operation acts on per Supervisor tick (its pace: live traffic keeps its latency)"),
-    SettingSpec("BulkMaxInFlight", "20",
+    SettingSpec("BulkMaxInFlight", "5",
                 "A bulk operation puts no more orders in flight once this many are, live traffic's included"),
     SettingSpec("WorkflowsPath", "workflows",
                 "Directory of the workflow files (<name>.v<version>.yaml); relative to the app's root"),

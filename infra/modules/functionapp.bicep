@@ -367,7 +367,7 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
         }
         {
           name: 'BulkMaxInFlight'
-          value: '20'
+          value: '5'
         }
         // The workflow files, shipped in the package (workflows/*.yaml).
         {

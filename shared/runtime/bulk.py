@@ -9,7 +9,7 @@ keeps the operation id on the order and a second pass reads it there; one header
 the other is dropped, with counts that the winner's pass already holds.
 
 Pacing: one slice per Supervisor tick (``BulkOrdersPerTick``, default 100 every 15 s), one order
-at a time, and never more orders than leave ``BulkMaxInFlight`` (20) orders in flight in all, live
+at a time, and never more orders than leave ``BulkMaxInFlight`` (5) orders in flight in all, live
 traffic's included (one count of the search index's in-flight rows per slice, capped there). A
 slice acts on what room there is, so a bulk retry yields to live traffic instead of queueing ahead
 of it (docs/operating.md, "Bulk operations").

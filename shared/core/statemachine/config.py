@@ -48,7 +48,7 @@ class Config:
     retention_days: int = 30
     breaker_max_wait_seconds: float = 300.0  # longest a step waits on an open breaker (BreakerMaxWaitSeconds)
     bulk_slice: int = 100  # orders a bulk operation acts on per Supervisor tick (BulkOrdersPerTick)
-    bulk_max_in_flight: int = 20  # a bulk operation puts no order in flight past this many in all (BulkMaxInFlight)
+    bulk_max_in_flight: int = 5  # a bulk operation puts no order in flight past this many in all (BulkMaxInFlight)
 
     @classmethod
     def from_settings(cls, settings: Any, workflow: tuple[Step, ...] | None = None,

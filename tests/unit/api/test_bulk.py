@@ -113,7 +113,8 @@ class CrashOnRun(CrashRuntime):
 
 @pytest.mark.parametrize("k", [0, 1, 2, 3])
 def test_a_slice_cut_off_by_a_crash_goes_on_and_acts_on_no_order_twice(k: int) -> None:
-    rt, agents, ids = held_orders(4, make_runtime(workflow=HOLD))
+    # room for the whole operation in one tick (the pace has its own test below)
+    rt, agents, ids = held_orders(4, make_runtime(workflow=HOLD, bulk_max_in_flight=20))
     crashing = CrashOnRun(store=rt.store, bus=rt.bus, config=rt.config, keys=rt.keys, instance_id="b",
                           clock=rt.clock)
     crashing.nth, crashing.k = crashing.runs + 3, k  # the third order's action
