@@ -16,13 +16,17 @@ Assumptions, stated in ``bench.json`` with each figure:
 * Storage account: 20,000 transactions/s (1 KiB entities). Whether an entity-group transaction
   counts once or once per entity toward that target, both figures are given; the binding limit
   takes the lower (every entity counted, reads' returned entities included).
-* One table partition: 2,000 entities/s: the deadline index's due-minute partition and the
-  search index's single partition are shared by every order in flight.
+* One table partition: 2,000 entities/s. The deadline index's partitions of the due minute
+  (``DEADLINE_SHARDS``) and the search index's shards (``SEARCH_SHARDS``) are shared by every order
+  in flight: their ceilings are that many partitions', the writes spread by a hash of the order id.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from shared.core.effects import DEADLINE_SHARDS
+from shared.storage.store import SEARCH_SHARDS
 
 SB_STANDARD_CREDITS = 1000
 SB_PREMIUM_PER_MU_ASSUMED = 1000  # not documented: see above
@@ -60,21 +64,22 @@ def projection(po: dict[str, Any] | None, counted_over: str = "load phases") -> 
             "orders_per_s_if_a_batch_counts_once": round(ACCOUNT_TRANSACTIONS / req, 1) if req else None,
             "counted": "every entity a request writes or returns counted as one transaction (the lower "
                        "figure); the other counts each request (an entity-group transaction) once"}
-    for name, key, why in (
-            ("deadline_index_partition", "index_entities_per_order",
-             "every deadline index row of a minute lands in one partition (the due minute), so all "
-             "orders in flight share it; the order's own partition sees far less"),
-            ("search_index_partition", "search_index_entities_per_order",
-             "the search index is ONE partition (orders): every order's index writes (when it is "
-             "accepted and when it ends) land there")):
+    for name, key, partitions, why in (
+            ("deadline_index_partition", "index_entities_per_order", DEADLINE_SHARDS,
+             f"an order's deadline index rows of a minute land in one of that minute's {DEADLINE_SHARDS} "
+             "partitions (a hash of its id, shared.core.effects.order_bucket), shared by every order in "
+             "flight; the order's own partition sees far less"),
+            ("search_index_partition", "search_index_entities_per_order", SEARCH_SHARDS,
+             f"the search index is {SEARCH_SHARDS} partitions (orders-0 .. orders-{SEARCH_SHARDS - 1}, by a hash "
+             "of the order id, shared.storage.store.SEARCH_SHARDS): every order's index writes (when it is "
+             "accepted and when it ends) land in its shard")):
         per_order = t.get(key)
         if per_order:
-            out[name] = {"entities_per_s": PARTITION_ENTITIES, key: per_order,
-                         "orders_per_s": round(PARTITION_ENTITIES / per_order, 1), "why": why}
+            out[name] = {"entities_per_s": PARTITION_ENTITIES * partitions, "partitions": partitions, key: per_order,
+                         "orders_per_s": round(PARTITION_ENTITIES * partitions / per_order, 1), "why": why}
     limits = [v["orders_per_s"] for v in out.values() if "orders_per_s" in v]  # Premium: an alternative tier
     if limits:
         out["binding_limit_orders_per_s"] = min(limits)
-    out.update(search_index_in_shards(t.get("search_index_entities_per_order")))
     out["counted_over"] = counted_over
     return out
 
@@ -87,15 +92,3 @@ def service_bus_line(proj: dict[str, Any]) -> str:
             f"{sb['orders_per_s']} orders/s ({sb['orders_per_s_with_status_consumer']} with the status consumer's "
             f"receives); Premium at least {mus} ({prem['assumed']})")
 
-
-def search_index_in_shards(per_order: float | None, shards: int = 8) -> dict[str, Any]:
-    """The search index's ceiling in ``shards`` partitions (``shared.storage.store.SEARCH_SHARDS`` set
-    to it; counted after the binding limit: the deployment's default is one partition). An order's
-    rows are all in one shard, chosen by a hash of its id: the writes spread evenly."""
-    if not per_order:
-        return {}
-    return {"search_index_in_shards": {
-        "shards": shards, "entities_per_s": PARTITION_ENTITIES * shards, "search_index_entities_per_order": per_order,
-        "orders_per_s": round(PARTITION_ENTITIES * shards / per_order, 1),
-        "why": f"SEARCH_SHARDS = {shards}: a hash of the order id picks its shard; a search page then reads "
-               f"{shards + 1} partitions (the shards and the legacy one) instead of one"}}

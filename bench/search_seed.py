@@ -101,9 +101,10 @@ def live_order(kind: str, i: int, now: datetime) -> tuple[Any, Any]:
 def index_entities(order: Any, state: Any) -> list[dict[str, Any]]:
     """The order's search index rows as the app writes them, as table entities."""
     from shared.core.statemachine import index_rows
-    from shared.storage.store import INDEX_PARTITION
+    from shared.storage.store import SEARCH_SHARDS, shard_of
 
-    return [_odata({**row.to_entity(), "PartitionKey": INDEX_PARTITION}) for row in index_rows(order, state)]
+    return [_odata({**row.to_entity(), "PartitionKey": shard_of(row.row_key, SEARCH_SHARDS)})
+            for row in index_rows(order, state)]
 
 
 def _finished_entities(lo: int, hi: int, now: datetime) -> list[dict[str, Any]]:
@@ -112,11 +113,20 @@ def _finished_entities(lo: int, hi: int, now: datetime) -> list[dict[str, Any]]:
 
 def seed_api(host: str, port: int, index_table: str, start: int, count: int, now: datetime, *,
              threads: int = 6, progress: Progress | None = None) -> dict[str, Any]:
-    """Finished orders ``start`` .. ``start + count - 1``: their index rows, 100 a transaction."""
-    per_batch = INDEX_BATCH // ROWS_PER_FINISHED  # an order's rows are never split
+    """Finished orders ``start`` .. ``start + count - 1``: their index rows, ``per_batch`` orders a job,
+    one transaction per shard of the index they fall in (an order's rows share one)."""
+    per_batch = INDEX_BATCH // ROWS_PER_FINISHED  # an order's rows are never split (they share a shard)
+    sent: list[int] = []  # a transaction each (list.append is atomic across the threads)
 
     def job(lo: int, hi: int) -> Callable[[TableHttp], None]:
-        return lambda c: c.batch(index_table, _finished_entities(lo, hi, now))
+        def run(c: TableHttp) -> None:
+            shards: dict[str, list[dict[str, Any]]] = {}
+            for e in _finished_entities(lo, hi, now):
+                shards.setdefault(e["PartitionKey"], []).append(e)
+            for rows in shards.values():  # a transaction is one partition's (at most a job's 100 rows)
+                c.batch(index_table, rows)
+                sent.append(len(rows))
+        return run
 
     def jobs() -> Iterator[Callable[[TableHttp], None]]:
         for lo in range(start, start + count, per_batch):
@@ -129,12 +139,13 @@ def seed_api(host: str, port: int, index_table: str, start: int, count: int, now
     def prog(n: int) -> None:
         if progress is not None and (n == batches or time.perf_counter() - last[0] >= 5.0):
             last[0] = time.perf_counter()
-            progress(f"  index (API, {INDEX_BATCH} rows a transaction): {min(n * per_batch, count):,}/{count:,} "
+            progress(f"  index (API, {per_batch} orders a job): {min(n * per_batch, count):,}/{count:,} "
                      f"finished orders ({n * per_batch / (last[0] - t0):,.0f}/s)")
 
     run_parallel(host, port, jobs(), threads, prog)
     secs = time.perf_counter() - t0
-    return {"method": "api", "orders": count, "index_rows": ROWS_PER_FINISHED * count, "transactions": batches,
+    return {"method": "api", "orders": count, "index_rows": ROWS_PER_FINISHED * count, "jobs": batches,
+            "transactions": len(sent), "rows_sent": sum(sent),
             "threads": threads, "seconds": round(secs, 2), "orders_per_s": round(count / secs, 1) if secs else None}
 
 
@@ -197,8 +208,12 @@ def seed_live(host: str, port: int, state_table: str, index_table: str, now: dat
                 c.batch(state_table, [_odata(r) for r in rows], op="PUT")
                 index += index_entities(order, state)
                 ids.setdefault(kind, []).append(state.order_id)
-        for i in range(0, len(index), INDEX_BATCH):
-            c.batch(index_table, index[i:i + INDEX_BATCH], op="PUT")
+        shards: dict[str, list[dict[str, Any]]] = {}
+        for e in index:
+            shards.setdefault(e["PartitionKey"], []).append(e)
+        for rows in shards.values():  # a transaction is one partition's
+            for i in range(0, len(rows), INDEX_BATCH):
+                c.batch(index_table, rows[i:i + INDEX_BATCH], op="PUT")
     finally:
         c.close()
     return ids

@@ -23,12 +23,13 @@ from shared.storage.store import (
     MAX_BATCH_OPS,
     SEARCH_SHARDS,
     STATS_PARTITION,
+    Ask,
     Conflict,
     TooLarge,
     check_entity,
     clean,
     index_partitions,
-    merge_shards,
+    merge_lazily,
     shard_of,
 )
 
@@ -48,6 +49,7 @@ class MemoryStore:
         self._etags = itertools.count(1)
         self.writes = 0  # number of successful write requests (tests of cost)
         self.reads: list[tuple[str, str]] = []  # (table, partition) of every read
+        self.search_rows_read = 0  # search index rows its range reads returned (a page's cost)
         self.stats: ConsoleStats | None = None  # no console figures unless a test sets a recorder
 
     def _etag(self) -> str:
@@ -167,12 +169,16 @@ class MemoryStore:
                       if t == "search" and pk == partition and low <= rk < high)
 
     def query_index(self, low: str, high: str, limit: int) -> list[SearchRow]:
-        with self._lock:
-            partitions = index_partitions(self.shards)
-            self.reads += [("search", low)] * len(partitions)
-            pages = [[SearchRow.from_entity({**props, "RowKey": rk}) for rk, props in
-                      self._index_range(pk, low, high)[:limit]] for pk in partitions]
-        return merge_shards(pages, limit)
+        def read(asks: Sequence[Ask]) -> list[list[SearchRow]]:
+            with self._lock:
+                self.reads += [("search", low)] * len(asks)
+                pages = [[SearchRow.from_entity({**props, "RowKey": rk}) for rk, props in
+                          self._index_range(a.partition, low, high) if a.after is None or rk > a.after][:a.limit]
+                         for a in asks]
+                self.search_rows_read += sum(len(page) for page in pages)
+                return pages
+
+        return merge_lazily(read, index_partitions(self.shards), limit)
 
     def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
         with self._lock:

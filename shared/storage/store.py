@@ -26,11 +26,15 @@ row of an order can be written in ONE entity-group transaction:
 
 DeadlineTable (setting ``DeadlineTable``): the Supervisor's index of deadlines, about ONE row
 per order in flight (``shared.core.statemachine``, "The deadline index"). PartitionKey = due minute
-``yyyyMMddHHmm`` (UTC), RowKey = ``orderId:due``, properties OrderId, Due. A row's Due is never
+``yyyyMMddHHmm`` (UTC) and a shard by a hash of the order id, ``-0`` .. ``-3``
+(``shared.core.effects.order_bucket``: a minute is four partitions' write ceiling, not one's),
+RowKey = ``orderId:due``, properties OrderId, Due. A row's Due is never
 later than its order's CompleteBy; the submission writes it BEFORE its transaction, the forward
 path never touches it, the last transition deletes it (best effort) and the sweep moves it
 later when the order is slower than that. A sweep reads only buckets that are due:
-``PartitionKey le @bucket``.
+``PartitionKey le @bucket``, ``@bucket`` the current minute followed by ``~`` (``due_bound``): every
+shard of every minute up to now's, and the rows of the minute itself (watches, and rows from
+before the shards).
 It also holds a breaker's *watch* while the Supervisor may owe that breaker anything: RowKey
 ``breaker:{remote}:{opening}:{due}``, property Due, no OrderId (``shared.core.breaker.watch``).
 
@@ -39,15 +43,18 @@ OrderIndexTable (setting ``OrderIndexTable``): the search index, key ranges by p
 ``fin-`` (finished orders by finish day, for retention). In one partition ``orders``, or in S shards
 (the store's ``shards``, ``SEARCH_SHARDS`` by default): partitions ``orders-0`` .. ``orders-{S-1}``, a
 row in the shard of its key's last part (the order id: every row of an order in one shard, so an
-order's index write is still one transaction). A range read queries every shard in parallel, each
-at most ``limit`` rows, and merges them by RowKey: the keys are unique across shards, so the merge is
-the one partition's order and a continuation token is still one key. Price: a page is S + 1
-queries (the shards and the legacy partition) returning up to (S + 1) x (limit + 1) rows, instead of
-one query of limit + 1; the index's write ceiling is S partitions' (2,000 entities/s each) instead
-of one's. Beside shards, ``orders`` (the rows written before them) is read as one more shard, its
-rows marked ``legacy`` (a search checks them against their state row: their deletes go to the
-shards now), until retention has moved them (``shared.supervisor.retention``). The partition
-``stats`` holds the console's per-process figures by minute and hour (``shared.observability.figures``).
+order's index write is still one transaction). A range read merges the partitions by RowKey (the
+keys are unique across shards, so the merge is the one partition's order and a continuation token is
+still one key), reading each a little at a time (:func:`merge_lazily`): first its share of the page
+and a margin, in parallel, then more only from a partition that may still hold a row of the page.
+Price: a page of 50 is S + 1 queries (the shards and the legacy partition) returning about
+51 + S x ``SHARE_MARGIN`` rows (a hash spreads an order's rows evenly; a second round for a shard
+that drew more than its share), instead of one query of 51; the index's write ceiling is S
+partitions' (2,000 entities/s each) instead of one's. Beside shards, ``orders`` (the rows written
+before them) is read as one more shard, its rows marked ``legacy`` (a search checks them against
+their state row: their deletes go to the shards now), until retention has moved them
+(``shared.supervisor.retention``). The partition ``stats`` holds the console's per-process figures
+by minute and hour (``shared.observability.figures``).
 
 The state row's ``IndexDue`` names the row the order's own writes put (so that the last
 transition can delete it).
@@ -69,18 +76,19 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from shared.core.rows import Entity, EventRow, IndexRow, Op, SearchRow
 from shared.observability.figures import Figures
 
 INDEX_PARTITION = "orders"  # the search index unsharded (one shard), and the legacy partition beside shards
-# The search index's shards: 1 keeps the one partition ``orders`` (a page is one query: issue 11's
-# "about 60 entities"); S > 1 writes to ``orders-0`` .. ``orders-{S-1}`` (S times the write ceiling, S + 1
-# queries a page). Set it once, from 1 to S: a shard is a hash of the key modulo S, so another S moves rows.
-SEARCH_SHARDS = 1
+# The search index's shards: ``orders-0`` .. ``orders-7``, 8 partitions' write ceiling (about 2,000
+# orders/s, not 250); a page of 50 is 9 queries of about 85 rows in all (``merge_lazily``). 1 would keep
+# the one partition ``orders``. Set it once: a shard is a hash of the key modulo S, so another S moves rows.
+SEARCH_SHARDS = 8
+SHARE_MARGIN = 3  # rows read from each partition beyond its share of a page (``merge_lazily``)
 STATS_PARTITION = "stats"  # the console's per-process figures (OrderIndexTable, ``shared.observability.figures``)
 
 
@@ -155,6 +163,56 @@ def merge_shards(pages: Sequence[Sequence[SearchRow]], limit: int) -> list[Searc
         if len(out) == limit:
             break
     return out
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One query of a range read: up to ``limit`` rows of ``partition`` with a RowKey after ``after``
+    (None: from the range's start)."""
+
+    partition: str
+    after: str | None
+    limit: int
+
+
+def first_share(limit: int, partitions: int) -> int:
+    """What a range read first asks of each partition: all of ``limit`` from one, else a shard's share
+    (the legacy partition beside them not counted) and ``SHARE_MARGIN``."""
+    return limit if partitions <= 1 else min(limit, -(-limit // (partitions - 1)) + SHARE_MARGIN)
+
+
+def merge_lazily(read: Callable[[Sequence[Ask]], list[list[SearchRow]]], partitions: Sequence[str],
+                 limit: int) -> list[SearchRow]:
+    """The first ``limit`` rows over ``partitions`` (``index_partitions`` order), ascending, as
+    ``merge_shards`` gives them, reading each partition a little at a time. ``read`` runs one round's
+    asks (in parallel, in the Table Storage store) and gives each its rows, ascending.
+
+    First round: every partition, ``first_share`` rows. The merge is exact up to the lowest last row
+    of a partition that may hold more (one whose page came back full): its unread rows all sort after
+    it. So while a partition that may hold more ends before the page's last row, it is asked again,
+    from its last row on, for as many rows as the page has after that row (at most that many of its
+    unread rows can be in the page); the others are left alone. Every round reads at least one row
+    or closes a partition, so it ends."""
+    got: dict[str, list[SearchRow]] = {pk: [] for pk in partitions}
+    asks = [Ask(pk, None, first_share(limit, len(partitions))) for pk in partitions]
+    may_hold_more: set[str] = set()
+    while True:
+        for ask, page in zip(asks, read(asks), strict=True):
+            got[ask.partition] += page
+            if len(page) >= ask.limit:
+                may_hold_more.add(ask.partition)
+            else:
+                may_hold_more.discard(ask.partition)
+        merged = merge_shards([got[pk] for pk in partitions], limit)
+        edge = merged[-1].row_key if len(merged) == limit else None
+        asks = []
+        for pk in partitions:
+            last = got[pk][-1].row_key if got[pk] else None
+            if pk in may_hold_more and last is not None and (edge is None or last < edge):
+                # at most this many of its unread rows can still be in the page: the rows after ``last``
+                asks.append(Ask(pk, last, limit - sum(1 for row in merged if row.row_key <= last)))
+        if not asks:
+            return merged
 
 
 class SearchIndex(Protocol):

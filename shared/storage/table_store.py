@@ -21,19 +21,21 @@ from shared.storage.store import (
     MAX_BATCH_OPS,
     SEARCH_SHARDS,
     STATS_PARTITION,
+    Ask,
     Conflict,
     Entity,
     TooLarge,
     check_entity,
     clean,
     index_partitions,
-    merge_shards,
+    merge_lazily,
     shard_of,
 )
 from shared.storage.tables import MAX_PAGE, POOL_SIZE, SdkTable, Table, Write, table_for
 from shared.storage.transport import Urllib3Transport
 
 RANGE = "PartitionKey eq @pk and RowKey ge @low and RowKey lt @high"
+RANGE_AFTER = "PartitionKey eq @pk and RowKey gt @low and RowKey lt @high"  # the rest of a range, after a row read
 
 
 @dataclass
@@ -143,17 +145,26 @@ class TableStore:
 
     def _each_partition(self, read: Callable[[str], Any]) -> list[Any]:
         """``read`` of every partition of the search index, in parallel (joined before it returns)."""
-        partitions = index_partitions(self.shards)
-        if len(partitions) == 1:
-            return [read(partitions[0])]
-        with ThreadPoolExecutor(max_workers=len(partitions)) as pool:
-            return list(pool.map(read, partitions))
+        return self._in_parallel(read, index_partitions(self.shards))
+
+    @staticmethod
+    def _in_parallel(read: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """``read`` of each item, in parallel when there are more than one (joined before it returns)."""
+        if len(items) == 1:
+            return [read(items[0])]
+        with ThreadPoolExecutor(max_workers=len(items)) as pool:
+            return list(pool.map(read, items))
 
     def query_index(self, low: str, high: str, limit: int) -> list[SearchRow]:
         search = self._searched()
-        pages = self._each_partition(lambda pk: [SearchRow.from_entity(e) for e in search.query(
-            RANGE, {"pk": pk, "low": low, "high": high}, limit=limit).rows])
-        return merge_shards(pages, limit)
+
+        def read(ask: Ask) -> list[SearchRow]:
+            params = {"pk": ask.partition, "low": ask.after or low, "high": high}
+            rows = (search.query(RANGE, params, limit=ask.limit) if ask.after is None
+                    else search.query(RANGE_AFTER, params, limit=ask.limit)).rows
+            return [SearchRow.from_entity(e) for e in rows]
+
+        return merge_lazily(lambda asks: self._in_parallel(read, asks), index_partitions(self.shards), limit)
 
     def count_index(self, low: str, high: str, cap: int) -> tuple[int, bool]:
         """One page of RowKeys per partition (``cap`` at most 1000: one request each): capped if

@@ -1,7 +1,7 @@
 """The Supervisor's sweep: reads only the deadline index rows that are due.
 
 Cost: a sweep queries ``DeadlineTable`` for ``PartitionKey le @bucket`` (the current due
-minute; a parameterised filter), i.e. only rows due by now (plus not-yet-due rows of the
+minute's last shard, ``due_bound``; a parameterised filter), i.e. only rows due by now (plus not-yet-due rows of the
 current minute, skipped). Finished orders have no index row (deleted by their last
 transition, or lazily here), so a sweep never reads them. For each due row it point-reads
 the order's state row: a finished order's row is deleted, the row of an order slower than
@@ -39,7 +39,7 @@ from functools import partial
 from typing import Any
 
 from shared.core.breaker.watch import Watch
-from shared.core.effects import PutIndex
+from shared.core.effects import PutIndex, due_bound
 from shared.core.operations import OperationWatch
 from shared.core.rows import STATE_ROW
 from shared.core.statemachine import (
@@ -141,7 +141,7 @@ def _handle_watch(rt: Runtime, watch: Watch, now: datetime, report: SweepReport)
 def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> SweepReport:
     now = rt.ctx().now
     report = SweepReport()
-    bucket = now.strftime("%Y%m%d%H%M")
+    bucket = due_bound(now)
     deadline = time.monotonic() + budget_seconds
 
     def handle(row: IndexRow) -> None:

@@ -138,6 +138,13 @@ def test_the_azure_projection_comes_from_the_counted_operations() -> None:
     assert account["requests_per_order"] == 6.4 and account["entities_per_order"] == 16.7
     assert account["orders_per_s"] == round(20000 / 16.7, 1)
     assert account["orders_per_s_if_a_batch_counts_once"] == round(20000 / 6.4, 1)
+    # the two indexes shared by every order in flight: as many partitions' ceilings as they have shards
+    from shared.core.effects import DEADLINE_SHARDS
+    from shared.storage.store import SEARCH_SHARDS
+    for name, key, shards in (("deadline_index_partition", "index_entities_per_order", DEADLINE_SHARDS),
+                              ("search_index_partition", "search_index_entities_per_order", SEARCH_SHARDS)):
+        assert proj[name]["partitions"] == shards > 1
+        assert proj[name]["orders_per_s"] == round(2000 * shards / po["table"][key], 1)
     # Premium is another tier, not a limit of this deployment
     assert proj["binding_limit_orders_per_s"] == min(v["orders_per_s"] for v in proj.values()
                                                      if isinstance(v, dict) and "orders_per_s" in v)

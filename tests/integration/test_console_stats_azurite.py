@@ -13,6 +13,7 @@ import pytest
 from bench.search_cost import CountedStore, _diff
 from shared.console.overview import LIVE_COUNT_CAP, get_overview
 from shared.core.rows import SearchRow
+from shared.storage.store import index_partitions
 from tests.unit.observability.test_figures import check_count_index_capped, check_stats_rows
 
 pytestmark = pytest.mark.integration
@@ -49,7 +50,7 @@ def test_count_index_capped(counted: CountedStore) -> None:
     check_count_index_capped(counted.table_store)
 
 
-def test_a_count_over_the_cap_is_one_request_of_row_keys(counted: CountedStore) -> None:
+def test_a_count_over_the_cap_is_one_request_of_row_keys_per_partition(counted: CountedStore) -> None:
     store = counted.table_store
     rows = [SearchRow(f"cat-inFlight-{i:017d}-o{i}", f"o{i}", customer_id="c" * 200)
             for i in range(LIVE_COUNT_CAP + 1)]
@@ -57,8 +58,10 @@ def test_a_count_over_the_cap_is_one_request_of_row_keys(counted: CountedStore) 
         store.write_index(rows[i:i + 100], [])
     before = counted.counter.snapshot()
     assert store.count_index("cat-inFlight-", "cat-inFlight.", LIVE_COUNT_CAP) == (LIVE_COUNT_CAP, True)
-    # one request (the counter counts entities by their PartitionKey, which a RowKey-only select leaves out)
-    assert {kind: n for kind, (n, _entities) in requests_of(counted, before).items()} == {"query": 1}
+    # one request per partition of the index (its shards and the legacy one; the counter counts entities
+    # by their PartitionKey, which a RowKey-only select leaves out)
+    assert {kind: n for kind, (n, _entities) in requests_of(counted, before).items()} == {
+        "query": len(index_partitions(store.shards))}
     store.write_index([], [rows[-1].row_key])
     assert store.count_index("cat-inFlight-", "cat-inFlight.", LIVE_COUNT_CAP) == (LIVE_COUNT_CAP, False)
 
@@ -76,5 +79,7 @@ def test_a_flush_is_one_transaction_and_the_overview_reads_it_back(counted: Coun
     body = get_overview(counted.runtime, queue_depths=lambda rt, cap: [], remotes=[]).body
     assert body["supervisor"]["sweepsLastHour"] == 1 and body["supervisor"]["lastDueRows"] == 3
     assert body["live"]["inFlight"] == {"count": 0, "capped": False}
-    # two stats ranges (the minute row, the hour row) and two counts (nothing)
-    assert requests_of(counted, before) == {"query": (4, 2)}
+    # two stats ranges (the minute row, the hour row) and two counts (nothing), a request per partition
+    # of the index each (its shards and the legacy one)
+    partitions = len(index_partitions(counted.table_store.shards))
+    assert requests_of(counted, before) == {"query": (2 + 2 * partitions, 2)}

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from shared.core.effects import due_bound
 from shared.core.rows import ETAG, IndexRow, Op, SearchRow, history_row_key
 from shared.storage.store import Conflict, Store
 
@@ -74,6 +75,21 @@ def check_index(store: Store) -> None:
     assert due_keys == [f"{tag}:b"]
     store.delete_index("202611220801", f"{tag}:b")
     store.delete_index("202611220900", f"{tag}:c")
+
+
+def check_index_shards_of_a_minute_are_due_with_it(store: Store) -> None:
+    # a sweep's bound (``due_bound``) takes every shard of the minutes up to now's and the minute's
+    # own partition (watches, rows from before the shards), never the next minute's
+    tag = _pk()[:6]
+    now = datetime(2026, 11, 22, 11, 1, 30, tzinfo=UTC)
+    rows = [("202611221100-3", "a"), ("202611221101", "b"), ("202611221101-0", "c"), ("202611221101-3", "d"),
+            ("202611221102", "e"), ("202611221102-0", "f")]
+    for bucket, key in rows:
+        store.put_index(IndexRow(bucket, f"{tag}:{key}", tag, now))
+    due = [(r.bucket, r.row_key[-1]) for r in store.due_index(due_bound(now), 100) if r.row_key.startswith(tag)]
+    assert due == [(b, k) for b, k in rows[:4]]
+    for bucket, key in rows:
+        store.delete_index(bucket, f"{tag}:{key}")
 
 
 def check_injection_safe_keys(store: Store) -> None:
@@ -204,6 +220,29 @@ def check_search_index_in_shards(store: Store) -> None:
         store.shards = before
 
 
+def check_search_index_in_shards_reads_a_shard_again(store: Store) -> None:
+    # 40 rows over 8 shards, pages smaller than a shard's share of them: a page reads each shard's
+    # share first, then more of a shard that may still hold a row of the page (``RowKey gt`` its last
+    # row read), and lists the rows in order, each once, whatever the page size
+    tag, before = _pk()[:8], store.shards
+    keys = sorted(f"w-{tag}-{uuid.uuid4().hex}" for _ in range(40))
+    try:
+        store.shards = 8
+        store.write_index([SearchRow(k, k.rsplit("-", 1)[-1]) for k in keys], [])
+        for limit in (1, 5, 9, 17, 40, 41):
+            low, seen = f"w-{tag}-", []
+            while True:
+                rows = store.query_index(low, f"w-{tag}.", limit + 1)
+                seen += [r.row_key for r in rows[:limit]]
+                if len(rows) <= limit:
+                    break
+                low = rows[limit].row_key
+            assert seen == keys, limit
+        store.write_index([], keys)
+    finally:
+        store.shards = before
+
+
 def check_search_index_legacy_partition(store: Store) -> None:
     # rows written before the shards (the one partition ``orders``) are read as one more shard, marked
     # legacy, a key in both once (the shard's); a delete goes to the shard; drop_legacy_index empties it
@@ -276,8 +315,9 @@ def check_read_rows_is_the_whole_partition_with_etags(store: Store) -> None:
     assert len(store.read_rows(pk, 2)) == 2 and store.read_rows(_pk(), 10) == {}
 
 ALL = [check_transact_returns_the_etags_a_read_returns, check_create_conflict_is_atomic, check_etag_replace,
-       check_replace_removes_absent_and_none,
-       check_replace_missing_row_conflicts, check_index, check_injection_safe_keys,
+       check_replace_removes_absent_and_none, check_search_index_in_shards_reads_a_shard_again,
+       check_replace_missing_row_conflicts, check_index, check_index_shards_of_a_minute_are_due_with_it,
+       check_injection_safe_keys,
        check_mixed_transaction_and_values, check_delete_needs_current_etag, check_index_many_rows_of_one_bucket,
        check_history_is_apart_from_live_rows, check_search_index, check_read_rows_is_the_whole_partition_with_etags,
        check_search_index_in_shards, check_search_index_legacy_partition]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from shared.core.effects import DeleteIndex, Effect, PutIndex, Send, bucket_of, index_row_key
+from shared.core.effects import DeleteIndex, Effect, PutIndex, Send, index_row_key, order_bucket
 from shared.core.lease import Lease
 from shared.core.rows import StateRow
 from shared.core.statemachine.config import Ctx
@@ -43,10 +43,11 @@ def cover(order_id: str, complete_by: datetime, ctx: Ctx, note: str) -> PutIndex
 
 def drop_index(state: StateRow) -> list[Effect]:
     """Best-effort delete of the order's index row (the one named by ``IndexDue``), when the
-    order has no deadline left. A row the sweep moved meanwhile is deleted by the sweep."""
+    order has no deadline left. A row the sweep moved meanwhile, or one written before the index's
+    shards (another partition), is deleted by the sweep."""
     if state.index_due is None:
         return []
-    return [DeleteIndex(bucket_of(state.index_due), index_row_key(state.order_id, state.index_due))]
+    return [DeleteIndex(order_bucket(state.index_due, state.order_id), index_row_key(state.order_id, state.index_due))]
 
 
 class IndexVerdict(StrEnum):

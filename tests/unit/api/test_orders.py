@@ -9,8 +9,9 @@ import pytest
 
 from shared.api.operator import cancel_order, retry_order
 from shared.api.orders import get_order, submit
+from shared.core.effects import DEADLINE_SHARDS, order_bucket
 from shared.core.orders import CURRENCIES, order_id_for_key
-from tests.unit.harness import BODY, make_runtime, post, state, steps
+from tests.unit.harness import BODY, T0, make_runtime, post, state, steps
 
 
 def _nothing_written(rt) -> None:  # type: ignore[no-untyped-def]
@@ -39,7 +40,8 @@ def test_accepts_order_and_writes_one_transaction() -> None:
     [req] = rt.bus.peek("agent-inventory")
     assert req.body["orderId"] == oid and req.application_properties["traceparent"].startswith("00-")
     [idx] = rt.store.index_rows()
-    assert idx["RowKey"] == f"{oid}:20261122T080030000000" and idx["PartitionKey"] == "202611220800"
+    assert idx["RowKey"] == f"{oid}:20261122T080030000000" and idx["PartitionKey"] == order_bucket(T0, oid)
+    assert idx["PartitionKey"] in {f"202611220800-{n}" for n in range(DEADLINE_SHARDS)}  # the minute, a shard
     assert idx["Due"] == st["CompleteBy"] == st["IndexDue"]  # covers the deadline the state row holds
 
 

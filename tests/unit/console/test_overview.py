@@ -13,6 +13,7 @@ from shared.core.rows import SearchRow
 from shared.observability.figures import ConsoleStats, Figures, hour_stamp, minute_stamp
 from shared.runtime import Runtime
 from shared.storage.memory import MemoryStore
+from shared.storage.store import index_partitions
 from tests.unit.harness import T0, AgentSim, Clock, drive, make_runtime, post
 
 NOW = T0 + timedelta(minutes=30, seconds=20)  # 08:30:20
@@ -141,7 +142,9 @@ def test_the_overview_reads_four_ranges_two_rows_per_remote_and_no_order() -> No
         drive(rt, order_id, AgentSim(rt))
     rt.store.reads.clear()
     overview(rt)
-    assert sorted(table for table, _ in rt.store.reads if table != "state") == ["search", "search", "stats", "stats"]
+    # two capped counts of the search index (a request per partition: ``SEARCH_SHARDS`` and the legacy one)
+    searched = ["search"] * 2 * len(index_partitions(rt.store.shards))
+    assert sorted(table for table, _ in rt.store.reads if table != "state") == [*searched, "stats", "stats"]
     state_partitions = [partition for table, partition in rt.store.reads if table == "state"]
     assert len(state_partitions) == 2 * 4  # a point read and a capped count per remote (four agents)
     assert not set(state_partitions) & set(orders)

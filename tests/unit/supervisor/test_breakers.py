@@ -15,6 +15,7 @@ from shared.agent.guard import hold
 from shared.core.breaker.state import BreakerPolicy, BreakerRow, BreakerState
 from shared.core.breaker.waiting import WaitingStep, waiting_partition
 from shared.core.breaker.watch import WAKE_GRACE, Watch, WatchVerdict, confirming_watch, decide_watch, opening_watch
+from shared.core.effects import due_bound
 from shared.core.rows import IndexRow
 from shared.storage.breakers import read_breaker, write_breaker
 from shared.storage.memory import MemoryStore
@@ -126,11 +127,11 @@ def test_a_crash_between_the_watch_and_the_open_write_leaves_a_stray_the_sweep_d
 def test_an_idle_sweep_reads_the_deadline_index_and_nothing_else() -> None:
     rt = make_runtime()
     reads, writes = requests(rt.store, lambda: sweep(rt))  # the process's first sweep: every breaker once
-    assert sorted(reads) == [("deadline", "202611220800")] + [("state", "breakers")] * 4 and writes == 0
+    assert sorted(reads) == [("deadline", "202611220800~")] + [("state", "breakers")] * 4 and writes == 0
     for _ in range(3):
         rt.clock.advance(15)
         reads, writes = requests(rt.store, lambda: sweep(rt))
-        assert reads == [("deadline", rt.clock().strftime("%Y%m%d%H%M"))] and writes == 0
+        assert reads == [("deadline", due_bound(rt.clock()))] and writes == 0
 
 
 def test_an_outage_costs_the_sweep_a_few_requests_then_it_is_idle_again() -> None:
@@ -146,7 +147,7 @@ def test_an_outage_costs_the_sweep_a_few_requests_then_it_is_idle_again() -> Non
     assert resumed == ["shipping"]
     rt.clock.advance(10)  # the watches fall due after the close: per watch one read, one listing, the delete
     reads, writes = requests(rt.store, lambda: sweep(rt))
-    assert sorted(reads) == sorted([("deadline", rt.clock().strftime("%Y%m%d%H%M"))]
+    assert sorted(reads) == sorted([("deadline", due_bound(rt.clock()))]
                                    + [("state", "breakers"), ("state", waiting_partition("shipping"))] * 2)
     assert writes == 2 and watches(rt.store) == []
     rt.clock.advance(15)
@@ -252,7 +253,7 @@ def test_the_first_sweep_pass_works_on_an_unhashable_store_and_runs_once() -> No
     reads, _ = requests(rt.store, lambda: sweep(rt))
     assert reads.count(("state", "breakers")) == 4
     reads, _ = requests(rt.store, lambda: sweep(rt))
-    assert reads == [("deadline", "202611220800")]
+    assert reads == [("deadline", "202611220800~")]
 
 
 class FailingBreakerRead(MemoryStore):
@@ -332,4 +333,4 @@ def test_a_watch_not_due_yet_in_the_current_minute_costs_no_read() -> None:
     sweep(rt)
     put_watch(rt.store, Watch("shipping", 1, rt.clock() + timedelta(seconds=30)))  # same minute, later
     reads, writes = requests(rt.store, lambda: sweep(rt))
-    assert reads == [("deadline", "202611220800")] and writes == 0
+    assert reads == [("deadline", "202611220800~")] and writes == 0

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from shared.core.effects import bucket_of
+from shared.core.effects import bucket_of, due_bound
 from shared.core.rows import IndexRow
 from shared.core.statemachine import StateRow, View, decide_expired, index_verdict
 from shared.storage.memory import MemoryStore
@@ -163,7 +163,7 @@ def test_sweep_never_reads_finished_or_future_orders() -> None:
     # only the running order's row (same due minute, not yet due) is seen; no order's state is
     # read, and no breaker (none has a watch: none ever opened)
     assert (report.seen, report.kept) == (1, 1)
-    assert rt.store.reads == [("deadline", bucket_of(rt.clock()))]
+    assert rt.store.reads == [("deadline", due_bound(rt.clock()))]
     assert running
 
 
