@@ -12,7 +12,8 @@ Pacing: one slice per Supervisor tick (``BulkOrdersPerTick``, default 100 every 
 at a time, and never more orders than leave ``BulkMaxInFlight`` (5) orders in flight in all, live
 traffic's included (one count of the search index's in-flight rows per slice, capped there). A
 slice acts on what room there is, so a bulk retry yields to live traffic instead of queueing ahead
-of it (docs/operating.md, "Bulk operations").
+of it (docs/operating.md, "Bulk operations"). Only an order acted on now takes room: one an earlier
+pass already did (after a crash) or one refused puts nothing new in flight.
 """
 
 from __future__ import annotations
@@ -59,14 +60,18 @@ def read_operation(rt: Runtime, operation_id: str) -> Operation | None:
     return Operation.from_entity(operation_id, entity, entity.get(ETAG)) if entity is not None else None
 
 
+ALREADY = "already"  # ``act_on``: done by an earlier pass of the operation (nothing new was put in flight)
+
+
 def act_on(rt: Runtime, op: Operation, order_id: str) -> str | None:
-    """``op``'s action on one order: None when done (now, or by an earlier pass of ``op``), else why not."""
+    """``op``'s action on one order: None when done now, ``ALREADY`` when an earlier pass of ``op`` did
+    it, else why not."""
     for _ in range(RACE_RETRIES):
         view = read_view(rt.store, order_id)
         if view.state is None:
             return "no such order (purged since the search matched it)"
         if acted(view.state.operations, op.operation_id):
-            return None
+            return ALREADY
         try:
             decision = ACTIONS[op.action](view, bound(view, rt.ctx(actor=op.by, operation=op.operation_id)))
         except UnknownWorkflow as exc:
@@ -94,14 +99,21 @@ def advance(rt: Runtime, operation_id: str, limit: int | None = None) -> Slice:
     room = room_in_flight(rt)
     if room <= 0:
         return Slice(op)  # the system is busy: this slice waits for the next tick
-    end = min(op.matched, op.next + min(limit or rt.config.bulk_slice, room))
+    end = min(op.matched, op.next + (limit or rt.config.bulk_slice))
     partition = partition_of(operation_id)
     ids: list[str] = []
     for chunk in range(op.next // CHUNK, (end - 1) // CHUNK + 1):
         ids += ids_of(rt.store.read_row(partition, chunk_row_key(chunk)))[max(0, op.next - chunk * CHUNK):]
-    todo = ids[:end - op.next]
-    outcomes = [(order_id, act_on(rt, op, order_id)) for order_id in todo]
-    moved = op.advanced(end - op.next, outcomes, rt.clock())
+    outcomes: list[tuple[str, str | None]] = []
+    for order_id in ids[:end - op.next]:
+        if room <= 0:
+            break  # only an order acted on now takes room: one an earlier pass did, or one refused, does not
+        outcome = act_on(rt, op, order_id)
+        if outcome is None:
+            room -= 1
+        outcomes.append((order_id, None if outcome == ALREADY else outcome))
+    todo = [order_id for order_id, _ in outcomes]
+    moved = op.advanced(len(todo), outcomes, rt.clock())
     try:
         etags = rt.store.transact(partition, [Op("replace", moved.to_entity(), etag=op.etag)])
     except Conflict:

@@ -13,7 +13,17 @@ from shared.api import bulk as bulk_api
 from shared.api.bulk import get_operation, start_operation
 from shared.api.operator import retry_order
 from shared.core.effects import Effect
-from shared.core.operations import STRAY_AFTER, OperationWatch, acted, remember
+from shared.core.operations import (
+    HEADER_ROW,
+    STRAY_AFTER,
+    OperationWatch,
+    acted,
+    chunk_row_key,
+    ids_of,
+    partition_of,
+    remember,
+)
+from shared.core.rows import ETAG, Op
 from shared.runtime.bulk import advance
 from shared.runtime.executor import Outcome
 from shared.supervisor import sweep
@@ -113,8 +123,7 @@ class CrashOnRun(CrashRuntime):
 
 @pytest.mark.parametrize("k", [0, 1, 2, 3])
 def test_a_slice_cut_off_by_a_crash_goes_on_and_acts_on_no_order_twice(k: int) -> None:
-    # room for the whole operation in one tick (the pace has its own test below)
-    rt, agents, ids = held_orders(4, make_runtime(workflow=HOLD, bulk_max_in_flight=20))
+    rt, agents, ids = held_orders(4, make_runtime(workflow=HOLD))
     crashing = CrashOnRun(store=rt.store, bus=rt.bus, config=rt.config, keys=rt.keys, instance_id="b",
                           clock=rt.clock)
     crashing.nth, crashing.k = crashing.runs + 3, k  # the third order's action
@@ -256,6 +265,30 @@ def test_an_order_whose_index_write_was_lost_is_matched_as_a_search_shows_it() -
     assert (r.status, r.body["matched"], r.body["succeeded"], r.body["state"]) == (202, 1, 1, "done")
     assert [e["event"] for e in op_events(rt, held, r.body["operationId"])] == ["retried"]
     assert op_events(rt, in_flight, r.body["operationId"]) == []
+
+
+def test_only_an_order_acted_on_now_takes_room_not_one_an_earlier_pass_did_or_one_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slice after a crash re-reads the orders the cut-off pass did, and a refused order puts nothing
+    in flight: neither counts against BulkMaxInFlight, so the room goes to orders that need it."""
+    monkeypatch.setattr(bulk_api, "FIRST_SLICE", 100)
+    rt, agents, _ = held_orders(6, make_runtime(workflow=HOLD, bulk_max_in_flight=2))
+    r = start(rt, RETRY_ATTENTION)  # room for two: the first two retried, in flight now
+    op_id = r.body["operationId"]
+    assert (r.body["succeeded"], r.body["state"]) == (2, "running"), r.body
+    order = ids_of(rt.store.read_row(partition_of(op_id), chunk_row_key(0)))  # the operation's order
+    assert retry_order(rt, order[2]).status == 202  # the third, retried by hand: the operation is refused
+    for oid in order[:3]:
+        drive(rt, oid, agents)  # done: none in flight
+    # the header as a crash before its write would have left it: the next pass finds the first two done
+    header = rt.store.read_row(partition_of(op_id), HEADER_ROW)
+    assert header is not None
+    rt.store.transact(partition_of(op_id), [Op("replace", {**header, "Next": 0, "Succeeded": 0},
+                                                etag=header[ETAG])])
+    tick(rt)  # two already done, one refused, then room for two more: the fourth and the fifth
+    body = get_operation(rt, op_id).body
+    assert (body["succeeded"], body["failed"], body["state"]) == (4, 1, "running"), body
+    assert [len(op_events(rt, oid, op_id)) for oid in order] == [1, 1, 0, 1, 1, 0]
 
 
 def test_a_slice_puts_no_order_in_flight_past_the_cap_and_goes_on_when_there_is_room(
