@@ -20,7 +20,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from local.stack import Stack
 from shared.core.workflows import DEFAULT_WORKFLOW, load_registry
-from shared.storage.store import INDEX_PARTITION
+from shared.storage.store import SEARCH_SHARDS, index_partitions
 
 PROBLEM = "application/problem+json"
 GOOD_BODY: dict[str, Any] = {"customerId": "c-1", "currency": "EUR",
@@ -109,11 +109,11 @@ class Tables:
         return {str(e.get("OrderId")) for e in self.deadlines.list_entities(select=["OrderId"])}
 
     def index_order_ids(self) -> set[str]:
-        """The orders the search index has a row of (any key range of its one partition; the
-        console's per-process stats rows live in another partition of the table)."""
-        rows = self.index.query_entities("PartitionKey eq @pk", parameters={"pk": INDEX_PARTITION},
-                                         select=["OrderId"])
-        return {str(e.get("OrderId")) for e in rows}
+        """The orders the search index has a row of (any key range of any of its partitions: its
+        shards and the legacy one; the console's per-process stats rows live in another partition
+        of the table)."""
+        return {str(e.get("OrderId")) for pk in index_partitions(SEARCH_SHARDS)
+                for e in self.index.query_entities("PartitionKey eq @pk", parameters={"pk": pk}, select=["OrderId"])}
 
     def partition(self, order_id: str) -> dict[str, dict[str, Any]]:
         """Every row of one order, with its ETag (any write changes it)."""
