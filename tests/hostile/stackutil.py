@@ -19,7 +19,9 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from local.stack import Stack
+from shared.core.breaker.waiting import WAITING_PREFIX
 from shared.core.workflows import DEFAULT_WORKFLOW, load_registry
+from shared.storage.breakers import BREAKER_PARTITION
 from shared.storage.store import SEARCH_SHARDS, index_partitions
 
 PROBLEM = "application/problem+json"
@@ -139,7 +141,9 @@ class Snapshot:
 
         * ``state``: rows of the state table, except the history events of orders that existed
           (an order still being processed appends them meanwhile; a test that must see none
-          compares that order's partition, ETags included);
+          compares that order's partition, ETags included) and the circuit breakers' rows
+          (``breakers``, ``waiting-{remote}``: the agents write them while earlier tests' orders
+          still run, whatever the request under test does);
         * ``deadlineOrders``: deadline index rows of orders that had none (the index of known
           orders comes and goes);
         * ``indexOrders``: search index rows of orders that neither it nor the state table knew
@@ -147,7 +151,8 @@ class Snapshot:
           land later).
         """
         known = {pk for pk, _ in self.state}
-        new_state = [k for k in later.state - self.state if not (k[0] in known and is_history(k[1]))]
+        new_state = [k for k in later.state - self.state if not (k[0] in known and is_history(k[1]))
+                     and not (k[0] == BREAKER_PARTITION or k[0].startswith(WAITING_PREFIX))]
         return {"state": sorted(new_state),
                 "deadlineOrders": sorted(later.deadline_orders - self.deadline_orders),
                 "indexOrders": sorted(later.index_orders - self.index_orders - known)}
