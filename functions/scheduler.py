@@ -1,8 +1,8 @@
 """Scheduler functions: the scheduler queue (claim + dispatch) and the replies queue, one function
 each per priority lane (``shared.core.workflows.lanes``; a message is handled the same on every lane).
-Thin adapters over ``shared.scheduler``. Settlement is explicit (SDK-type binding,
-``autoCompleteMessages`` false; ``functions.settlement.settle``): complete on return, dead-letter a
-poison message at once with its reason, abandon on a transient failure (see shared/scheduler/handlers.py)."""
+Thin adapters over ``shared.scheduler``. Settlement (SDK-type binding, ``autoCompleteMessages`` true;
+``functions.settlement.settle``): the host completes on return and abandons on a transient failure; a
+poison message is dead-lettered at once with its reason (see shared/scheduler/handlers.py)."""
 
 # No ``from __future__ import annotations``: the worker reads the handlers' annotations as types.
 from collections.abc import Callable
@@ -40,7 +40,7 @@ def _register(name: str, queue_setting: str, handle: Callable[[Any], None]) -> A
     handler.__name__ = handler.__qualname__ = name
     return bp.function_name(name=name)(
         bp.service_bus_queue_trigger(arg_name="msg", queue_name=f"%{queue_setting}%",
-                                     connection=SERVICE_BUS_CONNECTION, auto_complete_messages=False)(handler))
+                                     connection=SERVICE_BUS_CONNECTION, auto_complete_messages=True)(handler))
 
 
 # One scheduler and one replies function per priority lane (workflows/lanes.json): "scheduler" and

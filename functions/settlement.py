@@ -1,34 +1,35 @@
-"""Explicit settlement of the Service Bus triggers (agents, scheduler, replies).
+"""Settlement of the Service Bus triggers (agents, scheduler, replies).
 
 The triggers use the Python worker's SDK-type binding (``azurefunctions-extensions-bindings-servicebus``):
 the function gets the SDK's ``ServiceBusReceivedMessage`` and a ``ServiceBusMessageActions``, and
-``autoCompleteMessages`` is false, so the host settles nothing itself. :func:`settle` is the one place
-that settles, after the handler:
+``autoCompleteMessages`` is true. The host settles every message the function leaves unsettled,
+after the handler:
 
-* it returns: **complete**;
-* it raises :class:`~shared.core.messages.PoisonMessage`: **dead-letter at once**, with the poison's
-  reason code as ``DeadLetterReason`` and its text as ``DeadLetterErrorDescription``
-  (docs/reliability.md, "Poison messages"). No redelivery: the message never reaches a remote
-  service again, and the dead-letter queue says why it is there;
-* it raises anything else (a transient failure): **abandon**, and the exception goes on (the
-  invocation is logged Failed). The broker redelivers the message, and dead-letters it once
-  MaxDeliveryCount is reached (MaxDeliveryCountExceeded), as with auto-completion.
+* it returns: the host **completes** it;
+* it raises :class:`~shared.core.messages.PoisonMessage`: :func:`settle` **dead-letters it at once**,
+  with the poison's reason code as ``DeadLetterReason`` and its text as ``DeadLetterErrorDescription``
+  (docs/reliability.md, "Poison messages"), and returns. No redelivery: the message never reaches a
+  remote service again, and the dead-letter queue says why it is there. The host sees the message
+  settled and leaves it (the .NET processor completes only ``!message.IsSettled``);
+* it raises anything else (a transient failure): the exception goes on (the invocation is logged
+  Failed) and the host **abandons** it. The broker redelivers the message, and dead-letters it once
+  MaxDeliveryCount is reached (MaxDeliveryCountExceeded).
 
-A settlement that fails (the lock was lost, the link dropped) leaves the message to its lock's
-expiry: the broker delivers it again, and the handlers are idempotent. The ``received`` view reads
-the SDK message (or the azure-functions ``ServiceBusMessage`` of the plain binding) the same way.
+Why the host completes, not the function: an explicit complete is a gRPC call from the worker to
+the host that waits for the broker's answer inside the invocation, on every message (6 an order);
+only a poison message needs what the host cannot do (a reason). A dead-letter that fails (the lock
+was lost, the link dropped) raises: the host abandons, and the next delivery is dead-lettered as
+poison again. The ``received`` view reads the SDK message (or the azure-functions
+``ServiceBusMessage`` of the plain binding) the same way.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from shared.core.messages import PoisonMessage
-
-log = logging.getLogger("orders.settlement")
 
 T = TypeVar("T")
 # Service Bus keeps DeadLetterReason and DeadLetterErrorDescription as message properties (at
@@ -37,34 +38,22 @@ MAX_DESCRIPTION = 1024
 
 
 class MessageActions(Protocol):
-    """What ``azurefunctions.extensions.bindings.servicebus.ServiceBusMessageActions`` offers (and tests fake)."""
-
-    def complete(self, message: Any) -> None: ...
-
-    def abandon(self, message: Any) -> None: ...
+    """What ``settle`` uses of ``azurefunctions.extensions.bindings.servicebus.ServiceBusMessageActions``
+    (and tests fake)."""
 
     def deadletter(self, message: Any, deadletter_reason: str | None = None,
                    deadletter_error_description: str | None = None) -> None: ...
 
 
 def settle(actions: MessageActions, message: Any, handle: Callable[[], T]) -> T | None:
-    """Run ``handle`` and settle ``message`` by its outcome (module docstring). Returns what
-    ``handle`` returned, or None for a dead-lettered message."""
+    """Run ``handle``; dead-letter ``message`` if it is poison, else leave it to the host
+    (module docstring). Returns what ``handle`` returned, or None for a dead-lettered message."""
     try:
-        result = handle()
+        return handle()
     except PoisonMessage as e:
         actions.deadletter(message, deadletter_reason=e.reason,
                            deadletter_error_description=str(e)[:MAX_DESCRIPTION])
         return None
-    except Exception:
-        try:
-            actions.abandon(message)
-        except Exception as e:  # noqa: BLE001 - the lock expires instead; the first error is the one to see
-            log.warning("could not abandon message %s: %s: %s", getattr(message, "message_id", None),
-                        type(e).__name__, e)
-        raise
-    actions.complete(message)
-    return result
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """An agent in a Functions worker: one ``AgentRuntime`` per agent (``runtime_for``), and one
 request message handled with the trigger's settlement rules (``handle_message``).
 
-Settlement (explicit, by ``functions.settlement.settle``: complete on return, dead-letter on
-``PoisonMessage``, abandon on any other exception):
+Settlement (the host completes on return and abandons on an exception; ``functions.settlement.settle``
+dead-letters a ``PoisonMessage``):
 
 * **Poison messages** never reach the remote service. They are logged at ERROR with the reason
   code, the message id and a body excerpt, and raised as ``PoisonMessage(description, reason)``;

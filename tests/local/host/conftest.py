@@ -28,6 +28,7 @@ BASE_VALUES = {
     "SlowQueue": "sample-slow",
     "SessionQueue": "sample-sessions",
     "SettleQueue": "sample-settle",
+    "SettleAutoQueue": "sample-settle-auto",
     "TimerSchedule": "0 0 0 1 1 *",
     "Greeting": "from-local-settings",
 }

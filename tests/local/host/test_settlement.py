@@ -67,7 +67,7 @@ def test_the_sample_apps_sdk_type_function_is_indexed_with_its_settlement_parame
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(sys, "modules", dict(sys.modules))
     app, _ = load_app(SAMPLE_APP)
-    specs, errors = index_functions(app, {"SettleQueue": "q", "InQueue": "i", "OutQueue": "o", "PoisonQueue": "p",
+    specs, errors = index_functions(app, {"SettleQueue": "q", "SettleAutoQueue": "qa", "InQueue": "i", "OutQueue": "o", "PoisonQueue": "p",
                                           "SlowQueue": "s", "SessionQueue": "x", "TimerSchedule": "0 0 0 1 1 *",
                                           "Greeting": "g"})
     assert errors == []
@@ -75,6 +75,8 @@ def test_the_sample_apps_sdk_type_function_is_indexed_with_its_settlement_parame
     spec = by_name["settles_itself"]
     assert spec.sdk_type and spec.settlement_param == "message_actions"
     assert spec.trigger["autoCompleteMessages"] is False
+    auto = by_name["settles_poison_only"]
+    assert auto.sdk_type and auto.settlement_param == "message_actions" and auto.trigger["autoCompleteMessages"] is True
     assert not by_name["on_message"].sdk_type and by_name["on_message"].settlement_param is None
 
 
@@ -153,30 +155,30 @@ def host(sb: Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hos
     h.proc.stop()
 
 
-def _send(sb: Endpoint, mid: str, todo: dict[str, Any]) -> None:
+def _send(sb: Endpoint, mid: str, todo: dict[str, Any], queue: str = "sample-settle") -> None:
     from azure.servicebus import ServiceBusClient
 
-    with ServiceBusClient.from_connection_string(sb.connection_string) as c, c.get_queue_sender("sample-settle") as s:
+    with ServiceBusClient.from_connection_string(sb.connection_string) as c, c.get_queue_sender(queue) as s:
         s.send_messages(ServiceBusMessage(json.dumps(todo), message_id=mid, reply_to="replies",
                                           application_properties={"traceparent": "00-abc"}))
 
 
-def _dead_letters(sb: Endpoint) -> dict[str, Any]:
+def _dead_letters(sb: Endpoint, queue: str = "sample-settle") -> dict[str, Any]:
     from azure.servicebus import ServiceBusClient
 
     out = {}
     with ServiceBusClient.from_connection_string(sb.connection_string) as c, \
-            c.get_queue_receiver("sample-settle", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as r:
+            c.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as r:
         for m in r.receive_messages(max_message_count=50, max_wait_time=2):
             out[m.message_id] = m
             r.complete_message(m)
     return out
 
 
-def _active(sb: Endpoint) -> list[str]:
+def _active(sb: Endpoint, queue: str = "sample-settle") -> list[str]:
     from azure.servicebus import ServiceBusClient
 
-    with ServiceBusClient.from_connection_string(sb.connection_string) as c, c.get_queue_receiver("sample-settle") as r:
+    with ServiceBusClient.from_connection_string(sb.connection_string) as c, c.get_queue_receiver(queue) as r:
         return [m.message_id for m in r.peek_messages(max_message_count=50)]
 
 
@@ -230,3 +232,31 @@ def test_a_second_settlement_of_one_message_fails(sb: Endpoint, host: Host) -> N
     [err] = wait_for(lambda: [r for r in host.read("settle-error") if r["message_id"] == mid], 20, what="the error")
     assert err["error"] == "SettlementError"
     assert len(_deliveries(host, mid)) == 1
+
+
+@pytest.mark.integration
+def test_with_auto_complete_the_host_settles_what_its_function_left(sb: Endpoint, host: Host) -> None:
+    """autoCompleteMessages true (the app's triggers): a return is completed, an exception abandoned
+    (delivered again at once, not after the 5 s lock), and a message the function dead-lettered itself
+    is left alone: no second settlement, no warning."""
+    run, queue = uuid.uuid4().hex[:8], "sample-settle-auto"
+    done, dead, again = f"ac-{run}", f"ad-{run}", f"ar-{run}"
+    _send(sb, done, {"do": "return"}, queue)
+    _send(sb, dead, {"do": "deadletter", "reason": "SchemaViolation", "description": "no orderId"}, queue)
+    _send(sb, again, {"do": "raise", "then": "return"}, queue)
+
+    def deliveries(mid: str) -> list[dict[str, Any]]:
+        return [r for r in host.read("settle-auto") if r["message_id"] == mid]
+
+    wait_for(lambda: len(deliveries(again)) >= 2 and deliveries(done) and deliveries(dead), 20, what="the deliveries")
+    first, second = deliveries(again)[:2]
+    assert (first["delivery_count"], second["delivery_count"]) == (1, 2)
+    assert second["at"] - first["at"] < 4  # abandoned by the host, not left to its lock
+    dl = wait_for(lambda: _dead_letters(sb, queue).get(dead), 10, what="the dead letter")
+    assert (dl.dead_letter_reason, dl.dead_letter_error_description) == ("SchemaViolation", "no orderId")
+    wait_for(lambda: not {done, dead, again} & set(_active(sb, queue)), 10, what="every message settled")
+    time.sleep(6)  # past the lock: a message the host failed to settle would be delivered again
+    assert [len(deliveries(m)) for m in (done, dead)] == [1, 1]
+    assert len(deliveries(again)) == 2
+    log = host.proc.log_path.read_text() if host.proc.log_path else ""
+    assert not [line for line in log.splitlines() if "could not" in line and run in line]

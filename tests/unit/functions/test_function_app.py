@@ -73,6 +73,8 @@ def test_service_bus_triggers_scheduler_and_one_per_agent_on_every_lane() -> Non
         t = _trigger(f)
         if t["type"] == "serviceBusTrigger":
             assert t["connection"] == SERVICE_BUS_CONNECTION
+            # The host completes and abandons; the function only dead-letters poison (functions/settlement.py).
+            assert t["autoCompleteMessages"] is True
 
 
 def test_timers_supervisor_and_retention() -> None:

@@ -1,4 +1,4 @@
-"""functions/settlement.py: the one place the Service Bus triggers settle (complete, dead-letter, abandon)."""
+"""functions/settlement.py: the triggers dead-letter a poison message; the host completes and abandons the rest."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from shared.core.messages import PoisonMessage
 
 
 class RecordingActions:
-    """A ``ServiceBusMessageActions`` that records each settlement: (action, message, reason, description)."""
+    """A ``ServiceBusMessageActions`` that records each settlement: (action, message, reason, description).
+    Every action of the real client is here, so a settlement ``settle`` must not make is seen too."""
 
     def __init__(self, fail: set[str] | None = None) -> None:
         self.calls: list[tuple[str, Any, str | None, str | None]] = []
@@ -30,6 +31,9 @@ class RecordingActions:
     def abandon(self, message: Any) -> None:
         self._record("abandon", message)
 
+    def defer(self, message: Any) -> None:
+        self._record("defer", message)
+
     def deadletter(self, message: Any, deadletter_reason: str | None = None,
                    deadletter_error_description: str | None = None) -> None:
         self._record("deadletter", message, deadletter_reason, deadletter_error_description)
@@ -39,10 +43,11 @@ class RecordingActions:
         return [c[0] for c in self.calls]
 
 
-def test_a_return_completes_and_gives_the_result() -> None:
+def test_a_return_gives_the_result_and_leaves_the_message_to_the_host() -> None:
+    """autoCompleteMessages is true: the host completes it, no gRPC call from the function."""
     actions, msg = RecordingActions(), object()
     assert settle(actions, msg, lambda: 42) == 42
-    assert actions.calls == [("complete", msg, None, None)]
+    assert actions.calls == []
 
 
 def test_poison_is_dead_lettered_at_once_with_its_reason_and_description() -> None:
@@ -65,7 +70,7 @@ def test_a_long_description_is_cut() -> None:
     assert len(actions.calls[0][3] or "") == MAX_DESCRIPTION
 
 
-def test_a_transient_failure_abandons_and_raises() -> None:
+def test_a_transient_failure_raises_for_the_host_to_abandon() -> None:
     actions, msg = RecordingActions(), object()
 
     def handle() -> None:
@@ -73,23 +78,17 @@ def test_a_transient_failure_abandons_and_raises() -> None:
 
     with pytest.raises(ConnectionError):
         settle(actions, msg, handle)
-    assert actions.actions == ["abandon"]
+    assert actions.calls == []
 
 
-def test_a_failed_abandon_leaves_the_first_error_to_see() -> None:
-    actions = RecordingActions(fail={"abandon"})
+def test_a_failed_dead_letter_raises() -> None:
+    """The lock was lost: the invocation fails and the host abandons; the next delivery is poison again."""
 
     def handle() -> None:
-        raise ConnectionError("store unavailable")
+        raise PoisonMessage("not JSON", "InvalidJson")
 
-    with pytest.raises(ConnectionError):
-        settle(actions, object(), handle)
-
-
-def test_a_failed_complete_raises() -> None:
-    """The lock was lost: the invocation fails, the broker redelivers (the handlers are idempotent)."""
-    with pytest.raises(RuntimeError, match="complete failed"):
-        settle(RecordingActions(fail={"complete"}), object(), lambda: None)
+    with pytest.raises(RuntimeError, match="deadletter failed"):
+        settle(RecordingActions(fail={"deadletter"}), object(), handle)
 
 
 class SdkLike:

@@ -141,3 +141,21 @@ def settles_itself(received: servicebus.ServiceBusReceivedMessage,
     elif action == "raise":
         raise ValueError("not settled: autoCompleteMessages is false, so the host leaves it locked")
     # "none": not settled; the lock expires and the broker delivers it again
+
+
+# The same binding with autoCompleteMessages true (the app's triggers): the host completes a message
+# its function returns and abandons one it raises on, unless the function settled it itself (the .NET
+# processor auto-completes only ``!message.IsSettled``): here a dead-letter, as the app does for poison.
+@bp.service_bus_queue_trigger(arg_name="received", queue_name="%SettleAutoQueue%", connection="ServiceBusConnection",
+                              auto_complete_messages=True)
+def settles_poison_only(received: servicebus.ServiceBusReceivedMessage,
+                        message_actions: servicebus.ServiceBusMessageActions) -> None:
+    todo = json.loads(b"".join(received.body).decode())
+    action = todo["then"] if received.delivery_count > 1 and "then" in todo else todo["do"]
+    record("settle-auto", message_id=received.message_id, delivery_count=received.delivery_count, action=action)
+    if action == "deadletter":
+        message_actions.deadletter(received, deadletter_reason=todo["reason"],
+                                   deadletter_error_description=todo["description"])
+    elif action == "raise":
+        raise ValueError("abandoned by the host: autoCompleteMessages is true")
+    # "return": completed by the host
