@@ -57,7 +57,8 @@ FIGURES: dict[str, tuple[tuple[str, ...], str]] = {
 SMALL_RUN = ["--skip-emulator", "--skip-peer", "--search-sizes", "", "--lanes-seconds", "0", "--skip-recovery",
              "--no-plots", "--no-profile", "--raw-seconds", "1.5", "--raw-threads", "2", "--sweep-small", "50",
              "--sweep-large", "100", "--leftover", "5", "--warmup", "3", "--latency-seconds", "4",
-             "--sustained-seconds", "0", "--idle-seconds", "6", "--supervisor-period", "2", "--step-timeout", "6"]
+             "--sustained-seconds", "0", "--idle-seconds", "6", "--supervisor-period", "2", "--step-timeout", "6",
+             "--bulk-orders", "0"]
 STOP_GRACE_S = 180  # an interrupted bench stops its stack and writes bench.json first
 
 
