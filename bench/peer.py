@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from bench.calibrate import calibrate
 from bench.load import LoadRun, OrderTimes, Poster, StatusEvents, ms, percentile
 from bench.logline import log
 from bench.peer_dbos.postgres import Postgres
@@ -239,6 +240,7 @@ def _profile_later(pid: int, seconds: float, out: Path) -> Callable[[], dict[str
 def phase_saturation(rig: PeerRig, window: int, seconds: float, profile: bool = False) -> dict[str, Any]:
     log(f"phase: saturation (closed loop, {window} orders in flight, {seconds:g}s)")
     r = rig.new_run("saturation", seed=1)
+    speed = calibrate()["ms"]  # the machine's speed right now, as ours' saturation records it
     before = _cpu(rig)
     t0 = time.time()
     collect = _profile_later(rig.peer_pid, seconds, rig.work / "profiles" / "peer.txt") if profile else None
@@ -251,6 +253,7 @@ def phase_saturation(rig: PeerRig, window: int, seconds: float, profile: bool = 
     end = max((o.processed for o in orders if o.processed), default=time.time())
     in_steady = [o for o in orders if o.processed and steady_from <= o.processed <= end]
     res["steady_orders_per_s"] = round(len(in_steady) / (end - steady_from), 2) if end > steady_from else None
+    res["calibration_ms"] = speed
     if collect is not None:
         res["profile"] = collect()
     log(f"  saturation: {res['steady_orders_per_s']} orders/s (steady); p50 {res['latency_ms']['p50']} ms, "

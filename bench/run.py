@@ -363,6 +363,7 @@ class Bench:
         a = self.args
         log(f"phase: saturation (closed loop, {a.window} orders in flight, {a.saturation_seconds:g}s)")
         r = self.new_run("saturation")
+        speed = calibrate()["ms"]  # the machine's speed right now: the peers' saturation records it too
         before = self.snapshot()
         t0 = time.time()
         pids = self._pids()
@@ -385,6 +386,7 @@ class Bench:
         res["cpu_ms_per_order_split"] = cpu_split.per_order(res["cpu_split"], cpu, res["processed"])
         res["cpu_seconds"] = cpu
         res["cpu_wall_seconds"] = round(wall, 2)
+        res["calibration_ms"] = speed
         res["cpu_share_of_machine"] = {k: round(v / (wall * (os.cpu_count() or 1)), 3) for k, v in cpu.items()}
         res["azurite_probe"] = probed
         self._collect_profiles(prof_procs)

@@ -151,6 +151,11 @@ def versus(result: dict[str, Any], peer_key: str = "peer") -> dict[str, Any] | N
             # how much of the machine each stack got at saturation: well under 1 with other work beside it
             "machine_cpu_share_at_saturation": {"ours": (result.get("where_time_goes") or {}).get(
                 "machine_cpu_used_share"), "peer": _peer_machine_share(peer)},
+            # bench.calibrate right before each saturation phase (ms; lower is faster): this machine's
+            # speed drifts, and ratios of two phases measured at different speeds mislead
+            "calibration_ms_before_saturation": {
+                "ours": ((result.get("phases") or {}).get("saturation") or {}).get("calibration_ms"),
+                "peer": peer["phases"].get("saturation", {}).get("calibration_ms")},
             "peer_name": peer.get("peer"), "notes": NOTES[peer_key]}
 
 
@@ -174,6 +179,10 @@ def summary_lines(v: dict[str, Any], label: str = "DBOS") -> list[str]:
            f"(fixed rate {v['fixed_rate_orders_per_s']} orders/s; share of the machine used at saturation: "
            f"ours {share['ours']}, peer {share['peer']}; 1-min load at start: ours {load['ours_at_start']:.1f}, "
            f"peer {load['peer_at_start']}):"]
+    speed = v.get("calibration_ms_before_saturation") or {}
+    if speed.get("ours") and speed.get("peer"):
+        out.append(f"  machine speed before each saturation (bench.calibrate, ms; lower is faster): ours "
+                   f"{speed['ours']}, peer {speed['peer']} (ours/peer {speed['ours'] / speed['peer']:.2f})")
     for row in v["measures"].values():
         out.append(f"  {row['label']}: ours {row['ours']} {row['unit']}, peer {row['peer']} {row['unit']}, "
                    f"ours/peer {row['ours_over_peer']} ({row['better']} is better)")
