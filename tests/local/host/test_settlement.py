@@ -67,9 +67,9 @@ def test_the_sample_apps_sdk_type_function_is_indexed_with_its_settlement_parame
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(sys, "modules", dict(sys.modules))
     app, _ = load_app(SAMPLE_APP)
-    specs, errors = index_functions(app, {"SettleQueue": "q", "SettleAutoQueue": "qa", "InQueue": "i", "OutQueue": "o", "PoisonQueue": "p",
-                                          "SlowQueue": "s", "SessionQueue": "x", "TimerSchedule": "0 0 0 1 1 *",
-                                          "Greeting": "g"})
+    specs, errors = index_functions(app, {"SettleQueue": "q", "SettleAutoQueue": "qa", "InQueue": "i", "OutQueue": "o",
+                                          "PoisonQueue": "p", "SlowQueue": "s", "SessionQueue": "x",
+                                          "TimerSchedule": "0 0 0 1 1 *", "Greeting": "g"})
     assert errors == []
     by_name = {s.name: s for s in specs}
     spec = by_name["settles_itself"]
