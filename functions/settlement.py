@@ -18,9 +18,10 @@ after the handler:
 Why the host completes, not the function: an explicit complete is a gRPC call from the worker to
 the host that waits for the broker's answer inside the invocation, on every message (6 an order);
 only a poison message needs what the host cannot do (a reason). A dead-letter that fails (the lock
-was lost, the link dropped) raises: the host abandons, and the next delivery is dead-lettered as
-poison again. The ``received`` view reads the SDK message (or the azure-functions
-``ServiceBusMessage`` of the plain binding) the same way.
+was lost, the link dropped) raises: the host abandons (the local host counts the message settled
+and leaves it to its lock's expiry), and the next delivery is dead-lettered as poison again. The
+``received`` view reads the SDK message (or the azure-functions ``ServiceBusMessage`` of the plain
+binding) the same way.
 """
 
 from __future__ import annotations

@@ -173,7 +173,6 @@ def test_peer_measured_in_the_same_run_with_consistent_counts(result: tuple[dict
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-
 def check_peer_counts(r: dict, peer: dict) -> None:
     """A peer's run adds up: every order posted processed, at our fixed rate, no double effect."""
     assert "error" not in peer, peer.get("traceback")
