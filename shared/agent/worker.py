@@ -12,8 +12,8 @@ dead-letters a ``PoisonMessage``):
   - ``InvalidJson``: the body is not JSON; ``SchemaViolation``: not a request (a field missing or
     wrong, no reply_to); ``UnknownStep``: a step/operation this agent does not serve;
   - ``UnknownOrder``: the order does not exist; ``StepNotInFlight``: the order is finished, or this
-    step's (or compensation's) attempt is not the one it has in flight (``check_in_flight``: one
-    read of the order's partition per request, the pure core's rule
+    step's (or compensation's) attempt is not the one it has in flight (``check_in_flight``: the
+    order's rows as they are now, ``shared.storage.views.current_view``, and the pure core's rule
     ``shared.core.statemachine.request_not_in_flight``). A copy of a request that arrives after its
     order moved on is such a message: at-least-once delivery makes it normal, and dead-lettering it
     is safe (the order no longer waits on it); the dead-letter queue shows how often it happens.
@@ -55,7 +55,7 @@ from shared.observability.telemetry import valid_traceparent
 from shared.runtime import Runtime, get_runtime
 from shared.runtime.clients import get_clients
 from shared.settings import instance_id
-from shared.storage.views import read_view
+from shared.storage.views import current_view
 
 _lock = threading.Lock()
 _runtimes: dict[str, AgentRuntime] = {}
@@ -122,11 +122,12 @@ def handle_message(agent: Agent, body: bytes, *, message_id: str | None, reply_t
 
 def check_in_flight(orders: Runtime | None, request: ReceivedRequest) -> None:
     """Raise ``PoisonMessage`` (UnknownOrder, StepNotInFlight) unless the order has ``request``'s
-    step (or compensation) attempt in flight. One read of the order's partition (in ``orders``'
-    store, the worker's runtime's when None); a failed read raises as is (transient: the message
-    is abandoned and redelivered)."""
+    step (or compensation) attempt in flight, on the order's rows as they are now (in ``orders``'
+    store, the worker's runtime's when None): the request's token's rows while the state row keeps
+    their ETag (one point read), else a read of the partition. A failed read raises as is
+    (transient: the message is abandoned and redelivered)."""
     orders = orders or get_runtime()
-    view = read_view(orders.store, request.order_id)
+    view = current_view(orders.store, orders.keys, request.order_id, request.fence)
     if view.state is None:
         raise PoisonMessage(f"order {request.order_id} does not exist", "UnknownOrder")
     try:

@@ -14,10 +14,11 @@ A token is base64url of a 16-byte MAC and the zlib-compressed JSON ``{"o": order
 ``TokenKeys`` app setting, like ``shared.api.tokens``, under its own label: the current key signs,
 a token by the previous key is still read) refuses a corrupted, cut or foreign token, or one by a
 key no longer held, and the reply is then decided on a read. It does not keep the rows secret (the
-request already carries the order), and the agents echo a token without checking it; the trust
-boundary stays the Service Bus namespace (managed identity only). Every ETag
-must be one a store issued (``W/"..."``), never ``*``: a token's write is always conditional. A
-token longer than ``MAX_FENCE_LENGTH`` is not issued (the reply path reads instead).
+request already carries the order). The agents echo a token unchanged, and check its MAC only
+to use its rows for their own check (``shared.storage.views.current_view``); the trust boundary
+stays the Service Bus namespace (managed identity only). Every ETag must be one a store issued
+(``W/"..."``), never ``*``: a token's write is always conditional. A token longer than
+``MAX_FENCE_LENGTH`` is not issued (the reply path reads instead).
 """
 
 from __future__ import annotations

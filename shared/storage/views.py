@@ -1,5 +1,8 @@
-"""Where a handler's view of an order comes from: a read of its partition, or the rows a reply's
-fencing token carries (``shared.storage.fence``), which save that read.
+"""Where a handler's view of an order comes from: a read of its partition, or the rows a
+request's or reply's fencing token carries (``shared.storage.fence``), which save that read.
+
+An agent checks its request on the token's rows while the order's state row keeps the token's
+ETag (``current_view``: one point read), and reads the partition otherwise.
 
 A reply is decided on one typed view at a time (``shared.scheduler.handlers``): first its token's
 rows, when it carries a token this app issued for this order while the replying attempt held the
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 
 from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage
+from shared.core.rows import ETAG, STATE_ROW
 from shared.core.sealed import Keys
 from shared.core.statemachine import View
 from shared.observability.logs import log_event
@@ -32,6 +36,25 @@ class SourcedView:
 def read_view(store: Store, order_id: str) -> View:
     """The order's live rows (``order``, ``state``, ``step-*``), read in one query, typed."""
     return View.from_entities(store.read_partition(order_id))
+
+
+def current_view(store: Store, keys: Keys, order_id: str, token: str | None) -> View:
+    """The order's live rows as they are now, for an agent's check before its remote call: a
+    request's token's rows when the state row still has the token's ETag (any change to the order
+    writes its state row, so no other row changed either), found by one point read of that row;
+    else (no token, one not issued by this app for this order, or the order moved on since) a read
+    of the partition. A point read is Table Storage's cheapest lookup and the same one transaction
+    as the query, which the local Azurite answers by scanning every row of the table."""
+    if token is not None:
+        try:
+            rows = fence.decode(keys, order_id, token)
+        except fence.InvalidFence:
+            rows = None
+        if rows is not None:
+            state = store.read_row(order_id, STATE_ROW)
+            if state is not None and state.get(ETAG) == rows[STATE_ROW][ETAG]:
+                return View.from_entities(rows)
+    return read_view(store, order_id)
 
 
 def views_for_reply(store: Store, reply: ReplyMessage, *, keys: Keys, reads: int,

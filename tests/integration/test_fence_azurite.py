@@ -93,3 +93,22 @@ def test_a_duplicate_reply_on_table_storage_loses_its_write_then_reads(store: Co
     assert handle_reply(rt, body) == "duplicate"  # the token's ETags are stale: 412, then a read
     assert (store.transactions - transactions, store.lost, store.partition_reads - reads) == (1, 1, 1)
     assert state(rt, oid)["LeaseKey"] == "charge-payment:1"
+
+
+def test_the_agents_check_reads_one_row_while_the_token_is_current_else_the_partition(store: Counted) -> None:
+    from shared.agent.parsing import parse_request
+    from shared.agent.worker import check_in_flight
+    from shared.core.messages import PoisonMessage
+
+    rt = make_runtime(store)  # type: ignore[arg-type]
+    post(rt)
+    [req] = rt.bus.peek("agent-inventory")
+    request = parse_request(json.dumps(req.body).encode(), message_id=req.message_id, reply_to="replies")
+    check_in_flight(rt, request)  # the token's state ETag is the stored one: no partition read
+    assert store.partition_reads == 0
+    agents = AgentSim(rt)
+    agents.work(rt.clock())
+    agents.reply_all()  # the order moved on: the request's token is stale
+    with pytest.raises(PoisonMessage, match="is not in flight"):
+        check_in_flight(rt, request)
+    assert store.partition_reads == 1

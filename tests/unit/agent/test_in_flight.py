@@ -14,7 +14,9 @@ import pytest
 from shared.agent.parsing import ReceivedRequest, parse_request
 from shared.agent.worker import check_in_flight
 from shared.core.messages import OutMessage, PoisonMessage
+from shared.core.rows import STATE_ROW
 from shared.core.workflows import load_registry
+from shared.storage.memory import MemoryStore
 from tests.unit.harness import BODY, AgentSim, drive, make_runtime, post, state
 
 R, C, S = "reserve-inventory", "charge-payment", "create-shipment"
@@ -84,6 +86,47 @@ def test_a_copy_after_the_order_moved_on_is_step_not_in_flight() -> None:
     drive(rt, oid, agents)
     with pytest.raises(PoisonMessage, match="the order is finished"):
         check_in_flight(rt, request_of(req))
+
+
+class PointReadsOnly(MemoryStore):
+    """A store that records its point reads and fails any read of a whole partition."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.point_reads: list[tuple[str, str]] = []
+
+    def read_row(self, order_id: str, row_key: str) -> Any:
+        self.point_reads.append((order_id, row_key))
+        return super().read_row(order_id, row_key)
+
+    def read_partition(self, order_id: str) -> Any:
+        raise AssertionError(f"read the partition of {order_id}")
+
+
+def test_a_request_whose_token_is_current_is_checked_on_one_point_read_of_the_state_row() -> None:
+    store = PointReadsOnly()
+    rt = make_runtime(store=store)
+    oid = post(rt).body["orderId"]
+    [req] = rt.bus.peek("agent-inventory")
+    assert req.body.get("fence")
+    assert verdict(rt, req) is None
+    assert store.point_reads == [(oid, STATE_ROW)]
+
+
+@pytest.mark.parametrize("token", ["garbage", "another order's"])
+def test_a_token_not_issued_for_this_order_is_not_trusted(token: str) -> None:
+    rt = make_runtime()
+    oid = post(rt).body["orderId"]
+    [req] = rt.bus.peek("agent-inventory")
+    agents = AgentSim(rt)
+    agents.work(rt.clock())
+    agents.reply_all()  # this order's step is done: its request is no longer in flight
+    post(rt, {**BODY, "customerId": "c-2"})
+    [theirs] = [m for m in rt.bus.peek("agent-inventory") if m.body["orderId"] != oid]
+    assert verdict(rt, theirs) is None  # their token is current, and says their step is in flight
+    fence = "A" * 40 if token == "garbage" else theirs.body["fence"]
+    moved_on = OutMessage(queue=req.queue, body={**req.body, "fence": fence}, message_id="m", reply_to="replies")
+    assert verdict(rt, moved_on) == "StepNotInFlight"
 
 
 def test_an_attempt_the_supervisor_superseded_is_not_in_flight() -> None:
