@@ -21,10 +21,12 @@ from typing import Any
 
 STEPS = 3
 TARGET_REQUESTS_PER_ORDER = 5.0
-# Table request kinds only the Supervisor's sweep issues: the deadline index query, the state
-# point read of a due order, and the listing of a remote's waiting steps when its breaker's watch
-# falls due (shared.supervisor.breakers)
-SWEEP_KINDS = ("deadlines|query", "orders|get", "orders|query|waiting")
+# Table request kinds only the Supervisor's sweep issues: the deadline index query and the listing
+# of a remote's waiting steps when its breaker's watch falls due (shared.supervisor.breakers). Its
+# point read of a due order's state row is one kind with the agents' check of every request
+# (``orders|get``, shared.storage.views.current_view), so under load it is counted as work.
+SWEEP_KINDS = ("deadlines|query", "orders|query|waiting")
+STATE_READS = "orders|get"
 # point reads: the agents' admissions of a breaker that is not closed and clean (or when their
 # query failed), and the Supervisor's: one per due breaker watch (none while no breaker opened
 # since the process's first sweep, which reads each remote once)
@@ -36,7 +38,8 @@ WAITING_LISTINGS = "orders|query|waiting"  # the Supervisor's, when a watch of a
 # the console's stats rows: after a sweep with due rows, and while idle once a minute (a heartbeat,
 # so that the console can tell a Supervisor that runs from one that stopped): the sweep's own writes
 STATS_WRITES = "orderindex|batch|stats"
-IDLE_SWEEP_KINDS = (*SWEEP_KINDS, BREAKER_READS, STATS_WRITES)
+# while idle no agent checks a request: every state point read is the sweep's
+IDLE_SWEEP_KINDS = (*SWEEP_KINDS, STATE_READS, BREAKER_READS, STATS_WRITES)
 
 
 # Azure's credit costs (Standard tier, "Service Bus throttling"): Send, Receive, Peek 1 per message;

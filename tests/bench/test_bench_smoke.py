@@ -61,6 +61,8 @@ def test_counts_are_consistent(result: tuple[dict, Path]) -> None:
     po = r["per_order"]
     assert po["table"]["requests_per_order"] > 0 and po["table"]["entities_per_order"] > 0
     assert po["table"]["requests_per_order_by_kind"]["orders|batch"] >= 4  # submission + 3 replies
+    # the agents check each of their 3 requests on a point read of the state row
+    assert po["table"]["requests_per_order_by_kind"].get("orders|get", 0) >= 3
     bus = po["bus"]
     assert bus["work_queue_messages_per_order"] >= 12  # 3 requests + 3 replies, each sent and delivered
     assert bus["status_sends_per_order"] > 0
