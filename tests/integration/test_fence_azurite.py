@@ -1,6 +1,7 @@
 """Fencing tokens on real Table Storage (Azurite), with each way of sending transactions: the
 ETags a transaction returns are the ones a read returns, so a token's rows are what a read
-would give, and an order's forward path costs one transaction per step and no partition read."""
+would give, an order's forward path costs one transaction per step and no partition read, and an
+agent's check of its request reads one row while the request's token is current."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from typing import Any
 
 import pytest
 
+from shared.agent.parsing import parse_request
+from shared.agent.worker import check_in_flight
+from shared.core.messages import PoisonMessage
 from shared.core.rows import Op
 from shared.scheduler import handle_reply
 from shared.storage import fence
@@ -96,10 +100,6 @@ def test_a_duplicate_reply_on_table_storage_loses_its_write_then_reads(store: Co
 
 
 def test_the_agents_check_reads_one_row_while_the_token_is_current_else_the_partition(store: Counted) -> None:
-    from shared.agent.parsing import parse_request
-    from shared.agent.worker import check_in_flight
-    from shared.core.messages import PoisonMessage
-
     rt = make_runtime(store)  # type: ignore[arg-type]
     post(rt)
     [req] = rt.bus.peek("agent-inventory")
