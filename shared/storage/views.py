@@ -45,15 +45,15 @@ def current_view(store: Store, keys: Keys, order_id: str, token: str | None) -> 
     else (no token, one not issued by this app for this order, or the order moved on since) a read
     of the partition. A point read is Table Storage's cheapest lookup and the same one transaction
     as the query, which the local Azurite answers by scanning every row of the table."""
-    if token is not None:
-        try:
-            rows = fence.decode(keys, order_id, token)
-        except fence.InvalidFence:
-            rows = None
-        if rows is not None:
-            state = store.read_row(order_id, STATE_ROW)
-            if state is not None and state.get(ETAG) == rows[STATE_ROW][ETAG]:
-                return View.from_entities(rows)
+    try:
+        rows = fence.decode(keys, order_id, token) if token is not None else None
+    except fence.InvalidFence:
+        rows = None
+    if rows is None:
+        return read_view(store, order_id)
+    state = store.read_row(order_id, STATE_ROW)
+    if state is not None and state.get(ETAG) == rows[STATE_ROW][ETAG]:
+        return View.from_entities(rows)
     return read_view(store, order_id)
 
 
