@@ -89,6 +89,11 @@ class HostLog:
         with self._lock:
             return [i for i in self.invocations if i.function == function and i.at >= since]
 
+    def ended_since(self, since: float) -> list[Invocation]:
+        """Every invocation whose Executed line is at or after ``since``."""
+        with self._lock:
+            return [i for i in self.invocations if i.at >= since]
+
     def executing_of(self, function: str, since: float = 0.0) -> list[tuple[int, float, str]]:
         with self._lock:
             return [e for e in self.executing if e[2] == function and e[1] >= since]

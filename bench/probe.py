@@ -1,7 +1,9 @@
 """A latency probe of Azurite, run as its own process during the saturation phase.
 
 It point-reads one (absent) entity over one keep-alive raw HTTP connection every 50 ms and
-prints one JSON line of percentiles when it is stopped (SIGTERM) or its time is up. Run apart
+prints one JSON line when it is stopped (SIGTERM) or its time is up: the percentiles, and the
+reads slower than ``--slow-ms`` with their epoch time (``slow``, the first 200), which
+``bench.tail`` lays beside the slowest orders. Run apart
 from the stack's Python processes (no shared GIL, no thread pool), it tells whether Azurite
 itself keeps requests waiting at saturation, or whether the wait the app's requests see
 happens in the app's own processes.
@@ -36,25 +38,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", required=True)
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--interval", type=float, default=0.05)
+    ap.add_argument("--slow-ms", type=float, default=25.0)
     a = ap.parse_args(argv)
     stop = [False]
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
     conn = TableHttp(a.host, a.port)
     samples: list[float] = []
+    slow: list[tuple[float, float]] = []  # (epoch seconds at the start, ms)
     errors = 0
     end = time.monotonic() + a.seconds
     try:
         while not stop[0] and time.monotonic() < end:
-            t0 = time.perf_counter()
+            at, t0 = time.time(), time.perf_counter()
             try:
                 conn.request("GET", f"/{a.table}(PartitionKey='probe',RowKey='probe')")
-                samples.append(1000 * (time.perf_counter() - t0))
+                took = 1000 * (time.perf_counter() - t0)
+                samples.append(took)
+                if took >= a.slow_ms and len(slow) < 200:
+                    slow.append((round(at, 3), round(took, 1)))
             except OSError:
                 errors += 1
             time.sleep(a.interval)
     finally:
         conn.close()
-    print(json.dumps({"point_read_ms": percentiles(samples), "errors": errors}), flush=True)
+    print(json.dumps({"point_read_ms": percentiles(samples), "errors": errors, "slow_ms": a.slow_ms, "slow": slow}),
+          flush=True)
     return 0
 
 

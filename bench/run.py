@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import busstats, cpu_split, opcount, phase_bulk, phase_recovery, phase_sweep, segments, versus
+from bench import busstats, cpu_split, opcount, phase_bulk, phase_recovery, phase_sweep, segments, tail, versus
 from bench.args import parse_args
 from bench.azraw import raw_rate
 from bench.calibrate import calibrate
@@ -502,9 +502,14 @@ class Bench:
         t0 = time.time()
         meters = cpu_split.PhaseMeters(self._pids(), self.roles_dir)
         meters.start()
+        probe = self._start_probe(seconds + 30)
         r.open_loop(rate, seconds, threads=8, progress=lambda s: print(s, flush=True))
+        probed = self._stop_probe(probe)
         res = self._measured(name, r, before, t0, drain_timeout=120)
         res.update(meters.stop(res["processed"]))
+        res["azurite_probe"] = probed
+        assert self.hostlog is not None
+        res["slowest"] = tail.slowest(r.collect(), self.hostlog.ended_since(t0), (probed or {}).get("slow", []))
         res["arrival_rate"] = round(rate, 2)
         res["fraction_of_saturation"] = fraction
         self.result.setdefault("phases", {})[name] = res
@@ -512,6 +517,8 @@ class Bench:
             f"latency p50 {res['latency_ms']['p50']} ms, p95 {res['latency_ms']['p95']} ms, "
             f"p99 {res['latency_ms']['p99']} ms")
         log(f"  {segments.report_line(res['latency_legs'])}")
+        for line in tail.report_lines(res["slowest"]):
+            log(line)
         lag = res["status_consumer_lag_ms"]
         log(f"  the bench's status consumer got the status messages p50 {lag['p50']} ms, p99 {lag['p99']} ms, "
             f"max {lag['max']} ms after the broker enqueued them ({lag['n']} messages)")

@@ -78,6 +78,10 @@ def test_counts_are_consistent(result: tuple[dict, Path]) -> None:
     assert r["consistency"] and broken == [], broken
     # what bounds saturation: Azurite probed from its own process, CPU per order by process
     assert r["phases"]["saturation"]["azurite_probe"]["point_read_ms"]["n"] > 0
+    # what the latency phase's slowest orders waited beside (bench.tail)
+    lat = r["phases"]["latency"]
+    assert lat["azurite_probe"]["point_read_ms"]["n"] > 0
+    assert lat["slowest"] and lat["slowest"][0]["ms"] == max(s["ms"] for s in lat["slowest"])
     wt = r["where_time_goes"]
     assert wt["cpu_ms_per_order"]["host instances (the app)"] > 0 and wt["azurite_cpu_ms_per_app_request"] > 0
 
