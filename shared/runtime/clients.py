@@ -10,7 +10,8 @@ under a lock and then shared:
   ``shared.storage.tables`` (the REST path over azure-core's public pipeline) on the worker's one
   ``Urllib3Transport`` (``transport``), pooled for the thread pool too.
 * Service Bus: one ``ServiceBusClient``; one sender per queue, each behind its own lock
-  (senders are not thread-safe). A sender that fails is closed and rebuilt on next use.
+  (senders are not thread-safe). A sender that fails is closed and rebuilt on next use. Each
+  sender is built with a short ``socket_timeout`` (``SEND_SOCKET_TIMEOUT``, below).
 
 Connections, read from the settings (``shared.settings``): a connection string is used as
 is; identity-based settings (``<Name>__fullyQualifiedNamespace`` / ``__tableServiceUri`` +
@@ -64,6 +65,15 @@ def service_bus_client(conn: Connection) -> Any:
     return ServiceBusClient(fully_qualified_namespace=namespace, credential=credential_for(conn))
 
 
+# A sender's keep-alive (the SDK's default, every 30 s) reads its idle connection for up to the
+# socket timeout while holding the socket, and a send that comes then waits for that read to end:
+# up to 0.2 s at the SDK's default for AMQP over TCP. That wait was the latency tail at a fixed
+# rate (bench/README.md, issue 31). ``socket_timeout`` is ``get_queue_sender``'s documented
+# keyword; it also bounds a write that cannot go out, which for a message of a few KB means a
+# link stalled for 50 ms (the send then fails and is retried like any other failed send).
+SEND_SOCKET_TIMEOUT = 0.05
+
+
 @dataclass
 class LockedSender:
     """A Service Bus sender used by one thread at a time; rebuilt after a failure."""
@@ -78,7 +88,7 @@ class LockedSender:
     def send(self, message: Any) -> None:
         with self._lock:
             if self._sender is None:
-                self._sender = self.client.get_queue_sender(self.queue)
+                self._sender = self.client.get_queue_sender(self.queue, socket_timeout=SEND_SOCKET_TIMEOUT)
             try:
                 self._sender.send_messages(message)
             except Exception:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -141,9 +142,11 @@ def test_sender_is_rebuilt_after_failure_and_serialised() -> None:
             self.closed = True
 
     made: list[FakeSender] = []
+    asked: list[dict[str, Any]] = []
 
     class FakeClient:
-        def get_queue_sender(self, queue: str) -> FakeSender:
+        def get_queue_sender(self, queue: str, **kwargs: Any) -> FakeSender:
+            asked.append(kwargs)
             made.append(FakeSender())
             return made[-1]
 
@@ -159,6 +162,8 @@ def test_sender_is_rebuilt_after_failure_and_serialised() -> None:
     assert made[0].closed
     ls.send("ok")
     assert len(made) == 2
+    # every sender is built with the short socket timeout: the keep-alive's idle read holds a send that long
+    assert asked == [{"socket_timeout": C.SEND_SOCKET_TIMEOUT}] * 2
 
 
 def test_config_reads_settings() -> None:
