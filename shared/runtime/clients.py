@@ -68,7 +68,7 @@ def service_bus_client(conn: Connection) -> Any:
 # A sender's keep-alive (the SDK's default, every 30 s) reads its idle connection for up to the
 # socket timeout while holding the socket, and a send that comes then waits for that read to end:
 # up to 0.2 s at the SDK's default for AMQP over TCP. That wait was the latency tail at a fixed
-# rate (bench/README.md, issue 31). ``socket_timeout`` is ``get_queue_sender``'s documented
+# rate (measured in issue 31). ``socket_timeout`` is ``get_queue_sender``'s documented
 # keyword; it also bounds a write that cannot go out, which for a message of a few KB means a
 # link stalled for 50 ms (the send then fails and is retried like any other failed send).
 SEND_SOCKET_TIMEOUT = 0.05
