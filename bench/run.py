@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import busstats, cpu_split, opcount, phase_bulk, phase_recovery, phase_sweep, segments, tail, versus
+from bench import busstats, cpu_split, gcpause, opcount, phase_bulk, phase_recovery, phase_sweep, segments, tail, versus
 from bench.args import parse_args
 from bench.azraw import raw_rate
 from bench.calibrate import calibrate
@@ -509,7 +509,8 @@ class Bench:
         res.update(meters.stop(res["processed"]))
         res["azurite_probe"] = probed
         assert self.hostlog is not None
-        res["slowest"] = tail.slowest(r.collect(), self.hostlog.ended_since(t0), (probed or {}).get("slow", []))
+        res["slowest"] = tail.slowest(r.collect(), self.hostlog.ended_since(t0), (probed or {}).get("slow", []),
+                                      gcpause.read(self.count_dir))
         res["arrival_rate"] = round(rate, 2)
         res["fraction_of_saturation"] = fraction
         self.result.setdefault("phases", {})[name] = res

@@ -4,6 +4,7 @@ The benchmark puts it there for the local host's processes only (``bench.opcount
 to count their Table Storage requests from outside the app. It loads ``bench/opcount.py`` by
 its path (the app's folder is not on ``sys.path`` yet) and switches counting on if
 ``BENCH_OPCOUNT_DIR`` is set; a failure is reported on stderr and the process runs uncounted.
+With it, ``bench/gcpause.py`` records the process's long garbage collections in the same folder.
 """
 
 from __future__ import annotations
@@ -14,20 +15,29 @@ import sys
 from pathlib import Path
 
 
+def _load(name: str) -> object:
+    path = Path(__file__).resolve().parent.parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def _install_counting() -> None:
-    if not os.environ.get("BENCH_OPCOUNT_DIR"):
+    directory = os.environ.get("BENCH_OPCOUNT_DIR")
+    if not directory:
         return
-    path = Path(__file__).resolve().parent.parent / "opcount.py"
     try:
-        spec = importlib.util.spec_from_file_location("bench_opcount", path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        module.install()
+        _load("opcount").install()  # type: ignore[attr-defined]
     except Exception as e:  # noqa: BLE001 - the benchmark's counter must never stop the process
         print(f"bench: table requests of pid {os.getpid()} are not counted: {e!r}", file=sys.stderr)
+    try:
+        _load("gcpause").install(directory)  # type: ignore[attr-defined]
+    except Exception as e:  # noqa: BLE001 - nor its garbage-collection record
+        print(f"bench: garbage collections of pid {os.getpid()} are not recorded: {e!r}", file=sys.stderr)
 
 
 _install_counting()
