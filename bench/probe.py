@@ -1,4 +1,4 @@
-"""A latency probe of Azurite, run as its own process during the saturation phase.
+"""A latency probe of Azurite, run as its own process during the saturation, latency and sustained phases.
 
 It point-reads one (absent) entity over one keep-alive raw HTTP connection every 50 ms and
 prints one JSON line when it is stopped (SIGTERM) or its time is up: the percentiles, and the
