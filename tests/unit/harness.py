@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.api.orders import submit
-from shared.core.effects import Effect
+from shared.core.effects import Effect, Reindex, Send
 from shared.core.messages import OutMessage
 from shared.core.rows import ETAG, STATE_ROW
 from shared.core.statemachine import Config
@@ -80,6 +80,7 @@ class CrashRuntime(Runtime):
     crash_exhausted: bool = False
 
     def run(self, effects: list[Effect], limit: int | None = None) -> Outcome:
+        check_index_before_sends(effects)
         if self.crash_at is not None:
             k, self.crash_at = self.crash_at, None
             if k >= len(effects):
@@ -246,6 +247,18 @@ class AgentSim:
             msg = self.pending_replies.pop(0)
             out.append(handle_reply(self.rt, json.dumps(msg.body).encode(), message_id=msg.message_id))
         return out
+
+
+def check_index_before_sends(effects: list[Effect]) -> None:
+    """A decision writes the order's search index rows before any message that moves the order on
+    (a request, a schedule notice, a wake-up; a status message does not). Else the transition those
+    messages cause can write its own index rows first, and this decision's rows, landing after,
+    undo them: an order Processed and still listed in flight. Checked on every decision a
+    ``CrashRuntime`` runs."""
+    moved = next((i for i, e in enumerate(effects) if isinstance(e, Send) and not e.what.startswith("status ")), None)
+    late = [e for e in effects[moved or len(effects):] if isinstance(e, Reindex)]
+    kinds = [f"{type(e).__name__}:{e.what}" if isinstance(e, Send) else type(e).__name__ for e in effects]
+    assert not late, f"a search index write after a message that moves the order on: {kinds}"
 
 
 def check_token(rt: Runtime, body: dict[str, Any]) -> None:

@@ -71,11 +71,13 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
                       priority=order.priority, workflow=order.workflow, workflowVersion=order.workflow_version,
                       skipped=skipped or None),
                 *(dispatched(r) for r in first)], ctx, note="submission + first claim"),
-        *(send for r in first for send in first_sends(view, r, ctx)),
-        *status_sends(view, "received", ctx, processState=ProcessState.PROCESSING),
+        # Before the request: the transitions it causes write the order's index rows after these,
+        # never before (a late in-flight row would list a finished order as in flight for good).
         # Crash after the transaction, before this: the order is not listed in search until
         # its category next changes (every index write puts all of its rows).
         *reindex(order, None, state),
+        *(send for r in first for send in first_sends(view, r, ctx)),
+        *status_sends(view, "received", ctx, processState=ProcessState.PROCESSING),
         info("order.claimed", view, step=state.step_name, lease=str(state.lease), completeBy=state.complete_by),
     ]
 

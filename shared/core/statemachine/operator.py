@@ -70,8 +70,9 @@ def _resume(view: View, new_state: StateRow, ops: list, events: list[Event], ver
         *handoff.puts,
         # Crash after this: unclaimed; the new row fires and schedules it.
         commit(view, resumed, ops, events, ctx, note=note),
-        handoff.notice,
+        # Before the notice: what the notice sets off writes its index rows after these.
         *reindex(view.order, state, resumed),
+        handoff.notice,
         log(logging.WARNING, f"operator.{verdict}", view, generation=resumed.generation),
     ])
 
@@ -176,8 +177,9 @@ def compensate_all(view: View, base: StateRow, comps: list[StepRow], recorded: E
         # Crash after this: compensation pending, unclaimed; the row schedules it.
         commit(view, new_state, [row.replacing(old[i]) for i, row in marked.items()], [recorded], ctx,
                note=f"operator {verdict}"),
+        # A held order is in flight again; before the notice, as above.
+        *reindex(view.order, state, new_state),
         handoff.notice,
-        *reindex(view.order, state, new_state),  # a held order is in flight again
         *status_sends(view, status, ctx, processState=ProcessState.ERROR),
         log(logging.WARNING, f"operator.{verdict}", view, compensations=len(comps)),
     ])

@@ -13,13 +13,14 @@ import pytest
 
 from shared.api.operator import cancel_order, retry_order, terminate_order
 from shared.api.orders import get_order
-from shared.core.effects import Reindex
+from shared.core.effects import Effect, Reindex, Send
 from shared.core.lease import Lease
 from shared.core.rows import OrderRow, StateRow
 from shared.core.statemachine import Category, View, category_of, index_rows
 from shared.core.statemachine.search_index import category_key, customer_key, finished_key, listing_keys, reindex, rev
 from shared.core.states import Mode, OrderCompensation, Outcome, ProcessState
 from shared.core.workflows import DEFAULT_WORKFLOW
+from shared.runtime import executor
 from tests.unit.api.test_search import REJECTS, Agents, Probe, make, new_order, probe, settle
 from tests.unit.harness import T0, post
 
@@ -278,3 +279,49 @@ def test_cancel_of_a_held_order_leaves_attention() -> None:
     _assert_indexed(store, rt, oid, "inFlight")
     settle(rt, oid, agents)
     _assert_indexed(store, rt, oid, "error")
+
+
+def _stall_after_first(rt: Any, what: str) -> list[list[Effect]]:
+    """The next decision with a message whose ``what`` starts with ``what`` runs up to that message
+    and 'stalls' there: the rest of its effects go to the list returned, for the test to run later,
+    after what the message set off (an invocation slow to return while another instance goes on)."""
+    rest: list[list[Effect]] = []
+    run = rt.run
+
+    def stalled(effects: list[Effect], limit: int | None = None) -> executor.Outcome:
+        k = next((i for i, e in enumerate(effects) if isinstance(e, Send) and e.what.startswith(what)), None)
+        if rest or k is None:
+            return run(effects, limit)
+        rest.append(effects[k + 1:])
+        return executor.execute(effects, rt.store, rt.bus, keys=rt.keys, limit=k + 1)
+
+    rt.run = stalled
+    return rest
+
+
+def test_an_order_processed_before_its_submission_returns_is_not_left_in_flight() -> None:
+    """The submission writes the order's index rows before its first request: the order may finish
+    on other instances while the submission's invocation is still running (issue 31's full runs: a
+    late in-flight row listed Processed orders as in flight for good, and a bulk retry, which counts
+    them, found no room)."""
+    rt = make()
+    agents = Agents(rt)
+    store = probe(rt)
+    rest = _stall_after_first(rt, "request")
+    oid = str(post(rt).body["orderId"])
+    assert settle(rt, oid, agents)["ProcessState"] == "Processed"
+    executor.execute(rest[0], rt.store, rt.bus, keys=rt.keys)  # the submission's invocation goes on
+    _assert_indexed(store, rt, oid, "processed")
+
+
+def test_a_retried_order_processed_before_the_retry_returns_is_not_left_in_flight() -> None:
+    """The same for an operator's retry (or a bulk retry's): its index rows before its notice."""
+    rt = make()
+    agents = Agents(rt)
+    store = probe(rt)
+    oid = new_order(rt, agents, "held")
+    rest = _stall_after_first(rt, "schedule")
+    assert retry_order(rt, oid).status == 202
+    assert settle(rt, oid, agents)["ProcessState"] == "Processed"
+    executor.execute(rest[0], rt.store, rt.bus, keys=rt.keys)
+    _assert_indexed(store, rt, oid, "processed")
