@@ -256,7 +256,7 @@ def check_index_before_sends(effects: list[Effect]) -> None:
     undo them: an order Processed and still listed in flight. Checked on every decision a
     ``CrashRuntime`` runs."""
     moved = next((i for i, e in enumerate(effects) if isinstance(e, Send) and not e.what.startswith("status ")), None)
-    late = [e for e in effects[moved or len(effects):] if isinstance(e, Reindex)]
+    late = [e for e in effects[len(effects) if moved is None else moved:] if isinstance(e, Reindex)]
     kinds = [f"{type(e).__name__}:{e.what}" if isinstance(e, Send) else type(e).__name__ for e in effects]
     assert not late, f"a search index write after a message that moves the order on: {kinds}"
 

@@ -15,6 +15,7 @@ from shared.api.operator import cancel_order, retry_order, terminate_order
 from shared.api.orders import get_order
 from shared.core.effects import Effect, Reindex, Send
 from shared.core.lease import Lease
+from shared.core.messages import OutMessage
 from shared.core.rows import OrderRow, StateRow
 from shared.core.statemachine import Category, View, category_of, index_rows
 from shared.core.statemachine.search_index import category_key, customer_key, finished_key, listing_keys, reindex, rev
@@ -22,7 +23,7 @@ from shared.core.states import Mode, OrderCompensation, Outcome, ProcessState
 from shared.core.workflows import DEFAULT_WORKFLOW
 from shared.runtime import executor
 from tests.unit.api.test_search import REJECTS, Agents, Probe, make, new_order, probe, settle
-from tests.unit.harness import T0, post
+from tests.unit.harness import T0, check_index_before_sends, post
 
 OID = "0123456789abcdef0123456789abcdef"
 ORDER = OrderRow(customer_id="c-1", currency="EUR", items=[], total="19.98", priority="normal", created_at=T0)
@@ -325,3 +326,14 @@ def test_a_retried_order_processed_before_the_retry_returns_is_not_left_in_fligh
     assert settle(rt, oid, agents)["ProcessState"] == "Processed"
     executor.execute(rest[0], rt.store, rt.bus, keys=rt.keys)
     _assert_indexed(store, rt, oid, "processed")
+
+
+def test_the_harness_check_catches_an_index_write_after_a_message_that_moves_the_order_on() -> None:
+    """``check_index_before_sends`` (run on every decision of the unit tests) does catch one."""
+    message = OutMessage(queue="q", body={}, message_id="m")
+    with pytest.raises(AssertionError):
+        check_index_before_sends([Send(message, what="request"), Reindex(OID, ())])
+    with pytest.raises(AssertionError):
+        check_index_before_sends([Send(message, what="status received"), Send(message, what="schedule"),
+                                  Reindex(OID, ())])
+    check_index_before_sends([Send(message, what="status processed"), Reindex(OID, ()), Send(message, what="request")])
