@@ -80,7 +80,8 @@ def test_the_store_sends_on_one_pooled_transport_and_the_sdk_clients_read_no_pro
 
     clients = C.Clients(Settings.from_env({**URLS, "StateStorage": AZURITE}))
     t = clients.transport
-    assert isinstance(t, Urllib3Transport) and t.pools.connection_pool_kw["maxsize"] == POOL_SIZE >= 32
+    assert isinstance(t, Urllib3Transport) and t.maxsize == POOL_SIZE >= 32
+    assert t.pool("https://account.table.core.windows.net").pool.maxsize == POOL_SIZE
     svc = clients.table_service()
     store = TableStore.of(svc.get_table_client("orders"), svc.get_table_client("deadlines"), transport=t)
     assert isinstance(store.state, RestTable) and store.path == "rest"

@@ -73,6 +73,23 @@ def test_a_request_goes_out_as_given_and_its_response_is_read_whole(server: str)
         response.raise_for_status()
 
 
+def test_one_pool_per_origin_its_connection_kept_alive_and_closed_with_the_transport(server: str) -> None:
+    """Requests to one origin share its pool (a kept-alive connection: one made for three
+    sequential requests); another origin gets its own; ``close`` closes and forgets them."""
+    SEEN.clear()
+    other = server.replace("127.0.0.1", "localhost")
+    transport = Urllib3Transport(4)
+    for path in ("/a", "/b%20c?x=1&y=%2F", "/"):
+        assert transport.send(HttpRequest("GET", f"{server}{path}")).status_code == 200
+    assert transport.send(HttpRequest("GET", f"{other}/d")).status_code == 200
+    assert [seen[1] for seen in SEEN] == ["/a", "/b%20c?x=1&y=%2F", "/", "/d"]
+    assert sorted(transport.pools) == sorted([server, other])
+    assert transport.pools[server].num_connections == 1 and transport.pools[server].pool.maxsize == 4
+    pools = list(transport.pools.values())
+    transport.close()
+    assert transport.pools == {} and all(pool.pool is None for pool in pools)  # urllib3 drops a closed pool's queue
+
+
 def test_an_error_status_is_a_response_and_raise_for_status_raises(server: str) -> None:
     response = Urllib3Transport(4).send(HttpRequest("GET", f"{server}/missing"))
     assert response.status_code == 404
