@@ -64,13 +64,17 @@ def py_spy_path() -> str | None:
     return shutil.which("py-spy")
 
 
-def start_record(pid: int, seconds: float, out: Path, rate: int = 67) -> subprocess.Popen[bytes] | None:
+def start_record(pid: int, seconds: float, out: Path, rate: int = 67,
+                 gil: bool = False) -> subprocess.Popen[bytes] | None:
+    """py-spy on ``pid`` into ``out`` (raw, per thread); ``gil``: only the thread holding the GIL is
+    sampled (where the Python CPU goes, not the waits)."""
     exe = py_spy_path()
     if exe is None:
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([exe, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate),
-                             "--format", "raw", "--nonblocking", "--threads", "--output", str(out)],
+                             "--format", "raw", "--nonblocking", "--threads", *(["--gil"] if gil else []),
+                             "--output", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 

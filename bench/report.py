@@ -359,6 +359,10 @@ def print_summary(r: dict[str, Any]) -> None:
     for name, prof in (wt.get("profiles") or {}).items():
         if prof.get("top_self"):
             p(f"  {name} top self: " + "; ".join(f"{x['frame']} {x['pct_of_busy']}%" for x in prof["top_self"][:5]))
+        split = (prof.get("function_threads") or {}).get("pct_of_samples")
+        if split:
+            p(f"  {name} function threads (bench.appcode, % of their GIL samples): "
+              + "; ".join(f"{k} {v}" for k, v in split.items()))
     if r.get("error"):
         p(f"ERROR: {r['error']}")
     p("=" * 78)

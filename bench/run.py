@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import busstats, cpu_split, gcpause, opcount, phase_bulk, phase_recovery, phase_sweep, segments, tail, versus
+from bench.appcode import split as split_function_threads
 from bench.args import parse_args
 from bench.azraw import raw_rate
 from bench.calibrate import calibrate
@@ -397,9 +398,10 @@ class Bench:
         log(f"  {cpu_split.report_line(res, ' at saturation')}")
 
     def _start_profiles(self, pids: dict[str, list[int]]) -> list[tuple[str, int, Any]]:
-        """py-spy on one host instance (they run the same code on the same load) and the emulator,
-        over the middle of saturation: every py-spy takes CPU from the 2 the stack shares, so
-        profiling all of them would change what it measures. Filled in by a thread."""
+        """py-spy on one host instance (they run the same code on the same load; ``--gil``: its
+        CPU, split by ``bench.appcode``) and the emulator, over the middle of saturation: every
+        py-spy takes CPU from the 2 the stack shares, so profiling all of them would change what it
+        measures. Filled in by a thread."""
         a = self.args
         secs = max(3, int(a.saturation_seconds * 0.6))
         start_at = a.saturation_seconds * 0.25
@@ -411,7 +413,8 @@ class Bench:
             for name, plist in pids.items():
                 if name in profiled:
                     for pid in plist:
-                        p = start_record(pid, secs, self.work / "profiles" / f"{name.replace(' ', '_')}-{pid}.txt")
+                        p = start_record(pid, secs, self.work / "profiles" / f"{name.replace(' ', '_')}-{pid}.txt",
+                                         gil=name.startswith("host instance"))
                         if p is not None:
                             prof_procs.append((name, pid, p))
 
@@ -427,7 +430,9 @@ class Bench:
             except Exception:  # noqa: BLE001
                 p.kill()
             path = self.work / "profiles" / f"{name.replace(' ', '_')}-{pid}.txt"
-            self.profiles[f"{name} (pid {pid})"] = summarize_raw(path)
+            self.profiles[f"{name} (pid {pid})"] = summary = summarize_raw(path)
+            if name.startswith("host instance") and path.exists():
+                summary["function_threads"] = split_function_threads(path)
 
     def phase_lanes(self) -> None:
         """Priority lanes at saturation: 10% high, 10% low orders beside normal ones (bench/lanes.py)."""
