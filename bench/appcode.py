@@ -72,12 +72,35 @@ def split(path: Path) -> dict[str, Any]:
     return {"function_thread_samples": total, "pct_of_samples": shares}
 
 
+def plot(result: dict[str, Any], out: Path, title: str) -> None:
+    """One profile's split as horizontal bars, largest on top."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    items = sorted(result["pct_of_samples"].items(), key=lambda kv: kv[1])
+    fig, ax = plt.subplots(figsize=(12, 0.42 * len(items) + 1.4))
+    bars = ax.barh([k for k, _ in items], [v for _, v in items], color="tab:blue")
+    ax.bar_label(bars, fmt="%.1f%%", padding=3)
+    ax.set_xlabel(f"% of the function threads' GIL samples ({result['function_thread_samples']} samples)")
+    fig.suptitle(title)
+    ax.set_xlim(0, max((v for _, v in items), default=1) * 1.15)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("profiles", nargs="+", type=Path, help="py-spy raw files (record --format raw --threads --gil)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--plot", type=Path, help="draw the first profile's split into this PNG")
+    ap.add_argument("--title", default="Where the function code's CPU goes (py-spy --gil, one host instance)")
     args = ap.parse_args(argv)
     out = {str(p): split(p) for p in args.profiles}
+    if args.plot:
+        plot(out[str(args.profiles[0])], args.plot, args.title)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

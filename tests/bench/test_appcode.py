@@ -61,3 +61,10 @@ def test_a_profile_without_function_threads_is_empty_and_the_cli_prints_each_fil
     printed = capsys.readouterr().out
     assert f"{full}: 20 samples of the function threads" in printed and " 30.0%  table requests: transport" in printed
     assert f"{empty}: 0 samples" in printed
+
+
+def test_the_split_is_drawn_when_asked(tmp_path: Path) -> None:
+    full, png = tmp_path / "host.txt", tmp_path / "split.png"
+    full.write_text(PROFILE, encoding="utf-8")
+    assert main([str(full), "--json", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
