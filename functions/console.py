@@ -8,6 +8,10 @@ JSON routes only it needs (the overview, the dead letters and what an operator d
   entries, never joined to a path. Cache-Control, a sha256 ETag, and 304 for a matching
   If-None-Match.
 * ``GET /api/overview`` (ADMIN): ``shared.console.overview.get_overview``.
+* ``GET /api/console/orders/{id}`` and ``.../history`` (ADMIN): an order and its history, as
+  ``GET /api/orders/{id}`` and ``.../history`` answer them. Those two are the clients' routes
+  (FUNCTION level: a function key, which a signed-in operator does not have in the ``appService``
+  mode); these are the console's, behind the operator gate like every other route it calls.
 * ``GET /api/deadletters`` (ADMIN): ``shared.console.deadletters.get_dead_letters``.
 * ``POST /api/deadletters/{queue}/{sequenceNumber}/resubmit`` and ``.../discard`` (ADMIN,
   operators only): ``shared.console.deadletter_actions.post_dead_letter_action``.
@@ -29,6 +33,7 @@ from functions.http import to_response
 from functions.operator_auth import LEVEL as OPERATOR
 from functions.operator_auth import actor, may_act, operator_only, reader_only
 from shared.api.http import HttpResult, problem
+from shared.api.orders import get_history, get_order
 from shared.console.deadletters import get_dead_letters
 from shared.runtime import get_runtime
 
@@ -134,6 +139,20 @@ def overview(req: func.HttpRequest) -> func.HttpResponse:
         # who is looking, and whether they may act (a viewer may not: the console hides the actions)
         result = replace(result, body={**result.body, "caller": {"by": actor(req), "canAct": may_act(req)}})
     return to_response(result)
+
+
+@bp.function_name("console_order")
+@bp.route(route="console/orders/{id}", methods=["GET"], auth_level=OPERATOR)
+@reader_only
+def console_order(req: func.HttpRequest) -> func.HttpResponse:
+    return to_response(get_order(get_runtime(), req.route_params.get("id")))
+
+
+@bp.function_name("console_order_history")
+@bp.route(route="console/orders/{id}/history", methods=["GET"], auth_level=OPERATOR)
+@reader_only
+def console_order_history(req: func.HttpRequest) -> func.HttpResponse:
+    return to_response(get_history(get_runtime(), req.route_params.get("id"), dict(req.params)))
 
 
 @bp.function_name("deadletters")

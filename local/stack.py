@@ -44,12 +44,14 @@ from typing import Any
 import requests
 
 from local.azurite import Azurite, start_azurite
+from local.host.keys import ADMIN, ANONYMOUS, FUNCTION, KEY_HEADER, KEYS_FILE, HostKeys, load_or_create
 from local.connections import servicebus_connection_string
 from local.procs import REPO_ROOT, Proc, free_port
 from local.queueconfig import write_derived
 from local.remotes.client import RemotesClient
 from local.stackinfo import STACK_JSON
 from shared.core.workflows.catalog import AGENTS
+from shared.api.auth import APP_SERVICE, EASY_AUTH_SETTING
 from shared.settings import SERVICE_BUS_CONNECTION, SETTINGS, STATE_STORAGE_CONNECTION, TOKEN_KEYS, new_token_key
 
 HOST = "127.0.0.1"
@@ -96,6 +98,7 @@ class Stack:
         echo: bool = False,
         start_timeout: float = 120.0,
         host_env: Mapping[str, str] | None = None,
+        keys: bool = True,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.log_dir = self.state_dir / "logs"
@@ -111,6 +114,9 @@ class Stack:
         self.start_timeout = start_timeout
         # extra environment for the host's processes only (the benchmark attaches its counters so)
         self.host_env = dict(host_env or {})
+        # The host checks function keys (local.host.keys) unless keys=False (--no-keys, as `func start`).
+        self.keys_path = self.state_dir / KEYS_FILE
+        self.keys: HostKeys | None = load_or_create(self._made(self.keys_path)) if keys else None
 
         self.azurite: Azurite | None = None
         self.procs: dict[str, Proc] = {}  # servicebus, remotes, host (azurite's is self.azurite.proc)
@@ -220,6 +226,7 @@ class Stack:
             sys.executable, "-m", "local.host", "--app-dir", str(self.app_dir),
             "--settings", str(self.settings_path), "--instances", str(self.instances),
             "--host", HOST, "--port", str(port),
+            *(["--keys", str(self.keys_path)] if self.keys else ["--no-keys"]),
         ], "ready http", on_line=self._track_instance, env=self.host_env)
         self.ports["host"] = port
         url = f"http://{HOST}:{port}"
@@ -252,10 +259,32 @@ class Stack:
             elif spec.kind != "connection" and not spec.required:
                 values[spec.name] = spec.default or ""
         values.update(self.settings_overrides)
+        if values.get("OperatorAuth") == APP_SERVICE:
+            # The stand-in for App Service authentication: App Service sets this when it is on, and
+            # the appService mode refuses to run without it (docs/local-stack.md). An override wins.
+            values.setdefault(EASY_AUTH_SETTING, "True")
         missing = [s.name for s in SETTINGS if s.required and not values.get(s.name, "").strip()]
         if missing:
             raise StackError(f"required settings with no local value: {', '.join(missing)}")
         return values
+
+    @staticmethod
+    def _made(path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def key_headers(self, level: str = ADMIN) -> dict[str, str]:
+        """The header that lets a request through routes of ``level`` (``function``: the host key
+        ``default``; ``admin``: the master key); none when the host checks no key."""
+        if self.keys is None or level == ANONYMOUS:
+            return {}
+        return {KEY_HEADER: self.keys.master if level == ADMIN else self.keys.function}
+
+    def session(self, level: str = ADMIN) -> requests.Session:
+        """A ``requests.Session`` that sends the key of ``level`` on every request."""
+        s = requests.Session()
+        s.headers.update(self.key_headers(level))
+        return s
 
     def token_key(self) -> str:
         """The stack's ``TokenKeys``: a fresh random key, made on first start and kept in the state
@@ -402,6 +431,9 @@ class Stack:
             },
             "host": {
                 "baseUrl": self.base_url, "instances": self.instances,
+                # null with --no-keys; "function" is the host key `default`, taken by every FUNCTION route
+                "keys": None if self.keys is None else {"master": self.keys.master, "function": self.keys.function,
+                                                        "file": str(self.keys_path)},
                 "pid": self._pid("host"),
                 "instancePids": {str(k): v for k, v in self.host_instances().items()} if "host" in self.procs else {},
             },
@@ -428,7 +460,8 @@ class Stack:
 
     def post_order(self, body: Mapping[str, Any], session: requests.Session | None = None,
                    timeout: float = 30.0) -> str:
-        r = (session or requests).post(f"{self.api_url}/orders", json=dict(body), timeout=timeout)
+        r = (session or requests).post(f"{self.api_url}/orders", json=dict(body), timeout=timeout,
+                                       headers=self.key_headers(FUNCTION))
         if r.status_code != 202:
             raise StackError(f"POST /orders: {r.status_code} {r.text[:500]}")
         return str(r.json()["orderId"])
@@ -437,14 +470,15 @@ class Stack:
                    session: requests.Session | None = None, timeout: float = 30.0) -> str:
         """``POST /api/orders/{id}/events/{name}``: the event's ``result`` (event-kept, step-done...)."""
         r = (session or requests).post(f"{self.api_url}/orders/{order_id}/events/{name}", json=dict(body),
-                                       timeout=timeout)
+                                       timeout=timeout, headers=self.key_headers(ADMIN))
         if r.status_code != 202:
             raise StackError(f"POST /orders/{order_id}/events/{name}: {r.status_code} {r.text[:500]}")
         return str(r.json()["result"])
 
     def get_order(self, order_id: str, session: requests.Session | None = None,
                   timeout: float = 30.0) -> dict[str, Any]:
-        r = (session or requests).get(f"{self.api_url}/orders/{order_id}", timeout=timeout)
+        r = (session or requests).get(f"{self.api_url}/orders/{order_id}", timeout=timeout,
+                                      headers=self.key_headers(FUNCTION))
         if r.status_code != 200:
             raise StackError(f"GET /orders/{order_id}: {r.status_code} {r.text[:500]}")
         return dict(r.json())
@@ -499,6 +533,9 @@ def _parse_args(argv: Iterable[str] | None) -> tuple[argparse.Namespace, dict[st
                     help="override an app setting in local.settings.json (repeatable)")
     ap.add_argument("--app-dir", default=str(REPO_ROOT), help="the function app (default: this repository)")
     ap.add_argument("--echo", action="store_true", help="also echo every process's output to stderr")
+    ap.add_argument("--no-keys", action="store_true",
+                    help="the host checks no function key, as `func start` (default: keys are checked as in "
+                         "Azure; they are in stack.json under host.keys)")
     args = ap.parse_args(list(argv) if argv is not None else None)
     overrides = {}
     for item in args.set:
@@ -514,23 +551,36 @@ def _dead_components(stack: Stack) -> list[str]:
             for name, ok in stack.alive().items() if not ok]
 
 
+def banner(stack: Stack) -> str:
+    """What ``make run`` prints once the stack is up: the console's URL with the master key (it
+    sends that key on its API calls), and a client's curl line with the function key."""
+    keys = stack.keys
+    code = f"?code={keys.master}" if keys else ""
+    key_header = f" -H '{KEY_HEADER}: {keys.function}'" if keys else ""
+    keys_line = (f"  keys:        master and function key in stack.json (host.keys); {stack.keys_path}\n" if keys
+                 else "  keys:        none checked (--no-keys)\n")
+    return (f"\nHTTP base URL: {stack.base_url}\n"
+            f"  console:     {stack.api_url}/console{code}   (the operator console, in a browser)\n"
+            f"  orders:      POST {stack.api_url}/orders   GET {stack.api_url}/orders/{{id}}   (the function key)\n"
+            f"  search:      GET {stack.api_url}/orders?state=attention   (the master key)\n"
+            f"{keys_line}"
+            f"  curl:        curl{key_header} {stack.api_url}/orders/ORDER_ID\n"
+            f"  remotes:     {stack.remotes_url}  (ledger {stack.remotes_url}/_ledger)\n"
+            f"  stack.json:  {stack.stack_json_path}\n")
+
+
 def _serve(stack: Stack, args: argparse.Namespace) -> None:
     """A started stack: its endpoints, the demo, then the live counts and alerts until interrupted."""
     from local.demo import demo  # (local.demo and local.watch import this module)
     from local.watch import Watch, watch_forever
 
-    print(f"\nHTTP base URL: {stack.base_url}\n"
-          f"  console:     {stack.api_url}/console   (the operator console, in a browser)\n"
-          f"  orders:      POST {stack.api_url}/orders   GET {stack.api_url}/orders/{{id}}\n"
-          f"  search:      GET {stack.api_url}/orders?state=attention\n"
-          f"  remotes:     {stack.remotes_url}  (ledger {stack.remotes_url}/_ledger)\n"
-          f"  stack.json:  {stack.stack_json_path}\n", flush=True)
+    print(banner(stack), flush=True)
     if not args.no_demo and args.orders > 0:
         demo(stack, args.orders, args.rate, not args.no_failing_orders, sys.stdout)
     print("the stack is running; Ctrl-C stops it", flush=True)
     print(f"order counts (GET /api/orders?state=...) and alerts (queue {stack.settings['AlertsQueue']}):",
           flush=True)
-    watch = Watch(stack.api_url, stack.settings, sys.stdout).start()
+    watch = Watch(stack.api_url, stack.settings, sys.stdout, headers=stack.key_headers(ADMIN)).start()
     try:
         watch_forever(watch, lambda: _dead_components(stack))
     finally:
@@ -547,7 +597,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         signal.signal(sig, _on_signal)
 
     stack = Stack(args.state_dir, instances=args.instances, settings_overrides=overrides, echo=args.echo,
-                  app_dir=args.app_dir)
+                  app_dir=args.app_dir, keys=not args.no_keys)
     rc = 0
     try:
         print(f"starting the local stack in {stack.state_dir} (logs in {stack.log_dir}) ...", flush=True)

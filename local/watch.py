@@ -271,10 +271,12 @@ def message_body(message: ServiceBusReceivedMessage) -> bytes:
 class Watch:
     """The counts line and the alert feed of one running stack (its api URL and settings)."""
 
-    def __init__(self, api_url: str, settings: dict[str, str], out: TextIO, tty: bool | None = None) -> None:
+    def __init__(self, api_url: str, settings: dict[str, str], out: TextIO, tty: bool | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         self.orders_url = f"{api_url}/orders"
         self.terminal = Terminal(out, tty)
         self.session = requests.Session()
+        self.session.headers.update(headers or {})  # the search is an operator route: the master key
         self._last: Tally | None = None
         self.feed = AlertFeed(settings["ServiceBusConnection"], settings.get("AlertsQueue") or "alerts",
                               self.terminal.say, self.terminal.say)

@@ -51,7 +51,7 @@ async function fillFromOrders(orders, tbody, cells, ctx, buttons) {
       const [reasonCell, actionsCell] = [row.cells[cells.reason], row.cells[cells.actions]];
       let order;
       try {
-        order = await api(`/orders/${encodeURIComponent(orderId)}`);
+        order = await api(`/console/orders/${encodeURIComponent(orderId)}`);
       } catch (error) {
         setChildren(reasonCell, h("span", { class: "error", role: "alert" }, describeError(error)));
         setChildren(actionsCell, "—");

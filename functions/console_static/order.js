@@ -17,7 +17,7 @@ export function render(main, ctx, query, orderId) {
   const body = h("div", {}, h("p", { class: "muted" }, "loading…"));
   setChildren(main, h("h1", {}, "Order ", h("span", { class: "mono" }, orderId)), status, body);
   let timer = null;
-  const path = `/orders/${encodeURIComponent(orderId)}`;
+  const path = `/console/orders/${encodeURIComponent(orderId)}`; // the operator gate's copy of GET /orders/{id}
   const drafts = {}; // an event form's text, by event name: kept across re-renders
   // Never re-render under an open question, nor under someone typing an event's body.
   const busy = () => document.getElementById("confirm-dialog")?.open

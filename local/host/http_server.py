@@ -1,9 +1,11 @@
 """The HTTP front end: routes requests to HTTP-triggered functions.
 
-Auth levels (``authLevel`` FUNCTION / ADMIN) are NOT enforced, exactly as ``func start``
-does not enforce them locally: no function keys are needed. Requests under the route prefix
-go to the functions; ``/admin/host/status`` reports the instance (its WEBSITE_INSTANCE_ID)
-and ``/`` answers that the host is running.
+Auth levels are enforced as the Azure host enforces them (:mod:`local.host.keys`): a route's
+``authLevel`` decides which key it needs, read from ``x-functions-key`` or ``?code=``, and a
+request without it gets 401 before any function runs. Without keys (``--no-keys``, as
+``func start`` runs) nothing is checked. Requests under the route prefix go to the functions;
+``/admin/host/status`` (the master key) reports the instance (its WEBSITE_INSTANCE_ID) and ``/``
+answers that the host is running.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from urllib.parse import parse_qsl, urlsplit
 import azure.functions as func
 
 from .app import FunctionSpec, Invoker
+from .keys import ADMIN, HostKeys, level_of, presented_key
 from .routes import RouteTable, compile_route
 
 log = logging.getLogger("local.host.http")
@@ -68,8 +71,10 @@ class _Server(ThreadingHTTPServer):
 
 
 class HttpFrontEnd:
-    def __init__(self, host: str, port: int, routes: RouteTable, invoker: Invoker, instance_id: str) -> None:
+    def __init__(self, host: str, port: int, routes: RouteTable, invoker: Invoker, instance_id: str,
+                 keys: HostKeys | None = None) -> None:
         self.routes = routes
+        self.keys = keys  # None: no auth level is enforced (--no-keys)
         self.invoker = invoker
         self.instance_id = instance_id
         self.started = time.time()
@@ -138,6 +143,12 @@ class HttpFrontEnd:
     def _json(self, h: BaseHTTPRequestHandler, status: int, obj: Any) -> None:
         self._send(h, status, [("Content-Type", "application/json; charset=utf-8")], json.dumps(obj).encode())
 
+    def allowed(self, level: str, h: BaseHTTPRequestHandler, params: dict[str, str]) -> bool:
+        """Whether the request presents a key that ``level`` accepts (always, without keys)."""
+        if self.keys is None:
+            return True
+        return self.keys.allows(level, presented_key(dict(h.headers.items()), params))
+
     def handle(self, h: BaseHTTPRequestHandler) -> None:
         try:
             body = self._read_body(h)
@@ -147,7 +158,13 @@ class HttpFrontEnd:
             return
         split = urlsplit(h.path)
         path = split.path or "/"
+        params: dict[str, str] = {}
+        for k, v in parse_qsl(split.query, keep_blank_values=True):
+            params[k] = f"{params[k]},{v}" if k in params else v
         if path.rstrip("/") == "/admin/host/status":
+            if not self.allowed(ADMIN, h, params):
+                self._send(h, 401, [], b"")
+                return
             self._json(h, 200, {"state": "Running", "id": self.instance_id, "pid": os.getpid(),
                                 "uptimeSeconds": round(time.time() - self.started, 3)})
             return
@@ -162,12 +179,12 @@ class HttpFrontEnd:
                 self._send(h, 404, [], b"")
             return
         spec: FunctionSpec = route.target
+        if not self.allowed(level_of(spec.trigger.get("authLevel")), h, params):
+            self._send(h, 401, [], b"")  # as the Azure host: 401, empty, the function never runs
+            return
         headers: dict[str, str] = {}
         for k, v in h.headers.items():
             headers[k] = f"{headers[k]}, {v}" if k in headers else v
-        params: dict[str, str] = {}
-        for k, v in parse_qsl(split.query, keep_blank_values=True):
-            params[k] = f"{params[k]},{v}" if k in params else v
         host_header = h.headers.get("Host") or f"127.0.0.1:{self.port}"
         url = f"http://{host_header}{h.path}"
         req = func.HttpRequest(h.command, url, headers=headers, params=params, route_params=route_params,

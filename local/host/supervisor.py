@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .keys import KEYS_FILE, KeysError, load_or_create
 from .settings import SettingError, load_local_settings, parse_set_args, worker_environment
 from .worker import EXIT_STARTUP_FAILED, READY_MARKER
 
@@ -59,8 +60,9 @@ class Instance:
 
 class Supervisor:
     def __init__(self, app_dir: Path, env: dict[str, str], instances: int, host: str, port: int,
-                 lease_dir: Path) -> None:
+                 lease_dir: Path, keys_file: Path | None = None) -> None:
         self.app_dir = app_dir
+        self.keys_file = keys_file  # None: no auth level is enforced
         self.env = env
         self.host = host
         self.port = port
@@ -125,7 +127,8 @@ class Supervisor:
             [sys.executable, "-c", code, "--app-dir", str(self.app_dir), "--http-host", self.host,
              "--http-port", str(self.port), "--lease-dir", str(self.lease_dir), "--parent-pid", str(os.getpid()),
              "--host", "127.0.0.1", "--port", str(free_port("127.0.0.1")),
-             "--functions-grpc-max-message-length", str(GRPC_MAX_MESSAGE_LENGTH)],
+             "--functions-grpc-max-message-length", str(GRPC_MAX_MESSAGE_LENGTH),
+             *(["--keys", str(self.keys_file)] if self.keys_file else [])],
             cwd=str(self.app_dir), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
         )
@@ -206,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="HTTP port (default: local.settings.json Host.LocalHttpPort, else 7071; 0 = a free port)")
     p.add_argument("--set", action="append", metavar="Name=Value", help="override an app setting")
     p.add_argument("--lease-dir", default=None, help="timer lease folder shared by instances (default: a temp dir)")
+    p.add_argument("--keys", default=None, metavar="FILE",
+                   help="the function keys (local.host.keys), made on first use; default: host-keys.json "
+                        "beside the settings file")
+    p.add_argument("--no-keys", action="store_true",
+                   help="check no function key (as `func start`): every route is open, whatever its authLevel")
     args = p.parse_args(argv)
     if args.instances < 1:
         p.error("--instances must be at least 1")
@@ -233,11 +241,24 @@ def main(argv: list[str] | None = None) -> int:
         port = free_port(args.host)
     env.setdefault("WEBSITE_HOSTNAME", f"{args.host}:{port}")
 
+    keys_file = None
+    if args.no_keys:
+        if args.keys:
+            p.error("--keys and --no-keys exclude each other")
+        print("host: --no-keys: function keys are not checked (authLevel is ignored)", flush=True)
+    else:
+        keys_file = Path(args.keys or Path(args.settings).resolve().with_name(KEYS_FILE)).resolve()
+        try:
+            load_or_create(keys_file)
+        except (OSError, KeysError) as e:
+            p.error(str(e))
+        print(f"host: function keys from {keys_file}", flush=True)
+
     own_lease_dir = args.lease_dir is None
     lease_dir = Path(tempfile.mkdtemp(prefix="local-host-lease-")) if own_lease_dir else Path(args.lease_dir)
     lease_dir.mkdir(parents=True, exist_ok=True)
 
-    sup = Supervisor(app_dir, env, args.instances, args.host, port, lease_dir)
+    sup = Supervisor(app_dir, env, args.instances, args.host, port, lease_dir, keys_file)
 
     def on_signal(signum: int, frame: object) -> None:
         sup.stop.set()

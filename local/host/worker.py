@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--http-port", type=int, required=True)
     p.add_argument("--lease-dir", required=True)
     p.add_argument("--parent-pid", type=int, default=0)
+    p.add_argument("--keys", default=None, help="the keys file (local.host.keys); none: no key is checked")
     # the host's gRPC endpoint, as the Functions host passes it to its workers: here this
     # instance's settlement service (local.host.settlement), for SDK-type Service Bus bindings
     p.add_argument("--host", default="127.0.0.1")
@@ -155,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         invoker = Invoker(loop, app_dir, threads, thread_init=lambda: roles.register("invoke"))
         sb_host = ServiceBusHost(loop, invoker, host_cfg.service_bus, settings)
         routes = build_routes(specs, host_cfg.route_prefix)
-        front = HttpFrontEnd(args.http_host, args.http_port, routes, invoker, instance_id)
+        from .keys import load as load_keys
+
+        keys = load_keys(Path(args.keys)) if args.keys else None
+        front = HttpFrontEnd(args.http_host, args.http_port, routes, invoker, instance_id, keys)
         http_thread = threading.Thread(target=_registered(roles, "http", front.serve_forever), name="http",
                                        daemon=True)
         http_thread.start()

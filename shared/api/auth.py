@@ -9,7 +9,9 @@ Two modes, by the setting ``OperatorAuth``:
   "require authentication") is the gate. The routes are anonymous to the host, and each checks
   the principal App Service passes in ``X-MS-CLIENT-PRINCIPAL`` (base64 JSON with its claims).
   App Service does not let a request from outside set that header while authentication is on;
-  with authentication off, anyone could, so this mode is only for an app where it is on.
+  with authentication off, anyone could, so this mode refuses to run then: while
+  ``WEBSITE_AUTH_ENABLED`` (set by App Service) is not ``True``, every operator route answers 503
+  (``easy_auth_off``).
   ``OperatorRole``, when set, must be one of the principal's roles (an app role or a group id)
   to act. ``ViewerRole``, when set, is a role that may only read (search, history, the console's
   views, the dead letters): an operator may read too.
@@ -25,6 +27,9 @@ from typing import Any
 
 from shared.api.http import HttpResult, lower_headers, problem
 
+# App Service sets this app setting to "True" when its authentication is on (docs/local-stack.md
+# cites the page); the appService mode answers 503 while it says otherwise (``easy_auth_off``).
+EASY_AUTH_SETTING = "WEBSITE_AUTH_ENABLED"
 KEY = "key"
 APP_SERVICE = "appService"
 MODES = (KEY, APP_SERVICE)
@@ -38,6 +43,19 @@ def mode_of(value: str) -> str:
     if value not in MODES:
         raise ValueError(f"app setting OperatorAuth is {value!r}: it must be one of {', '.join(MODES)}")
     return value
+
+
+def easy_auth_off(mode: str, enabled: str | None) -> HttpResult | None:
+    """The 503 every operator route answers in the ``appService`` mode while App Service
+    authentication is off (``enabled``: the value of ``WEBSITE_AUTH_ENABLED``, None if unset); None
+    when the mode may run. Without that authentication a client's own ``X-MS-CLIENT-PRINCIPAL``
+    would reach the app: anyone could claim any role."""
+    if mode != APP_SERVICE or (enabled or "").strip().lower() == "true":
+        return None
+    shown = "unset" if enabled is None else repr(enabled)
+    return problem(503, "easy-auth-off", "App Service authentication is off",
+                   f"OperatorAuth is {APP_SERVICE}, but {EASY_AUTH_SETTING} is {shown}: turn App Service "
+                   f"authentication on, or set OperatorAuth to {KEY}", setting=EASY_AUTH_SETTING)
 
 
 def denied(mode: str, role: str, headers: Mapping[str, str], viewer_role: str | None = None) -> HttpResult | None:

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
+
+from local.host.keys import KEY_HEADER, KEYS_FILE, HostKeys, load
 from local.procs import Proc, free_port
 
 SAMPLE_APP = Path(__file__).resolve().parent / "sample_app"
@@ -39,10 +42,23 @@ class Host:
     proc: Proc
     port: int
     records: Path
+    keys: HostKeys | None = None  # None: started with --no-keys
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """The header with the master key, which every route takes (none without keys)."""
+        return {KEY_HEADER: self.keys.master} if self.keys else {}
+
+    @property
+    def http(self) -> requests.Session:
+        """A session that sends the master key on every request."""
+        s = requests.Session()
+        s.headers.update(self.auth)
+        return s
 
     def instance_pids(self) -> dict[int, int]:
         """Latest pid per instance number, from the supervisor's `instance K pid PID` lines."""
@@ -72,7 +88,8 @@ def start_host(tmp: Path, *, instances: int = 1, values: dict[str, str] | None =
                          "--instances", str(instances), "--host", "127.0.0.1", "--port", str(port), *(extra or [])],
                 log_path=tmp / "host.log")
     proc.start("ready http://", timeout=timeout)
-    return Host(proc, port, records)
+    keys = None if "--no-keys" in (extra or []) else load(tmp / KEYS_FILE)  # made beside the settings file
+    return Host(proc, port, records, keys)
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1, what: str = "condition") -> Any:

@@ -35,7 +35,7 @@ def test_startup_lines(host: Host):
 
 
 def test_get_with_route_param_query_and_settings(host: Host):
-    r = requests.get(f"{host.url}/sample/items/42", params={"x": "1", "y": "two"}, timeout=10)
+    r = host.http.get(f"{host.url}/sample/items/42", params={"x": "1", "y": "two"}, timeout=10)
     assert r.status_code == 200
     assert r.headers["Content-Type"] == "application/json"
     assert r.headers["X-Sample"] == "yes"
@@ -47,48 +47,48 @@ def test_get_with_route_param_query_and_settings(host: Host):
 
 
 def test_route_constraint_prefix_and_methods(host: Host):
-    assert requests.get(f"{host.url}/sample/items/abc", timeout=10).status_code == 404  # {id:int}
-    assert requests.get(f"{host.url}/api/items/42", timeout=10).status_code == 404  # routePrefix is "sample"
-    r = requests.delete(f"{host.url}/sample/items/42", timeout=10)
+    assert host.http.get(f"{host.url}/sample/items/abc", timeout=10).status_code == 404  # {id:int}
+    assert host.http.get(f"{host.url}/api/items/42", timeout=10).status_code == 404  # routePrefix is "sample"
+    r = host.http.delete(f"{host.url}/sample/items/42", timeout=10)
     assert r.status_code == 405 and r.headers["Allow"] == "GET"
-    assert requests.get(f"{host.url}/sample/nothing-here", timeout=10).status_code == 404
+    assert host.http.get(f"{host.url}/sample/nothing-here", timeout=10).status_code == 404
 
 
 def test_post_echo(host: Host):
     payload = os.urandom(200_000)
-    r = requests.post(f"{host.url}/sample/echo", data=payload, headers={"Content-Type": "application/x-test"},
+    r = host.http.post(f"{host.url}/sample/echo", data=payload, headers={"Content-Type": "application/x-test"},
                       timeout=10)
     assert r.status_code == 201 and r.content == payload
     assert r.headers["Content-Type"] == "application/x-test" and r.headers["X-Method"] == "POST"
 
 
 def test_chunked_body(host: Host):
-    r = requests.put(f"{host.url}/sample/echo", data=iter([b"ab", b"cd", b"ef"]), timeout=10)
+    r = host.http.put(f"{host.url}/sample/echo", data=iter([b"ab", b"cd", b"ef"]), timeout=10)
     assert r.status_code == 201 and r.content == b"abcdef" and r.headers["X-Method"] == "PUT"
 
 
 def test_async_function_and_optional_param(host: Host):
-    assert requests.get(f"{host.url}/sample/hello", timeout=10).text == "hello nobody"
-    assert requests.post(f"{host.url}/sample/hello/ann%20b", timeout=10).text == "hello ann b"
+    assert host.http.get(f"{host.url}/sample/hello", timeout=10).text == "hello nobody"
+    assert host.http.post(f"{host.url}/sample/hello/ann%20b", timeout=10).text == "hello ann b"
 
 
 def test_context_and_guid_constraint(host: Host):
     oid = str(uuid.uuid4())
-    r = requests.get(f"{host.url}/sample/orders/{oid}/lines/3", timeout=10)
+    r = host.http.get(f"{host.url}/sample/orders/{oid}/lines/3", timeout=10)
     assert r.status_code == 200 and r.text == f"{oid}|3|order_line"
     assert r.headers["Content-Type"] == "text/plain; charset=utf-8"
-    assert requests.get(f"{host.url}/sample/orders/123/lines/3", timeout=10).status_code == 404
+    assert host.http.get(f"{host.url}/sample/orders/123/lines/3", timeout=10).status_code == 404
 
 
 def test_exception_is_500_and_logged(host: Host):
-    r = requests.get(f"{host.url}/sample/boom", timeout=10)
+    r = host.http.get(f"{host.url}/sample/boom", timeout=10)
     assert r.status_code == 500
     wait_for(lambda: any("boom on purpose" in line for line in host.proc.lines), 5, what="the error in the log")
     assert any("Executed 'Functions.boom' (Failed" in line for line in host.proc.lines)
 
 
 def test_function_logging_reaches_stdout(host: Host):
-    requests.post(f"{host.url}/sample/echo", data=b"12345", timeout=10)
+    host.http.post(f"{host.url}/sample/echo", data=b"12345", timeout=10)
     wait_for(lambda: any("echo got 5 bytes" in line for line in host.proc.lines), 5, what="the function's log line")
 
 
@@ -96,7 +96,7 @@ def test_both_instances_serve_the_port(host: Host):
     seen = set()
     for _ in range(60):
         c = http.client.HTTPConnection("127.0.0.1", host.port, timeout=5)  # a new connection each time
-        c.request("GET", "/admin/host/status")
+        c.request("GET", "/admin/host/status", headers=host.auth)
         seen.add(c.getresponse().read())
         c.close()
     ids = {s for s in seen}
@@ -116,7 +116,7 @@ def test_killed_instance_is_restarted(host: Host):
     # and it serves with a new instance id
     ids = set()
     for _ in range(60):
-        r = requests.get(f"{host.url}/sample/items/1", timeout=5, headers={"Connection": "close"})
+        r = host.http.get(f"{host.url}/sample/items/1", timeout=5, headers={"Connection": "close"})
         ids.add(r.json()["instance"])
     assert any(i.startswith("local-2-") for i in ids)
 

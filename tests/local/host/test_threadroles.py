@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
 from local.host.threadroles import ENV, ThreadRoles
 
@@ -62,8 +61,8 @@ def _roles(directory: Path, pid: int) -> dict[int, str]:
 @pytest.mark.integration
 def test_sync_functions_run_on_invoke_threads_async_ones_on_the_loop(host: tuple[Host, Path]):
     h, directory = host
-    sync = requests.get(f"{h.url}/sample/thread/sync", timeout=10).json()
-    asy = requests.get(f"{h.url}/sample/thread/async", timeout=10).json()
+    sync = h.http.get(f"{h.url}/sample/thread/sync", timeout=10).json()
+    asy = h.http.get(f"{h.url}/sample/thread/async", timeout=10).json()
     assert sync["pid"] == asy["pid"] == h.instance_pids()[1]
     roles = wait_for(lambda: (r := _roles(directory, sync["pid"])) and sync["tid"] in r and r,
                      what="the roles file naming the invoke thread")

@@ -130,8 +130,8 @@ def test_a_read_guard_lets_a_viewer_in_and_an_act_guard_does_not() -> None:
 
 
 def test_the_routes_that_only_read_have_the_read_guard() -> None:
-    """The search, the console, its overview, its dead letters and a bulk operation's progress read;
-    every POST acts."""
+    """The search, the console, its overview, its copies of an order and its history, its dead
+    letters and a bulk operation's progress read; every POST acts."""
     import re
 
     from local.procs import REPO_ROOT
@@ -142,6 +142,7 @@ def test_the_routes_that_only_read_have_the_read_guard() -> None:
         for route, methods, gate in re.findall(r'route="([^"]+)", methods=\["([A-Z", ]+)"\].*\n@(\w+)', text):
             guarded[(methods, route)] = gate
     assert {k for k, g in guarded.items() if g == "reader_only"} == {
-        ("GET", "orders"), ("GET", "console"), ("GET", "overview"), ("GET", "deadletters"), ("GET", "operations/{id}")}
+        ("GET", "orders"), ("GET", "console"), ("GET", "overview"), ("GET", "deadletters"), ("GET", "operations/{id}"),
+        ("GET", "console/orders/{id}"), ("GET", "console/orders/{id}/history")}
     assert all(g == "operator_only" for (m, _), g in guarded.items() if m == "POST") and len(guarded) >= 12
     assert guarded[("POST", "operations")] == "operator_only"

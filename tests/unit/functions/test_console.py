@@ -189,7 +189,7 @@ def test_with_app_service_authentication_only_an_operator_reaches_the_dead_lette
     from tests.unit.harness import REQUIRED_VALUES
 
     env = {**os.environ, **REQUIRED_VALUES, "OperatorAuth": "appService", "OperatorRole": "Operator",
-           "ViewerRole": "Viewer"}
+           "ViewerRole": "Viewer", "WEBSITE_AUTH_ENABLED": "True"}
     proc = subprocess.run([sys.executable, "-c", _ROLES], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.splitlines()[-1])
@@ -197,3 +197,50 @@ def test_with_app_service_authentication_only_an_operator_reaches_the_dead_lette
     for action in ("resubmit", "discard"):
         assert got[f"none {action}"] == [401, None] and got[f"viewer {action}"] == [403, None]
         assert got[f"operator {action}"] == [400, bad_queue]
+
+
+_OFF = """
+import base64, json, logging, sys
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+import azure.functions as func
+import function_app
+from functions import console, orders, operations
+principal = base64.b64encode(json.dumps({"claims": [{"typ": "roles", "val": "Operator"}]}).encode()).decode()
+req = lambda method, route: func.HttpRequest(method, "http://localhost/api/" + route, body=b"",
+                                             headers={"X-MS-CLIENT-PRINCIPAL": principal}, route_params={"id": "a" * 32})
+out = {}
+for name, handler, method in (("console", console.console, "GET"), ("overview", console.overview, "GET"),
+                              ("console_order", console.console_order, "GET"),
+                              ("console_order_history", console.console_order_history, "GET"),
+                              ("deadletters", console.deadletters, "GET"), ("search", orders.search, "GET"),
+                              ("retry", orders.retry, "POST"), ("start_operation", operations.start, "POST")):
+    resp = handler(req(method, name))
+    out[name] = [resp.status_code, resp.mimetype, json.loads(resp.get_body())]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("enabled", [None, "False", ""])
+def test_the_app_service_mode_refuses_every_operator_route_while_its_authentication_is_off(
+        enabled: str | None) -> None:
+    """OperatorAuth=appService with WEBSITE_AUTH_ENABLED unset or not True: a client could send its own
+    X-MS-CLIENT-PRINCIPAL, so every operator route answers 503 naming the setting (a forged operator
+    principal included), and indexing logs one error."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.unit.harness import REQUIRED_VALUES
+
+    env = {k: v for k, v in os.environ.items() if k != "WEBSITE_AUTH_ENABLED"}
+    env.update({**REQUIRED_VALUES, "OperatorAuth": "appService", "OperatorRole": "Operator"})
+    if enabled is not None:
+        env["WEBSITE_AUTH_ENABLED"] = enabled
+    proc = subprocess.run([sys.executable, "-c", _OFF], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    for name, (status, mimetype, body) in got.items():
+        assert (status, mimetype) == (503, "application/problem+json"), name
+        assert body["setting"] == "WEBSITE_AUTH_ENABLED" and "WEBSITE_AUTH_ENABLED" in body["detail"], name
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR") and "WEBSITE_AUTH_ENABLED" in line]
+    assert len(errors) == 1, proc.stderr[-2000:]

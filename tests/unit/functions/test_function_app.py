@@ -43,6 +43,8 @@ def test_http_functions() -> None:
         (("GET",), "console"): "ADMIN",
         (("GET",), "console/assets/{name}"): "ANONYMOUS",
         (("GET",), "overview"): "ADMIN",
+        (("GET",), "console/orders/{id}"): "ADMIN",
+        (("GET",), "console/orders/{id}/history"): "ADMIN",
         (("GET",), "deadletters"): "ADMIN",
         (("POST",), "operations"): "ADMIN",
         (("GET",), "operations/{id}"): "ADMIN",
@@ -148,7 +150,8 @@ def test_indexing_stops_on_a_broken_workflow_file_and_names_it(tmp_path: Path) -
 
 
 _OPERATOR_ROUTES = ["search_orders", "retry_order", "cancel_order", "terminate_order", "console", "overview",
-                    "deadletters", "start_operation", "get_operation", "deadletter_resubmit", "deadletter_discard"]
+                    "deadletters", "start_operation", "get_operation", "deadletter_resubmit", "deadletter_discard",
+                    "console_order", "console_order_history"]
 _LEVELS = ("import json, function_app; print(json.dumps({f.get_function_name(): [b.get('authLevel') "
            "for b in json.loads(f.get_function_json())['bindings'] if b['type'] == 'httpTrigger'][0] "
            "for f in function_app.app.get_functions() if 'httpTrigger' in f.get_function_json()}))")
@@ -158,12 +161,13 @@ def test_with_app_service_authentication_the_operator_routes_are_left_to_it() ->
     """OperatorAuth=appService: the host no longer asks for the master key on the operator routes
     (each route checks the signed-in principal itself, tests/unit/api/test_auth.py); the
     order routes keep their function key."""
-    env = {**os.environ, **REQUIRED_VALUES, "OperatorAuth": "appService"}
+    env = {**os.environ, **REQUIRED_VALUES, "OperatorAuth": "appService", "WEBSITE_AUTH_ENABLED": "True"}
     proc = subprocess.run([sys.executable, "-c", _LEVELS], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     levels = json.loads(proc.stdout.splitlines()[-1])
     assert {name: levels[name] for name in _OPERATOR_ROUTES} == dict.fromkeys(_OPERATOR_ROUTES, "ANONYMOUS")
     assert levels["submit_order"] == "FUNCTION" and levels["get_order"] == "FUNCTION"
+    assert levels["order_history"] == "FUNCTION"  # the console reads its own copies: console_order(_history)
     assert {name: _trigger(fn)["authLevel"] for name, fn in _functions().items() if name in _OPERATOR_ROUTES} \
         == dict.fromkeys(_OPERATOR_ROUTES, "ADMIN")
 

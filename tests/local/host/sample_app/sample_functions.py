@@ -159,3 +159,13 @@ def settles_poison_only(received: servicebus.ServiceBusReceivedMessage,
     elif action == "raise":
         raise ValueError("abandoned by the host: autoCompleteMessages is true")
     # "return": completed by the host
+
+
+@bp.route(route="open", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+def open_route(req: func.HttpRequest) -> str:
+    return "open"
+
+
+@bp.route(route="secret", methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+def secret(req: func.HttpRequest) -> str:
+    return "secret"
