@@ -4,15 +4,17 @@ Each triggered function gets its own peek-lock receiver (its own client and conn
 by the worker's event loop: receiving, settling and lock renewal all happen on that loop, so the
 SDK objects are never shared between threads. Up to ``maxConcurrentCalls`` invocations run at
 once per function and instance. With ``autoCompleteMessages`` (the default) a message is
-completed when the function returns and abandoned when it raises; the queue's max delivery count
-then moves it to the dead-letter queue. Locks are renewed while a call runs, for up to
+completed when the function returns; whatever that setting, one it raises on is abandoned (as the
+.NET processor does, docs/local-stack.md cites it); the queue's max delivery count then moves it to
+the dead-letter queue. A message the function settled itself is neither completed nor abandoned. Locks are renewed while a call runs, for up to
 ``maxAutoLockRenewalDuration``. If the broker goes away the receiver is rebuilt with backoff.
 
 A function with ``autoCompleteMessages: false`` (its binding's, else host.json's) settles its
 messages itself, through the SDK-type binding's settlement client (``local.host.settlement``): while
 it runs, its message is held here by lock token, and ``settle_held`` settles it on the receiver that
 holds it. Unsettled when the function returns, it stays locked until its lock expires (no more
-renewal), then the broker delivers it again, as with the real host.
+renewal), then the broker delivers it again, as with the real host; unsettled when it raises, it is
+abandoned (delivered again at once).
 
 Session-enabled triggers (``isSessionsEnabled``) take the next available session, up to
 ``maxConcurrentSessions`` at a time, and process each session's messages one by one.
@@ -261,7 +263,9 @@ class ServiceBusHost:
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - logged by the invoker
-                if auto and not (held and held.settled):
+                # Abandoned unless settled, whatever autoCompleteMessages says: the .NET processor's
+                # catch (ReceiverManager.ProcessOneMessage) skips only `message.IsSettled`.
+                if not (held and held.settled):
                     await self._settle("abandon", receiver.abandon_message, msg, spec, turns, renewer)
             else:
                 if auto and not (held and held.settled):

@@ -153,9 +153,11 @@ def settles_poison_only(received: servicebus.ServiceBusReceivedMessage,
     todo = json.loads(b"".join(received.body).decode())
     action = todo["then"] if received.delivery_count > 1 and "then" in todo else todo["do"]
     record("settle-auto", message_id=received.message_id, delivery_count=received.delivery_count, action=action)
-    if action == "deadletter":
+    if action in ("deadletter", "deadletter-then-raise"):
         message_actions.deadletter(received, deadletter_reason=todo["reason"],
                                    deadletter_error_description=todo["description"])
+        if action == "deadletter-then-raise":
+            raise ValueError("raised after the dead-letter: the host must not abandon a settled message")
     elif action == "raise":
         raise ValueError("abandoned by the host: autoCompleteMessages is true")
     # "return": completed by the host
