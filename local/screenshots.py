@@ -64,6 +64,8 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 240.0) -> No
 
 
 def get(stack: Stack, path: str, **params: Any) -> Any:
+    """GET an operator route as the signed-in operator (no key: the console's routes need none in
+    this mode; an order is read through ``/console/orders/{id}``, the clients' route wants a key)."""
     r = requests.get(f"{stack.api_url}{path}", params=params, headers=OPERATOR, timeout=30)
     r.raise_for_status()
     return r.json()
@@ -85,7 +87,7 @@ def approve_waiting(stack: Stack) -> bool:
     """Approve the failing orders that wait for their approval, as an operator (the demo's own
     approval is refused: it sends no principal, and this stack asks App Service's). True."""
     for summary in get(stack, "/orders", customerId=FAILING_CUSTOMER)["orders"]:
-        if (get(stack, f"/orders/{summary['orderId']}")["awaiting"] or {}).get("event") == "approval":
+        if (get(stack, f"/console/orders/{summary['orderId']}")["awaiting"] or {}).get("event") == "approval":
             requests.post(f"{stack.api_url}/orders/{summary['orderId']}/events/approval", headers=OPERATOR,
                           json={"approved": True, "by": "demo"}, timeout=30).raise_for_status()
     return True
@@ -99,7 +101,7 @@ def seed(stack: Stack, orders: int) -> tuple[str, str]:
         approve_waiting(stack)
         and get(stack, "/overview")["live"]["attention"]["count"] >= 3
         and any(q["deadLetter"] for q in get(stack, "/overview")["queues"])))
-    failing = [get(stack, f"/orders/{o['orderId']}")
+    failing = [get(stack, f"/console/orders/{o['orderId']}")
                for o in get(stack, "/orders", customerId=FAILING_CUSTOMER)["orders"]]
     # the most telling order page: one whose completed steps were compensated (the payment declined)
     failing.sort(key=lambda o: (o["compensation"]["total"], len(o["history"])), reverse=True)
@@ -120,7 +122,8 @@ def express_declined(stack: Stack) -> str:
         order_id = stack.post_order({"customerId": "c-express", "currency": "EUR", "priority": "normal",
                                      "statusQueue": None, "workflow": "express",
                                      "items": [{"sku": "SKU-5", "quantity": 10, "unitPrice": "129.95"}]})
-        wait_for("the express order compensated", lambda: get(stack, f"/orders/{order_id}")["category"] != "inFlight")
+        wait_for("the express order compensated",
+                 lambda: get(stack, f"/console/orders/{order_id}")["category"] != "inFlight")
     finally:
         with stack.remotes as remotes:
             for service in ("payment", "inventory"):

@@ -44,14 +44,14 @@ from typing import Any
 import requests
 
 from local.azurite import Azurite, start_azurite
-from local.host.keys import ADMIN, ANONYMOUS, FUNCTION, KEY_HEADER, KEYS_FILE, HostKeys, load_or_create
 from local.connections import servicebus_connection_string
+from local.host.keys import ADMIN, ANONYMOUS, FUNCTION, KEY_HEADER, KEYS_FILE, HostKeys, load_or_create
 from local.procs import REPO_ROOT, Proc, free_port
 from local.queueconfig import write_derived
 from local.remotes.client import RemotesClient
 from local.stackinfo import STACK_JSON
-from shared.core.workflows.catalog import AGENTS
 from shared.api.auth import APP_SERVICE, EASY_AUTH_SETTING
+from shared.core.workflows.catalog import AGENTS
 from shared.settings import SERVICE_BUS_CONNECTION, SETTINGS, STATE_STORAGE_CONNECTION, TOKEN_KEYS, new_token_key
 
 HOST = "127.0.0.1"

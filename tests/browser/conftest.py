@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from local.browser import missing_browser, new_driver
 from local.demo import FAILING_CUSTOMER, SOLD_OUT_SKU, failing_body, set_demo_faults
@@ -59,7 +58,7 @@ class Seeded:
     failed: list[str] = field(default_factory=list)  # in attention: out of stock, failed
 
     def api(self, path: str, **params: Any) -> Any:
-        r = requests.get(f"{self.stack.api_url}{path}", params=params, timeout=30)
+        r = self.stack.session().get(f"{self.stack.api_url}{path}", params=params, timeout=30)
         r.raise_for_status()
         return r.json()
 
@@ -82,7 +81,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
             set_demo_faults(remotes)
         seeded = Seeded(stack)
         rng = random.Random(12)
-        session = requests.Session()
+        session = stack.session()
         for _ in range(ORDINARY):
             seeded.processed.append(stack.post_order(demo_order(rng), session=session))
         for _ in range(2):

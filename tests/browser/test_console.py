@@ -31,7 +31,10 @@ SKIPPED = {"approval"}
 
 
 def open_view(driver: Any, seeded: Seeded, route: str) -> None:
-    driver.get(console_url(seeded.stack.api_url, route))
+    """The console as an operator opens it in the key mode: with the master key in ``?code=``
+    (the host checks keys; the page sends that key on every call it makes)."""
+    assert seeded.stack.keys is not None
+    driver.get(console_url(seeded.stack.api_url, route, code=seeded.stack.keys.master))
 
 
 def by_testid(driver: Any, name: str, timeout: float = 30) -> Any:
@@ -316,7 +319,7 @@ def test_dead_letters_of_another_queue_through_the_switch(seeded: Seeded, driver
 def test_api_errors_are_shown_not_swallowed(seeded: Seeded, driver: Any) -> None:
     open_view(driver, seeded, "/orders/0123456789abcdef0123456789abcdef")
     error = by_testid(driver, "error")
-    assert "404" in error.text and "/api/orders/0123456789abcdef0123456789abcdef" in error.text, error.text
+    assert "404" in error.text and "/api/console/orders/0123456789abcdef0123456789abcdef" in error.text, error.text
     open_view(driver, seeded, "/search?customerId=not%20an%20id")
     error = by_testid(driver, "error")
     assert "400" in error.text and "customerId" in error.text, error.text
@@ -393,7 +396,7 @@ import(new URL("console/assets/actions.js", document.baseURI).href)
 
 
 def post_action(seeded: Seeded, order_id: str, action: str) -> requests.Response:
-    return requests.post(f"{seeded.stack.api_url}/orders/{order_id}/{action}", timeout=30)
+    return seeded.stack.session().post(f"{seeded.stack.api_url}/orders/{order_id}/{action}", timeout=30)
 
 
 def offered(scope: Any) -> set[str]:
@@ -904,8 +907,8 @@ def test_a_small_order_shows_its_approval_skipped(seeded: Seeded, driver: Any) -
     steps = [r.get_attribute("data-step") for r in driver.find_elements(By.CSS_SELECTOR, "[data-testid='gantt-row']")]
     assert steps == STEPS, "the skipped row stands where the workflow has it"
     assert not driver.find_elements(By.CSS_SELECTOR, EVENT_FORM)
-    refused = requests.post(f"{seeded.stack.api_url}/orders/{order_id}/events/approval", json={"approved": True},
-                            timeout=30)
+    refused = seeded.stack.session().post(f"{seeded.stack.api_url}/orders/{order_id}/events/approval",
+                                          json={"approved": True}, timeout=30)
     assert refused.status_code == 409, refused.text
 
 
@@ -1431,7 +1434,8 @@ def test_dead_letters_are_discarded_and_resubmitted_with_a_click(seeded: Seeded,
     assert ids[1] not in dead_letters(seeded) and dead_letters(seeded)[copy_id] > resubmitted
 
     def discard_meanwhile() -> None:  # another operator was faster
-        r = requests.post(f"{seeded.stack.api_url}/deadletters/scheduler/{vanished}/discard", timeout=60)
+        r = seeded.stack.session().post(f"{seeded.stack.api_url}/deadletters/scheduler/{vanished}/discard",
+                                        timeout=60)
         assert r.status_code == 200, r.text
 
     status = click_dead_letter_action(driver, vanished, "resubmit", before_confirm=discard_meanwhile)
@@ -1439,6 +1443,7 @@ def test_dead_letters_are_discarded_and_resubmitted_with_a_click(seeded: Seeded,
     assert "No such dead letter" in status, status
     assert "error" in by_testid(driver, "deadletter-status").get_attribute("class")
     # clean up the copy's dead letter (the other tests peek at this queue)
-    r = requests.post(f"{seeded.stack.api_url}/deadletters/scheduler/{dead_letters(seeded)[copy_id]}/discard",
+    copy_seq = dead_letters(seeded)[copy_id]
+    r = seeded.stack.session().post(f"{seeded.stack.api_url}/deadletters/scheduler/{copy_seq}/discard",
                       timeout=60)
     assert r.status_code == 200 and r.json()["by"] == "key", r.text

@@ -1,6 +1,8 @@
 """A viewer sees no buttons: the console with App Service authentication (OperatorAuth=appService,
 OperatorRole=Operator, ViewerRole=Viewer), the browser sending the principal App Service would
-(X-MS-CLIENT-PRINCIPAL, injected with Chrome's ``Network.setExtraHTTPHeaders``).
+(X-MS-CLIENT-PRINCIPAL, injected with Chrome's ``Network.setExtraHTTPHeaders``) and no key, while
+the host checks keys as in Azure: every route the console calls (the page, the overview, the search,
+an order, its history, the dead letters) answers a signed-in user without one.
 
 The viewer reads everything (an order in attention, an order awaiting its approval event, the
 search, the dead letters) and is offered no action anywhere; the same pages, for an operator, offer
@@ -103,6 +105,11 @@ def pages(seeded: Seeded) -> list[tuple[str, str]]:
 
 
 def test_a_viewer_sees_the_data_and_no_buttons(seeded: Seeded, driver: Any) -> None:
+    # The host checks keys, and the clients' own routes want one: the console must not call them.
+    assert seeded.stack.keys is not None
+    client_route = requests.get(f"{seeded.stack.api_url}/orders/{seeded.attention}",
+                                headers={"X-MS-CLIENT-PRINCIPAL": VIEWER}, timeout=30)
+    assert client_route.status_code == 401, client_route.text
     overview = seeded.api("/overview")
     assert overview["caller"] == {"by": "vera", "canAct": False}
     # what an operator would be offered on those pages: the orders' actions, the awaited event, the dead letter

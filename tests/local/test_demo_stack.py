@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 
 from local.demo import FAILING_CUSTOMER, demo
 from local.stack import Stack
@@ -22,7 +21,7 @@ FAST = {"SupervisorSchedule": "*/2 * * * * *", "StepTimeoutSeconds": "5", "Backo
 def _wait_for(stack: Stack, want: dict[str, int], timeout: float = 120.0) -> Tally:
     deadline = time.monotonic() + timeout
     while True:
-        current = tally(requests.get, f"{stack.api_url}/orders")
+        current = tally(stack.session().get, f"{stack.api_url}/orders")  # the search: the master key
         if current.counts == want or time.monotonic() > deadline:
             return current
         time.sleep(1.0)
@@ -48,5 +47,6 @@ def test_failing_demo_orders_reach_attention_with_an_alert_each(tmp_path: Path) 
         assert sorted(line.split()[3] for line in alerts) == sorted(failing_ids), alerts
         held = stack.get_order(failing_ids[1])
         assert (held["processState"], held["outcome"], held["failedStep"]) == ("Error", "held", "create-shipment")
-        found = requests.get(f"{stack.api_url}/orders", params={"customerId": FAILING_CUSTOMER}, timeout=10).json()
+        found = stack.session().get(f"{stack.api_url}/orders", params={"customerId": FAILING_CUSTOMER},
+                                    timeout=10).json()
         assert sorted(o["orderId"] for o in found["orders"]) == sorted(failing_ids)

@@ -50,3 +50,50 @@ def test_the_stack_makes_its_token_key_once_and_keeps_it(tmp_path) -> None:  # t
     assert stat.S_IMODE((tmp_path / "a" / TOKEN_KEY_FILE).stat().st_mode) == 0o600
     assert stack(tmp_path / "b").build_settings()[TOKEN_KEYS] != first
     assert stack(tmp_path / "c", TokenKeys=first).build_settings()[TOKEN_KEYS] == first  # --set wins
+
+
+def test_the_stack_makes_its_function_keys_once_per_state_dir(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Keys are checked by default: made on first use (owner-only), kept for the next start, named in
+    stack.json as host.keys.master and host.keys.function; another state directory gets others."""
+    import stat
+
+    from local.host.keys import KEY_HEADER
+
+    a = Stack(state_dir=tmp_path / "a", persistent=False)
+    assert a.keys is not None and stat.S_IMODE(a.keys_path.stat().st_mode) == 0o600
+    assert stack(tmp_path / "a").keys == a.keys and stack(tmp_path / "b").keys != a.keys
+    described = a.describe()["host"]["keys"]
+    assert (described["master"], described["function"]) == (a.keys.master, a.keys.function)
+    assert a.key_headers() == {KEY_HEADER: a.keys.master} and a.key_headers("function") == {KEY_HEADER: a.keys.function}
+    assert a.key_headers("anonymous") == {} and a.session().headers[KEY_HEADER] == a.keys.master
+
+
+def test_without_keys_nothing_is_made_or_sent(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    s = Stack(state_dir=tmp_path, persistent=False, keys=False)
+    assert s.keys is None and not s.keys_path.exists()
+    assert s.key_headers() == {} and s.describe()["host"]["keys"] is None
+
+
+def test_the_banner_gives_the_console_with_its_key_and_a_curl_line_with_the_function_key(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from local.stack import banner
+
+    s = stack(tmp_path)
+    s.base_url = "http://127.0.0.1:7071"
+    assert s.keys is not None
+    text = banner(s)
+    assert f"http://127.0.0.1:7071/api/console?code={s.keys.master}" in text
+    assert f"curl -H 'x-functions-key: {s.keys.function}' http://127.0.0.1:7071/api/orders/" in text
+    keyless = Stack(state_dir=tmp_path / "none", persistent=False, keys=False)
+    keyless.base_url = s.base_url
+    assert "?code=" not in banner(keyless) and "x-functions-key" not in banner(keyless)
+
+
+def test_the_app_service_mode_gets_the_stand_in_for_app_service_authentication(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The stack sets WEBSITE_AUTH_ENABLED as App Service does when its authentication is on; the key
+    mode does not get it, and an override (to see the mode refuse) wins."""
+    assert stack(tmp_path, OperatorAuth="appService").build_settings()["WEBSITE_AUTH_ENABLED"] == "True"
+    assert "WEBSITE_AUTH_ENABLED" not in stack(tmp_path).build_settings()
+    off = stack(tmp_path, OperatorAuth="appService", WEBSITE_AUTH_ENABLED="False").build_settings()
+    assert off["WEBSITE_AUTH_ENABLED"] == "False"

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
 from .conftest import Host, start_host, wait_for
 

@@ -207,7 +207,8 @@ import function_app
 from functions import console, orders, operations
 principal = base64.b64encode(json.dumps({"claims": [{"typ": "roles", "val": "Operator"}]}).encode()).decode()
 req = lambda method, route: func.HttpRequest(method, "http://localhost/api/" + route, body=b"",
-                                             headers={"X-MS-CLIENT-PRINCIPAL": principal}, route_params={"id": "a" * 32})
+                                             headers={"X-MS-CLIENT-PRINCIPAL": principal},
+                                             route_params={"id": "a" * 32})
 out = {}
 for name, handler, method in (("console", console.console, "GET"), ("overview", console.overview, "GET"),
                               ("console_order", console.console_order, "GET"),
