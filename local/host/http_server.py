@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -27,7 +28,15 @@ from .routes import RouteTable, compile_route
 
 log = logging.getLogger("local.host.http")
 
-MAX_BODY = 100 * 1024 * 1024  # the host's default request size limit (100 MB)
+MAX_BODY = 100 * 1024 * 1024  # the host's default request size limit (ScriptConstants.DefaultMaxRequestBodySize)
+BODY_LIMIT_SETTING = "FUNCTIONS_REQUEST_BODY_SIZE_LIMIT"  # the app setting that changes it, in bytes
+
+
+def body_limit(env: Mapping[str, str]) -> int:
+    """The largest request body taken (413 beyond): ``FUNCTIONS_REQUEST_BODY_SIZE_LIMIT`` when it is
+    a whole number, as the host's ``HttpRequestBodySizeMiddleware`` reads it, else 100 MB."""
+    value = (env.get(BODY_LIMIT_SETTING) or "").strip()
+    return int(value) if value.isdigit() else MAX_BODY
 
 
 def build_routes(specs: list[FunctionSpec], prefix: str) -> RouteTable:
@@ -75,6 +84,7 @@ class HttpFrontEnd:
                  keys: HostKeys | None = None) -> None:
         self.routes = routes
         self.keys = keys  # None: no auth level is enforced (--no-keys)
+        self.max_body = body_limit(os.environ)
         self.invoker = invoker
         self.instance_id = instance_id
         self.started = time.time()
@@ -119,13 +129,13 @@ class HttpFrontEnd:
                         pass
                     break
                 total += size
-                if total > MAX_BODY:
+                if total > self.max_body:
                     raise ValueError("body too large")
                 chunks.append(h.rfile.read(size))
                 h.rfile.readline(1024)
             return b"".join(chunks)
         length = int(h.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
+        if length > self.max_body:
             raise ValueError("body too large")
         return h.rfile.read(length) if length else b""
 

@@ -159,3 +159,15 @@ def test_broken_app_fails_startup(tmp_path: Path):
     with pytest.raises(RuntimeError) as e:
         start_host(tmp_path, app_dir=app, timeout=30)
     assert "bad app" in str(e.value) and "failed to start" in str(e.value)
+
+
+def test_the_body_limit_setting_is_honoured(tmp_path: Path) -> None:
+    """``FUNCTIONS_REQUEST_BODY_SIZE_LIMIT`` (bytes) caps a request's body, as the host's
+    HttpRequestBodySizeMiddleware does; beyond it, 413 and the function never runs."""
+    h = start_host(tmp_path, values={"FUNCTIONS_REQUEST_BODY_SIZE_LIMIT": "1000"})
+    try:
+        small = h.http.post(f"{h.url}/sample/echo", data=b"x" * 1000, timeout=10)
+        big = h.http.post(f"{h.url}/sample/echo", data=b"x" * 1001, timeout=10)
+        assert (small.status_code, big.status_code) == (201, 413)
+    finally:
+        h.proc.stop()

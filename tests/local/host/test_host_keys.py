@@ -118,3 +118,4 @@ def test_levels_and_where_the_key_is_read() -> None:
         level_of("user")
     assert presented_key({"X-Functions-Key": "h"}, {"code": "q"}) == "h"
     assert presented_key({}, {"code": "q"}) == "q" and presented_key({}, {}) is None
+
