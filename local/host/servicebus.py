@@ -7,7 +7,8 @@ once per function and instance. With ``autoCompleteMessages`` (the default) a me
 completed when the function returns; whatever that setting, one it raises on is abandoned (as the
 .NET processor does, docs/local-stack.md cites it); the queue's max delivery count then moves it to
 the dead-letter queue. A message the function settled itself is neither completed nor abandoned.
-Locks are renewed while a call runs, for up to ``maxAutoLockRenewalDuration``. If the broker goes away the receiver is rebuilt with backoff.
+Locks are renewed while a call runs, for up to ``maxAutoLockRenewalDuration``. If the broker goes
+away the receiver is rebuilt with backoff.
 
 A function with ``autoCompleteMessages: false`` (its binding's, else host.json's) settles its
 messages itself, through the SDK-type binding's settlement client (``local.host.settlement``): while
