@@ -51,7 +51,7 @@ param retentionDays int = 30
 @description('RetentionSchedule: NCRONTAB (six fields, seconds first) of the retention purge timer.')
 param retentionSchedule string = '0 17 * * * *'
 
-@description('OperatorAuth: the gate of the operator routes and the console. key: the master key. appService: App Service authentication (turn it on, requiring sign-in, before choosing this).')
+@description('OperatorAuth: the gate of the operator routes and the console. key: the master key. appService: App Service authentication (turn it on, allowing unauthenticated requests for the key-holding clients, before choosing this; the operator routes answer 503 while it is off).')
 @allowed([
   'key'
   'appService'
