@@ -123,6 +123,7 @@ from bench.chaos_ledger import (
 )
 from bench.chaos_operator import IN_FLIGHT_STATES, RAISED_LIMIT, TERMINATED_RESULTS, Operator, search_listing
 from bench.chaos_outage import PROCESS_FAULTS, BreakerSettings, outage_report, outage_window, render_outage
+from local.host.keys import ADMIN, FUNCTION
 from local.procs import REPO_ROOT
 from local.stack import SERVICE_PATHS, Stack, demo_order
 from shared.core.workflows import AGENTS_BY_NAME, DEFAULT_WORKFLOW, LEGACY_VERSION, Workflow, load_registry
@@ -437,10 +438,16 @@ class ChaosRun:
         with self.lock:
             self.fault_events.append({"t": round(self.elapsed(), 2), "at": _now().isoformat(), "kind": kind, **info})
 
-    def session(self) -> requests.Session:
-        s = getattr(self._local, "session", None)
+    def session(self, level: str = FUNCTION) -> requests.Session:
+        """This thread's session for routes of ``level``: the run is a client (``function``: its
+        submissions, polls and histories) and an operator (``admin``: retries, search, events...)."""
+        assert self.stack is not None
+        sessions = getattr(self._local, "sessions", None)
+        if sessions is None:
+            sessions = self._local.sessions = {}
+        s = sessions.get(level)
         if s is None:
-            s = self._local.session = requests.Session()
+            s = sessions[level] = self.stack.session(level)
             s.trust_env = False
         return s
 
@@ -689,7 +696,7 @@ class ChaosRun:
         while not self.stop.is_set():
             rec.post_attempts += 1
             try:
-                r = self.session().post(url, json=rec.body, headers={"Idempotency-Key": rec.key}, timeout=30)
+                r = self.session(FUNCTION).post(url, json=rec.body, headers={"Idempotency-Key": rec.key}, timeout=30)
                 if r.status_code in (200, 202):
                     return r.status_code, str(r.json()["orderId"]), None
                 last = f"{r.status_code} {r.text[:300]}"
@@ -788,7 +795,7 @@ class ChaosRun:
             status = None
             for _ in range(10):
                 try:
-                    r = self.session().post(f"{self.stack.api_url}/orders/{rec.order_id}/retry", timeout=30)
+                    r = self.session(ADMIN).post(f"{self.stack.api_url}/orders/{rec.order_id}/retry", timeout=30)
                     status = r.status_code
                     if status < 500:
                         break
@@ -905,7 +912,7 @@ class ChaosRun:
     def _get(self, order_id: str) -> tuple[int | None, dict[str, Any] | None]:
         assert self.stack is not None
         try:
-            r = self.session().get(f"{self.stack.api_url}/orders/{order_id}", timeout=15)
+            r = self.session(FUNCTION).get(f"{self.stack.api_url}/orders/{order_id}", timeout=15)
         except requests.RequestException as e:
             self.poll_errors[type(e).__name__] += 1
             return None, None
@@ -1224,7 +1231,7 @@ class ChaosRun:
         o = self.o
         now = _now()
         views = self._final_views()
-        listing, search_problems = search_listing(self.session(), self.stack.api_url)
+        listing, search_problems = search_listing(self.session(ADMIN), self.stack.api_url)
         self.errors += search_problems
         remotes = self.stack.remotes
         ledger = remotes.ledger()
@@ -1293,8 +1300,8 @@ class ChaosRun:
         history, token = list(view.get("history") or []), view.get("historyContinuationToken")
         while token:
             try:
-                r = self.session().get(f"{self.stack.api_url}/orders/{order_id}/history",
-                                       params={"limit": 1000, "continuationToken": token}, timeout=30)
+                r = self.session(FUNCTION).get(f"{self.stack.api_url}/orders/{order_id}/history",
+                                               params={"limit": 1000, "continuationToken": token}, timeout=30)
                 page = r.json() if r.status_code == 200 else {}
             except (requests.RequestException, ValueError):
                 page = {}

@@ -58,6 +58,7 @@ import requests
 import yaml
 
 from bench.chaos_ledger import split_ledger, view_effects
+from local.host.keys import ADMIN, FUNCTION
 from shared.core.workflows import AGENTS_BY_NAME, Step, Workflow, load_directory, load_registry, workflows_directory
 
 if TYPE_CHECKING:
@@ -242,7 +243,7 @@ class Approvals:
         run = self.run
         assert run.stack is not None
         try:
-            r = run.session().get(f"{run.stack.api_url}/workflows", timeout=30)
+            r = run.session(FUNCTION).get(f"{run.stack.api_url}/workflows", timeout=30)
             self.timeouts = served_wait_timeouts((r.json() or {}).get("workflows") or [])
         except (requests.RequestException, ValueError) as e:
             run.errors.append(f"GET /api/workflows: {type(e).__name__}: {e}")
@@ -410,7 +411,7 @@ class Approvals:
         deadline = time.monotonic() + run.o.post_retry_seconds
         while time.monotonic() < deadline and not run.stop.is_set():
             try:
-                r = run.session().post(url, json=send.body, headers=headers, timeout=30)
+                r = run.session(ADMIN).post(url, json=send.body, headers=headers, timeout=30)  # an operator route
             except requests.RequestException:
                 send.lost += 1  # sent, maybe applied, no answer
                 r = None

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import requests
 
+from local.host.keys import ADMIN
 from local.stack import demo_order
 from shared.core.workflows import DEFAULT_WORKFLOW
 
@@ -247,9 +248,10 @@ class Bulk:
                 self.kills.append({"during": when, "afterSeconds": at, "postAnswered": answered, **progress})
 
     def _call(self, method: str, path: str, **kw: Any) -> tuple[int | None, dict[str, Any]]:
+        """One call to an operator route (``/operations``: the master key) -> (status or None, answer)."""
         assert self.run.stack is not None
         try:
-            r = self.run.session().request(method, f"{self.run.stack.api_url}{path}", timeout=60, **kw)
+            r = self.run.session(ADMIN).request(method, f"{self.run.stack.api_url}{path}", timeout=60, **kw)
         except requests.RequestException:
             return None, {}
         try:

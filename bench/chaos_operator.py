@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from bench.chaos_express import at_pivot
+from local.host.keys import ADMIN
 
 if TYPE_CHECKING:
     from bench.chaos import ChaosRun, OrderRec
@@ -295,7 +296,7 @@ class Operator:
         deadline = time.monotonic() + run.o.post_retry_seconds
         while time.monotonic() < deadline and not run.stop.is_set():
             try:
-                r = run.session().post(url, timeout=30)
+                r = run.session(ADMIN).post(url, timeout=30)
             except requests.RequestException:
                 lost += 1  # sent, maybe applied, no answer
                 r = None
@@ -316,7 +317,8 @@ SEARCH_STATES = ("inFlight", "attention", "processed", "error")
 def search_listing(session: requests.Session, api_url: str, page: int = 200,
                    max_pages: int = 1000) -> tuple[dict[str, list[str]], list[str]]:
     """What an operator finds by search: order ids listed under each ``state`` (every page of
-    ``GET /orders?state=``), and the problems met (an answer that is not a page)."""
+    ``GET /orders?state=``), and the problems met (an answer that is not a page). Search is an
+    operator route: ``session`` sends the master key."""
     listed: dict[str, list[str]] = {}
     problems: list[str] = []
     for state in SEARCH_STATES:

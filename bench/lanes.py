@@ -35,6 +35,7 @@ from typing import Any
 from bench.args import DEFAULT_INSTANCES
 from bench.load import LoadRun, OrderTimes, Poster, PriorityMix, StatusWatcher, ms, percentile
 from bench.logline import log
+from local.host.keys import FUNCTION
 from local.procs import REPO_ROOT
 
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -169,7 +170,7 @@ def _one_stack_run(args: argparse.Namespace, work: Path, mcc: int) -> dict[str, 
                settings_overrides=overrides) as stack:
         watcher = StatusWatcher(stack.servicebus_connection_string, STATUS_QUEUE).start()
         try:
-            poster = Poster(stack.api_url, STATUS_QUEUE, seed=14)
+            poster = Poster(stack.api_url, STATUS_QUEUE, seed=14, headers=stack.key_headers(FUNCTION))
             warm = LoadRun(poster, watcher, "warmup")
             warm.open_loop(rate=4.0, seconds=2.5, threads=4)
             warm.wait_all(60)

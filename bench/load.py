@@ -14,7 +14,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -169,12 +169,15 @@ class StatusWatcher(StatusEvents):
 
 
 class Poster:
-    """POSTs orders over keep-alive connections (one per thread)."""
+    """POSTs orders over keep-alive connections (one per thread). ``headers`` go on every POST:
+    ours takes the function key (``Stack.key_headers(FUNCTION)``); a peer's server takes none."""
 
-    def __init__(self, api_url: str, status_queue: str, seed: int = 0) -> None:
+    def __init__(self, api_url: str, status_queue: str, seed: int = 0,
+                 headers: Mapping[str, str] | None = None) -> None:
         u = urlsplit(api_url)
         self.host, self.port, self.path = u.hostname or "127.0.0.1", u.port or 80, u.path.rstrip("/") + "/orders"
         self.status_queue = status_queue
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
         self._local = threading.local()
         self._seed = seed
         self._seq = 0
@@ -197,7 +200,7 @@ class Poster:
         for attempt in (0, 1):
             t0 = time.time()
             try:
-                c.request("POST", self.path, body=body, headers={"Content-Type": "application/json"})
+                c.request("POST", self.path, body=body, headers=self.headers)
                 r = c.getresponse()
                 data = r.read()
                 t1 = time.time()

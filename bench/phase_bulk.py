@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from bench.logline import log
+from local.host.keys import ADMIN, FUNCTION
 from local.stack import demo_order
 
 if TYPE_CHECKING:
@@ -62,8 +63,11 @@ def run(bench: Bench) -> None:
     bench.phase_windows.append(("bulk", t0, time.time()))
 
 
-def _api(bench: Bench, method: str, path: str, **kw: Any) -> tuple[int, dict[str, Any]]:
-    r = requests.request(method, f"{bench.stack.api_url}{path}", timeout=120, **kw)
+def _api(bench: Bench, method: str, path: str, level: str = ADMIN, **kw: Any) -> tuple[int, dict[str, Any]]:
+    """One call to the API with the key of ``level``: the master key by default, for the phase's
+    operator routes (``/operations``); the orders it posts go as a client's (``FUNCTION``)."""
+    r = requests.request(method, f"{bench.stack.api_url}{path}", timeout=120, headers=bench.stack.key_headers(level),
+                         **kw)
     try:
         body = r.json()
     except ValueError:
@@ -85,7 +89,7 @@ def _fail_batch(bench: Bench, n: int) -> float:
         bodies.append(body)
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=8) as pool:
-        statuses = list(pool.map(lambda b: _api(bench, "POST", "/orders", json=b)[0], bodies))
+        statuses = list(pool.map(lambda b: _api(bench, "POST", "/orders", FUNCTION, json=b)[0], bodies))
     if any(s != 202 for s in statuses):
         raise RuntimeError(f"batch posts not accepted: {sorted(set(statuses))}")
     dry = {"action": "retry", "filter": {"state": "attention", "customerId": CUSTOMER}, "dryRun": True}

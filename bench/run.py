@@ -54,6 +54,7 @@ from bench.hostlog import HostLog
 from bench.load import LoadRun, Poster, StatusWatcher, ms, percentile
 from bench.logline import log
 from bench.profiling import CpuMeter, group_pids, start_record, summarize_raw
+from local.host.keys import FUNCTION
 from local.procs import REPO_ROOT
 
 # A phase's last settlements land this long after its last order ended: a settlement waits for its
@@ -214,7 +215,7 @@ class Bench:
         self.instance_pids: dict[int, int] = dict(self.stack.host_instances())
         self.bus = busstats.BusStats(self.bus_stats_path, lambda: self.stack.proc("servicebus").pid)
         self.watcher = StatusWatcher(self.stack.servicebus_connection_string, STATUS_QUEUE).start()
-        self.poster = Poster(self.stack.api_url, STATUS_QUEUE, seed=7)
+        self.poster = Poster(self.stack.api_url, STATUS_QUEUE, seed=7, headers=self.stack.key_headers(FUNCTION))
         if self.bus.snapshot() is None:
             log("note: the emulator writes no stats file: bus operations are not counted in this run")
         log(f"stack ready in {self.result['stack_start_s']}s: {self.stack.base_url}")
