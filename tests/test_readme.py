@@ -1,7 +1,9 @@
 """README.md's commands run as written, top to bottom: every variable a ``sh`` block uses is set
 before (in that block or an earlier one), the ``local.stackinfo`` commands that set them print
-nothing and exit 1 without a traceback when no stack runs, and so does the whole quick start.
-(With a stack running, tests/e2e/test_stack.py covers what ``local.stackinfo`` prints.)"""
+nothing and exit 1 without a traceback when no stack runs, and so does the whole quick start; with
+a stack running (keys checked, as ``make run`` starts it), the quick start's blocks post an order,
+read it back and play the operator with the keys they read. (tests/e2e/test_stack.py covers what
+``local.stackinfo`` prints.)"""
 
 from __future__ import annotations
 
@@ -147,6 +149,24 @@ def test_the_quick_start_without_a_stack_fails_cleanly(tmp_path: Path) -> None:
     r = _bash(without_stack("\n".join(blocks), tmp_path))
     assert "not running" in r.stderr, r
     assert "Traceback" not in r.stdout + r.stderr, r.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("python3")), reason="needs curl and python3")
+def test_the_quick_start_runs_top_to_bottom_against_a_running_stack(tmp_path: Path) -> None:
+    """Its blocks, in order, in one fresh shell, against a stack that checks keys: each request
+    carries the key the README reads (a missing one would be a 401 with an empty body, which
+    ``json.tool`` refuses)."""
+    from local.stack import Stack
+
+    blocks = [b for b in sh_blocks(section(README.read_text(encoding="utf-8"), "Quick start"))
+              if not re.search(r"^make\b", b, re.M)]
+    with Stack(tmp_path / "stack", persistent=False, instances=1) as stack:
+        assert stack.keys is not None
+        r = _bash(without_stack("\n".join(blocks), stack.state_dir))
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "Expecting value" not in r.stderr, r
+    assert '"orderId"' in r.stdout and '"processState"' in r.stdout, r.stdout  # the order read back
+    assert '"orders": [' in r.stdout, r.stdout  # the operator's search
 
 
 # --------------------------------------------------------------------------- the checks themselves
