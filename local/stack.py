@@ -116,7 +116,10 @@ class Stack:
         self.host_env = dict(host_env or {})
         # The host checks function keys (local.host.keys) unless keys=False (--no-keys, as `func start`).
         self.keys_path = self.state_dir / KEYS_FILE
-        self.keys: HostKeys | None = load_or_create(self._made(self.keys_path)) if keys else None
+        self.keys: HostKeys | None = None
+        if keys:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self.keys = load_or_create(self.keys_path)  # made once per state dir, kept from run to run
 
         self.azurite: Azurite | None = None
         self.procs: dict[str, Proc] = {}  # servicebus, remotes, host (azurite's is self.azurite.proc)
@@ -267,11 +270,6 @@ class Stack:
         if missing:
             raise StackError(f"required settings with no local value: {', '.join(missing)}")
         return values
-
-    @staticmethod
-    def _made(path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return path
 
     def key_headers(self, level: str = ADMIN) -> dict[str, str]:
         """The header that lets a request through routes of ``level`` (``function``: the host key

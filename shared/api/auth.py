@@ -50,6 +50,7 @@ def easy_auth_off(mode: str, enabled: str | None) -> HttpResult | None:
     authentication is off (``enabled``: the value of ``WEBSITE_AUTH_ENABLED``, None if unset); None
     when the mode may run. Without that authentication a client's own ``X-MS-CLIENT-PRINCIPAL``
     would reach the app: anyone could claim any role."""
+    # (read as the host reads it: .NET's bool.TryParse, EnvironmentExtensions.IsEasyAuthEnabled)
     if mode != APP_SERVICE or (enabled or "").strip().lower() == "true":
         return None
     shown = "unset" if enabled is None else repr(enabled)
