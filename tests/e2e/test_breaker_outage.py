@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from local.stack import Stack
-from tests.hostile.stackutil import GOOD_BODY, Tables, raw_request, start_stack, submit, wait_settled
+from tests.hostile.stackutil import GOOD_BODY, Tables, send, start_stack, submit, wait_settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,7 +40,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def view(stack: Stack, oid: str) -> dict[str, Any]:
-    r = raw_request(stack.base_url, "GET", f"/api/orders/{oid}?historyLimit=1000")
+    r = send(stack, "GET", f"/api/orders/{oid}?historyLimit=1000")  # the function key's
     assert r.status == 200, (r.status, r.body[:300])
     body: dict[str, Any] = r.json()
     return body

@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from bench import busstats
+from local.host.keys import ADMIN
 from local.stack import Stack
 from shared.core.workflows.lanes import LANED_QUEUES
 
@@ -98,7 +99,7 @@ def test_a_high_orders_compensation_and_operator_restart_stay_on_its_lane(stack:
     finally:
         remotes.reset_faults()
     before = stats.snapshot()
-    r = requests.post(f"{stack.api_url}/orders/{oid}/retry", timeout=30)
+    r = requests.post(f"{stack.api_url}/orders/{oid}/retry", timeout=30, headers=stack.key_headers(ADMIN))
     assert r.status_code == 202 and r.json()["result"] == "restarted", r.text
     assert wait_settled(stack, oid)["processState"] == "Processed"
     sent = sent_per_queue(stats, before)

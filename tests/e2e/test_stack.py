@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import requests
 
+from local.host.keys import FUNCTION, KEY_HEADER
 from local.procs import REPO_ROOT
 from local.stack import Stack, StackError, demo_order
 from local.stackinfo import StackNotRunning, read_running
@@ -61,7 +62,7 @@ def _post(stack: Stack, session: requests.Session, body: dict[str, Any]) -> str:
 
 def _wait_all(stack: Stack, ids: list[str], deadline: float) -> dict[str, dict[str, Any]]:
     last: dict[str, dict[str, Any]] = {}
-    session = requests.Session()
+    session = stack.session(FUNCTION)
     while time.monotonic() < deadline:
         for oid in ids:
             if last.get(oid, {}).get("processState") in ("Processed", "Error"):
@@ -93,7 +94,7 @@ def test_fifty_orders_all_processed_despite_a_killed_host_instance(tmp_path: Pat
         instances = stack.host_instances()
         assert len(instances) == 2, instances
 
-        session = requests.Session()
+        session = stack.session(FUNCTION)
         ids: list[str] = []
         totals: dict[str, Decimal] = {}
         for body in bodies[: ORDERS // 2]:
@@ -172,7 +173,9 @@ def test_make_run_posts_demo_orders_and_stops_cleanly_on_sigterm(tmp_path: Path)
                                  capture_output=True, text=True, timeout=30)
         console = f"  console:     {described['baseUrl']}/api/console"
         assert any(line.startswith(console) for line in lines), out  # make run prints the console's URL
-        page = requests.get(f"{described['baseUrl']}/api/console", timeout=30)
+        # the console is an operator's: the master key, from stack.json as a reader of it finds it
+        page = requests.get(f"{described['baseUrl']}/api/console", timeout=30,
+                            headers={KEY_HEADER: described["host"]["keys"]["master"]})
         assert page.status_code == 200 and "Orders console" in page.text
         assert (printed.returncode, printed.stdout.strip()) == (0, described["baseUrl"]), printed
         pids = [described["azurite"]["pid"], described["servicebus"]["pid"], described["remotes"]["pid"],
@@ -269,7 +272,7 @@ def test_waits_and_delays_on_the_real_stack(tmp_path: Path) -> None:
            "priority": "normal", "statusQueue": None}
     with Stack(tmp_path / "stack", persistent=False, instances=1,
                settings_overrides={**FAST, "WorkflowsPath": str(workflows)}) as stack:
-        session = requests.Session()
+        session = stack.session(FUNCTION)
         approved, declined, early = (_post(stack, session, big) for _ in range(3))
         assert stack.send_event(early, "approval", {"approved": True}) in ("event-kept", "step-done")
         small = [{"sku": "SKU-1", "quantity": 1, "unitPrice": "5"}]

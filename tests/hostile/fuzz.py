@@ -11,7 +11,10 @@ accepted order of over 1000 if there is one (a quarter of the orders are priced 
 that they reach its wait and not only "waits for no such event"; the customer ids of
 accepted orders are fed to searches, and the continuation tokens the app hands out are sent
 back, unchanged or tampered with; query parameters are now and then replaced with hostile
-values, tests/hostile/fuzz_queries.py), stops the stack, then prints and writes:
+values, tests/hostile/fuzz_queries.py; each request carries the key its operation takes in the
+document, the function key or the master key, in the ``x-functions-key`` header, whatever key
+header or ``code`` was generated: the host checks keys, and a request without its key would
+get the host's 401, never reaching the app), stops the stack, then prints and writes:
 
 * requests sent, counts by status and by operation;
 * 5xx responses (must be 0);
@@ -49,6 +52,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
+from local.host.keys import ADMIN, ANONYMOUS, FUNCTION, KEY_HEADER, HostKeys
 from local.procs import REPO_ROOT
 from shared.core.workflows import DEFAULT_WORKFLOW
 from tests.hostile.fuzz_queries import (
@@ -391,6 +395,30 @@ class Steer:
         return tampered, self.hostile
 
 
+def operation_level(operation: Any) -> str:
+    """The key level the document gives an operation: ``security: []`` is ANONYMOUS, the admin
+    (master) key's schemes ADMIN, the document's default (the function key) FUNCTION."""
+    security = operation.definition.raw.get("security")
+    if security is None:
+        return FUNCTION
+    names = {name for requirement in security for name in requirement}
+    if not names:
+        return ANONYMOUS
+    return ADMIN if any(name.startswith("adminKey") for name in names) else FUNCTION
+
+
+def with_key(case: Any, keys: HostKeys | None) -> None:
+    """``case`` with the key its operation takes in the ``x-functions-key`` header (the
+    generated one replaced; a generated ``code`` stays: the header comes first). An anonymous
+    operation keeps whatever was generated; so does every one when the host checks no key."""
+    level = operation_level(case.operation)
+    if keys is None or level == ANONYMOUS:
+        return
+    headers = {k: v for k, v in (case.headers or {}).items() if k.lower() != KEY_HEADER}
+    headers[KEY_HEADER] = keys.master if level == ADMIN else keys.function
+    case.headers = headers
+
+
 def _record_read(case: Any, resp: Any, report: FuzzReport, tampered: int | None) -> None:
     """A 200 of a GET: keep its continuation token; check a search page against its filters;
     a tampered token that got a 200 is recorded."""
@@ -412,8 +440,11 @@ def _record_read(case: Any, resp: Any, report: FuzzReport, tampered: int | None)
 
 
 def send_generated(base_url: str, n: int, report: FuzzReport, rng_seed: int = 0,
-                   include_openapi: bool = True, progress: Callable[[FuzzReport], None] | None = None) -> None:
-    """Send ``n`` generated requests to ``base_url`` (the host root); record into ``report``."""
+                   include_openapi: bool = True, progress: Callable[[FuzzReport], None] | None = None,
+                   keys: HostKeys | None = None) -> None:
+    """Send ``n`` generated requests to ``base_url`` (the host root), each with the key its
+    operation takes of ``keys`` (``with_key``; none: the keys are not checked there); record into
+    ``report``."""
     from schemathesis.core.failures import FailureGroup
 
     schema = _schema(include_openapi)
@@ -431,6 +462,7 @@ def send_generated(base_url: str, n: int, report: FuzzReport, rng_seed: int = 0,
             return
         method = case.method.upper()
         tampered, hostile = steer.apply(case, report)
+        with_key(case, keys)
         try:
             resp = case.call(base_url=api, session=session, timeout=60)
         except (requests.exceptions.InvalidHeader, requests.exceptions.InvalidURL, ValueError, UnicodeError):
@@ -563,12 +595,13 @@ def check_rows(tables: Tables, before: Any, report: FuzzReport) -> None:
 
 
 def run(base_url: str, tables: Tables, n: int, rng_seed: int = 0,
-        progress: Callable[[FuzzReport], None] | None = None) -> FuzzReport:
+        progress: Callable[[FuzzReport], None] | None = None, keys: HostKeys | None = None) -> FuzzReport:
+    """The fuzz run against the host at ``base_url`` whose keys are ``keys`` (``Stack.keys``)."""
     report = FuzzReport(seed=rng_seed)
     before = tables.snapshot()
     t0 = time.monotonic()
     send_generated(base_url, n, report, rng_seed, include_openapi=function_app_registers_openapi(),
-                   progress=progress)
+                   progress=progress, keys=keys)
     report.seconds = time.monotonic() - t0
     check_rows(tables, before, report)
     return report
@@ -615,7 +648,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"sending {args.requests} generated requests to {stack.api_url}", flush=True)
         report = run(stack.base_url, tables, args.requests, args.seed,
-                     progress=lambda r: print(f"  ... {r.requests} requests, {dict(r.by_status)}", flush=True))
+                     progress=lambda r: print(f"  ... {r.requests} requests, {dict(r.by_status)}", flush=True),
+                     keys=stack.keys)
     finally:
         tables.close()
         stack.stop()

@@ -5,6 +5,9 @@
 * ``Tables``: read-only views of the app's tables (what a rejected request must not change).
 * ``raw_request``: HTTP/1.1 over a plain socket, for what ``requests`` refuses to send
   (control characters in paths, no Content-Type, arbitrary bytes).
+* ``send``: ``raw_request`` to a stack's host with the key the route needs (``route_level``):
+  the host checks function keys as Azure does, and a request without its key gets 401 before
+  the app sees it. A hostile request still carries the right key, so that it reaches the app.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from local.host.keys import ADMIN, ANONYMOUS, FUNCTION, KEY_HEADER
+from local.host.routes import RouteTable, compile_route
 from local.stack import Stack
 from shared.core.breaker.waiting import WAITING_PREFIX
 from shared.core.workflows import DEFAULT_WORKFLOW, load_registry
@@ -178,13 +183,18 @@ class RawResponse:
 
 
 def raw_request(base_url: str, method: str, path: bytes | str, body: bytes = b"",
-                headers: Iterable[tuple[str, str | bytes]] = (), timeout: float = 30.0) -> RawResponse:
-    """Send one HTTP/1.1 request byte for byte (the path is NOT encoded) and read the answer."""
+                headers: Iterable[tuple[str, str | bytes]] = (), timeout: float = 30.0,
+                functions_key: str | None = None) -> RawResponse:
+    """Send one HTTP/1.1 request byte for byte (the path is NOT encoded) and read the answer.
+    ``functions_key`` (the function or the master key), if given, goes as the ``x-functions-key``
+    header after ``headers``."""
     u = urlsplit(base_url)
     host, port = u.hostname or "127.0.0.1", u.port or 80
     target = path.encode("latin-1") if isinstance(path, str) else path
     lines = [method.encode() + b" " + target + b" HTTP/1.1", f"Host: {host}:{port}".encode(),
              b"Connection: close", f"Content-Length: {len(body)}".encode()]
+    if functions_key:
+        headers = [*headers, (KEY_HEADER, functions_key)]
     for k, v in headers:
         lines.append(k.encode("latin-1") + b": " + (v if isinstance(v, bytes) else v.encode("latin-1")))
     data = b"\r\n".join(lines) + b"\r\n\r\n" + body
@@ -213,6 +223,59 @@ def raw_request(base_url: str, method: str, path: bytes | str, body: bytes = b""
     return RawResponse(status, hdrs, rest[:n])
 
 
+# The app's routes that take a key, and the key each takes (functions/openapi.yaml, "Authentication"):
+# FUNCTION, the client's routes (the function key); ADMIN, the operator's (the master key only).
+# Written out here, not read from the app: a route the app gives another level gets 401 in these
+# tests. Every other request under /api reaches an ANONYMOUS function (GET openapi.yaml, GET
+# console/assets/{name}) or the fallback route (its 404, 405 and OPTIONS answers need no key).
+ROUTE_LEVELS: tuple[tuple[str, str, str], ...] = (
+    ("POST", "orders", FUNCTION),
+    ("GET", "orders/{id}", FUNCTION),
+    ("GET", "orders/{id}/history", FUNCTION),
+    ("GET", "workflows", FUNCTION),
+    ("GET", "orders", ADMIN),
+    *(("POST", f"orders/{{id}}/{action}", ADMIN) for action in ("retry", "cancel", "terminate", "suspend", "resume")),
+    ("POST", "orders/{id}/events/{name}", ADMIN),
+    ("POST", "operations", ADMIN),
+    ("GET", "operations/{id}", ADMIN),
+    ("GET", "console", ADMIN),
+    ("GET", "overview", ADMIN),
+    ("GET", "console/orders/{id}", ADMIN),
+    ("GET", "console/orders/{id}/history", ADMIN),
+    ("GET", "deadletters", ADMIN),
+    ("POST", "deadletters/{queue}/{sequenceNumber}/resubmit", ADMIN),
+    ("POST", "deadletters/{queue}/{sequenceNumber}/discard", ADMIN),
+)
+# The host's own routes (no prefix): its status takes the master key.
+HOST_ROUTE_LEVELS: tuple[tuple[str, str, str], ...] = (("GET", "admin/host/status", ADMIN),)
+_ROUTES = RouteTable([*(compile_route(route, "api", level, [method]) for method, route, level in ROUTE_LEVELS),
+                      *(compile_route(route, "", level, [method]) for method, route, level in HOST_ROUTE_LEVELS)])
+
+
+def route_level(method: str, path: bytes | str) -> str:
+    """The key level a request for ``path`` needs: that of the route it reaches (``ROUTE_LEVELS``;
+    matched as the host matches, literals in any case, an optional trailing slash, the path as
+    sent, before its query), else ``ANONYMOUS``."""
+    target = path.decode("latin-1") if isinstance(path, bytes) else path
+    route, _, _ = _ROUTES.lookup(method, urlsplit(target).path)
+    return str(route.target) if route is not None else ANONYMOUS
+
+
+def key_of(stack: Stack, level: str) -> str | None:
+    """The key ``stack`` takes on routes of ``level`` (none for ANONYMOUS, or when it checks no key)."""
+    return stack.key_headers(level).get(KEY_HEADER)
+
+
+def send(stack: Stack, method: str, path: bytes | str, body: bytes = b"",
+         headers: Iterable[tuple[str, str | bytes]] = (), *, level: str | None = None,
+         timeout: float = 30.0) -> RawResponse:
+    """``raw_request`` to ``stack``'s host with the key of ``level`` (default: the level of the
+    route ``path`` reaches, ``route_level``): the function key on a client route, the master key
+    on an operator route, none on an anonymous one."""
+    key = key_of(stack, route_level(method, path) if level is None else level)
+    return raw_request(stack.base_url, method, path, body, headers, timeout, functions_key=key)
+
+
 def wait_settled(tables: Tables, order_id: str, timeout: float = 90.0) -> dict[str, dict[str, Any]]:
     """An order's rows once it is terminal and its rows stopped changing (two equal reads). An
     order in Error that is still compensating (Mode compensate) is not terminal: its refund may
@@ -236,7 +299,7 @@ def submit(stack: Stack, body: dict[str, Any] | None = None, key: str | None = N
     headers: list[tuple[str, str | bytes]] = [("Content-Type", "application/json")]
     if key:
         headers.append(("Idempotency-Key", key))
-    r = raw_request(stack.base_url, "POST", "/api/orders", json.dumps(body or GOOD_BODY).encode(), headers)
+    r = send(stack, "POST", "/api/orders", json.dumps(body or GOOD_BODY).encode(), headers, level=FUNCTION)
     if r.status != 202:
         raise AssertionError(f"POST /api/orders: {r.status} {r.body[:300]!r}")
     return str(r.json()["orderId"])
@@ -256,7 +319,8 @@ def with_query(path: str, params: Params = ()) -> str:
 
 
 def get(stack: Stack, path: str, params: Params = ()) -> RawResponse:
-    return raw_request(stack.base_url, "GET", with_query(path, params))
+    """GET ``path`` with ``params``, with the key of the route it reaches (``send``)."""
+    return send(stack, "GET", with_query(path, params))
 
 
 def search_all(stack: Stack, params: Params, page_size: int = 200, max_pages: int = 50) -> list[dict[str, Any]]:

@@ -2,8 +2,10 @@
 
 Each rejected case must get the right 4xx as application/problem+json naming the bad fields,
 and write nothing: the state table and the deadline index are compared before and after.
-Requests are sent byte for byte (tests.hostile.stackutil.raw_request), so paths, headers and
-bodies reach the host exactly as written here.
+Requests are sent byte for byte (tests.hostile.stackutil.send), so paths, headers and bodies
+reach the host exactly as written here, each with the key its route takes (the function key on a
+client route, the master key on an operator route, none on the fallback's answers): a hostile
+request reaches the app, not the host's 401.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tests.hostile.stackutil import (
     RawResponse,
     Tables,
     order_rows,
-    raw_request,
+    send,
 )
 
 pytestmark = pytest.mark.integration
@@ -42,11 +44,6 @@ def with_item(**fields: Any) -> dict[str, Any]:
 
 
 _DROP = object()
-
-
-def send(stack: Any, method: str, path: bytes | str, body: bytes = b"",
-         headers: Iterable[tuple[str, str | bytes]] = ()) -> RawResponse:
-    return raw_request(stack.base_url, method, path, body, headers)
 
 
 def assert_rejected(stack: Any, tables: Tables, method: str, path: bytes | str, body: bytes,

@@ -30,16 +30,18 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from local.host.keys import ADMIN, KEY_HEADER
 from tests.hostile.stackutil import (
     GOOD_BODY,
     RawResponse,
     Tables,
     history_rows,
-    raw_request,
+    key_of,
+    send,
     submit,
     wait_settled,
 )
-from tests.hostile.test_cases import BAD_IDS, BAD_KEYS, ID_CASES, JSON, assert_rejected, body_of, send
+from tests.hostile.test_cases import BAD_IDS, BAD_KEYS, ID_CASES, JSON, assert_rejected, body_of
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +66,7 @@ def post_event(stack: Any, oid: str, body: bytes = APPROVE, name: str = EVENT,
 
 
 def view(stack: Any, oid: str) -> dict[str, Any]:
-    r = raw_request(stack.base_url, "GET", f"/api/orders/{oid}")
+    r = send(stack, "GET", f"/api/orders/{oid}")
     assert r.status == 200, (r.status, r.body[:300])
     doc: dict[str, Any] = r.json()
     return doc
@@ -87,7 +89,7 @@ def step_of(v: dict[str, Any], name: str = EVENT) -> dict[str, Any]:
 
 
 def history(stack: Any, oid: str) -> Counter[str]:
-    r = raw_request(stack.base_url, "GET", f"/api/orders/{oid}/history?limit=1000")
+    r = send(stack, "GET", f"/api/orders/{oid}/history?limit=1000")
     assert r.status == 200, (r.status, r.body[:300])
     return Counter(e["event"] for e in r.json()["history"])
 
@@ -156,10 +158,13 @@ def padded(obj: dict[str, Any], size: int) -> bytes:
 
 def declared_length(stack: Any, path: str, declared: bytes, body: bytes, timeout: float = 30.0) -> RawResponse:
     """POST ``body`` with a Content-Length header of ``declared`` (not its length), then close the
-    sending side (the server gets no more bytes); the answer, parsed as raw_request does."""
+    sending side (the server gets no more bytes); the answer, parsed as raw_request does. The
+    master key goes along (the events route is an operator's)."""
     u = urlsplit(stack.base_url)
+    key = key_of(stack, ADMIN)
     head = (f"POST {path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nConnection: close\r\n"
-            "Content-Type: application/json\r\n").encode() + b"Content-Length: " + declared + b"\r\n\r\n"
+            "Content-Type: application/json\r\n" + (f"{KEY_HEADER}: {key}\r\n" if key else "")).encode() \
+        + b"Content-Length: " + declared + b"\r\n\r\n"
     chunks = []
     with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80), timeout=timeout) as s:
         s.sendall(head + body)

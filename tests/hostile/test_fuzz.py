@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.hostile import fuzz
-from tests.hostile.stackutil import raw_request
+from tests.hostile.stackutil import raw_request, route_level
 
 FUZZ_REQUESTS = int(os.environ.get("FUZZ_REQUESTS", "300"))
 FUZZ_SEED = int(os.environ.get("FUZZ_SEED", "0"))
@@ -24,7 +24,7 @@ FUZZ_SEED = int(os.environ.get("FUZZ_SEED", "0"))
 
 @pytest.mark.integration
 def test_generated_requests(hostile_stack: Any, tables: Any) -> None:
-    report = fuzz.run(hostile_stack.base_url, tables, FUZZ_REQUESTS, FUZZ_SEED)
+    report = fuzz.run(hostile_stack.base_url, tables, FUZZ_REQUESTS, FUZZ_SEED, keys=hostile_stack.keys)
     j = report.as_json()
     print(fuzz.summary(j))
     assert report.requests >= FUZZ_REQUESTS
@@ -153,6 +153,7 @@ def test_openapi_document_is_valid() -> None:
                    ("POST", "/orders/{id}/resume"), ("POST", "/orders/{id}/events/{name}"),
                    ("GET", "/openapi.yaml"), ("GET", "/console"),
                    ("GET", "/console/assets/{name}"), ("GET", "/overview"), ("GET", "/deadletters"),
+                   ("GET", "/console/orders/{id}"), ("GET", "/console/orders/{id}/history"),
                    ("POST", "/deadletters/{queue}/{sequenceNumber}/resubmit"),
                    ("POST", "/deadletters/{queue}/{sequenceNumber}/discard"),
                    ("GET", "/workflows"), ("POST", "/operations"), ("GET", "/operations/{id}")}
@@ -170,6 +171,38 @@ def test_openapi_document_is_valid() -> None:
     assert raw["paths"]["/openapi.yaml"]["get"]["security"] == []
     schemes = raw["components"]["securitySchemes"]
     assert {(s["in"], s["name"]) for s in schemes.values()} == {("query", "code"), ("header", "x-functions-key")}
+
+
+def test_each_generated_request_carries_the_key_its_route_takes() -> None:
+    """The key the fuzz gives an operation, by the document's security, is the one its route takes
+    (tests/hostile/stackutil.ROUTE_LEVELS, which tests/e2e/test_keys.py holds the app to); a
+    generated key header gives way to it, a generated ``code`` stays (the header comes first)."""
+    import re
+
+    import schemathesis
+
+    from local.host.keys import ANONYMOUS, HostKeys
+
+    schema = schemathesis.openapi.from_path(str(fuzz.SPEC_PATH))
+    levels = set()
+    for result in schema.get_all_operations():
+        op = result.ok()
+        path = "/api" + re.sub(r"\{[^{}]*\}", "x", op.path)
+        levels.add(fuzz.operation_level(op))
+        assert fuzz.operation_level(op) == route_level(op.method.upper(), path), (op.method, op.path)
+    assert levels == {"anonymous", "function", "admin"}
+    keys = HostKeys("m" * 54, {"default": "f" * 54})
+    for op_path, method, key in (("/orders", "post", "f" * 54), ("/orders", "get", "m" * 54),
+                                 ("/openapi.yaml", "get", "junk")):
+        op = schema[op_path][method]
+        case = SimpleNamespace(operation=op, headers={"X-Functions-Key": "junk", "Idempotency-Key": "k"},
+                               query={"code": "junk"})
+        fuzz.with_key(case, keys)
+        if fuzz.operation_level(op) == ANONYMOUS:
+            assert case.headers == {"X-Functions-Key": "junk", "Idempotency-Key": "k"}
+        else:
+            assert case.headers == {"x-functions-key": key, "Idempotency-Key": "k"}, case.headers
+        assert case.query == {"code": "junk"}
 
 
 def _steer(**kw: Any) -> fuzz.Steer:

@@ -27,7 +27,7 @@ from tests.hostile.stackutil import (
     Tables,
     history_rows,
     order_rows,
-    raw_request,
+    send,
     submit,
     wait_settled,
 )
@@ -39,7 +39,7 @@ ACTIONS = ("retry", "cancel", "terminate")
 
 def act(stack: Any, oid: str, action: str, body: bytes = b"",
         headers: tuple[tuple[str, str], ...] = ()) -> RawResponse:
-    return raw_request(stack.base_url, "POST", f"/api/orders/{oid}/{action}", body, headers)
+    return send(stack, "POST", f"/api/orders/{oid}/{action}", body, headers)
 
 
 def at_once(stack: Any, oid: str, action: str, n: int) -> list[RawResponse]:
@@ -48,14 +48,14 @@ def at_once(stack: Any, oid: str, action: str, n: int) -> list[RawResponse]:
 
 
 def view(stack: Any, oid: str) -> dict[str, Any]:
-    r = raw_request(stack.base_url, "GET", f"/api/orders/{oid}")
+    r = send(stack, "GET", f"/api/orders/{oid}")
     assert r.status == 200, (r.status, r.body[:300])
     body: dict[str, Any] = r.json()
     return body
 
 
 def events(stack: Any, oid: str) -> Counter[str]:
-    r = raw_request(stack.base_url, "GET", f"/api/orders/{oid}/history?limit=1000")
+    r = send(stack, "GET", f"/api/orders/{oid}/history?limit=1000")
     assert r.status == 200, (r.status, r.body[:300])
     return Counter(e["event"] for e in r.json()["history"])
 
@@ -161,7 +161,7 @@ def test_a_body_or_query_changes_nothing(hostile_stack: Any, tables: Tables, pro
             (b"[" * 10_000, (("Content-Type", "application/json"),))]
     for body, headers in junk:
         assert_wrong_state(act(hostile_stack, processed, action, body, headers), processed, action)
-    r = raw_request(hostile_stack.base_url, "POST", f"/api/orders/{processed}/{action}?force=true&generation=0")
+    r = send(hostile_stack, "POST", f"/api/orders/{processed}/{action}?force=true&generation=0")
     assert_wrong_state(r, processed, action)
     unknown = uuid.uuid4().hex
     for body, headers in junk:

@@ -30,7 +30,7 @@ from tests.hostile.stackutil import (
     ROWS_PER_ORDER,
     Tables,
     order_rows,
-    raw_request,
+    send,
     wait_settled,
     with_query,
 )
@@ -59,8 +59,8 @@ def _json(body: dict[str, Any]) -> bytes:
 @pytest.fixture(scope="module")
 def victim(hostile_stack: Any, tables: Tables) -> Iterator[str]:
     """An accepted order whose rows must never leak or change."""
-    r = raw_request(hostile_stack.base_url, "POST", "/api/orders",
-                    _json({**GOOD_BODY, "customerId": "victim-1"}), [("Content-Type", "application/json")])
+    r = send(hostile_stack, "POST", "/api/orders",
+             _json({**GOOD_BODY, "customerId": "victim-1"}), [("Content-Type", "application/json")])
     assert r.status == 202
     yield r.json()["orderId"]
 
@@ -76,8 +76,8 @@ def test_injection_through_order_id(hostile_stack: Any, tables: Tables, victim: 
                                     route: str) -> None:
     before_rows = _settled(tables, victim)
     before = tables.snapshot()
-    r = raw_request(hostile_stack.base_url, "GET" if route in ("", "/history") else "POST",
-                    f"/api/orders/{quote(payload, safe='')}{route}")
+    r = send(hostile_stack, "GET" if route in ("", "/history") else "POST",
+             f"/api/orders/{quote(payload, safe='')}{route}")
     assert r.status == 400 and r.is_problem, (r.status, r.body[:300])
     assert victim.encode() not in r.body and b"victim-1" not in r.body
     assert before.new_rows(tables.snapshot()) == NOTHING_NEW
@@ -92,7 +92,7 @@ def test_injection_through_idempotency_key(hostile_stack: Any, tables: Tables, v
     the answer names only the new order."""
     before_rows = _settled(tables, victim)
     headers = [("Content-Type", "application/json"), ("Idempotency-Key", payload)]
-    r = raw_request(hostile_stack.base_url, "POST", "/api/orders", _json(GOOD_BODY), headers)
+    r = send(hostile_stack, "POST", "/api/orders", _json(GOOD_BODY), headers)
     assert r.status in (200, 202), r.body[:300]
     from shared.core.orders import order_id_for_key
 
@@ -101,7 +101,7 @@ def test_injection_through_idempotency_key(hostile_stack: Any, tables: Tables, v
     assert victim.encode() not in r.body
     rows = tables.partition(oid)
     assert len(order_rows(rows)) == ROWS_PER_ORDER and rows["order"]["IdempotencyKey"] == payload
-    g = raw_request(hostile_stack.base_url, "GET", f"/api/orders/{oid}")
+    g = send(hostile_stack, "GET", f"/api/orders/{oid}")
     assert g.status == 200 and g.json()["orderId"] == oid and b"victim-1" not in g.body
     assert tables.partition(victim) == before_rows
 
@@ -111,8 +111,8 @@ def test_injection_through_idempotency_key(hostile_stack: Any, tables: Tables, v
 def test_injection_through_status_queue(hostile_stack: Any, tables: Tables, victim: str, payload: str) -> None:
     before_rows = _settled(tables, victim)
     before = tables.snapshot()
-    r = raw_request(hostile_stack.base_url, "POST", "/api/orders", _json({**GOOD_BODY, "statusQueue": payload}),
-                    [("Content-Type", "application/json")])
+    r = send(hostile_stack, "POST", "/api/orders", _json({**GOOD_BODY, "statusQueue": payload}),
+             [("Content-Type", "application/json")])
     assert r.status == 400 and r.is_problem
     assert "statusQueue" in {e["field"] for e in r.json()["errors"]}
     assert before.new_rows(tables.snapshot()) == NOTHING_NEW
@@ -143,7 +143,7 @@ SEARCH_INJECTIONS = [("customerId", p) for p in INJECTIONS] + [
 def test_injection_through_search(hostile_stack: Any, tables: Tables, victim: str, param: str, payload: str) -> None:
     _settled(tables, victim)
     before = tables.snapshot()
-    r = raw_request(hostile_stack.base_url, "GET", with_query("/api/orders", {param: payload, "limit": "200"}))
+    r = send(hostile_stack, "GET", with_query("/api/orders", {param: payload, "limit": "200"}))
     assert r.status in (200, 400) and (r.status == 200 or r.is_problem), (r.status, r.body[:300])
     if r.status == 200:  # only a customer id may be read as a (strange) customer: then it has no orders
         assert param == "customerId", (param, payload, r.body[:300])
@@ -162,8 +162,7 @@ def test_a_payload_beside_a_real_customer_id_is_400(hostile_stack: Any, tables: 
     (nor anyone else's)."""
     _settled(tables, victim)
     for param in ("createdFrom", "createdTo", "state"):
-        r = raw_request(hostile_stack.base_url, "GET",
-                        with_query("/api/orders", {"customerId": "victim-1", param: payload}))
+        r = send(hostile_stack, "GET", with_query("/api/orders", {"customerId": "victim-1", param: payload}))
         assert r.status == 400 and r.is_problem, (param, r.status, r.body[:300])
         assert victim.encode() not in r.body
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.hostile.stackutil import GOOD_BODY, Tables, get, raw_request, submit, wait_searchable, wait_settled
+from tests.hostile.stackutil import GOOD_BODY, Tables, get, send, submit, wait_searchable, wait_settled
 from tests.hostile.test_cases import JSON, assert_rejected, body_of
 
 pytestmark = pytest.mark.integration
@@ -71,10 +71,10 @@ def test_an_operation_on_orders_that_cannot_take_it_counts_each_failure(hostile_
     before = {oid: wait_settled(tables, oid) for oid in ids}
     wait_searchable(hostile_stack, [("customerId", customer)], ids)
     request = body_of({"action": "retry", "filter": {"customerId": customer}})
-    dry = raw_request(hostile_stack.base_url, "POST", "/api/operations",
-                      body_of({"action": "retry", "filter": {"customerId": customer}, "dryRun": True}), JSON)
+    dry = send(hostile_stack, "POST", "/api/operations",
+               body_of({"action": "retry", "filter": {"customerId": customer}, "dryRun": True}), JSON)
     assert dry.status == 200 and dry.json()["matched"] == 2, dry.body[:300]
-    r = raw_request(hostile_stack.base_url, "POST", "/api/operations", request, JSON)
+    r = send(hostile_stack, "POST", "/api/operations", request, JSON)
     assert r.status == 202 and r.json()["matched"] == 2, r.body[:300]
     location = r.headers["location"]
     deadline = time.monotonic() + 60

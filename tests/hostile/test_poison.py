@@ -176,11 +176,11 @@ def _active(client: Any, queues: set[str], ids: set[str]) -> list[str]:
 
 def _host_pids(stack: Any) -> dict[str, int]:
     """Instance id -> pid, from the host's /admin/host/status (one instance in this stack)."""
-    from tests.hostile.stackutil import raw_request
+    from tests.hostile.stackutil import send
 
     out = {}
     for _ in range(3):
-        doc = raw_request(stack.base_url, "GET", "/admin/host/status").json()
+        doc = send(stack, "GET", "/admin/host/status").json()  # the master key's
         out[str(doc["id"])] = int(doc["pid"])
     return out
 
