@@ -2,8 +2,10 @@
 the Functions host, each on a free loopback port. ``make run`` is ``python -m local.stack``.
 
     python -m local.stack [--no-demo] [--orders N] [--rate R] [--no-failing-orders] [--instances 2]
+                          [--no-keys] [--telemetry]
 
-It starts the four in that order (waiting for each to be ready), writes
+It starts the four in that order (waiting for each to be ready; with ``--telemetry`` a stand-in
+for Application Insights' ingestion too, before the host: ``local.telemetry``), writes
 ``.local/local.settings.json`` (what the host reads, as ``func start`` would) and
 ``.local/stack.json`` (every endpoint and connection string), prints the HTTP base URL and the
 operator console's (``/api/console``), then posts demo orders and shows their progress
@@ -50,8 +52,10 @@ from local.procs import REPO_ROOT, Proc, free_port
 from local.queueconfig import write_derived
 from local.remotes.client import RemotesClient
 from local.stackinfo import STACK_JSON
+from local.telemetry import connection_string as telemetry_connection_string
 from shared.api.auth import APP_SERVICE, EASY_AUTH_SETTING
 from shared.core.workflows.catalog import AGENTS
+from shared.observability.telemetry import CONNECTION_STRING
 from shared.settings import SERVICE_BUS_CONNECTION, SETTINGS, STATE_STORAGE_CONNECTION, TOKEN_KEYS, new_token_key
 
 HOST = "127.0.0.1"
@@ -60,8 +64,10 @@ QUEUE_CONFIG = REPO_ROOT / "infra" / "servicebus-config.json"
 ORDER_STATES = ("Pending", "Processing", "Processed", "Error")
 TERMINAL_STATES = ("Processed", "Error")
 COMPONENTS = ("azurite", "servicebus", "remotes", "host")
+TELEMETRY = "telemetry"  # the ingestion receiver (local.telemetry), started before the host with telemetry=True
 # Each agent's service URL setting -> its service's path on the remotes simulator (the agent's name).
 SERVICE_PATHS = {a.service_url_setting: a.name for a in AGENTS}
+STATSBEAT_OFF = "APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL"  # the exporter's setting that turns statsbeat off
 TOKEN_KEY_FILE = "token-key"  # in the state directory: the stack's TokenKeys, made on first start
 
 _INSTANCE_LINE = re.compile(r"\binstance (\d+) pid (\d+)\b")
@@ -99,6 +105,7 @@ class Stack:
         start_timeout: float = 120.0,
         host_env: Mapping[str, str] | None = None,
         keys: bool = True,
+        telemetry: bool = False,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.log_dir = self.state_dir / "logs"
@@ -116,6 +123,8 @@ class Stack:
         self.host_env = dict(host_env or {})
         # The host checks function keys (local.host.keys) unless keys=False (--no-keys, as `func start`).
         self.keys_path = self.state_dir / KEYS_FILE
+        self.telemetry = telemetry
+        self.telemetry_url = ""
         self.keys: HostKeys | None = None
         if keys:
             self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -146,7 +155,7 @@ class Stack:
         """Start everything in order; if anything fails, stop what started and raise."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        for name in COMPONENTS:
+        for name in self.components:
             (self.log_dir / f"{name}.log").write_text("", encoding="utf-8")
         self.started_at = datetime.now(UTC).isoformat()
         # A stack killed outright left its stack.json: gone now, so no stale URL is read meanwhile.
@@ -155,6 +164,8 @@ class Stack:
             self._start_azurite()
             self._start_servicebus()
             self._start_remotes()
+            if self.telemetry:
+                self._start_telemetry()
             self.settings = self.build_settings()
             self._write_json(self.settings_path, {"IsEncrypted": False, "Values": self.settings})
             self._start_host()
@@ -222,6 +233,18 @@ class Stack:
         self.ports["remotes"] = port
         self.remotes_url = f"http://{HOST}:{port}"
 
+    def _start_telemetry(self) -> None:
+        port = free_port(HOST)
+        self._start_proc(TELEMETRY, [sys.executable, "-m", "local.telemetry", "--host", HOST, "--port", str(port)],
+                         "ready")
+        self.ports[TELEMETRY] = port
+        self.telemetry_url = f"http://{HOST}:{port}"
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """The processes this stack runs, in start order."""
+        return (*COMPONENTS[:-1], TELEMETRY, COMPONENTS[-1]) if self.telemetry else COMPONENTS
+
     def _start_host(self) -> None:
         self._instance_pids.clear()
         port = free_port(HOST)
@@ -261,6 +284,12 @@ class Stack:
                 values[spec.name] = self.token_key()
             elif spec.kind != "connection" and not spec.required:
                 values[spec.name] = spec.default or ""
+        if self.telemetry_url:
+            # The app's exporter sends to the receiver (its IngestionEndpoint and LiveEndpoint).
+            # Statsbeat, the exporter's own telemetry, goes to Microsoft's fixed endpoints (not the
+            # app's resource, not billed to it): off, so that nothing tries to leave this machine.
+            values[CONNECTION_STRING] = telemetry_connection_string(self.telemetry_url)
+            values[STATSBEAT_OFF] = "true"
         values.update(self.settings_overrides)
         if values.get("OperatorAuth") == APP_SERVICE:
             # The stand-in for App Service authentication: App Service sets this when it is on, and
@@ -303,7 +332,7 @@ class Stack:
     def stop(self) -> None:
         """Stop everything, host first (it drains), Azurite last. Safe to call twice."""
         with self._lock:
-            for name in reversed(COMPONENTS):
+            for name in reversed(self.components):
                 try:
                     if name == "azurite":
                         if self.azurite is not None:
@@ -334,7 +363,7 @@ class Stack:
 
     def alive(self) -> dict[str, bool]:
         out = {}
-        for name in COMPONENTS:
+        for name in self.components:
             try:
                 out[name] = self.proc(name).alive()
             except (KeyError, AssertionError):
@@ -436,7 +465,11 @@ class Stack:
                 "instancePids": {str(k): v for k, v in self.host_instances().items()} if "host" in self.procs else {},
             },
             "settingsFile": str(self.settings_path),
-            "logs": {name: str(self._log(name)) for name in COMPONENTS},
+            "telemetry": None if not self.telemetry_url else {
+                "baseUrl": self.telemetry_url, "items": f"{self.telemetry_url}/_items",
+                "stats": f"{self.telemetry_url}/_stats", "pid": self._pid(TELEMETRY),
+            },
+            "logs": {name: str(self._log(name)) for name in self.components},
             "stackPid": os.getpid(),
             "startedAt": self.started_at,
         }
@@ -531,6 +564,10 @@ def _parse_args(argv: Iterable[str] | None) -> tuple[argparse.Namespace, dict[st
                     help="override an app setting in local.settings.json (repeatable)")
     ap.add_argument("--app-dir", default=str(REPO_ROOT), help="the function app (default: this repository)")
     ap.add_argument("--echo", action="store_true", help="also echo every process's output to stderr")
+    ap.add_argument("--telemetry", action="store_true",
+                    help="start the telemetry receiver (local.telemetry) and send the app's Azure Monitor "
+                         "telemetry to it: what would be sent to Application Insights, counted (stack.json: "
+                         "telemetry.baseUrl)")
     ap.add_argument("--no-keys", action="store_true",
                     help="the host checks no function key, as `func start` (default: keys are checked as in "
                          "Azure; they are in stack.json under host.keys)")
@@ -564,7 +601,9 @@ def banner(stack: Stack) -> str:
             f"{keys_line}"
             f"  curl:        curl{key_header} {stack.api_url}/orders/ORDER_ID\n"
             f"  remotes:     {stack.remotes_url}  (ledger {stack.remotes_url}/_ledger)\n"
-            f"  stack.json:  {stack.stack_json_path}\n")
+            + (f"  telemetry:   {stack.telemetry_url}/_stats   (what would be sent to Application Insights)\n"
+               if stack.telemetry_url else "")
+            + f"  stack.json:  {stack.stack_json_path}\n")
 
 
 def _serve(stack: Stack, args: argparse.Namespace) -> None:
@@ -595,7 +634,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         signal.signal(sig, _on_signal)
 
     stack = Stack(args.state_dir, instances=args.instances, settings_overrides=overrides, echo=args.echo,
-                  app_dir=args.app_dir, keys=not args.no_keys)
+                  app_dir=args.app_dir, keys=not args.no_keys, telemetry=args.telemetry)
     rc = 0
     try:
         print(f"starting the local stack in {stack.state_dir} (logs in {stack.log_dir}) ...", flush=True)

@@ -87,6 +87,9 @@ def test_the_banner_gives_the_console_with_its_key_and_a_curl_line_with_the_func
     keyless = Stack(state_dir=tmp_path / "none", persistent=False, keys=False)
     keyless.base_url = s.base_url
     assert "?code=" not in banner(keyless) and "x-functions-key" not in banner(keyless)
+    assert "telemetry:" not in text
+    s.telemetry_url = "http://127.0.0.1:7099"
+    assert "telemetry:   http://127.0.0.1:7099/_stats" in banner(s)
 
 
 def test_the_app_service_mode_gets_the_stand_in_for_app_service_authentication(
@@ -97,3 +100,17 @@ def test_the_app_service_mode_gets_the_stand_in_for_app_service_authentication(
     assert "WEBSITE_AUTH_ENABLED" not in stack(tmp_path).build_settings()
     off = stack(tmp_path, OperatorAuth="appService", WEBSITE_AUTH_ENABLED="False").build_settings()
     assert off["WEBSITE_AUTH_ENABLED"] == "False"
+
+
+def test_with_telemetry_the_apps_connection_string_points_at_the_receiver(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from local.telemetry import connection_string
+
+    s = stack(tmp_path)
+    assert "APPLICATIONINSIGHTS_CONNECTION_STRING" not in s.build_settings()
+    s.telemetry_url = "http://127.0.0.1:7099"
+    values = s.build_settings()
+    assert values["APPLICATIONINSIGHTS_CONNECTION_STRING"] == connection_string("http://127.0.0.1:7099")
+    assert "IngestionEndpoint=http://127.0.0.1:7099/;LiveEndpoint=http://127.0.0.1:7099/" in \
+        values["APPLICATIONINSIGHTS_CONNECTION_STRING"]
+    assert values["APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL"] == "true"
