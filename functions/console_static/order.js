@@ -121,6 +121,9 @@ function summary(order) {
     ["Awaiting", awaitingText(order.awaiting)], ["Locked by", order.lockedBy],
     ["Complete by", order.completeBy ? fmtTime(order.completeBy) : null], ["Created", fmtTime(order.createdAt)],
     ["Updated", fmtTime(order.updatedAt)],
+    // the order's trace: its operation id in Application Insights (operation_Id), to find its telemetry
+    ["Trace id", order.traceId ? h("code", { dataset: { testid: "trace-id" }, title: "operation_Id in Application Insights" },
+      order.traceId) : null],
   ], "summary");
 }
 

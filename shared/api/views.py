@@ -126,6 +126,8 @@ def order_view(view: View, breakers: Mapping[str, BreakerRow] | None = None,
         "category": category_of(state),
         "generation": state.generation,
         "workflow": {"name": order.workflow, "version": order.workflow_version},
+        # the W3C trace id of the order's telemetry: its operation id in Application Insights
+        "traceId": view.trace_id,
         "createdAt": _time(order.created_at),
         "updatedAt": _time(state.updated_at),
         "order": {"customerId": order.customer_id, "currency": order.currency, "items": order.items,

@@ -244,6 +244,8 @@ def test_order_page_shows_steps_timeline_and_history(seeded: Seeded, driver: Any
     open_view(driver, seeded, f"/orders/{order_id}")
     assert by_testid(driver, "process-state").text == "Processed"
     assert f"{order['workflow']['name']} v{order['workflow']['version']}" in by_testid(driver, "summary").text
+    # the order's trace id, to find its telemetry (Application Insights' operation id)
+    assert len(order["traceId"]) == 32 and by_testid(driver, "trace-id").text == order["traceId"]
     steps = driver.find_elements(By.CSS_SELECTOR, "[data-testid='steps'] tbody tr")
     assert [r.find_elements(By.TAG_NAME, "td")[0].text for r in steps] == STEPS
     assert [r.find_elements(By.TAG_NAME, "td")[1].text.split("\n")[0] for r in steps] == [

@@ -84,7 +84,7 @@ def commit(view: View, new_state: StateRow, ops: Iterable[Op], events: Sequence[
     old = view.state
     first = (old.event_seq if old is not None else new_state.event_seq) + 1
     stamped = replace(new_state, event_seq=first + len(events) - 1, waiting_on=waiting_on)
-    trace = _trace_id(view.traceparent)
+    trace = view.trace_id
     by = {"by": ctx.actor} if ctx.actor is not None else {}  # who asked: an operator, or a system's event
     if ctx.operation is not None:  # a bulk operation: said on its events, kept on the row (acted once)
         by["operationId"] = ctx.operation
@@ -96,8 +96,3 @@ def commit(view: View, new_state: StateRow, ops: Iterable[Op], events: Sequence[
     return Transact(view.order_id if old is not None else new_state.order_id,
                     (state_op, *ops, *(r.create() for r in rows)), note=note)
 
-
-def _trace_id(traceparent: str | None) -> str | None:
-    """The trace id field of the order's stored traceparent (validated when it was stored)."""
-    fields = traceparent.split("-") if traceparent else []
-    return fields[1] if len(fields) == 4 else None

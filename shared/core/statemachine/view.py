@@ -35,6 +35,13 @@ class View:
     def traceparent(self) -> str | None:
         return self.order.traceparent if self.order is not None else None
 
+    @property
+    def trace_id(self) -> str | None:
+        """The trace id field of the order's stored traceparent (validated when it was stored): 32
+        hex digits, the operation id of the order's telemetry in Application Insights."""
+        fields = self.traceparent.split("-") if self.traceparent else []
+        return fields[1] if len(fields) == 4 else None
+
     def step(self, name: str) -> StepRow | None:
         return next((s for s in self.steps if s.name == name), None)
 

@@ -68,6 +68,8 @@ def test_traceparent_from_request_is_carried() -> None:
     # The order row stores the submission's server span: a child of the request's, same trace.
     stored = rt.store.read_row(r.body["orderId"], "order")["Traceparent"]
     assert stored.split("-")[1] == tp.split("-")[1] and stored != tp
+    # GET shows the trace id: the operation id of the order's telemetry in Application Insights
+    assert get_order(rt, r.body["orderId"]).body["traceId"] == "0af7651916cd43dd8448eb211c80319c"
 
 
 @pytest.mark.parametrize("content_type,body", [
