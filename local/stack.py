@@ -483,8 +483,13 @@ class Stack:
 
     @staticmethod
     def _write_json(path: Path, data: Any) -> None:
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        """Write ``path`` whole (a reader never sees half of it), readable by its owner only: the
+        settings hold the token key, stack.json the function keys."""
+        tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}-{threading.get_ident()}.tmp")  # one per writer
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # (a file left by a crash keeps its mode through O_CREAT)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, path)
 
     # ---- orders over HTTP ----------------------------------------------------------------------

@@ -62,6 +62,8 @@ def test_the_stack_makes_its_function_keys_once_per_state_dir(tmp_path) -> None:
     a = Stack(state_dir=tmp_path / "a", persistent=False)
     assert a.keys is not None and stat.S_IMODE(a.keys_path.stat().st_mode) == 0o600
     assert stack(tmp_path / "a").keys == a.keys and stack(tmp_path / "b").keys != a.keys
+    a.write_stack_json()  # owner-only, as the keys file: it names the keys
+    assert stat.S_IMODE(a.stack_json_path.stat().st_mode) == 0o600
     described = a.describe()["host"]["keys"]
     assert (described["master"], described["function"]) == (a.keys.master, a.keys.function)
     assert a.key_headers() == {KEY_HEADER: a.keys.master} and a.key_headers("function") == {KEY_HEADER: a.keys.function}
