@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -19,6 +20,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def serve_until_signalled(server: socketserver.BaseServer, ready_line: str) -> None:
+    """Serve ``server`` until SIGTERM or Ctrl-C, then close it: ``ready_line`` is printed once it
+    serves (what ``Proc.start`` waits for). ``shutdown`` blocks until ``serve_forever`` returns, so
+    the signal handler calls it off the main thread."""
+
+    def _stop(signum: int, frame: object) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    print(ready_line, flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import signal
 import sys
 import threading
 import zlib
@@ -39,6 +38,8 @@ from collections import Counter, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
+
+from local.procs import serve_until_signalled
 
 TRACK_PATHS = ("/v2.1/track", "/v2/track")
 LIVE_PATHS = ("/QuickPulseService.svc/ping", "/QuickPulseService.svc/post")
@@ -247,17 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep < 1:
         ap.error("--keep must be at least 1")
     server = TelemetryReceiver(args.host, args.port, args.keep)
-
-    def _stop(signum: int, frame: object) -> None:
-        threading.Thread(target=server.shutdown, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    print(f"telemetry ready {server.url}", flush=True)
-    try:
-        server.serve_forever(poll_interval=0.2)
-    finally:
-        server.server_close()
+    serve_until_signalled(server, f"telemetry ready {server.url}")
     print("telemetry stopped", flush=True)
     return 0
 

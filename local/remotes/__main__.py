@@ -6,10 +6,9 @@ Prints ``remotes ready http://HOST:PORT seed=N`` once it serves; stops on SIGTER
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 
+from local.procs import serve_until_signalled
 from local.remotes.server import RemotesServer
 
 
@@ -22,18 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     server = RemotesServer(args.host, args.port, seed=args.seed, verbose=args.verbose)
-
-    def _stop(signum: int, frame: object) -> None:
-        # shutdown() blocks until serve_forever returns: call it off the main thread.
-        threading.Thread(target=server.shutdown, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    print(f"remotes ready {server.url} seed={args.seed}", flush=True)
-    try:
-        server.serve_forever(poll_interval=0.2)
-    finally:
-        server.server_close()
+    serve_until_signalled(server, f"remotes ready {server.url} seed={args.seed}")
     print("remotes stopped", flush=True)
     return 0
 
