@@ -415,6 +415,15 @@ def offered(scope: Any) -> set[str]:
     return {b.get_attribute("data-action") for b in scope.find_elements(By.CSS_SELECTOR, "button.action")}
 
 
+def answered(driver: Any, status: Any) -> str:
+    """The status line's text once the API answered: read once per poll (two reads can straddle
+    the click handler writing "sending…", the first seeing it empty and the second not)."""
+    def text(_d: Any) -> str | bool:
+        now = str(status.text)
+        return now if now.strip() and "sending" not in now else False
+    return str(WebDriverWait(driver, 30).until(text))
+
+
 def attention_row(driver: Any, order_id: str, timeout: float = 60) -> Any:
     """The attention list's row of the order once its order was read (reason and actions filled)."""
     def filled(d: Any) -> Any:
@@ -458,8 +467,7 @@ def click_action(driver: Any, scope: Any, order_id: str, action: str) -> str:
     WebDriverWait(driver, 10).until(lambda d: dialog.get_attribute("open") is not None)
     dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
     status = by_testid(driver, "action-status")
-    WebDriverWait(driver, 30).until(lambda d: "sending" not in status.text and status.text.strip())
-    return str(status.text)
+    return answered(driver, status)
 
 
 def test_the_actions_offered_are_those_the_api_accepts_in_every_state(seeded: Seeded, driver: Any) -> None:
@@ -784,8 +792,7 @@ def send_from_form(driver: Any, button: str) -> str:
     WebDriverWait(driver, 10).until(lambda d: dialog.get_attribute("open") is not None)
     dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
     status = by_testid(driver, "action-status")
-    WebDriverWait(driver, 30).until(lambda d: "sending" not in status.text and status.text.strip())
-    return str(status.text)
+    return answered(driver, status)
 
 
 def type_into_event_body(driver: Any, text: str) -> None:
@@ -1405,8 +1412,7 @@ def click_dead_letter_action(driver: Any, seq: int, action: str, before_confirm:
         before_confirm()
     dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
     status = by_testid(driver, "deadletter-status")
-    WebDriverWait(driver, 30).until(lambda d: "sending" not in status.text and status.text.strip())
-    return str(status.text)
+    return answered(driver, status)
 
 
 def dead_letter_seqs_shown(driver: Any) -> set[int]:
