@@ -116,6 +116,10 @@ SETTINGS: tuple[SettingSpec, ...] = (
                 "A bulk operation puts no more orders in flight once this many are, live traffic's included"),
     SettingSpec("WorkflowsPath", "workflows",
                 "Directory of the workflow files (<name>.v<version>.yaml); relative to the app's root"),
+    SettingSpec("TelemetrySamplingRatio", "0.1",
+                "Share of orders (0 to 1) whose telemetry is exported, decided once per order by its trace id; "
+                "an order that fails, is held or compensates is kept from then on, warnings and errors always "
+                "(docs/cost.md, Telemetry)"),
     SettingSpec("OperatorAuth", "key",
                 "Gate of the operator routes and the console: key (the master key) or appService (App Service "
                 "authentication's signed-in user)"),

@@ -86,3 +86,16 @@ def counter_total(name: str, **attributes: Any) -> float:
 
 def histogram_count(name: str, **attributes: Any) -> int:
     return sum(p.count for p in metric_points(name) if all(p.attributes.get(k) == v for k, v in attributes.items()))
+
+
+def sampled_trace_id(ratio: float, kept: bool, rng: Any) -> str:
+    """A 32-hex trace id that Application Insights' sampling algorithm keeps (``kept``) or drops at
+    ``ratio`` (shared.observability.sampling decides an order by it)."""
+    from azure.monitor.opentelemetry.exporter import ApplicationInsightsSampler
+    from opentelemetry.sdk.trace.sampling import Decision
+
+    by_id = ApplicationInsightsSampler(ratio)
+    while True:
+        t = rng.getrandbits(128)
+        if (by_id.should_sample(None, t, "order").decision is Decision.RECORD_AND_SAMPLE) is kept:
+            return format(t, "032x")

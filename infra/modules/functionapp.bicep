@@ -76,6 +76,9 @@ param retentionDays int
 @description('RetentionSchedule: NCRONTAB (six fields, seconds first) of the retention purge timer.')
 param retentionSchedule string
 
+@description('TelemetrySamplingRatio: share of orders whose telemetry is exported (the host samples its own spans at the same ratio).')
+param telemetrySamplingRatio string
+
 @description('OperatorAuth: key (the master key) or appService (App Service authentication) guards the operator routes.')
 param operatorAuth string
 
@@ -227,11 +230,28 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY'
           value: 'false'
         }
-        // The worker passes the host's invocation context to the app's OpenTelemetry context (the
-        // app's spans link to it; their parents are the contexts the messages carry).
+        // The worker tells the host that the app exports its own telemetry (the capability
+        // WorkerOpenTelemetryEnabled): the host then exports none of the Function.* log categories, so
+        // the app's log lines go out once (not again as Function.<name>.User) and the host's Executing,
+        // Executed and Trigger Details lines (3 per invocation) not at all. docs/cost.md, Telemetry.
         {
           name: 'PYTHON_ENABLE_OPENTELEMETRY'
           value: 'true'
+        }
+        // Sampling: the app's by order (shared/observability/sampling.py) and the host's own request
+        // per invocation at the same ratio (host.json's samplingSettings are not read in the
+        // OpenTelemetry mode). The host's is by its own trace ids, not by order.
+        {
+          name: 'TelemetrySamplingRatio'
+          value: telemetrySamplingRatio
+        }
+        {
+          name: 'OTEL_TRACES_SAMPLER'
+          value: 'microsoft.fixed_percentage'
+        }
+        {
+          name: 'OTEL_TRACES_SAMPLER_ARG'
+          value: telemetrySamplingRatio
         }
         // The worker's invocation threads, shared by every function of an instance. host.json's
         // maxConcurrentCalls (4, per Service Bus function) x one lane's 6 Service Bus functions (24)

@@ -209,7 +209,10 @@ def load_host_config(app_dir: Path, env: Mapping[str, str] | None = None) -> Hos
         max_concurrent_sessions=int(pick("maxConcurrentSessions", sho) or 8),
         session_idle_timeout=parse_timespan(idle, timedelta(0)) if idle else None,
     )
-    level_cfg = _ci_get(_ci_get(_ci_get(raw, "logging", {}), "logLevel", {}), "default")
+    # The functions' log lines (the app's and the host's Executing/Executed) are the Function.*
+    # categories in Azure: the level of "Function", else the default's, as .NET's longest-prefix rule
+    levels = _ci_get(_ci_get(raw, "logging", {}), "logLevel", {})
+    level_cfg = _ci_get(levels, "Function") or _ci_get(levels, "default")
     level = _LEVELS.get(str(level_cfg).lower(), logging.INFO) if level_cfg else logging.INFO
     return HostConfig(route_prefix=prefix, service_bus=options, log_level=level, raw=raw)
 

@@ -42,7 +42,8 @@ def _operate(rt: Runtime, raw_id: str | None, action: str, decide: Callable[[Vie
         view = read_view(rt.store, order_id)
         if view.state is None:
             return problem(404, "not-found", "Order not found", f"no order {order_id}")
-        with telemetry.order_span(f"operator.{action}", view.traceparent, **{"orders.order_id": order_id}):
+        with telemetry.order_span(f"operator.{action}", view.traceparent,
+                                  **{"orders.order_id": order_id, telemetry.KEEP: True}):
             try:
                 decision = decide(view, bound(view, rt.ctx(actor=by)))
             except UnknownWorkflow as exc:

@@ -5,8 +5,10 @@ Every log line the core writes about an order is one JSON object (``event``, ``o
 Analytics by order id or trace id. The Functions host forwards the Python ``logging`` records;
 the JSON is the record's message, so it survives any handler/formatter.
 
-Trace ids come from the current OpenTelemetry span (``shared.observability.telemetry``); outside any span, from
-the ``traceparent`` a caller names (e.g. the order's stored one).
+Trace ids come from the current OpenTelemetry span (``shared.observability.telemetry``); outside the
+order's spans, from the ``traceparent`` a caller names (the order's stored one), in whose context
+the line is then written: the exporter sends it with the order's telemetry, and only when the
+order's is sampled (``shared.observability.sampling``; warnings and errors always).
 """
 
 from __future__ import annotations
@@ -49,11 +51,17 @@ def log_event(level: int, event: str, *, order_id: str | None = None, traceparen
         record["orderId"] = order_id
     ids = telemetry.current_ids()
     order_trace = telemetry.trace_id(traceparent) if traceparent else None
+    outside = False
     if ids is not None and order_trace in (None, ids[0]):
         record["traceId"], record["spanId"] = ids
     elif order_trace is not None:
-        record["traceId"] = order_trace  # a span of another trace (a sweep): the order's trace id
+        record["traceId"] = order_trace  # outside the order's flow (a sweep): the order's trace id
+        outside = True
     record.update({k: v for k, v in fields.items() if v is not None})
     if log.isEnabledFor(level):  # the record is returned either way; its JSON only when written
-        log.log(level, to_json(record))
+        if outside:  # written in the order's stored context: exported, or not, with the order's telemetry
+            with telemetry.in_order(traceparent):
+                log.log(level, to_json(record))
+        else:
+            log.log(level, to_json(record))
     return record

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import random
 import threading
@@ -41,11 +42,14 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanK
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from shared.core.messages import OutMessage
+from shared.observability import sampling
 
 TRACER_NAME = "orders"
+KEEP = sampling.KEEP
 CONNECTION_STRING = "APPLICATIONINSIGHTS_CONNECTION_STRING"
 SPANS_DIR = "ORDERS_SPANS_DIR"  # local runs and tests: each process writes its spans to a JSON-lines file here
 WORKER_TELEMETRY = "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"  # the worker configures Azure Monitor itself
+TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
 
 _propagator = TraceContextTextMapPropagator()
 _setup_lock = threading.Lock()
@@ -91,12 +95,10 @@ SDK (a no-op unless a test installed providers). The CLIENT spans (``client_span
         if env.get(WORKER_TELEMETRY, "").lower() in ("1", "true"):
             mode = "worker"
         elif env.get(CONNECTION_STRING):
-            from azure.monitor.opentelemetry import configure_azure_monitor
-
-            configure_azure_monitor(connection_string=env[CONNECTION_STRING])
+            _export_to_azure_monitor(env[CONNECTION_STRING], sampling.ratio_from(env))
             mode = "azure-monitor"
         elif env.get(SPANS_DIR):
-            _export_to_file(env[SPANS_DIR])
+            _export_to_file(env[SPANS_DIR], sampling.ratio_from(env))
             mode = "file"
         if mode != "api" or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
             _instrument_urllib3()
@@ -105,8 +107,51 @@ SDK (a no-op unless a test installed providers). The CLIENT spans (``client_span
         return mode
 
 
-def _export_to_file(directory: str) -> None:
-    """An SDK tracer provider that appends every ended span, as one JSON line, to a file of this process."""
+def _export_to_azure_monitor(connection_string: str, ratio: float) -> None:
+    """Azure Monitor's distro for logs, metrics and the instrumentations; the traces' provider is
+    the app's, with its sampler by order (``shared.observability.sampling``) in place of the distro's
+    default (5 spans a second per process, kept by the clock, not by order).
+
+    * Live metrics off: the distro feeds it from its own span processor, which a provider of the
+      app's cannot add (a private name); it is not billed, but would cost CPU on every item and a
+      request a second while watched. docs/cost.md, "Telemetry".
+    * The exporter's log handler (on the root logger) gets the sampling's ``LogFilter``.
+    * The exporter authenticates as the distro's does: with APPLICATIONINSIGHTS_AUTHENTICATION_STRING
+      when it is set."""
+    from azure.core.settings import settings
+    from azure.core.tracing.ext.opentelemetry_span import OpenTelemetrySpan
+    from azure.monitor.opentelemetry import configure_azure_monitor
+    from azure.monitor.opentelemetry.exporter import AzureMonitorTraceExporter
+    from opentelemetry._logs import get_logger_provider
+    from opentelemetry.instrumentation.logging.handler import LoggingHandler
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    # The distro's documented switch for its traces' provider: OTEL_TRACES_EXPORTER=none (its keyword
+    # disable_tracing is overwritten by that variable's default, azure-monitor-opentelemetry 1.8.11,
+    # _utils/configurations.py). Set for the call only, under the setup lock.
+    previous = os.environ.get(TRACES_EXPORTER)
+    os.environ[TRACES_EXPORTER] = "none"
+    try:
+        configure_azure_monitor(connection_string=connection_string, enable_live_metrics=False)
+    finally:
+        if previous is None:
+            os.environ.pop(TRACES_EXPORTER, None)
+        else:
+            os.environ[TRACES_EXPORTER] = previous
+    resource = getattr(get_logger_provider(), "resource", None)  # the distro's, Azure's detectors included
+    provider = TracerProvider(sampler=sampling.OrderSampler(ratio), resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(AzureMonitorTraceExporter(connection_string=connection_string)))
+    trace.set_tracer_provider(provider)
+    settings.tracing_implementation = OpenTelemetrySpan  # Azure SDK calls as dependencies, as the distro does
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, LoggingHandler):
+            handler.addFilter(sampling.LogFilter())
+
+
+def _export_to_file(directory: str, ratio: float) -> None:
+    """An SDK tracer provider that appends every sampled span, when it ends, as one JSON line to a file
+    of this process."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
@@ -120,7 +165,7 @@ def _export_to_file(directory: str) -> None:
                 f.write(lines)
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    provider = TracerProvider(sampler=sampling.OrderSampler(ratio))
     provider.add_span_processor(SimpleSpanProcessor(_JsonLines()))
     trace.set_tracer_provider(provider)
 
@@ -193,6 +238,18 @@ def current_ids() -> tuple[str, str] | None:
 def current_traceparent() -> str | None:
     span_context = trace.get_current_span().get_span_context()
     return format_traceparent(span_context) if span_context.is_valid else None
+
+
+@contextmanager
+def in_order(traceparent: str | None) -> Iterator[None]:
+    """The context of the span ``traceparent`` names (an order's stored one) made current, for a
+    log line about the order written outside its flow."""
+    span_context = span_context_of(traceparent)
+    if span_context is None:
+        yield
+        return
+    with trace.use_span(NonRecordingSpan(span_context)):
+        yield
 
 
 def inject(carrier: dict[str, str]) -> dict[str, str]:
@@ -282,13 +339,28 @@ def client_span(method: str, url: str, headers: Mapping[str, str]) -> Iterator[C
 @contextmanager
 def order_span(name: str, traceparent: str | None, **attributes: Any) -> Iterator[Span]:
     """An action on an order from outside its flow (a redrive, an operator's action): in the
-    order's trace, linked to the span that ran it."""
+    order's trace, linked to the span that ran it (recorded whatever the sampling ratio with the
+    attribute ``KEEP``)."""
     parent = context_of(traceparent)
     if not trace.get_current_span(parent).get_span_context().is_valid:
         parent = otel_context.get_current()
     with tracer().start_as_current_span(name, context=parent, kind=SpanKind.INTERNAL,
                                         links=_links_to_current(parent), attributes=_clean(attributes)) as span:
         yield span
+
+
+@contextmanager
+def kept(verdict: str, keep: bool = True) -> Iterator[None]:
+    """Where a decision fails, holds or compensates an order, or redrives it (``keep``): its effects
+    run in a span recorded whatever the sampling ratio, a child of the current one, so the order's
+    telemetry is kept from here on: the messages sent inside carry its sampled flag
+    (``shared.observability.sampling``). Otherwise nothing is added."""
+    if not keep:
+        yield
+        return
+    with tracer().start_as_current_span(f"orders.{verdict}", kind=SpanKind.INTERNAL,
+                                        attributes={sampling.KEEP: True, "orders.verdict": verdict}):
+        yield
 
 
 def send(bus: _Sender, message: OutMessage) -> None:

@@ -34,6 +34,7 @@ from shared.core.effects import Effect, Log, Transact
 from shared.core.jsonio import loads
 from shared.core.messages import PoisonMessage, ReplyMessage, ResumeMessage, ScheduleMessage
 from shared.core.statemachine import (
+    KEEP_TELEMETRY,
     Decision,
     Verdict,
     decide_for_order,
@@ -107,7 +108,9 @@ def _handle_schedule(rt: Runtime, body: bytes, *, message_id: str | None, tracep
         else:
             decide = partial(decide_schedule, view, msg.seq)
         decision = decide_for_order(view, rt.ctx(), decide)
-        if not rt.run(decision.effects).lost_race:
+        with telemetry.kept(decision.verdict, decision.verdict in KEEP_TELEMETRY):
+            lost = rt.run(decision.effects).lost_race
+        if not lost:
             return decision.verdict
     if isinstance(msg, (ResumeMessage, WakeMessage)):
         # Never drop a resume or a wake-up: the step would wait until the Supervisor's backstop.
@@ -139,7 +142,8 @@ def _handle_reply(rt: Runtime, body: bytes, *, message_id: str | None, tracepare
             rt.run(decision.effects)
             poison("replies", "UnknownStep", f"unknown step {reply.step}", body, message_id, traceparent)
         try:
-            outcome = rt.run(decision.effects)
+            with telemetry.kept(decision.verdict, decision.verdict in KEEP_TELEMETRY):
+                outcome = rt.run(decision.effects)
         except TooLarge as exc:  # raised before anything is written
             if not sourced.confirmed:
                 continue  # decided on a read, a stale reply is stale there, not poison

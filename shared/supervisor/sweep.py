@@ -43,6 +43,7 @@ from shared.core.effects import PutIndex, due_bound
 from shared.core.operations import OperationWatch
 from shared.core.rows import STATE_ROW
 from shared.core.statemachine import (
+    KEEP_TELEMETRY,
     IndexRow,
     IndexVerdict,
     StateRow,
@@ -207,7 +208,8 @@ def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepRepo
         view = read_view(rt.store, row.order_id)
         with telemetry.order_span("supervisor.redrive", view.traceparent, **{"orders.order_id": row.order_id}):
             decision = decide_for_order(view, rt.ctx(), partial(decide_expired, view))
-            outcome = rt.run(decision.effects)
+            with telemetry.kept(decision.verdict, decision.verdict in KEEP_TELEMETRY):
+                outcome = rt.run(decision.effects)
         if outcome.lost_race:
             report.count("lost_races")  # someone else moved the order on: the row stays due; next sweep
             return

@@ -60,6 +60,8 @@ HOST_SETTINGS = {
     "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY",  # read by the worker and by shared/observability/telemetry.py
     "PYTHON_ENABLE_OPENTELEMETRY",  # read by the worker
     "PYTHON_THREADPOOL_THREAD_COUNT",  # the worker's invocation threads (README, "Priority lanes")
+    "OTEL_TRACES_SAMPLER",  # the host's own spans (one request per invocation): docs/cost.md, "Telemetry"
+    "OTEL_TRACES_SAMPLER_ARG",
 }
 
 
@@ -124,6 +126,20 @@ def test_bicep_exports_telemetry_once_by_identity() -> None:
     assert bicep["PYTHON_ENABLE_OPENTELEMETRY"] == "'true'"
     assert bicep["APPLICATIONINSIGHTS_CONNECTION_STRING"] == "appInsightsConnectionString"
     assert json.loads((INFRA.parent / "host.json").read_text())["telemetryMode"] == "OpenTelemetry"
+
+
+def test_the_host_samples_its_own_spans_at_the_apps_ratio() -> None:
+    """The host's request per invocation, at the ratio the app samples its orders at (one parameter);
+    host.json's Application Insights sampling is not read in the OpenTelemetry mode, so none is set."""
+    from shared.observability.sampling import DEFAULT_RATIO, RATIO_SETTING
+
+    bicep = bicep_app_settings()
+    assert bicep["OTEL_TRACES_SAMPLER"] == "'microsoft.fixed_percentage'"
+    assert bicep["OTEL_TRACES_SAMPLER_ARG"] == bicep[RATIO_SETTING] == "telemetrySamplingRatio"
+    params = dict(re.findall(r"^param (\w+) \w+ = (.+)$", bicep_text("main.bicep"), re.M))
+    assert float(bicep_literal(params["telemetrySamplingRatio"])) == DEFAULT_RATIO
+    assert [s.default for s in SETTINGS if s.name == RATIO_SETTING] == [str(DEFAULT_RATIO)]
+    assert "applicationInsights" not in json.loads((INFRA.parent / "host.json").read_text())["logging"]
 
 
 def test_bicep_queue_and_table_settings_match_their_defaults() -> None:

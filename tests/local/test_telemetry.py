@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.telemetry import TelemetryReceiver, connection_string
+from local.telemetry import TelemetryReceiver, connection_string, origin_of
 
 
 @pytest.fixture
@@ -139,28 +139,48 @@ def test_the_real_exporter_sends_its_spans_and_logs_here(receiver: TelemetryRece
 
 
 @pytest.mark.integration
-def test_the_stack_sends_the_apps_telemetry_to_the_receiver(tmp_path: Path) -> None:
+def test_the_stack_sends_the_apps_telemetry_to_the_receiver_sampled_by_order(tmp_path: Path) -> None:
     """``Stack(telemetry=True)``: stack.json names the receiver, the app's connection string points
-    at it, and an order's telemetry arrives there through the app's own exporter."""
+    at it, and an order's telemetry arrives there through the app's own exporter (the app's
+    ``telemetry.setup``, as in Azure): all of it for an order the ratio keeps (its request, its log
+    lines), none for one the ratio drops. ``TelemetrySamplingRatio`` 0.5, the trace ids picked."""
     import random
 
-    from local.stack import Stack, demo_order
+    from local.stack import Stack
+    from shared.observability.sampling import RATIO_SETTING
+    from tests.e2e.test_trace import post_traced
+    from tests.telemetry_support import sampled_trace_id
 
-    with Stack(tmp_path / "stack", persistent=False, instances=1, telemetry=True) as stack:
+    rng = random.Random(1)
+    kept, dropped = sampled_trace_id(0.5, True, rng), sampled_trace_id(0.5, False, rng)
+    body = {"customerId": "c-1", "currency": "EUR", "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": 9.99}]}
+    with Stack(tmp_path / "stack", persistent=False, instances=1, telemetry=True,
+               settings_overrides={RATIO_SETTING: "0.5"}) as stack:
         described = json.loads(stack.stack_json_path.read_text())["telemetry"]
         assert described["baseUrl"] == stack.telemetry_url and stack.telemetry_url.startswith("http://127.0.0.1:")
         assert stack.settings["APPLICATIONINSIGHTS_CONNECTION_STRING"] == connection_string(stack.telemetry_url)
-        order_id = stack.post_order(demo_order(random.Random(1)))
+        orders = {trace: post_traced(stack, body, trace) for trace in (kept, dropped)}
         deadline = time.monotonic() + 60
-        while stack.get_order(order_id)["processState"] != "Processed" and time.monotonic() < deadline:
+        while time.monotonic() < deadline and any(
+                stack.get_order(o)["processState"] != "Processed" for o in orders.values()):
             time.sleep(0.5)
 
-        def messages() -> list[dict[str, Any]]:
+        def of(trace: str) -> dict[str, int]:
             items = requests.get(described["items"], timeout=10).json()["items"]
-            return [i for i in items if i["data"]["baseType"] == "MessageData"
-                    and order_id in json.dumps(i["data"]["baseData"])]
+            kinds: dict[str, int] = {}
+            for i in items:
+                # the app's items (not the local host's own lines: in Azure the host exports none of
+                # those) of the order's trace, and its log lines naming it (a client's reads of the
+                # order are spans of their own, each sampled by its own trace id)
+                if origin_of(i) == "app" and (i["tags"].get("ai.operation.id") == trace or (
+                        i["data"]["baseType"] == "MessageData" and orders[trace] in json.dumps(i["data"]))):
+                    kinds[i["data"]["baseType"]] = kinds.get(i["data"]["baseType"], 0) + 1
+            return kinds
 
-        while not messages() and time.monotonic() < deadline + 30:  # the exporter sends every few seconds
+        # the exporter sends every few seconds: the last reply's items come after the order is Processed
+        while of(kept).get("MessageData", 0) < 3 and time.monotonic() < deadline + 30:
             time.sleep(1)
-        assert messages(), requests.get(described["stats"], timeout=10).json()
+        time.sleep(6)  # one more export interval: anything of the dropped order would be here by now
+        assert of(kept).get("RequestData", 0) >= 4 and of(kept).get("MessageData", 0) >= 3, of(kept)
+        assert of(dropped) == {}, of(dropped)
     assert "telemetry" in stack.components and not stack.alive()["telemetry"]

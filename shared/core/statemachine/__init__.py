@@ -76,7 +76,7 @@ calls an agent; the Supervisor ends either one past its CompleteBy.
 from shared.core.lease import Lease, LeaseKind
 from shared.core.rows import EventRow, IndexRow, OrderRow, StateRow, StepRow
 from shared.core.statemachine.binding import bound, decide_for_order
-from shared.core.statemachine.config import OPERATOR_RESULTS, Config, Ctx, Decision, Rejected, Verdict
+from shared.core.statemachine.config import KEEP_TELEMETRY, OPERATOR_RESULTS, Config, Ctx, Decision, Rejected, Verdict
 from shared.core.statemachine.deadlines import ORPHAN_INDEX_AGE, IndexVerdict, index_verdict
 from shared.core.statemachine.dispatch import inflight_requests, request_not_in_flight
 from shared.core.statemachine.events import BadEvent, decide_event, decide_wake, event_key
@@ -96,7 +96,8 @@ __all__ = [
     "bound", "Category", "category_of", "CompensationState", "Config", "Ctx", "decide_cancel", "decide_expired",
     "decide_for_order", "decide_reply", "decide_resume", "decide_retry", "decide_schedule", "decide_terminate",
     "Decision", "EventKind", "EventRow", "index_rows", "index_verdict", "IndexRow", "IndexVerdict",
-    "inflight_requests", "Lease", "LeaseKind", "Mode", "OPERATOR_RESULTS", "OrderCompensation", "OrderRow",
+    "inflight_requests", "KEEP_TELEMETRY", "Lease", "LeaseKind", "Mode", "OPERATOR_RESULTS", "OrderCompensation",
+    "OrderRow",
     "ORPHAN_INDEX_AGE", "Outcome", "plan_submission", "ProcessState", "Rejected", "request_not_in_flight",
     "schedule_message", "StateRow",
     "StepRow", "StepState", "Verdict", "View",

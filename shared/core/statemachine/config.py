@@ -204,6 +204,13 @@ class Verdict(StrEnum):
     UNSUSPENDED = "unsuspended"  # a suspended order goes on: its next step is dispatched (or the one in flight ends)
 
 
+# After these an order's telemetry is kept whatever the sampling ratio (shared.observability.sampling):
+# a step failed for good, the order is held or compensates, a Supervisor redrove an overdue step
+KEEP_TELEMETRY = frozenset({Verdict.FAILED, Verdict.HELD, Verdict.COMPENSATING, Verdict.COMPENSATION_NEXT,
+                            Verdict.COMPENSATED, Verdict.COMPENSATION_STOPPED, Verdict.WORKFLOW_UNKNOWN,
+                            Verdict.INCONSISTENT, Verdict.REDRIVEN, Verdict.RESCHEDULED,
+                            Verdict.COMPENSATION_REDRIVEN})
+
 OPERATOR_RESULTS = (Verdict.RETRIED, Verdict.RESTARTED, Verdict.COMPENSATION_REDRIVEN, Verdict.CANCELLED,
                     Verdict.CANCELLING, Verdict.TERMINATED, Verdict.TERMINATING, Verdict.HELD, Verdict.SUSPENDED,
                     Verdict.UNSUSPENDED)

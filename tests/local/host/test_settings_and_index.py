@@ -61,6 +61,10 @@ def test_host_json_defaults_and_values(tmp_path: Path):
     assert cfg.service_bus.auto_complete_messages is False
     assert cfg.service_bus.max_auto_lock_renewal_duration == timedelta(seconds=30)
     assert cfg.log_level == logging.WARNING
+    # the functions' lines are the Function category's (the longest prefix), the default's otherwise
+    (tmp_path / "host.json").write_text(json.dumps({
+        "version": "2.0", "logging": {"logLevel": {"default": "Warning", "Function": "Information"}}}))
+    assert load_host_config(tmp_path).log_level == logging.INFO
 
 
 def test_app_settings_override_host_json_as_in_azure(tmp_path: Path):

@@ -171,8 +171,12 @@ def test_a_redrive_is_in_the_order_trace_and_linked_to_the_sweep(remote: str) ->
     [redrive] = [s for s in spans if s.name == "supervisor.redrive"]
     assert format(redrive.context.trace_id, "032x") == order_trace != format(sweep_span.context.trace_id, "032x")
     assert [link.context.span_id for link in redrive.links] == [sweep_span.context.span_id]
+    # the redrive's effects run in a span kept whatever the sampling ratio (the order is overdue)
+    [kept] = [s for s in spans if s.name == "orders.redriven"]
+    assert kept.parent is not None and kept.parent.span_id == redrive.context.span_id
+    assert kept.attributes is not None and kept.attributes[telemetry.KEEP] is True
     sends = [s for s in spans if s.kind is SpanKind.PRODUCER]
-    assert sends and all(s.parent is not None and s.parent.span_id == redrive.context.span_id for s in sends)
+    assert sends and all(s.parent is not None and s.parent.span_id == kept.context.span_id for s in sends)
     assert telemetry_support.counter_total("orders.redrives", step=first.name) == redrives + 1
     assert telemetry_support.histogram_count("orders.supervisor.sweep.duration") == sweeps + 1
 
