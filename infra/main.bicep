@@ -52,7 +52,7 @@ param retentionDays int = 30
 param retentionSchedule string = '0 17 * * * *'
 
 @description('TelemetrySamplingRatio: share of orders (0 to 1) whose telemetry is exported, decided once per order by its trace id; failed, held and compensating orders are kept from the failure on, warnings and errors always. The host samples its own request per invocation at the same ratio. docs/cost.md, Telemetry.')
-param telemetrySamplingRatio string = '0.1'
+param telemetrySamplingRatio string = '0.05'
 
 @description('OperatorAuth: the gate of the operator routes and the console. key: the master key. appService: App Service authentication (turn it on, allowing unauthenticated requests for the key-holding clients, before choosing this; the operator routes answer 503 while it is off).')
 @allowed([

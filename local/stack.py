@@ -68,6 +68,7 @@ TELEMETRY = "telemetry"  # the ingestion receiver (local.telemetry), started bef
 # Each agent's service URL setting -> its service's path on the remotes simulator (the agent's name).
 SERVICE_PATHS = {a.service_url_setting: a.name for a in AGENTS}
 STATSBEAT_OFF = "APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL"  # the exporter's setting that turns statsbeat off
+CONTROL_PLANE_OFF = "APPLICATIONINSIGHTS_CONTROLPLANE_DISABLED"  # and the one for its settings poll
 TOKEN_KEY_FILE = "token-key"  # in the state directory: the stack's TokenKeys, made on first start
 
 _INSTANCE_LINE = re.compile(r"\binstance (\d+) pid (\d+)\b")
@@ -287,9 +288,12 @@ class Stack:
         if self.telemetry_url:
             # The app's exporter sends to the receiver (its IngestionEndpoint and LiveEndpoint).
             # Statsbeat, the exporter's own telemetry, goes to Microsoft's fixed endpoints (not the
-            # app's resource, not billed to it): off, so that nothing tries to leave this machine.
+            # app's resource, not billed to it), and so does its poll of Microsoft's settings service
+            # (settings.sdk.monitor.azure.com; failing here, it would export an exception each time):
+            # both off, so that nothing tries to leave this machine.
             values[CONNECTION_STRING] = telemetry_connection_string(self.telemetry_url)
             values[STATSBEAT_OFF] = "true"
+            values[CONTROL_PLANE_OFF] = "true"
         values.update(self.settings_overrides)
         if values.get("OperatorAuth") == APP_SERVICE:
             # The stand-in for App Service authentication: App Service sets this when it is on, and

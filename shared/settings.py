@@ -116,7 +116,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
                 "A bulk operation puts no more orders in flight once this many are, live traffic's included"),
     SettingSpec("WorkflowsPath", "workflows",
                 "Directory of the workflow files (<name>.v<version>.yaml); relative to the app's root"),
-    SettingSpec("TelemetrySamplingRatio", "0.1",
+    SettingSpec("TelemetrySamplingRatio", "0.05",
                 "Share of orders (0 to 1) whose telemetry is exported, decided once per order by its trace id; "
                 "an order that fails, is held or compensates is kept from then on, warnings and errors always "
                 "(docs/cost.md, Telemetry)"),

@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from opentelemetry.instrumentation.utils import suppress_instrumentation
-
 from shared.observability.logs import log_event
 
 
@@ -45,9 +43,6 @@ class Periodic:
 
     def _once(self) -> None:
         try:
-            # A flush belongs to no order: its table requests would each be a new root trace
-            # (a CLIENT span a second per queue and instance), so they are not traced.
-            with suppress_instrumentation():
-                self.flush()
+            self.flush()  # no span: the SDKs' calls make none (shared.observability.telemetry)
         except Exception as exc:  # noqa: BLE001 - kept for the next round (or lost with the process)
             log_event(logging.WARNING, self.event, error=repr(exc))

@@ -35,7 +35,7 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 RATIO_SETTING = "TelemetrySamplingRatio"
-DEFAULT_RATIO = 0.1
+DEFAULT_RATIO = 0.05
 KEEP = "orders.keep"  # a span attribute: record this span (and what follows it) whatever the ratio
 SAMPLE_RATE = "_MS.sampleRate"  # Application Insights: the percentage a kept item stands for
 

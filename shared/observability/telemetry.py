@@ -12,9 +12,10 @@ pure core (``shared.core.statemachine``):
   the order's stored context, with a link to the current span (a supervisor sweep);
 * ``consumer_span``: an agent invocation, a schedule notice's or a reply's handling (CONSUMER);
 * ``client_span``: the agents' remote HTTP call (CLIENT), made here rather than by an HTTP
-  instrumentation: the same span and attributes for ~100-125 µs less CPU per call (measured). Other
-  HTTP calls get theirs from ``opentelemetry-instrumentation-urllib3``, which Azure Monitor's distro
-  also turns on; it is suppressed inside ``client_span`` (one span per call, not two);
+  instrumentation: the same span and attributes for ~100-125 µs less CPU per call (measured).
+  The Azure SDKs' calls (Table Storage, Service Bus) make no span: no HTTP instrumentation and no
+  azure-core tracing. They were two thirds of a kept order's telemetry bytes (docs/cost.md, "Telemetry");
+  their latency is in each step's duration (``orders.step.duration``) and in the request spans;
 * ``order_span``: supervisor redrives and operator actions, in the order's trace, linked to the
   span that ran them (the sweep, the operator's request).
 
@@ -50,6 +51,8 @@ CONNECTION_STRING = "APPLICATIONINSIGHTS_CONNECTION_STRING"
 SPANS_DIR = "ORDERS_SPANS_DIR"  # local runs and tests: each process writes its spans to a JSON-lines file here
 WORKER_TELEMETRY = "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"  # the worker configures Azure Monitor itself
 TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
+# the distro's instrumentations the app turns off (its names): the SDKs' calls and HTTP libraries
+UNTRACED = ("azure_sdk", "requests", "urllib", "urllib3", "django", "fastapi", "flask", "psycopg2")
 
 _propagator = TraceContextTextMapPropagator()
 _setup_lock = threading.Lock()
@@ -79,12 +82,10 @@ def setup(environ: Mapping[str, str] | None = None) -> str:
     exporter authenticates with the managed identity of APPLICATIONINSIGHTS_AUTHENTICATION_STRING.
     ``worker``: the Python worker configures it. ``file``: ORDERS_SPANS_DIR is set (the local
     stack's end-to-end trace test): an SDK provider writes this process's spans there. ``api``: no
-SDK (a no-op unless a test installed providers). The CLIENT spans (``client_span`` and the urllib3
-    instrumentation) are on in every case but one: ``api`` with no SDK tracer provider installed,
-    where each would be a discarded no-op costing a quarter of a table request's CPU (the remote calls
-    carry their ``traceparent`` header themselves: ``shared.agent.remote``). urllib3, not requests:
-    requests' own calls go through urllib3 too. Inside an Azure SDK span (azure-core's tracing on)
-    azure-core suppresses the instrumentation: one span per table request, not two.
+    SDK (a no-op unless a test installed providers). The remote calls' CLIENT spans
+    (``client_span``) are on in every case but one: ``api`` with no SDK tracer provider installed,
+    where each would be a discarded no-op (the remote calls carry their ``traceparent`` header
+    themselves: ``shared.agent.remote``).
     """
     global _setup_done, _client_spans
     env = os.environ if environ is None else environ
@@ -101,7 +102,6 @@ SDK (a no-op unless a test installed providers). The CLIENT spans (``client_span
             _export_to_file(env[SPANS_DIR], sampling.ratio_from(env))
             mode = "file"
         if mode != "api" or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-            _instrument_urllib3()
             _client_spans = True
         _setup_done = True
         return mode
@@ -115,11 +115,10 @@ def _export_to_azure_monitor(connection_string: str, ratio: float) -> None:
     * Live metrics off: the distro feeds it from its own span processor, which a provider of the
       app's cannot add (a private name); it is not billed, but would cost CPU on every item and a
       request a second while watched. docs/cost.md, "Telemetry".
+    * No HTTP instrumentation and no Azure SDK tracing (the module's docstring says why).
     * The exporter's log handler (on the root logger) gets the sampling's ``LogFilter``.
     * The exporter authenticates as the distro's does: with APPLICATIONINSIGHTS_AUTHENTICATION_STRING
       when it is set."""
-    from azure.core.settings import settings
-    from azure.core.tracing.ext.opentelemetry_span import OpenTelemetrySpan
     from azure.monitor.opentelemetry import configure_azure_monitor
     from azure.monitor.opentelemetry.exporter import AzureMonitorTraceExporter
     from opentelemetry._logs import get_logger_provider
@@ -133,7 +132,8 @@ def _export_to_azure_monitor(connection_string: str, ratio: float) -> None:
     previous = os.environ.get(TRACES_EXPORTER)
     os.environ[TRACES_EXPORTER] = "none"
     try:
-        configure_azure_monitor(connection_string=connection_string, enable_live_metrics=False)
+        configure_azure_monitor(connection_string=connection_string, enable_live_metrics=False,
+                                instrumentation_options={name: {"enabled": False} for name in UNTRACED})
     finally:
         if previous is None:
             os.environ.pop(TRACES_EXPORTER, None)
@@ -143,7 +143,6 @@ def _export_to_azure_monitor(connection_string: str, ratio: float) -> None:
     provider = TracerProvider(sampler=sampling.OrderSampler(ratio), resource=resource)
     provider.add_span_processor(BatchSpanProcessor(AzureMonitorTraceExporter(connection_string=connection_string)))
     trace.set_tracer_provider(provider)
-    settings.tracing_implementation = OpenTelemetrySpan  # Azure SDK calls as dependencies, as the distro does
     for handler in logging.getLogger().handlers:
         if isinstance(handler, LoggingHandler):
             handler.addFilter(sampling.LogFilter())
@@ -176,14 +175,6 @@ def _span_record(span: Any) -> dict[str, Any]:
             "parentId": trace.format_span_id(span.parent.span_id) if span.parent is not None else None,
             "links": [trace.format_span_id(link.context.span_id) for link in span.links],
             "attributes": dict(span.attributes or {}), "pid": os.getpid()}
-
-
-def _instrument_urllib3() -> None:
-    from opentelemetry.instrumentation.urllib3 import URLLib3Instrumentor
-
-    instrumentor = URLLib3Instrumentor()
-    if not instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.instrument()
 
 
 # ----------------------------------------------------------------------------- context

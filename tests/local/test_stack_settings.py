@@ -116,3 +116,4 @@ def test_with_telemetry_the_apps_connection_string_points_at_the_receiver(
     assert "IngestionEndpoint=http://127.0.0.1:7099/;LiveEndpoint=http://127.0.0.1:7099/" in \
         values["APPLICATIONINSIGHTS_CONNECTION_STRING"]
     assert values["APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL"] == "true"
+    assert values["APPLICATIONINSIGHTS_CONTROLPLANE_DISABLED"] == "true"

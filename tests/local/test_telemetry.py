@@ -143,7 +143,8 @@ def test_the_stack_sends_the_apps_telemetry_to_the_receiver_sampled_by_order(tmp
     """``Stack(telemetry=True)``: stack.json names the receiver, the app's connection string points
     at it, and an order's telemetry arrives there through the app's own exporter (the app's
     ``telemetry.setup``, as in Azure): all of it for an order the ratio keeps (its request, its log
-    lines), none for one the ratio drops. ``TelemetrySamplingRatio`` 0.5, the trace ids picked."""
+    lines, its sends and remote calls, no SDK call), none for one the ratio drops.
+    ``TelemetrySamplingRatio`` 0.5, the trace ids picked."""
     import random
 
     from local.stack import Stack
@@ -183,4 +184,11 @@ def test_the_stack_sends_the_apps_telemetry_to_the_receiver_sampled_by_order(tmp
         time.sleep(6)  # one more export interval: anything of the dropped order would be here by now
         assert of(kept).get("RequestData", 0) >= 4 and of(kept).get("MessageData", 0) >= 3, of(kept)
         assert of(dropped) == {}, of(dropped)
+        # the kept order's dependencies are the app's own spans (its sends, its remote calls): the
+        # Azure SDKs' calls make none (not the storage's, not Service Bus's: docs/cost.md)
+        items = requests.get(described["items"], timeout=10).json()["items"]
+        dependencies = {i["data"]["baseData"]["name"] for i in items if i["tags"].get("ai.operation.id") == kept
+                        and i["data"]["baseType"] == "RemoteDependencyData"}
+        assert dependencies and all(n.startswith(("send ", "POST /inventory/", "POST /payment/", "POST /shipping/"))
+                                    for n in dependencies), dependencies
     assert "telemetry" in stack.components and not stack.alive()["telemetry"]
