@@ -6,6 +6,7 @@ import argparse
 
 from bench import versus
 from local.procs import REPO_ROOT
+from shared.observability.sampling import DEFAULT_RATIO
 
 RESULTS = REPO_ROOT / "bench" / "results"
 # On 2 CPUs, 2 host instances beat 1, 3 and 4 (bench/README.md, "Issue 15, fourth session").
@@ -21,6 +22,11 @@ def parse_args(argv: list[str] | None, description: str | None = None) -> argpar
     ap.add_argument("--instances", type=int, default=DEFAULT_INSTANCES,
                     help="host instances (one Python worker process each: the GIL makes one process's threads "
                          "wait on each other, so the app scales out by processes, as Functions does by instances)")
+    ap.add_argument("--telemetry-ratio", type=float, default=DEFAULT_RATIO,
+                    help=f"TelemetrySamplingRatio for the run (default {DEFAULT_RATIO}, the app's): the app exports "
+                         "through the real exporter to the local receiver, which counts the bytes (bench.azure_cost)")
+    ap.add_argument("--no-telemetry", action="store_true",
+                    help="no exporter and no receiver (the app's telemetry not measured, nor priced)")
     ap.add_argument("--step-timeout", type=int, default=15, help="StepTimeoutSeconds for the run")
     ap.add_argument("--supervisor-period", type=int, default=5, help="seconds between supervisor sweeps")
     ap.add_argument("--emulator-messages", type=int, default=5000)

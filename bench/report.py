@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import busstats, cpu_account, cpu_split
+from bench.azure_cost import azure_cost
+from bench.azure_cost import summary_lines as cost_lines
 from bench.calibrate import calibrate
 from bench.cost import IDLE_SWEEP_KINDS, SWEEP_KINDS, bus_credits, consistency, saturation_cost, work_queues
 from bench.projection import projection, service_bus_line
@@ -116,6 +118,7 @@ def targets(result: dict[str, Any], po: dict[str, Any] | None) -> list[dict[str,
             t.append({"target": "<= 4 bus messages per step (sent + received)",
                       "value": f"{v} on the work queues ({po['bus']['messages_per_step_incl_status_sends']} with "
                                f"the status sends)", "met": v <= 4})
+    t += (result.get("azure_cost") or {}).get("targets", [])
     idle = result.get("idle")
     if idle:
         work_idle = {k: v for k, v in idle["window"]["table"].items() if k not in IDLE_SWEEP_KINDS}
@@ -240,6 +243,7 @@ def summarize(bench: Any) -> None:
     sat_po = per_order({"phases": {"saturation": r["phases"]["saturation"]}}) if "saturation" in r.get("phases", {}) \
         else None
     r["azure_projection"] = projection(sat_po or po, counted_over="saturation" if sat_po else "load phases")
+    r["azure_cost"] = _azure_cost(bench, r, sat_po or po, "saturation" if sat_po else "load phases")
     r["consistency"] = consistency(po, r["cost_at_saturation"])
     sw = r.get("sweep", {})
     if "small" in sw and "large" in sw:
@@ -368,6 +372,32 @@ def print_summary(r: dict[str, Any]) -> None:
     p("=" * 78)
 
 
+def _azure_cost(bench: Any, r: dict[str, Any], po: dict[str, Any] | None, counted_over: str) -> dict[str, Any] | None:
+    """bench.azure_cost over the saturation window (else the load phases): its orders, its
+    invocations (started in it), its bus and table counts, the telemetry receiver's counts."""
+    if po is None or bench.hostlog is None:
+        return None
+    names = ("saturation",) if counted_over == "saturation" else LOAD_PHASES
+    windows = [(t0, t1) for name, t0, t1 in bench.phase_windows if name in names]
+    phases = [r["phases"][n] for n in names if n in r.get("phases", {})]
+    if not windows or not phases:
+        return None
+    telemetry = [p["window"].get("telemetry") for p in phases]
+    summed = None
+    if all(telemetry):
+        summed = {k: {f: sum(t[k][f] for t in telemetry) for f in ("items", "bytes")}
+                  for k in ("app", "host_local", "request")}
+        summed["orders_sampled"] = sum(t["orders_sampled"] for t in telemetry)
+        summed["by_type_bytes"] = {k: sum(t["by_type_bytes"].get(k, 0) for t in telemetry)
+                                   for k in telemetry[0]["by_type_bytes"]}
+    bench.hostlog.poll()
+    invocations = [i for i in bench.hostlog.invocations
+                   if any(t0 <= i.at - i.duration_ms / 1000 < t1 for t0, t1 in windows)]
+    since, until = min(t0 for t0, _ in windows), max(t1 for _, t1 in windows)
+    ratio = None if bench.args.no_telemetry else bench.args.telemetry_ratio
+    return azure_cost(po["orders"], invocations, since, until, po, summed, ratio or 0.0, counted_over)
+
+
 def _print_cost(r: dict[str, Any]) -> None:
     """Issue 15: table requests per order at saturation, the projection, the counts' relations."""
     cost = r.get("cost_at_saturation")
@@ -384,6 +414,9 @@ def _print_cost(r: dict[str, Any]) -> None:
             if isinstance(v, dict) and "orders_per_s" in v))
         if "service_bus_standard_namespace" in proj:
             print(service_bus_line(proj))
+    if r.get("azure_cost"):
+        for line in cost_lines(r["azure_cost"]):
+            print(line)
     failed = [c for c in r.get("consistency") or [] if not c["ok"]]
     print(f"counts consistent: {len(r.get('consistency') or []) - len(failed)} relations hold"
           + "".join(f"; BROKEN: {c['check']} {c['detail']}" for c in failed))

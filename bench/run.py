@@ -45,7 +45,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import busstats, cpu_split, gcpause, opcount, phase_bulk, phase_recovery, phase_sweep, segments, tail, versus
+import requests
+
+from bench import (
+    azure_cost,
+    busstats,
+    cpu_split,
+    gcpause,
+    opcount,
+    phase_bulk,
+    phase_recovery,
+    phase_sweep,
+    segments,
+    tail,
+    versus,
+)
 from bench.appcode import split as split_function_threads
 from bench.args import parse_args
 from bench.azraw import raw_rate
@@ -56,11 +70,15 @@ from bench.logline import log
 from bench.profiling import CpuMeter, group_pids, start_record, summarize_raw
 from local.host.keys import FUNCTION
 from local.procs import REPO_ROOT
+from shared.observability.sampling import RATIO_SETTING
 
 # A phase's last settlements land this long after its last order ended: a settlement waits for its
 # receiver's receive call in progress, up to RECEIVE_WAIT (2 s) in a lull (local/host/servicebus.py,
 # Turns). Each phase waits it out before its window closes, so that no phase counts another's.
 SETTLE_LAG = 2.5
+# The exporter's batches every 0.5 s, not 5 (the OpenTelemetry SDK's variables): a window's items
+# reach the receiver within its settle lag, so each phase counts its own telemetry
+EXPORT_PROMPTLY = {"OTEL_BSP_SCHEDULE_DELAY": "500", "OTEL_BLRP_SCHEDULE_DELAY": "500"}
 
 STATUS_QUEUE = "order-status"
 WORK_QUEUES = ("scheduler", "replies", "agent-inventory", "agent-payment", "agent-shipping")
@@ -123,7 +141,17 @@ class Bench:
         time.sleep(0.7)  # every process writes its table counters twice a second
         assert self.hostlog is not None
         self.hostlog.poll()
-        return {"at": time.time(), "table": self.table_snapshot(), "bus": self.bus_snapshot()}
+        return {"at": time.time(), "table": self.table_snapshot(), "bus": self.bus_snapshot(),
+                "telemetry": self.telemetry_snapshot()}
+
+    def telemetry_snapshot(self) -> dict[str, Any] | None:
+        """The telemetry receiver's counts (None without one): what the app's exporter has sent."""
+        if self.stack is None or not self.stack.telemetry_url:
+            return None
+        try:
+            return dict(requests.get(f"{self.stack.telemetry_url}/_stats", timeout=10).json())
+        except (requests.RequestException, ValueError):
+            return None
 
     @staticmethod
     def table_diff(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -141,7 +169,8 @@ class Bench:
         assert self.hostlog is not None
         inv = self.hostlog.counts(before["at"] - 0.7, after["at"] - 0.7)
         return {"seconds": round(after["at"] - before["at"], 2), "table": table, "bus": bus,
-                "invocations": dict(inv)}
+                "invocations": dict(inv),
+                "telemetry": azure_cost.telemetry_diff(after.get("telemetry"), before.get("telemetry"))}
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -204,9 +233,12 @@ class Bench:
         log(f"starting the stack ({self.args.instances} host instances; step timeout {self.args.step_timeout}s, "
             f"supervisor every {self.args.supervisor_period}s) in {self.work}")
         t0 = time.monotonic()
+        if not self.args.no_telemetry:
+            overrides[RATIO_SETTING] = str(self.args.telemetry_ratio)
         self.stack = Stack(state_dir=self.work / "stack", persistent=False, instances=self.args.instances,
-                           settings_overrides=overrides,
-                           host_env=opcount.host_env(self.count_dir) | cpu_split.host_env(self.roles_dir))
+                           settings_overrides=overrides, telemetry=not self.args.no_telemetry,
+                           host_env=opcount.host_env(self.count_dir) | cpu_split.host_env(self.roles_dir)
+                           | EXPORT_PROMPTLY)
         self.stack.start()
         self.result["stack_start_s"] = round(time.monotonic() - t0, 1)
         self.hostlog = HostLog(self.stack.log_dir / "host.log")

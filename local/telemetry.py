@@ -22,7 +22,9 @@ And for a person or a test:
 * ``GET /_stats``: by type (request, dependency, message, exception, metric, event, other), the
   items and their bytes (each envelope's compact JSON, the size Application Insights stores and
   bills, before compression), the same by origin (``app``, or ``host``: the local Functions host's
-  own log lines, :func:`origin_of`), the requests' bytes as sent, and the live-metrics calls.
+  own log lines, :func:`origin_of`), the request items by name (``requestsByName``: a sampled
+  order's submission is one ``POST /api/orders``), the requests' bytes as sent, and the
+  live-metrics calls.
 * ``DELETE /_items``: forget the items and zero the counts (before a measurement).
 """
 
@@ -118,12 +120,15 @@ class Received:
         self._wire = 0
         self._requests = 0
         self._live: Counter[str] = Counter()
+        self._request_names: Counter[str] = Counter()
 
     def add(self, items: list[dict[str, Any]], wire_bytes: int) -> None:
         sized = [(kind_of(item), origin_of(item), len(json.dumps(item, separators=(",", ":")).encode("utf-8")))
                  for item in items]
+        names = [str(item["data"].get("baseData", {}).get("name")) for item in items if kind_of(item) == "request"]
         with self._lock:
             self._items.extend(items)
+            self._request_names.update(names)
             for kind, origin, size in sized:
                 self._counts[kind] += 1
                 self._bytes[kind] += size
@@ -147,6 +152,7 @@ class Received:
             return {"items": sum(self._counts[k] for k in KINDS), "bytes": sum(self._bytes[k] for k in KINDS),
                     "byType": {k: {"items": self._counts[k], "bytes": self._bytes[k]} for k in KINDS},
                     "byOrigin": {k: {"items": self._counts[k], "bytes": self._bytes[k]} for k in ORIGINS},
+                    "requestsByName": dict(self._request_names),
                     "trackRequests": self._requests, "wireBytes": self._wire,
                     "liveMetrics": {"calls": self._live["calls"], "bytes": self._live["bytes"],
                                     "ping": self._live["ping"], "post": self._live["post"]}}
@@ -157,6 +163,7 @@ class Received:
             self._counts.clear()
             self._bytes.clear()
             self._live.clear()
+            self._request_names.clear()
             self._wire = self._requests = 0
 
 

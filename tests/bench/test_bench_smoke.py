@@ -242,3 +242,26 @@ def test_the_bulk_phase_runs_the_load_alone_and_beside_a_bulk_retry(result: tupl
     assert op["matched"] == op["succeeded"] == b["orders"] == 40 and op["failed"] == 0, op
     assert op["orders_per_s"] > 0 and op["retried_all_processed_s"] is not None, op
     assert b["ratio"]["p50"] is not None and b["ratio"]["p99"] is not None, b["ratio"]
+
+
+def test_every_azure_meter_is_counted_in_the_run_and_priced(result: tuple[dict, Path]) -> None:
+    """bench.azure_cost: each meter's units counted over the saturation window (executions and their
+    billed memory-time from the host log, bus operations at the emulator, table requests in the app,
+    telemetry bytes at the receiver through the real exporter), priced, and summed."""
+    r, _ = result
+    cost = r["azure_cost"]
+    m = cost["meters"]
+    assert set(m) == {"functions", "servicebus", "tables", "telemetry"}
+    assert cost["orders"] == r["phases"]["saturation"]["processed"] and cost["counted_over"] == "saturation"
+    f = m["functions"]["per_order"]
+    # an order is at least its submission and 3 agent calls and 3 replies; billed time is at least busy time
+    assert f["executions"] >= 7 - 0.5 and f["billed_instance_seconds"] >= f["busy_instance_seconds"] > 0
+    assert m["servicebus"]["per_order"]["operations"] >= 18  # 3 steps x (2 sends, 2 receives, 2 completes)
+    assert m["tables"]["per_order"]["transactions"] > 0
+    tel = m["telemetry"]
+    assert tel["app_bytes_per_order"] > 0 and tel["sampling_ratio"] == r["config"]["telemetry_ratio"]
+    window = r["phases"]["saturation"]["window"]["telemetry"]
+    assert window["app"]["items"] > 0 and window["orders_sampled"] <= cost["orders"]
+    assert cost["total_usd_per_million_orders"] == pytest.approx(
+        sum(v["usd_per_million_orders"] for v in m.values()), abs=0.02)
+    assert {t["target"].split(" ")[0] for t in cost["targets"]} <= {t["target"].split(" ")[0] for t in r["targets"]}
