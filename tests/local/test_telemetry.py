@@ -155,8 +155,10 @@ def test_the_stack_sends_the_apps_telemetry_to_the_receiver_sampled_by_order(tmp
     rng = random.Random(1)
     kept, dropped = sampled_trace_id(0.5, True, rng), sampled_trace_id(0.5, False, rng)
     body = {"customerId": "c-1", "currency": "EUR", "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": 9.99}]}
+    # as the Bicep sets them for the host's own spans: the app's sampler is still its own
+    host_sampler = {"OTEL_TRACES_SAMPLER": "microsoft.fixed_percentage", "OTEL_TRACES_SAMPLER_ARG": "0.5"}
     with Stack(tmp_path / "stack", persistent=False, instances=1, telemetry=True,
-               settings_overrides={RATIO_SETTING: "0.5"}) as stack:
+               settings_overrides={RATIO_SETTING: "0.5", **host_sampler}) as stack:
         described = json.loads(stack.stack_json_path.read_text())["telemetry"]
         assert described["baseUrl"] == stack.telemetry_url and stack.telemetry_url.startswith("http://127.0.0.1:")
         assert stack.settings["APPLICATIONINSIGHTS_CONNECTION_STRING"] == connection_string(stack.telemetry_url)
