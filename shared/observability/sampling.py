@@ -88,10 +88,6 @@ class OrderSampler(Sampler):
     def get_description(self) -> str:
         return f"OrderSampler({self.ratio})"
 
-    def keeps(self, trace_id: int) -> bool:
-        """Whether an order of this trace id is sampled (its decision at the root)."""
-        return self._by_trace_id.should_sample(None, trace_id, "order").decision is Decision.RECORD_AND_SAMPLE
-
 
 class LogFilter(logging.Filter):
     """For the exporter's handler: INFO and below only inside a sampled span (or outside any)."""
