@@ -26,23 +26,34 @@ EXIT_STARTUP_FAILED = 3
 log = logging.getLogger("local.host")
 
 
-class _InvocationFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
+class _InvocationFormatter(logging.Formatter):
+    """Names the invocation a line was written in, on a copy of the record: the record itself goes
+    on to the app's exporter, which would send an added attribute as a property."""
+
+    def format(self, record: logging.LogRecord) -> str:
         from .app import current_invocation
 
         inv = current_invocation.get()
-        record.invocation = f" [{inv[:8]}]" if inv else ""
-        return True
+        copy = logging.makeLogRecord(record.__dict__)
+        copy.invocation = f" [{inv[:8]}]" if inv else ""
+        return super().format(copy)
 
 
 def configure_logging(level: int) -> None:
-    """Like the Python worker: the root logger, so a function's ``logging`` calls reach stdout."""
+    """Like the Python worker: the root logger, so a function's ``logging`` calls reach stdout.
+
+    The host's own lines (loggers ``local.*``: Executing, Executed, the listeners) go to stdout only,
+    never up to the root's other handlers: in Azure the host is another process that exports its own
+    telemetry, and in the OpenTelemetry mode none of its ``Function.*`` lines (docs/cost.md,
+    "Telemetry"), so the app's exporter must not carry them here either."""
     handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s%(invocation)s: %(message)s"))
-    handler.addFilter(_InvocationFilter())
+    handler.setFormatter(_InvocationFormatter("%(asctime)s %(levelname)s %(name)s%(invocation)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    own = logging.getLogger("local")
+    own.handlers[:] = [handler]
+    own.propagate = False
     # The SDKs are chatty at INFO (and at WARNING while a broker restarts).
     logging.getLogger("azure").setLevel(max(level, logging.WARNING))
     # Connection losses are reported by local.host.servicebus in one line each (and retried);

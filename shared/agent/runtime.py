@@ -11,8 +11,8 @@
   call applied nothing.)
 
 Each request is handled in a CONSUMER span, a child of the context the request carries (a new
-trace if it had none); the remote calls (CLIENT spans of the urllib3 instrumentation) and the
-reply's PRODUCER span are its children. Logs are the app's structured JSON lines
+trace if it had none); the remote calls (CLIENT spans, ``telemetry.client_span``) are its
+children, and the reply carries its context. Logs are the app's structured JSON lines
 (``shared.observability.logs.log_event``) carrying the order id and the span's ids.
 """
 

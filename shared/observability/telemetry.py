@@ -7,9 +7,9 @@ TraceContext propagator writes and reads it). Spans are made at the boundaries o
 pure core (``shared.core.statemachine``):
 
 * ``server_span``: the submission (SERVER);
-* ``send``: every message sent, a PRODUCER span whose context the message carries. Its parent is
-  the current span when that belongs to the order's trace (a submission, a reply's handling), else
-  the order's stored context, with a link to the current span (a supervisor sweep);
+* ``send``: every message sent carries the order's context (the current span's when in the order's
+  trace, else the order's stored one), and makes no span: a step's consumer span is a child of the
+  span that sent its message;
 * ``consumer_span``: an agent invocation, a schedule notice's or a reply's handling (CONSUMER);
 * ``client_span``: the agents' remote HTTP call (CLIENT), made here rather than by an HTTP
   instrumentation: the same span and attributes for ~100-125 µs less CPU per call (measured).
@@ -355,28 +355,26 @@ def kept(verdict: str, keep: bool = True) -> Iterator[None]:
 
 
 def send(bus: _Sender, message: OutMessage) -> None:
-    """Send ``message`` in a PRODUCER span; the message carries that span's context."""
+    """Send ``message`` carrying the order's context, with no span of its own.
+
+    The context is the current span's when that is in the order's trace (a submission, an agent's
+    or a reply's handling, a redrive, an operator action: the consumer's span is its child), else
+    the one the message was built with (the order's stored ``traceparent``), else the current
+    span's (a breaker alert). The sampled flag travels with it. A send makes no span: a PRODUCER
+    span per send was a quarter of a kept order's telemetry (6 of its 24 items, docs/cost.md) and
+    told an operator only the send's duration, which the invoking span and ``orders.step.duration``
+    include; a failed send raises into the invoking span, which records it."""
     stored = message.application_properties.get("traceparent")
     wanted = span_context_of(stored)
     current = trace.get_current_span().get_span_context()
-    if wanted is None or (current.is_valid and current.trace_id == wanted.trace_id):
-        parent = otel_context.get_current()
-    else:
-        parent = context_of(stored, message.application_properties.get("tracestate"))
-    attributes = {"messaging.system": "servicebus", "messaging.destination.name": message.queue,
-                  "messaging.message.id": message.message_id, "orders.order_id": message.body.get("orderId")}
-    with tracer().start_as_current_span(f"send {message.queue}", context=parent, kind=SpanKind.PRODUCER,
-                                        links=_links_to_current(parent), attributes=_clean(attributes)) as span:
-        properties = {k: v for k, v in message.application_properties.items() if k not in ("traceparent", "tracestate")}
+    properties = {k: v for k, v in message.application_properties.items() if k not in ("traceparent", "tracestate")}
+    if current.is_valid and (wanted is None or current.trace_id == wanted.trace_id):
         carried = inject({})
-        if not carried and stored:
-            carried = {"traceparent": stored}  # no span here at all: pass the order's context on
-        try:
-            bus.send(replace(message, application_properties={**properties, **carried}))
-        except Exception as exc:
-            span.record_exception(exc)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
-            raise
+    elif stored:
+        carried = {k: v for k, v in message.application_properties.items() if k in ("traceparent", "tracestate")}
+    else:
+        carried = {}
+    bus.send(replace(message, application_properties={**properties, **carried}))
 
 
 def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:

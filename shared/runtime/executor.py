@@ -3,8 +3,8 @@
 It runs them one by one and stops at the first lost race. Running only the first ``limit`` of
 them is exactly what a crash after that effect leaves behind (the crash-point tests do that).
 
-Telemetry is added here, at the boundary, never in the core: every message is sent in a
-PRODUCER span that it carries (``shared.observability.telemetry.send``); a committed
+Telemetry is added here, at the boundary, never in the core: every message carries the
+context of the span that sends it (``shared.observability.telemetry.send``); a committed
 transaction's history events feed the metrics and the console's figures; alerts are counted.
 
 Failure handling per effect:

@@ -91,7 +91,7 @@ def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: d
 def trace_properties(traceparent: str | None, kind: str) -> dict[str, str]:
     """A message's application properties: its kind, and the order's ``traceparent``, which the
     sender (``shared.observability.telemetry.send``, from the executor) replaces with the context of
-    the span that sends it."""
+    the span that sends it when that is in the order's trace."""
     return {"traceparent": traceparent, "kind": kind} if traceparent else {"kind": kind}
 
 
