@@ -25,7 +25,7 @@ CATEGORIES: list[tuple[str, str | None, str]] = [
     ("table requests: azure-core pipeline and signing", "RestTable._request", "shared/storage/tables.py"),
     ("Service Bus sends: the SDK", "LockedSender.send", "shared/runtime/clients.py"),
     ("Service Bus sends: the message built", "ServiceBusBus.send", "shared/messaging/bus.py"),
-    ("Service Bus sends: the PRODUCER span around them", "send", "shared/observability/telemetry.py"),
+    ("Service Bus sends: the trace context they carry", "send", "shared/observability/telemetry.py"),
     ("agents' remote calls", None, "shared/agent/remote.py"),
     ("log lines", "log_event", "shared/observability/logs.py"),
     ("CONSUMER spans", "consumer_span", "shared/observability/telemetry.py"),

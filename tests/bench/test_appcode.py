@@ -46,7 +46,7 @@ def test_function_thread_samples_go_to_the_first_category_in_their_stack(tmp_pat
         "table requests: azure-core pipeline and signing": 10.0,
         "Service Bus sends: the message built": 10.0,
         REST: 10.0,
-        "Service Bus sends: the PRODUCER span around them": 5.0,
+        "Service Bus sends: the trace context they carry": 5.0,
     }
 
 
