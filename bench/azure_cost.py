@@ -11,7 +11,9 @@ The units are counted over the saturation window when there is one (the rate a d
   measured ones (``bench.hostlog``); the host instances are the stack's.
 * **servicebus**: the operations the app's calls make, counted at the emulator
   (``bench.report.per_order``: sends, deliveries, settlements, management and peeks). The status
-  consumer's receives are the caller's bill, not the app's: given apart.
+  consumer's receives are the caller's bill, not the app's: given apart. The bench's orders name a
+  ``statusQueue``; the default order names none, so its figure leaves the status sends out
+  (``default_order_usd_per_million_orders``, which the target is judged on).
 * **tables**: requests, a batch counted once (``bench.opcount``); the per-entity count beside it.
 * **telemetry**: the bytes the app's exporter sent (the local receiver's count of the app's items:
   each envelope's JSON, what Log Analytics stores), at the deployment's sampling ratio. The local
@@ -150,19 +152,25 @@ def azure_cost(orders: int, invocations: Iterable[Any], since: float, until: flo
     if tel is not None:
         meters["telemetry"] = tel
     total = sum(m["usd_per_million_orders"] for m in meters.values())
+    sb = meters["servicebus"]
+    # the bench's orders name a statusQueue (it learns of their end from it); an order names none by
+    # default and then gets no status sends: those are counted apart and left out of the default's figure
+    status_usd = sb["per_order"]["status_sends"] * p["service_bus_standard"]["usd_per_million_operations"][sb["tier"]]
+    default = total - status_usd
     out: dict[str, Any] = {"meters": meters, "total_usd_per_million_orders": round(total, 2),
+                           "default_order_usd_per_million_orders": round(default, 2),
+                           "status_sends_usd_per_million_orders": round(status_usd, 2),
                            "orders": orders, "counted_over": counted_over, "prices_read_on": p["read_on"],
                            "region": p["region"]}
-    sb = meters["servicebus"]
     out["total_usd_per_million_orders_by_service_bus_tier"] = {
         tier: round(total - sb["usd_per_million_orders"] + usd, 2)
         for tier, usd in sb["usd_per_million_orders_by_tier"].items()}
     if tel is not None:
-        out["telemetry_share"] = round(tel["usd_per_million_orders"] / total, 3) if total else None
+        out["telemetry_share"] = round(tel["usd_per_million_orders"] / default, 3) if default else None
     out["targets"] = [
-        {"target": f"<= ${TARGET_USD_PER_MILLION:g} per million orders, every meter (Service Bus at "
-                   f"{sb['tier']}, Flex at {meters['functions']['memory_mb']} MB)",
-         "value": f"${out['total_usd_per_million_orders']}", "met": total <= TARGET_USD_PER_MILLION}]
+        {"target": f"<= ${TARGET_USD_PER_MILLION:g} per million orders, every meter, the default order (Service "
+                   f"Bus at {sb['tier']}, Flex at {meters['functions']['memory_mb']} MB)",
+         "value": f"${out['default_order_usd_per_million_orders']}", "met": default <= TARGET_USD_PER_MILLION}]
     if tel is not None:
         out["targets"].append({"target": f"telemetry <= {TELEMETRY_SHARE_TARGET:.0%} of the total",
                                "value": f"{out['telemetry_share']:.0%}",
@@ -193,8 +201,10 @@ def summary_lines(cost: dict[str, Any]) -> list[str]:
     f, sb, t = m["functions"], m["servicebus"], m["tables"]
     lines = [
         f"Azure cost per million orders (counted over {cost['counted_over']}, {cost['orders']} orders; prices of "
-        f"{cost['prices_read_on']}): ${cost['total_usd_per_million_orders']}"
-        + (f", telemetry {cost['telemetry_share']:.0%} of it" if "telemetry_share" in cost else ""),
+        f"{cost['prices_read_on']}): ${cost['default_order_usd_per_million_orders']} the default order"
+        + (f", telemetry {cost['telemetry_share']:.0%} of it" if "telemetry_share" in cost else "")
+        + f"; ${cost['total_usd_per_million_orders']} with the {sb['per_order']['status_sends']} status sends of "
+          f"an order naming a statusQueue (${cost['status_sends_usd_per_million_orders']}), as the bench's do",
         f"  functions ${f['usd_per_million_orders']}: {f['per_order']['executions']} executions, "
         f"{f['per_order']['gb_seconds']} GB-s ({f['per_order']['billed_instance_seconds']} s billed of "
         f"{f['per_order']['busy_instance_seconds']} s busy per order, {f['memory_mb']} MB)",
