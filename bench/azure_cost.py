@@ -151,20 +151,31 @@ def azure_cost(orders: int, invocations: Iterable[Any], since: float, until: flo
                           p["log_analytics"])
     if tel is not None:
         meters["telemetry"] = tel
+    return {"meters": meters, **totals(meters, p), "orders": orders, "counted_over": counted_over,
+            "prices_read_on": p["read_on"], "region": p["region"]}
+
+
+def totals(meters: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
+    """The sums of the meters: the run's total, the default order's, by Service Bus tier, the
+    telemetry's share, and the targets. Arithmetic only: ``python -m bench.azure_cost`` derives them
+    again from a run's stored meters."""
     total = sum(m["usd_per_million_orders"] for m in meters.values())
-    sb = meters["servicebus"]
+    sb, tel = meters["servicebus"], meters.get("telemetry")
+    tier_prices = p["service_bus_standard"]["usd_per_million_operations"]
     # the bench's orders name a statusQueue (it learns of their end from it); an order names none by
     # default and then gets no status sends: those are counted apart and left out of the default's figure
-    status_usd = sb["per_order"]["status_sends"] * p["service_bus_standard"]["usd_per_million_operations"][sb["tier"]]
-    default = total - status_usd
-    out: dict[str, Any] = {"meters": meters, "total_usd_per_million_orders": round(total, 2),
-                           "default_order_usd_per_million_orders": round(default, 2),
-                           "status_sends_usd_per_million_orders": round(status_usd, 2),
-                           "orders": orders, "counted_over": counted_over, "prices_read_on": p["read_on"],
-                           "region": p["region"]}
-    out["total_usd_per_million_orders_by_service_bus_tier"] = {
-        tier: round(total - sb["usd_per_million_orders"] + usd, 2)
-        for tier, usd in sb["usd_per_million_orders_by_tier"].items()}
+    status = sb["per_order"]["status_sends"]
+    default = total - status * tier_prices[sb["tier"]]
+    by_tier = {tier: total - sb["usd_per_million_orders"] + usd
+               for tier, usd in sb["usd_per_million_orders_by_tier"].items()}
+    out: dict[str, Any] = {
+        "total_usd_per_million_orders": round(total, 2),
+        "default_order_usd_per_million_orders": round(default, 2),
+        "status_sends_usd_per_million_orders": round(status * tier_prices[sb["tier"]], 2),
+        "total_usd_per_million_orders_by_service_bus_tier": {tier: round(usd, 2) for tier, usd in by_tier.items()},
+        "default_order_usd_per_million_orders_by_service_bus_tier": {
+            tier: round(usd - status * tier_prices[tier], 2) for tier, usd in by_tier.items()},
+    }
     if tel is not None:
         out["telemetry_share"] = round(tel["usd_per_million_orders"] / default, 3) if default else None
     out["targets"] = [
@@ -208,8 +219,9 @@ def summary_lines(cost: dict[str, Any]) -> list[str]:
         f"  functions ${f['usd_per_million_orders']}: {f['per_order']['executions']} executions, "
         f"{f['per_order']['gb_seconds']} GB-s ({f['per_order']['billed_instance_seconds']} s billed of "
         f"{f['per_order']['busy_instance_seconds']} s busy per order, {f['memory_mb']} MB)",
-        f"  service bus ${sb['usd_per_million_orders']} ({sb['tier']}): {sb['per_order']['operations']} operations; "
-        f"by tier {sb['usd_per_million_orders_by_tier']}",
+        f"  service bus ${sb['usd_per_million_orders']} ({sb['tier']}): {sb['per_order']['operations']} operations "
+        f"({sb['per_order']['status_sends']} status sends); by tier {sb['usd_per_million_orders_by_tier']}; the "
+        f"default order's total by tier {cost['default_order_usd_per_million_orders_by_service_bus_tier']}",
         f"  tables ${t['usd_per_million_orders']}: {t['per_order']['transactions']} transactions "
         f"(${t['usd_per_million_orders_if_each_entity_counts']} if each entity counted)",
     ]
@@ -242,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     cost = json.loads(path.read_text(encoding="utf-8")).get("azure_cost")
     if not cost:
         ap.error(f"{path} has no azure_cost (a run from before issue 43, or one with --no-telemetry and no bus stats)")
-    print("\n".join(summary_lines(cost)))
+    print("\n".join(summary_lines({**cost, **totals(cost["meters"], prices())})))
     return 0
 
 

@@ -69,6 +69,8 @@ def test_the_total_is_the_meters_and_the_targets_say_whether_they_are_met() -> N
     assert cost["targets"][0]["value"] == f"${cost['default_order_usd_per_million_orders']}"
     assert cost["total_usd_per_million_orders_by_service_bus_tier"]["13M-100M"] == round(
         cost["total_usd_per_million_orders"] + 20 * (0.80 - 0.50), 2)
+    assert cost["default_order_usd_per_million_orders_by_service_bus_tier"]["13M-100M"] == round(
+        cost["default_order_usd_per_million_orders"] + 18 * (0.80 - 0.50), 2)
 
 
 def test_every_price_names_its_source_and_the_date() -> None:
