@@ -4,7 +4,7 @@
 index while the Supervisor may owe it anything; ``waiting``: the steps that wait on an open
 breaker, and the resume that wakes one. Their rows are stored by ``shared.storage.breakers`` and
 ``shared.storage.waiting``; an agent admits every call through its gate (``shared.agent.gate``).
-The design is in docs/issue14-breaker-design.md.
+The design is in docs/breaker-design.md.
 """
 
 from shared.core.breaker.state import (
