@@ -13,7 +13,8 @@ By concern:
 
 ===============  ==========================================================================
 ``view``         one order's partition (``View``)
-``config``       ``Config`` (settings, workflow), ``Ctx`` (now, instance), ``Decision``, ``Verdict``, ``Rejected``
+``config``       ``Config`` (settings, workflow), ``Ctx`` (now, instance)
+``verdicts``     ``Decision`` (a verdict and its effects), ``Verdict``, ``Rejected``
 ``binding``      each order runs its own workflow (name, version); an order whose version is gone is held
 ``outbox``       what a decision sends: agent requests, schedule notices, status messages, alerts, logs
 ``deadlines``    the deadline index, and the hand-off of an order to a scheduler, later
@@ -76,7 +77,7 @@ calls an agent; the Supervisor ends either one past its CompleteBy.
 from shared.core.lease import Lease, LeaseKind
 from shared.core.rows import EventRow, IndexRow, OrderRow, StateRow, StepRow
 from shared.core.statemachine.binding import bound, decide_for_order
-from shared.core.statemachine.config import KEEP_TELEMETRY, OPERATOR_RESULTS, Config, Ctx, Decision, Rejected, Verdict
+from shared.core.statemachine.config import Config, Ctx
 from shared.core.statemachine.deadlines import ORPHAN_INDEX_AGE, IndexVerdict, index_verdict
 from shared.core.statemachine.dispatch import inflight_requests, request_not_in_flight
 from shared.core.statemachine.events import BadEvent, decide_event, decide_wake, event_key
@@ -87,6 +88,7 @@ from shared.core.statemachine.operator import decide_cancel, decide_retry
 from shared.core.statemachine.outbox import schedule_message
 from shared.core.statemachine.search_index import category_of, index_rows
 from shared.core.statemachine.terminate import decide_terminate
+from shared.core.statemachine.verdicts import KEEP_TELEMETRY, OPERATOR_RESULTS, Decision, Rejected, Verdict
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import decide_resume
 from shared.core.states import Category, CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shared.core.statemachine.config import Ctx, Decision, Rejected
+from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.operator import decide_cancel, decide_retry
 from shared.core.statemachine.suspend import decide_suspend, decide_unsuspend
 from shared.core.statemachine.terminate import decide_terminate
+from shared.core.statemachine.verdicts import Decision, Rejected
 from shared.core.statemachine.view import View
 
 ACTIONS: dict[str, Callable[[View, Ctx], Decision]] = {

@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from shared.core.rows import Op, StateRow
-from shared.core.statemachine.config import Ctx, Decision, Verdict
+from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.deadlines import drop_index
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import alert, log
 from shared.core.statemachine.search_index import reindex
+from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
 from shared.core.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
 from shared.core.workflows import UnknownWorkflow

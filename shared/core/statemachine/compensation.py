@@ -17,13 +17,14 @@ from shared.core.effects import Alert, Effect
 from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage
 from shared.core.rows import StateRow, StepRow
-from shared.core.statemachine.config import Ctx, Decision, Verdict
+from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.deadlines import drop_index, hand_off
 from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, inflight_requests
 from shared.core.statemachine.groups import rank
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends
 from shared.core.statemachine.search_index import reindex
+from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import end_wait, waiting_reply
 from shared.core.states import CompensationState, Mode, OrderCompensation

@@ -30,13 +30,14 @@ from typing import Any
 from shared.core.jsonio import dumps
 from shared.core.lease import Lease
 from shared.core.rows import StateRow, StepRow
-from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
+from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.dispatch import inflight_requests
 from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.forward import step_done
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.operator import why_not
 from shared.core.statemachine.outbox import info, log
+from shared.core.statemachine.verdicts import Decision, Rejected, Verdict
 from shared.core.statemachine.view import View
 from shared.core.states import Mode, StepState
 from shared.core.times import iso

@@ -18,13 +18,14 @@ from shared.core.effects import Effect, ForgetWaiting
 from shared.core.lease import LeaseKind
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.compensation import next_compensation
-from shared.core.statemachine.config import Ctx, Decision, Verdict
+from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.deadlines import cover, hand_off
 from shared.core.statemachine.events import waited_out
 from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.groups import in_flight
 from shared.core.statemachine.history import EventKind, commit, event
 from shared.core.statemachine.outbox import alert, log
+from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
 from shared.core.states import CompensationState, ProcessState, StepState
 

@@ -23,13 +23,14 @@ from dataclasses import replace
 
 from shared.core.effects import Alert, Effect
 from shared.core.rows import Op, StateRow, StepRow
-from shared.core.statemachine.config import Ctx, Decision, Verdict
+from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.deadlines import drop_index, hand_off
 from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, to_compensate
 from shared.core.statemachine.groups import STOPPED_REASON, fence, members
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import alert, compensation_request, status_sends
 from shared.core.statemachine.search_index import reindex
+from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
 from shared.core.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
 

@@ -11,7 +11,7 @@ from shared.core.effects import Effect, Log
 from shared.core.messages import ReplyMessage
 from shared.core.rows import OrderRow, StateRow, StepRow
 from shared.core.statemachine.compensation import compensation_reply
-from shared.core.statemachine.config import Ctx, Decision, Verdict
+from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.deadlines import cover, drop_index, hand_off
 from shared.core.statemachine.dispatch import (
     compensation_dispatched,
@@ -26,6 +26,7 @@ from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends
 from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.start import first_sends, step_sends
+from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import end_wait, waiting_reply
 from shared.core.states import TERMINATED_REASON, CompensationState, Mode, Outcome, ProcessState, StepState

@@ -19,13 +19,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from shared.core.rows import StateRow, StepRow
-from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
+from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.deadlines import drop_index, hand_off
 from shared.core.statemachine.dispatch import to_compensate
 from shared.core.statemachine.groups import rank
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import log, status_sends
 from shared.core.statemachine.search_index import reindex
+from shared.core.statemachine.verdicts import Decision, Rejected, Verdict
 from shared.core.statemachine.view import View
 from shared.core.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
 

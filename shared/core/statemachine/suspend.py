@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
+from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.deadlines import drop_index, hand_off
 from shared.core.statemachine.history import EventKind, commit, event
 from shared.core.statemachine.operator import why_not
 from shared.core.statemachine.outbox import log
+from shared.core.statemachine.verdicts import Decision, Rejected, Verdict
 from shared.core.statemachine.view import View
 from shared.core.states import Mode, ProcessState
 

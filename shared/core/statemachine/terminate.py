@@ -16,7 +16,7 @@ import logging
 from dataclasses import replace
 
 from shared.core.rows import StateRow, StepRow
-from shared.core.statemachine.config import Ctx, Decision, Rejected, Verdict
+from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.deadlines import drop_index
 from shared.core.statemachine.dispatch import to_compensate
 from shared.core.statemachine.groups import members
@@ -24,6 +24,7 @@ from shared.core.statemachine.history import EventKind, commit, event
 from shared.core.statemachine.operator import compensate_all, why_not
 from shared.core.statemachine.outbox import log, status_sends
 from shared.core.statemachine.search_index import reindex
+from shared.core.statemachine.verdicts import Decision, Rejected, Verdict
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import forget_wait
 from shared.core.states import TERMINATED_REASON, Mode, OrderCompensation, Outcome, ProcessState, StepState

@@ -201,7 +201,7 @@ def test_every_verdict_is_documented_as_the_code_describes_it() -> None:
 
     from shared.core.statemachine import Verdict
 
-    source = (REPO_ROOT / "shared" / "core" / "statemachine" / "config.py").read_text(encoding="utf-8")
+    source = (REPO_ROOT / "shared" / "core" / "statemachine" / "verdicts.py").read_text(encoding="utf-8")
     described = dict(re.findall(r'^    \w+ = "([a-z-]+)"  # (.*)$', source, re.M))
     docs = (REPO_ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| `([a-z-]+)` \| (.*) \|$", docs[docs.index("## Verdicts"):], re.M))
