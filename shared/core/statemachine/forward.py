@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.core.effects import Effect, Log
@@ -192,81 +192,120 @@ def _step_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> Dec
 
 def step_done(view: View, step: StepRow, result: dict[str, Any], ctx: Ctx, *,
               before: Sequence[Event] = (), by_supervisor: bool = False) -> Decision:
-    """``before``: events to record ahead of the step's own (the end of its wait on a breaker).
-    ``by_supervisor``: the Supervisor ends the step (a wait or a delay past its CompleteBy): it
-    hands the next step to a scheduler, with an index row for its deadline, since it deletes the
-    row it is handling."""
+    """``step``'s reply recorded as its result, and what follows, one of five: a branch done while
+    others run; the next step paused (the order is suspended); the next step handed to a scheduler
+    (``by_supervisor``: the Supervisor ends a wait or a delay past its CompleteBy, and deletes the
+    index row it is handling, so the hand-off writes one for the next deadline); the next step
+    dispatched; or the order processed. ``before``: events to record ahead of the step's own (the
+    end of its wait on a breaker)."""
     state = view.state
     assert state is not None
-    done = replace(step, state=StepState.DONE, result=result, finished_at=ctx.now, complete_by=None)
-    done_event = event(EventKind.STEP_DONE, step.name, step.attempt)
+    done = _Done(view, state, step, replace(step, state=StepState.DONE, result=result, finished_at=ctx.now,
+                                            complete_by=None),
+                 [*before, event(EventKind.STEP_DONE, step.name, step.attempt)], ctx)
     group = members(view, step, ctx)
     if any(b.state is StepState.RUNNING for b in group if b.index != step.index):
-        # a branch of a parallel step, others still in flight: the last one dispatches the next step
-        return Decision(Verdict.BRANCH_DONE, [
-            # Crash after this: the redelivered reply is a duplicate; the other branches' replies go on.
-            commit(view, replace(state, updated_at=ctx.now), [done.replacing(step)], [*before, done_event], ctx,
-                   note="branch done"),
-            *status_sends(view, "step-done", ctx, step=step.name),
-            info("branch.done", view, step=step.name, attempt=step.attempt),
-        ])
+        return _branch_done(done)
     following = view.after(max(b.index for b in group))
-    if following is not None and state.suspended:
-        # Suspended by an operator (shared.core.statemachine.suspend): the next step waits for a
-        # resume, with nothing in flight, so no deadline (the Supervisor counts no time against it).
-        paused = replace(state, process_state=ProcessState.PENDING, locked_by=None, claim_token=None, lease=None,
-                         complete_by=None, step_index=following.index, step_name=following.name, updated_at=ctx.now)
-        return Decision(Verdict.STEP_DONE_SUSPENDED, [
-            # Crash after this: the redelivered reply is a duplicate; nothing is in flight to re-send.
-            commit(view, paused, [done.replacing(step)], [*before, done_event], ctx, note="step done, suspended"),
-            *status_sends(view, "step-done", ctx, step=step.name),
-            info("step.done_suspended", view, step=step.name, attempt=step.attempt, next=following.name),
-            # Crash before this: the row falls due and the sweep deletes it (nothing has a deadline).
-            *drop_index(state),
-        ])
-    if following is not None and by_supervisor:
-        handoff = hand_off(view, ctx, note="next step unclaimed guard")
-        pending = handoff.apply(replace(state, process_state=ProcessState.PENDING, step_index=following.index,
-                                        step_name=following.name))
-        return Decision(Verdict.STEP_DONE, [
-            # Crash after this: state unchanged; the overdue row is still due: the next sweep redoes it.
-            *handoff.puts,
-            # Step Done, the next one Pending and unclaimed. Crash after this (notice not sent):
-            # the new row fires by the grace period and the Supervisor sends it again.
-            commit(view, pending, [done.replacing(step)], [*before, done_event], ctx, note="step done, handed on"),
-            handoff.notice,
-            *status_sends(view, "step-done", ctx, step=step.name),
-            info("step.done_handed_on", view, step=step.name, attempt=step.attempt, next=following.name),
-        ])
-    if following is not None:
-        # the claim (LockedBy) carries on to the next step (or every branch of a parallel one)
-        running, new_state = dispatch(view, following, state, ctx)
-        after = view.with_steps(done, *running).with_state(new_state)
-        return Decision(Verdict.STEP_DONE, [
-            # No index write: the order's row covers the next deadline (>= now + floor).
-            # Step Done (+result) and next step Running and state, ONE transaction.
-            # Crash after this: the redelivered reply is a duplicate of a Done step and
-            # re-sends the next request (inflight_requests); if the reply is not redelivered,
-            # the Supervisor expires the next lease at CompleteBy and redrives.
-            commit(view, new_state, [done.replacing(step), *view.replacing(running)],
-                   [*before, done_event, *(dispatched(r) for r in running)], ctx, note="step done + next dispatched"),
-            *(send for r in running for send in step_sends(after, r, ctx)),
-            *status_sends(view, "step-done", ctx, step=step.name),
-            info("step.done", view, step=step.name, attempt=step.attempt, next=new_state.step_name),
-        ])
-    new_state = replace(state, process_state=ProcessState.PROCESSED, mode=Mode.FINISHED, outcome=Outcome.PROCESSED,
-                        locked_by=None, claim_token=None, complete_by=None, lease=None, updated_at=ctx.now,
-                        finished_at=ctx.now)
+    if following is None:
+        return _processed(done)
+    if state.suspended:
+        return _next_paused(done, following)
+    if by_supervisor:
+        return _next_handed_on(done, following)
+    return _next_dispatched(done, following)
+
+
+@dataclass(frozen=True)
+class _Done:
+    """A step's reply as ``step_done`` records it: the order, the step before and after, the events."""
+
+    view: View
+    state: StateRow
+    step: StepRow
+    row: StepRow  # the step, Done with its result
+    events: list[Event]  # the events before it, and its own STEP_DONE
+    ctx: Ctx
+
+
+def _branch_done(d: _Done) -> Decision:
+    """A branch of a parallel step, others still in flight: the last one dispatches the next step."""
+    return Decision(Verdict.BRANCH_DONE, [
+        # Crash after this: the redelivered reply is a duplicate; the other branches' replies go on.
+        commit(d.view, replace(d.state, updated_at=d.ctx.now), [d.row.replacing(d.step)], d.events, d.ctx,
+               note="branch done"),
+        *status_sends(d.view, "step-done", d.ctx, step=d.step.name),
+        info("branch.done", d.view, step=d.step.name, attempt=d.step.attempt),
+    ])
+
+
+def _next_paused(d: _Done, following: StepRow) -> Decision:
+    """Suspended by an operator (shared.core.statemachine.suspend): the next step waits for a
+    resume, with nothing in flight, so no deadline (the Supervisor counts no time against it)."""
+    paused = replace(d.state, process_state=ProcessState.PENDING, locked_by=None, claim_token=None, lease=None,
+                     complete_by=None, step_index=following.index, step_name=following.name, updated_at=d.ctx.now)
+    return Decision(Verdict.STEP_DONE_SUSPENDED, [
+        # Crash after this: the redelivered reply is a duplicate; nothing is in flight to re-send.
+        commit(d.view, paused, [d.row.replacing(d.step)], d.events, d.ctx, note="step done, suspended"),
+        *status_sends(d.view, "step-done", d.ctx, step=d.step.name),
+        info("step.done_suspended", d.view, step=d.step.name, attempt=d.step.attempt, next=following.name),
+        # Crash before this: the row falls due and the sweep deletes it (nothing has a deadline).
+        *drop_index(d.state),
+    ])
+
+
+def _next_handed_on(d: _Done, following: StepRow) -> Decision:
+    """The Supervisor ended the step: the next one is Pending, handed to a scheduler."""
+    handoff = hand_off(d.view, d.ctx, note="next step unclaimed guard")
+    pending = handoff.apply(replace(d.state, process_state=ProcessState.PENDING, step_index=following.index,
+                                    step_name=following.name))
+    return Decision(Verdict.STEP_DONE, [
+        # Crash after this: state unchanged; the overdue row is still due: the next sweep redoes it.
+        *handoff.puts,
+        # Step Done, the next one Pending and unclaimed. Crash after this (notice not sent):
+        # the new row fires by the grace period and the Supervisor sends it again.
+        commit(d.view, pending, [d.row.replacing(d.step)], d.events, d.ctx, note="step done, handed on"),
+        handoff.notice,
+        *status_sends(d.view, "step-done", d.ctx, step=d.step.name),
+        info("step.done_handed_on", d.view, step=d.step.name, attempt=d.step.attempt, next=following.name),
+    ])
+
+
+def _next_dispatched(d: _Done, following: StepRow) -> Decision:
+    """The claim (LockedBy) carries on to the next step (or every branch of a parallel one)."""
+    running, new_state = dispatch(d.view, following, d.state, d.ctx)
+    after = d.view.with_steps(d.row, *running).with_state(new_state)
+    return Decision(Verdict.STEP_DONE, [
+        # No index write: the order's row covers the next deadline (>= now + floor).
+        # Step Done (+result) and next step Running and state, ONE transaction.
+        # Crash after this: the redelivered reply is a duplicate of a Done step and
+        # re-sends the next request (inflight_requests); if the reply is not redelivered,
+        # the Supervisor expires the next lease at CompleteBy and redrives.
+        commit(d.view, new_state, [d.row.replacing(d.step), *d.view.replacing(running)],
+               [*d.events, *(dispatched(r) for r in running)], d.ctx, note="step done + next dispatched"),
+        *(send for r in running for send in step_sends(after, r, d.ctx)),
+        *status_sends(d.view, "step-done", d.ctx, step=d.step.name),
+        info("step.done", d.view, step=d.step.name, attempt=d.step.attempt, next=new_state.step_name),
+    ])
+
+
+def _processed(d: _Done) -> Decision:
+    """The last step done: the order is Processed."""
+    now = d.ctx.now
+    new_state = replace(d.state, process_state=ProcessState.PROCESSED, mode=Mode.FINISHED,
+                        outcome=Outcome.PROCESSED, locked_by=None, claim_token=None, complete_by=None, lease=None,
+                        updated_at=now, finished_at=now)
     return Decision(Verdict.PROCESSED, [
         # Crash after this: the order is Processed; status messages may be missing (best-effort);
         # its index row is deleted next (best effort), else lazily by the sweep.
-        commit(view, new_state, [done.replacing(step)], [*before, done_event, event(EventKind.PROCESSED)], ctx,
+        commit(d.view, new_state, [d.row.replacing(d.step)], [*d.events, event(EventKind.PROCESSED)], d.ctx,
                note="last step done"),
-        *status_sends(view, "step-done", ctx, step=step.name),
-        *status_sends(view, "processed", ctx, processState=ProcessState.PROCESSED),
-        info("order.processed", view, step=step.name),
+        *status_sends(d.view, "step-done", d.ctx, step=d.step.name),
+        *status_sends(d.view, "processed", d.ctx, processState=ProcessState.PROCESSED),
+        info("order.processed", d.view, step=d.step.name),
         # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
-        *reindex(view.order, state, new_state),
-        *drop_index(state),
+        *reindex(d.view.order, d.state, new_state),
+        *drop_index(d.state),
     ])
+
 
