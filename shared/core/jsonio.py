@@ -7,6 +7,7 @@ strings. NaN, Infinity and duplicate keys are refused.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -91,3 +92,9 @@ _ENCODER = json.JSONEncoder(default=_default, separators=(",", ":"), ensure_asci
 
 def dumps(value: Any) -> str:
     return _ENCODER.encode(value)
+
+
+def present(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` without the ones whose value is None: the one place the app leaves an absent value
+    out of a body, an entity, a history event or a log line, instead of writing a null."""
+    return {k: v for k, v in fields.items() if v is not None}

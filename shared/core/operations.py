@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.core.effects import bucket_of
-from shared.core.jsonio import dumps, loads
+from shared.core.jsonio import dumps, loads, present
 from shared.core.rows import IndexRow
 from shared.core.times import iso, parse_iso
 
@@ -110,7 +110,7 @@ class Operation:
                   "CreatedAt": iso(self.created_at), "Matched": self.matched, "Next": self.next,
                   "Succeeded": self.succeeded, "Failed": self.failed, "Errors": dumps(list(self.errors)),
                   "UpdatedAt": iso(self.updated_at or self.created_at), "IdempotencyKey": self.key}
-        return {k: v for k, v in entity.items() if v is not None}
+        return present(entity)
 
     @classmethod
     def from_entity(cls, operation_id: str, e: dict[str, Any], etag: str | None = None) -> Operation:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, ClassVar, Literal, TypeVar
 
-from shared.core.jsonio import dumps, loads
+from shared.core.jsonio import dumps, loads, present
 from shared.core.lease import Lease
 from shared.core.states import (
     Category,
@@ -322,7 +322,7 @@ class EventRow(Row):
         out: dict[str, Any] = {"seq": self.seq, "at": iso(self.at), "event": self.event, "step": self.step,
                                "attempt": self.attempt, "detail": self.detail, "instance": self.instance,
                                "traceId": self.trace_id}
-        return {k: v for k, v in out.items() if v is not None}
+        return present(out)
 
 
 EventRow.PROPS = _props(EventRow, {

@@ -20,6 +20,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from shared.core.jsonio import present
 from shared.observability import telemetry
 
 log = logging.getLogger("orders")
@@ -57,7 +58,7 @@ def log_event(level: int, event: str, *, order_id: str | None = None, traceparen
     elif order_trace is not None:
         record["traceId"] = order_trace  # outside the order's flow (a sweep): the order's trace id
         outside = True
-    record.update({k: v for k, v in fields.items() if v is not None})
+    record.update(present(fields))
     if log.isEnabledFor(level):  # the record is returned either way; its JSON only when written
         if outside:  # written in the order's stored context: exported, or not, with the order's telemetry
             with telemetry.in_order(traceparent):

@@ -57,6 +57,7 @@ from azure.core.pipeline.transport import RequestsTransport
 from azure.core.rest import HttpRequest
 from azure.data.tables import RequestTooLargeError, TableTransactionError, UpdateMode
 
+from shared.core.jsonio import present
 from shared.core.rows import ETAG, Entity
 from shared.storage.odata import (
     ACCEPT,
@@ -122,7 +123,7 @@ def new_etags(writes: Sequence[Write], etags: Sequence[str | None]) -> dict[str,
 
 
 def entity_of(partition_key: str, write: Write) -> Entity:
-    return {**{k: v for k, v in write.props.items() if v is not None},
+    return {**present(write.props),
             "PartitionKey": partition_key, "RowKey": write.row_key}
 
 

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from shared.core.effects import Transact
+from shared.core.jsonio import present
 from shared.core.operations import remember
 from shared.core.rows import EventRow, Op, StateRow
 from shared.core.statemachine.config import Ctx
@@ -70,7 +71,7 @@ class Event:
 
 def event(kind: EventKind, step: str | None = None, attempt: int | None = None, **detail: Any) -> Event:
     """An event; ``detail`` keeps only the values that are set."""
-    kept = {k: v for k, v in detail.items() if v is not None}
+    kept = present(detail)
     return Event(kind, step, attempt, kept or None)
 
 

@@ -33,6 +33,7 @@ from datetime import timedelta
 
 from shared.core.breaker.waiting import WaitingStep, closed_opening, probe_tag, resume_message
 from shared.core.effects import Effect, ForgetWaiting, Send
+from shared.core.jsonio import present
 from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage, ResumeMessage
 from shared.core.rows import StateRow, StepRow
@@ -81,7 +82,7 @@ def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> D
         # breaker whose wake time has passed (and the closer resumes every waiting step anyway).
         commit(view, new_state, [waiting.replacing(step)],
                [event(EventKind.STEP_WAITING, step.name, reply.attempt,
-                      **{k: v for k, v in detail.items() if v is not None})],
+                      **present(detail))],
                ctx, note="step waits on an open breaker", waiting_on=reply.breaker),
         *wake,
         info("step.waiting", view, step=step.name, attempt=reply.attempt, breaker=reply.breaker,
