@@ -49,20 +49,27 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import requests
 import yaml
 
 from bench.chaos_ledger import split_ledger, view_effects
+from bench.chaos_records import (
+    AT_ONCE,
+    DUPLICATE,
+    KEPT,
+    REFUSED,
+    ApprovalPlan,
+    ChaosRunner,
+    EventSend,
+    OrderRec,
+    is_terminal,
+)
 from local.host.keys import ADMIN, FUNCTION
 from shared.core.workflows import AGENTS_BY_NAME, Step, Workflow, load_directory, load_registry, workflows_directory
-
-if TYPE_CHECKING:
-    from bench.chaos import ChaosRun, OrderRec
 
 KINDS = ("onTime", "early", "late", "twice", "declined", "never")
 APPROVING = ("onTime", "early", "late", "twice")
@@ -71,15 +78,6 @@ APPROVAL_SKU = "SKU-APPROVE"
 APPROVAL_UNIT_PRICE = 1500  # over the approval threshold (1000), under the payment limit (50000)
 NEVER_WITHIN = 0.6  # never-approved orders are among this share of the first orders
 LATE_SECONDS = (3.0, 10.0)
-
-# Expected answers (``result`` of a 202; a refusal is a 409 ``wrong-state``)
-STEP_DONE, KEPT, DUPLICATE, COMPENSATING = "step-done", "event-kept", "event-duplicate", "compensating"
-REFUSED = "409"
-EXPECTED: dict[str, tuple[str, ...]] = {
-    "approve": (STEP_DONE,), "early": (KEPT,), "decline": (COMPENSATING,), "copy": (DUPLICATE,),
-    "different": (REFUSED,), "tooLate": (REFUSED,),
-}
-AT_ONCE = (STEP_DONE, DUPLICATE)  # an event and its copy sent at once: either may come first
 HOLD_SKU = "SKU-HOLD-{index}"  # an early order's: the inventory service hangs on it until the event is answered
 
 
@@ -129,52 +127,6 @@ def wait_step(workflow: Workflow, body: Mapping[str, Any]) -> Step | None:
 # ---- plans and what was sent ------------------------------------------------------------------
 
 
-@dataclass
-class EventSend:
-    """One event the runner sent (retried until it had an answer), and the answer."""
-
-    what: str  # approve | early | decline | copy | different | tooLate
-    generation: int
-    key: str | None  # the Idempotency-Key (None: none sent)
-    body: dict[str, Any]
-    t: float = 0.0
-    status: int | None = None
-    result: str | None = None  # a 202's result, or "409"
-    problem: str | None = None  # a refusal's problem type (its last path segment)
-    lost: int = 0  # calls sent whose answer was lost (each may have been applied)
-    pair: int | None = None  # sent at the same time as the send of this index (``twice``, concurrent)
-
-    @property
-    def expected(self) -> tuple[str, ...]:
-        return AT_ONCE if self.pair is not None else EXPECTED[self.what]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"what": self.what, "generation": self.generation, "key": self.key, "t": self.t,
-                "status": self.status, "result": self.result, "problem": self.problem, "lost": self.lost,
-                "pair": self.pair, "expected": list(self.expected)}
-
-
-@dataclass
-class ApprovalPlan:
-    kind: str  # one of KINDS
-    step: str  # the wait step's name
-    event: str  # the event it waits for
-    decision: str | None  # its decision field
-    designed: bool = False  # waits because of a designed cause (a rejection, the operator's limit)
-    unplanned: bool = False  # the run found it waiting with no plan (a check counts it)
-    late_seconds: float = 0.0
-    twice_by: str = "key"  # twice: "key" (same Idempotency-Key) or "body" (no key, same body)
-    concurrent: bool = False  # twice: both copies at once
-    hold_sku: str | None = None  # early: the SKU the inventory service hangs on until the event is answered
-    sends: list[EventSend] = field(default_factory=list)
-    handled: set[int] = field(default_factory=set)  # generations whose event was sent (or need none)
-    seen: dict[int, float] = field(default_factory=dict)  # generation -> when the runner first saw it waiting
-    busy: bool = False
-
-    def sent(self, what: str) -> bool:
-        return any(s.what == what for s in self.sends)
-
-
 def _event_body(plan: ApprovalPlan, approved: bool, **extra: Any) -> dict[str, Any]:
     return {plan.decision or "approved": approved, "by": "chaos", "plan": plan.kind, **extra}
 
@@ -187,7 +139,7 @@ class Approvals:
     """Plans the approvals and sends them from a thread of its own (``loop``), and from the
     submission's thread for the early ones (``accepted``)."""
 
-    def __init__(self, run: ChaosRun) -> None:
+    def __init__(self, run: ChaosRunner) -> None:
         self.run = run
         self.rng = random.Random(f"{run.o.seed}:approvals")
         self.lock = threading.Lock()
@@ -285,8 +237,6 @@ class Approvals:
                 return "copy"
             return None if plan.sent("different") else "different"
         if plan.kind == "never" and g == 0:
-            from bench.chaos import is_terminal
-
             return "tooLate" if is_terminal(rec.view) and not plan.sent("tooLate") else None
         if g in plan.handled or not self._awaiting(rec, plan):
             return None

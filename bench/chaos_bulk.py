@@ -37,16 +37,14 @@ from __future__ import annotations
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import requests
 
+from bench.chaos_records import ChaosRunner, OrderRec
 from local.host.keys import ADMIN
 from local.stack import demo_order
 from shared.core.workflows import DEFAULT_WORKFLOW
-
-if TYPE_CHECKING:
-    from bench.chaos import ChaosRun, OrderRec
 
 BULK_SKU = "SKU-BULK-{seed}"  # inventory refuses it until the operator restocks it
 KEPT_SKU = "SKU-BULK-{seed}-{index}"  # ... and these stay refused: the retried order fails again
@@ -70,7 +68,7 @@ def failed_and_undone(view: dict[str, Any] | None) -> bool:
 class Bulk:
     """Plans the bulk orders and runs the one bulk retry over them (``loop``)."""
 
-    def __init__(self, run: ChaosRun) -> None:
+    def __init__(self, run: ChaosRunner) -> None:
         self.run = run
         seed = run.o.seed
         self.rng = random.Random(f"{seed}:bulk")
@@ -89,8 +87,6 @@ class Bulk:
 
     def plan(self) -> list[OrderRec]:
         """The bulk orders (indexes after the run's own: posted first, planned by nothing else)."""
-        from bench.chaos import OrderRec
-
         o, rng = self.run.o, self.rng
         for j in range(o.bulk_orders):
             index = o.orders + j

@@ -63,7 +63,7 @@ from shared.core.states import TERMINATED_REASON
 from shared.core.workflows import Workflow, load_registry
 
 if TYPE_CHECKING:
-    from bench.chaos import ChaosRun, OrderRec
+    from bench.chaos_records import ChaosRunner, OrderRec
 
 EXPRESS_WORKFLOW = "express"
 GROUP_HOLD_SKU = "SKU-GROUP-{index}"  # the inventory service hangs on it until the operator terminates the order
@@ -121,7 +121,7 @@ def at_pivot(view: Mapping[str, Any] | None) -> bool:
 class Express:
     """Plans the express orders' designed paths (module docstring); the operator takes the actions."""
 
-    def __init__(self, run: ChaosRun) -> None:
+    def __init__(self, run: ChaosRunner) -> None:
         self.run = run
         self.rng = random.Random(f"{run.o.seed}:express")
 

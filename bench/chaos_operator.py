@@ -53,7 +53,7 @@ from bench.chaos_express import at_pivot
 from local.host.keys import ADMIN
 
 if TYPE_CHECKING:
-    from bench.chaos import ChaosRun, OrderRec
+    from bench.chaos_records import ChaosRunner, OrderRec
 
 RESTOCK_SKU = "SKU-BO-{index}"  # inventory refuses it until the operator restocks it
 STALL_SKU = "SKU-STALL-{index}"  # the payment service hangs on it until the operator fixes it
@@ -103,7 +103,7 @@ def compensation_failed(view: dict[str, Any] | None) -> bool:
 class Operator:
     """Plans the operator's actions and takes them from a thread of its own (``loop``)."""
 
-    def __init__(self, run: ChaosRun) -> None:
+    def __init__(self, run: ChaosRunner) -> None:
         self.run = run
         self.rng = random.Random(f"{run.o.seed}:operator")
 

@@ -30,7 +30,7 @@ from local.host.keys import ADMIN, FUNCTION
 from local.stack import demo_order
 
 if TYPE_CHECKING:
-    from bench.run import Bench
+    from bench.bench_state import BenchState
 
 SKU = "SKU-BENCH-BULK"  # the inventory refuses it until the phase restocks it
 CUSTOMER = "bench-bulk"
@@ -48,7 +48,7 @@ def per_tick(args: Any) -> int:
     return max(1, round(DEFAULT_TICK_ORDERS * args.supervisor_period / DEFAULT_TICK_SECONDS))
 
 
-def run(bench: Bench) -> None:
+def run(bench: BenchState) -> None:
     a = bench.args
     log(f"phase: bulk: {a.bulk_orders} orders in attention, then the fixed-rate load ({a.bulk_fraction:.0%} of "
         f"saturation, {a.bulk_seconds:g}s) alone and beside a bulk retry of them")
@@ -63,7 +63,7 @@ def run(bench: Bench) -> None:
     bench.phase_windows.append(("bulk", t0, time.time()))
 
 
-def _api(bench: Bench, method: str, path: str, level: str = ADMIN, **kw: Any) -> tuple[int, dict[str, Any]]:
+def _api(bench: BenchState, method: str, path: str, level: str = ADMIN, **kw: Any) -> tuple[int, dict[str, Any]]:
     """One call to the API with the key of ``level``: the master key by default, for the phase's
     operator routes (``/operations``); the orders it posts go as a client's (``FUNCTION``)."""
     r = requests.request(method, f"{bench.stack.api_url}{path}", timeout=120, headers=bench.stack.key_headers(level),
@@ -75,7 +75,7 @@ def _api(bench: Bench, method: str, path: str, level: str = ADMIN, **kw: Any) ->
     return r.status_code, body if isinstance(body, dict) else {}
 
 
-def _fail_batch(bench: Bench, n: int) -> float:
+def _fail_batch(bench: BenchState, n: int) -> float:
     """Post ``n`` orders the inventory refuses; wait until search lists them all in attention."""
     import random
 
@@ -104,7 +104,7 @@ def _fail_batch(bench: Bench, n: int) -> float:
     raise RuntimeError(f"only {matched} of {n} batch orders in attention after {FAIL_TIMEOUT:g}s")
 
 
-def _load(bench: Bench, name: str, rate: float, seconds: float) -> dict[str, Any]:
+def _load(bench: BenchState, name: str, rate: float, seconds: float) -> dict[str, Any]:
     r = bench.new_run(name)
     before = bench.snapshot()
     t0 = time.time()
@@ -118,7 +118,7 @@ def _load(bench: Bench, name: str, rate: float, seconds: float) -> dict[str, Any
 class _Operation:
     """The bulk retry, started and watched from a thread of its own (the load is timed meanwhile)."""
 
-    def __init__(self, bench: Bench) -> None:
+    def __init__(self, bench: BenchState) -> None:
         self.bench = bench
         self.started_at = self.answered_at = self.done_at = 0.0
         self.first: dict[str, Any] = {}
@@ -146,7 +146,7 @@ class _Operation:
             self.error = repr(e)
 
 
-def _measure(bench: Bench) -> dict[str, Any]:
+def _measure(bench: BenchState) -> dict[str, Any]:
     a = bench.args
     n = a.bulk_orders
     fail_s = _fail_batch(bench, n)
@@ -186,7 +186,7 @@ def _measure(bench: Bench) -> dict[str, Any]:
     return res
 
 
-def _all_processed(bench: Bench, n: int, since: float) -> float | None:
+def _all_processed(bench: BenchState, n: int, since: float) -> float | None:
     """Seconds from the POST until search lists every retried order Processed (None: not in time).
     The next phase must not meet them still running."""
     dry = {"action": "retry", "filter": {"state": "processed", "customerId": CUSTOMER}, "dryRun": True}

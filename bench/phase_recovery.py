@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from bench.logline import log
 
 if TYPE_CHECKING:
-    from bench.run import Bench
+    from bench.bench_state import BenchState
 
 
-def _kill_mid_call(bench: Bench, oid: str, t0: float) -> tuple[int, int, float, float, int]:
+def _kill_mid_call(bench: BenchState, oid: str, t0: float) -> tuple[int, int, float, float, int]:
     """Once ``agent_payment`` runs the order's charge: SIGKILL its instance, mid-call.
     (instance, pid, kill time, the step's CompleteBy, its attempt)."""
     assert bench.hostlog is not None
@@ -41,7 +41,7 @@ def _kill_mid_call(bench: Bench, oid: str, t0: float) -> tuple[int, int, float, 
     return instance, pid, time.time(), complete_by, int(step["attempt"])
 
 
-def _step_done_at(bench: Bench, oid: str, wait_s: float) -> float | None:
+def _step_done_at(bench: BenchState, oid: str, wait_s: float) -> float | None:
     """When the status queue said the order's charge-payment step was done (None: not in time)."""
     assert bench.watcher is not None
     wait_until = time.monotonic() + wait_s
@@ -53,7 +53,7 @@ def _step_done_at(bench: Bench, oid: str, wait_s: float) -> float | None:
     return None
 
 
-def _measure(bench: Bench, oid: str, t0: float, r: Any) -> dict[str, Any]:
+def _measure(bench: BenchState, oid: str, t0: float, r: Any) -> dict[str, Any]:
     k, pid, t_kill, complete_by, attempt = _kill_mid_call(bench, oid, t0)
     bench.stack.remotes.reset_faults()
     log(f"  killed host instance {k} (pid {pid}) running charge-payment attempt {attempt}; "
@@ -78,7 +78,7 @@ def _measure(bench: Bench, oid: str, t0: float, r: Any) -> dict[str, Any]:
     return res
 
 
-def run(bench: Bench) -> None:
+def run(bench: BenchState) -> None:
     """The phase: one order, its payment call hung, its instance killed; the result in ``recovery``."""
     assert bench.hostlog is not None and bench.watcher is not None
     log("phase: recovery (SIGKILL the host instance running charge-payment, mid-call)")

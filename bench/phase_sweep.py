@@ -21,7 +21,7 @@ from bench.logline import log
 from bench.seed import leftover_index_row, seed_finished
 
 if TYPE_CHECKING:
-    from bench.run import Bench
+    from bench.bench_state import BenchState
 
 
 def state_tables(settings: dict[str, str]) -> tuple[str, str]:
@@ -29,7 +29,7 @@ def state_tables(settings: dict[str, str]) -> tuple[str, str]:
     return settings.get("StateTable") or "orders", settings.get("DeadlineTable") or "deadlines"
 
 
-def next_sweep(bench: Bench, after: float, timeout: float) -> Any:
+def next_sweep(bench: BenchState, after: float, timeout: float) -> Any:
     """The first Supervisor invocation that started after ``after`` (the host log's)."""
     assert bench.hostlog is not None
     deadline = time.monotonic() + timeout
@@ -42,7 +42,7 @@ def next_sweep(bench: Bench, after: float, timeout: float) -> Any:
     raise RuntimeError(f"no supervisor sweep within {timeout}s")
 
 
-def _seed(bench: Bench, label: str, n: int, state_table: str, deadline_table: str) -> None:
+def _seed(bench: BenchState, label: str, n: int, state_table: str, deadline_table: str) -> None:
     az = bench.stack.azurite
 
     def progress(done: int, total: int, secs: float) -> None:
@@ -56,7 +56,7 @@ def _seed(bench: Bench, label: str, n: int, state_table: str, deadline_table: st
     log(f"  seeded {n:,} orders in {seeding['seconds']}s ({seeding['tx_per_s']} tx/s)")
 
 
-def _put_leftovers(bench: Bench, state_table: str, deadline_table: str) -> list[dict[str, Any]]:
+def _put_leftovers(bench: BenchState, state_table: str, deadline_table: str) -> list[dict[str, Any]]:
     """Due index rows of finished orders (their delete lost); the deadline index as it then is."""
     az = bench.stack.azurite
     c = TableHttp(az.host, az.table_port)
@@ -91,7 +91,7 @@ def reads(w: dict[str, Any], state_table: str, deadline_table: str) -> dict[str,
             "table_requests": sum(int(v["requests"]) for v in t.values())}
 
 
-def run(bench: Bench, label: str, target: int) -> None:
+def run(bench: BenchState, label: str, target: int) -> None:
     """Seed up to ``target`` finished orders, put the leftovers, measure the next two sweeps."""
     assert bench.hostlog is not None
     state_table, deadline_table = state_tables(bench.stack.settings)

@@ -30,25 +30,17 @@ and PNG plots next to it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import requests
-
 from bench import (
-    azure_cost,
     busstats,
     cpu_split,
     gcpause,
@@ -63,19 +55,16 @@ from bench import (
 from bench.appcode import split as split_function_threads
 from bench.args import parse_args
 from bench.azraw import raw_rate
+from bench.bench_state import SETTLE_LAG, BenchState
 from bench.calibrate import calibrate
 from bench.hostlog import HostLog
-from bench.load import LoadRun, Poster, StatusWatcher, ms, percentile
+from bench.load import Poster, StatusWatcher
 from bench.logline import log
 from bench.profiling import CpuMeter, group_pids, start_record, summarize_raw
 from local.host.keys import FUNCTION
 from local.procs import REPO_ROOT
 from shared.observability.sampling import RATIO_SETTING
 
-# A phase's last settlements land this long after its last order ended: a settlement waits for its
-# receiver's receive call in progress, up to RECEIVE_WAIT (2 s) in a lull (local/host/servicebus.py,
-# Turns). Each phase waits it out before its window closes, so that no phase counts another's.
-SETTLE_LAG = 2.5
 # The exporter's batches every 0.5 s, not 5 (the OpenTelemetry SDK's variables): a window's items
 # reach the receiver within its settle lag, so each phase counts its own telemetry
 EXPORT_PROMPTLY = {"OTEL_BSP_SCHEDULE_DELAY": "500", "OTEL_BLRP_SCHEDULE_DELAY": "500"}
@@ -88,90 +77,8 @@ STORAGE_ACCOUNT_ENTITIES = 20000.0
 STORAGE_PARTITION_ENTITIES = 2000.0
 
 
-def machine() -> dict[str, Any]:
-    mem = None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    mem = round(int(line.split()[1]) / 1024 / 1024, 1)
-    except OSError:
-        pass
-    cpu = None
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "python": platform.python_version(),
-            "platform": platform.platform(), "loadavg_at_start": list(os.getloadavg()),
-            "calibration_at_start": calibrate()}
-
-
 # ---------------------------------------------------------------------------------------------
-class Bench:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.out_dir = Path(args.out_dir)
-        self.work = Path(tempfile.mkdtemp(prefix="bench-"))
-        self.count_dir = self.work / "opcount"
-        self.bus_stats_path = self.work / "servicebus-stats.json"
-        self.roles_dir = self.work / "threadroles"
-        self.result: dict[str, Any] = {"started_at": datetime.now(UTC).isoformat(), "machine": machine(),
-                                       "config": {k: v for k, v in vars(args).items()}}
-        self.stack: Any = None
-        self.hostlog: HostLog | None = None
-        self.watcher: StatusWatcher | None = None
-        self.poster: Poster | None = None
-        self.runs: list[LoadRun] = []
-        self.phase_windows: list[tuple[str, float, float]] = []
-        self.profiles: dict[str, Any] = {}
-
-    # ---- counters ------------------------------------------------------------------------------
-    def table_snapshot(self) -> dict[str, dict[str, float]]:
-        return opcount.read_totals(self.count_dir)
-
-    def bus_snapshot(self) -> dict[str, dict[str, Any]] | None:
-        return self.bus.snapshot()
-
-    def snapshot(self) -> dict[str, Any]:
-        time.sleep(0.7)  # every process writes its table counters twice a second
-        assert self.hostlog is not None
-        self.hostlog.poll()
-        return {"at": time.time(), "table": self.table_snapshot(), "bus": self.bus_snapshot(),
-                "telemetry": self.telemetry_snapshot()}
-
-    def telemetry_snapshot(self) -> dict[str, Any] | None:
-        """The telemetry receiver's counts (None without one): what the app's exporter has sent."""
-        if self.stack is None or not self.stack.telemetry_url:
-            return None
-        try:
-            return dict(requests.get(f"{self.stack.telemetry_url}/_stats", timeout=10).json())
-        except (requests.RequestException, ValueError):
-            return None
-
-    @staticmethod
-    def table_diff(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-        out: dict[str, dict[str, float]] = {}
-        for k, v in a.items():
-            w = b.get(k, {})
-            d = {f: round(v.get(f, 0) - w.get(f, 0), 3) for f in ("requests", "entities", "failed", "seconds")}
-            if d["requests"]:
-                out[k] = d
-        return out
-
-    def window(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-        table = self.table_diff(after["table"], before["table"])
-        bus = busstats.diff(after["bus"], before["bus"])
-        assert self.hostlog is not None
-        inv = self.hostlog.counts(before["at"] - 0.7, after["at"] - 0.7)
-        return {"seconds": round(after["at"] - before["at"], 2), "table": table, "bus": bus,
-                "invocations": dict(inv),
-                "telemetry": azure_cost.telemetry_diff(after.get("telemetry"), before.get("telemetry"))}
-
+class Bench(BenchState):
     # ---- lifecycle -----------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         t_start = time.time()
@@ -244,7 +151,7 @@ class Bench:
         self.hostlog = HostLog(self.stack.log_dir / "host.log")
         # instance -> pid now: the host's `instance K pid PID` lines scroll out of the stack's
         # line buffer once the instances have logged a few thousand invocations
-        self.instance_pids: dict[int, int] = dict(self.stack.host_instances())
+        self.instance_pids = dict(self.stack.host_instances())
         self.bus = busstats.BusStats(self.bus_stats_path, lambda: self.stack.proc("servicebus").pid)
         self.watcher = StatusWatcher(self.stack.servicebus_connection_string, STATUS_QUEUE).start()
         self.poster = Poster(self.stack.api_url, STATUS_QUEUE, seed=7, headers=self.stack.key_headers(FUNCTION))
@@ -336,12 +243,6 @@ class Bench:
     def _next_sweep(self, after: float, timeout: float) -> Any:
         return phase_sweep.next_sweep(self, after, timeout)
 
-    def new_run(self, phase: str) -> LoadRun:
-        assert self.poster is not None and self.watcher is not None
-        r = LoadRun(self.poster, self.watcher, phase)
-        self.runs.append(r)
-        return r
-
     def phase_warmup(self) -> None:
         log(f"phase: warm-up ({self.args.warmup} orders)")
         r = self.new_run("warmup")
@@ -349,49 +250,6 @@ class Bench:
         if not r.wait_all(60):
             log(f"  warning: {len(r.orders) - r.finished()} warm-up orders unfinished")
         time.sleep(SETTLE_LAG)  # its settlements land before the next phase counts
-
-    def _measured(self, name: str, r: LoadRun, before: dict[str, Any], t0: float, drain_timeout: float,
-                  steady_from: float | None = None) -> dict[str, Any]:
-        ok = r.wait_all(drain_timeout, progress=lambda s: print(s, flush=True))
-        time.sleep(SETTLE_LAG)  # the last settlements and status sends
-        after = self.snapshot()
-        t1 = time.time()
-        self.phase_windows.append((name, t0, t1))
-        orders = r.collect()
-        processed = [o for o in orders if o.processed]
-        lat = [o.processed - o.submitted for o in processed]
-        post = [o.accepted - o.submitted for o in orders if o.accepted]
-        w = self.window(before, after)
-        first = min((o.submitted for o in orders), default=t0)
-        last = max((o.processed for o in processed), default=t1)
-        res: dict[str, Any] = {
-            "orders_posted": len(orders), "post_failures": r.post_failures, "post_errors": r.post_errors,
-            "processed": len(processed),
-            "failed": sum(1 for o in orders if o.failed), "unfinished": len(orders) - len(processed) -
-            sum(1 for o in orders if o.failed), "all_finished": ok,
-            "seconds": round(last - first, 2),
-            "orders_per_s": round(len(processed) / (last - first), 2) if last > first else None,
-            "latency_ms": {f"p{p}": ms(percentile(lat, p)) for p in (50, 95, 99)}
-            | {"max": ms(max(lat, default=None))},
-            "post_latency_ms": {f"p{p}": ms(percentile(post, p)) for p in (50, 99)},
-            "latency_legs": segments.summarize(orders),
-            "status_consumer_lag_ms": self.watcher.lag_ms(t0, t1) if self.watcher is not None else None,
-            "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
-            "window": w,
-        }
-        assert self.hostlog is not None
-        work = self.hostlog.work_items(first - 0.01, last + 0.5)
-        res["work_items"] = work
-        res["work_items_per_s"] = round(work / (last - first), 1) if last > first else None
-        if steady_from is not None:
-            done_in = [o for o in processed if steady_from <= o.processed <= r_end(orders)]
-            span = r_end(orders) - steady_from
-            res["steady"] = {"from": steady_from, "seconds": round(span, 2),
-                             "orders_per_s": round(len(done_in) / span, 2) if span > 0 else None,
-                             "work_items_per_s":
-                                 round(self.hostlog.work_items(steady_from, steady_from + span) / span, 1)
-                             if span > 0 else None}
-        return res
 
     def phase_saturation(self) -> None:
         a = self.args
@@ -513,10 +371,6 @@ class Bench:
             proc.kill()
             return None
 
-    def host_instances(self) -> dict[int, int]:
-        self.instance_pids.update(self.stack.host_instances())
-        return dict(self.instance_pids)
-
     def _pids(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
         for k, pid in sorted(self.host_instances().items()):
@@ -527,10 +381,6 @@ class Bench:
         out["remotes"] = [self.stack.proc("remotes").pid]
         out["bench (load + status consumer)"] = [os.getpid()]
         return out
-
-    def saturation_rate(self) -> float:
-        st = self.result.get("phases", {}).get("saturation", {})
-        return float((st.get("steady") or {}).get("orders_per_s") or st.get("orders_per_s") or 5.0)
 
     def phase_fixed(self, name: str, fraction: float, seconds: float) -> None:
         rate = max(0.5, fraction * self.saturation_rate())
@@ -615,10 +465,6 @@ class Bench:
         path = self.out_dir / "bench.json"
         path.write_text(json.dumps(self.result, indent=2, default=str) + "\n", encoding="utf-8")
         log(f"wrote {path}")
-
-
-def r_end(orders: list[Any]) -> float:
-    return max((o.processed for o in orders if o.processed), default=time.time())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from typing import Any, TextIO
 import requests
 
 from local.remotes.client import RemotesClient
-from local.stack import ORDER_STATES, TERMINAL_STATES, Stack, StackError, demo_order
+from local.stackclient import ORDER_STATES, TERMINAL_STATES, DemoStack, StackError, demo_order
 
 FAILING_CUSTOMER = "c-failing"
 SOLD_OUT_SKU = "SKU-SOLD-OUT"
@@ -117,7 +117,7 @@ def set_demo_faults(remotes: RemotesClient) -> None:
 class OrderTracker:
     """Polls orders' states over HTTP; thread-safe counts for a progress display."""
 
-    def __init__(self, stack: Stack, workers: int = 8) -> None:
+    def __init__(self, stack: DemoStack, workers: int = 8) -> None:
         self.stack = stack
         self.states: dict[str, str] = {}
         self.unawaited: set[str] = set()  # orders the demo does not wait for
@@ -190,7 +190,7 @@ def render_progress(counts: Counter[str], total: int, posted: int, failed_posts:
 class _Poster:
     """Posts the plan at ``rate`` per second on a thread; remembers which failing order got which id."""
 
-    stack: Stack
+    stack: DemoStack
     plan: list[DemoOrder]
     rate: float
     tracker: OrderTracker
@@ -250,7 +250,7 @@ def _show_progress(tracker: OrderTracker, poster: _Poster, thread: threading.Thr
         time.sleep(0.5)
 
 
-def run_demo(stack: Stack, plan: list[DemoOrder], rate: float, out: TextIO) -> tuple[Counter[str], list[str]]:
+def run_demo(stack: DemoStack, plan: list[DemoOrder], rate: float, out: TextIO) -> tuple[Counter[str], list[str]]:
     """Post ``plan`` at ``rate`` per second, show progress until every awaited order finished.
 
     Returns the counts by processState and a line per failing order (its id and story)."""
@@ -273,7 +273,7 @@ def failing_line(order_id: str, kind: FailingKind) -> str:
     return f"  {order_id}  {kind.name}: {kind.story}"
 
 
-def demo(stack: Stack, orders: int, rate: float, failing: bool, out: TextIO, seed: int | None = None) -> None:
+def demo(stack: DemoStack, orders: int, rate: float, failing: bool, out: TextIO, seed: int | None = None) -> None:
     """The demo as ``make run`` shows it: faults set, orders posted, a summary printed."""
     plan = demo_plan(orders, random.Random(seed), failing)
     failing_count = sum(1 for o in plan if o.failing)

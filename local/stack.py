@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -51,6 +50,8 @@ from local.host.keys import ADMIN, ANONYMOUS, FUNCTION, KEY_HEADER, KEYS_FILE, H
 from local.procs import REPO_ROOT, Proc, free_port
 from local.queueconfig import write_derived
 from local.remotes.client import RemotesClient
+from local.stackclient import StackError
+from local.stackclient import demo_order as demo_order  # re-exported: the stack's callers post such orders
 from local.stackinfo import STACK_JSON
 from local.telemetry import connection_string as telemetry_connection_string
 from shared.api.auth import APP_SERVICE, EASY_AUTH_SETTING
@@ -61,8 +62,6 @@ from shared.settings import SERVICE_BUS_CONNECTION, SETTINGS, STATE_STORAGE_CONN
 HOST = "127.0.0.1"
 DEFAULT_STATE_DIR = REPO_ROOT / ".local"
 QUEUE_CONFIG = REPO_ROOT / "infra" / "servicebus-config.json"
-ORDER_STATES = ("Pending", "Processing", "Processed", "Error")
-TERMINAL_STATES = ("Processed", "Error")
 COMPONENTS = ("azurite", "servicebus", "remotes", "host")
 TELEMETRY = "telemetry"  # the ingestion receiver (local.telemetry), started before the host with telemetry=True
 # Each agent's service URL setting -> its service's path on the remotes simulator (the agent's name).
@@ -83,10 +82,6 @@ def _route_prefix(app_dir: Path) -> str:
     except (OSError, ValueError, AttributeError):
         prefix = "api"
     return str(prefix).strip("/")
-
-
-class StackError(RuntimeError):
-    pass
 
 
 class Stack:
@@ -539,18 +534,6 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-# ---- orders: the demo's ordinary orders ---------------------------------------------------------
-
-_SKUS = [("SKU-1", 9.99), ("SKU-2", 4.5), ("SKU-3", 19.0), ("SKU-4", 0.1), ("SKU-5", 129.95)]
-
-
-def demo_order(rng: random.Random) -> dict[str, Any]:
-    items = [{"sku": sku, "quantity": rng.randint(1, 3), "unitPrice": price}
-             for sku, price in rng.sample(_SKUS, rng.randint(1, 3))]
-    return {"customerId": f"c-{rng.randint(1, 20)}", "currency": "EUR", "items": items,
-            "priority": "high" if rng.random() < 0.2 else "normal", "statusQueue": None}
-
-
 # ---- command line ---------------------------------------------------------------------------------
 
 
@@ -617,7 +600,7 @@ def banner(stack: Stack) -> str:
 
 def _serve(stack: Stack, args: argparse.Namespace) -> None:
     """A started stack: its endpoints, the demo, then the live counts and alerts until interrupted."""
-    from local.demo import demo  # (local.demo and local.watch import this module)
+    from local.demo import demo  # (the command line's only: a library user of Stack needs neither)
     from local.watch import Watch, watch_forever
 
     print(banner(stack), flush=True)

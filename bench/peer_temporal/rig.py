@@ -1,7 +1,7 @@
 """The Temporal peer's rig (app venv side, standard library + local.procs): the remotes simulator,
 the status listener, the Temporal dev server and the worker + front, on free loopback ports.
 
-bench/peer.py's PeerRig with two processes instead of one: ``temporal server start-dev --headless
+bench/peer_rig.py's PeerRig with two processes instead of one: ``temporal server start-dev --headless
 --db-filename WORK/temporal.sqlite`` (through devserver.py, so it dies with this process even on
 a SIGKILL of the runner; stopped by PID: its process group) and ``python -m bench.peer_temporal``
 (the worker and front, ``peer_proc``: what ``kill_peer`` SIGKILLs and ``start_peer`` restarts;
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.peer import PeerRig
+from bench.peer_rig import PeerRig
 from bench.peer_temporal.venv import ensure_temporal_venv
 from local.procs import Proc, free_port, wait_for_port
 

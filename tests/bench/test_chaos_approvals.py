@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
-from bench.chaos import REJECT_AMOUNT_OVER, ChaosOptions, ChaosRun, OrderRec, main, render_summary, replay_command
+from bench.chaos import REJECT_AMOUNT_OVER, ChaosRun, main, render_summary, replay_command
 from bench.chaos_approvals import (
     APPROVING,
     KINDS,
     NEVER_WITHIN,
     RESTARTABLE_KINDS,
-    EventSend,
     answer_ok,
     generations,
     order_facts,
@@ -25,6 +24,7 @@ from bench.chaos_approvals import (
     wait_step,
     write_workflows,
 )
+from bench.chaos_records import ChaosOptions, EventSend, OrderRec
 from shared.core.workflows import load_directory, load_registry, workflows_directory
 from shared.core.workflows.catalog import AGENTS_BY_NAME
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from bench.chaos import ChaosOptions, ChaosRun, OrderRec, evaluate, render_summary, replay_command
+from bench.chaos import ChaosRun, evaluate, render_summary, replay_command
 from bench.chaos_bulk import CUSTOMER, KEPT_EVERY, bulk_outcomes, render_bulk
+from bench.chaos_records import ChaosOptions, OrderRec
 from tests.e2e.test_chaos import NOW, _rec, _view
 
 OP = "0123456789abcdef0123456789abcdef"

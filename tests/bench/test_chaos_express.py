@@ -11,9 +11,7 @@ from typing import Any
 
 from bench.chaos import (
     EXPRESS_WORKFLOW,
-    ChaosOptions,
     ChaosRun,
-    OrderRec,
     evaluate,
     plan_workflows,
     render_summary,
@@ -22,6 +20,7 @@ from bench.chaos import (
 from bench.chaos_express import GROUP_TERMINATE_AFTER, at_pivot, express_rejections
 from bench.chaos_ledger import effects_for, parse_key, step_key, view_effects
 from bench.chaos_operator import charging
+from bench.chaos_records import ChaosOptions, OrderRec
 from shared.core.statemachine.groups import STOPPED_REASON
 from shared.core.states import TERMINATED_REASON
 from tests.e2e.test_chaos import NOW, _good, _rec, _view

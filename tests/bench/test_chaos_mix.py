@@ -9,8 +9,6 @@ from typing import Any
 from bench.chaos import (
     DIGITAL_WORKFLOW,
     SERVICES,
-    ChaosOptions,
-    OrderRec,
     evaluate,
     main,
     plan_workflows,
@@ -18,6 +16,7 @@ from bench.chaos import (
     view_workflow,
 )
 from bench.chaos_ledger import STEP_EFFECTS, effects_for, parse_key, split_ledger, step_key, view_effects
+from bench.chaos_records import ChaosOptions, OrderRec
 from tests.e2e.test_chaos import NOW, _good, _rec, _view
 
 DIGITAL = {"name": "digital", "version": 1}

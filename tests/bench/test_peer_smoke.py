@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.peer import FORWARD, PeerRig, ledger_check
+from bench.peer import FORWARD, ledger_check
+from bench.peer_rig import PeerRig
 
 # the venv build (a pip install) counts against the first test's time
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]

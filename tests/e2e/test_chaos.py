@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from bench.chaos import ChaosOptions, OrderRec, evaluate, run_chaos
-from bench.chaos_approvals import ApprovalPlan, EventSend
+from bench.chaos import evaluate, run_chaos
 from bench.chaos_ledger import STEP_EFFECTS, parse_key, step_key
+from bench.chaos_records import ApprovalPlan, ChaosOptions, EventSend, OrderRec
 
 CI_SEED = int(os.environ.get("CHAOS_SEED", "20261122"))
 

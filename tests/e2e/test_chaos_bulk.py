@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos import ChaosOptions, run_chaos
+from bench.chaos import run_chaos
+from bench.chaos_records import ChaosOptions
 from tests.e2e.test_chaos import CI_SEED, _failed, _print_evidence
 
 

@@ -1,0 +1,176 @@
+"""The benchmark run's state and what its phases measure with (bench.run's Bench is one; bench.phase_* use it)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from bench import azure_cost, busstats, opcount, segments
+from bench.calibrate import calibrate
+from bench.hostlog import HostLog
+from bench.load import LoadRun, Poster, StatusWatcher, ms, percentile
+
+# A phase's last settlements land this long after its last order ended: a settlement waits for its
+# receiver's receive call in progress, up to RECEIVE_WAIT (2 s) in a lull (local/host/servicebus.py,
+# Turns). Each phase waits it out before its window closes, so that no phase counts another's.
+SETTLE_LAG = 2.5
+
+
+def machine() -> dict[str, Any]:
+    mem = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    cpu = None
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "python": platform.python_version(),
+            "platform": platform.platform(), "loadavg_at_start": list(os.getloadavg()),
+            "calibration_at_start": calibrate()}
+
+
+class BenchState:
+    """The run's options, results and windows, the stack's handles, and the counters and load runs
+    every phase measures with. bench.run's Bench adds the stack's start and stop and the phases."""
+
+    bus: busstats.BusStats  # the emulator's counters, once the stack started (Bench.start_stack)
+    instance_pids: dict[int, int]  # host instance -> pid, from the stack's start on
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.out_dir = Path(args.out_dir)
+        self.work = Path(tempfile.mkdtemp(prefix="bench-"))
+        self.count_dir = self.work / "opcount"
+        self.bus_stats_path = self.work / "servicebus-stats.json"
+        self.roles_dir = self.work / "threadroles"
+        self.result: dict[str, Any] = {"started_at": datetime.now(UTC).isoformat(), "machine": machine(),
+                                       "config": {k: v for k, v in vars(args).items()}}
+        self.stack: Any = None
+        self.hostlog: HostLog | None = None
+        self.watcher: StatusWatcher | None = None
+        self.poster: Poster | None = None
+        self.runs: list[LoadRun] = []
+        self.phase_windows: list[tuple[str, float, float]] = []
+        self.profiles: dict[str, Any] = {}
+
+    # ---- counters ------------------------------------------------------------------------------
+    def table_snapshot(self) -> dict[str, dict[str, float]]:
+        return opcount.read_totals(self.count_dir)
+
+    def bus_snapshot(self) -> dict[str, dict[str, Any]] | None:
+        return self.bus.snapshot()
+
+    def snapshot(self) -> dict[str, Any]:
+        time.sleep(0.7)  # every process writes its table counters twice a second
+        assert self.hostlog is not None
+        self.hostlog.poll()
+        return {"at": time.time(), "table": self.table_snapshot(), "bus": self.bus_snapshot(),
+                "telemetry": self.telemetry_snapshot()}
+
+    def telemetry_snapshot(self) -> dict[str, Any] | None:
+        """The telemetry receiver's counts (None without one): what the app's exporter has sent."""
+        if self.stack is None or not self.stack.telemetry_url:
+            return None
+        try:
+            return dict(requests.get(f"{self.stack.telemetry_url}/_stats", timeout=10).json())
+        except (requests.RequestException, ValueError):
+            return None
+
+    @staticmethod
+    def table_diff(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for k, v in a.items():
+            w = b.get(k, {})
+            d = {f: round(v.get(f, 0) - w.get(f, 0), 3) for f in ("requests", "entities", "failed", "seconds")}
+            if d["requests"]:
+                out[k] = d
+        return out
+
+    def window(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+        table = self.table_diff(after["table"], before["table"])
+        bus = busstats.diff(after["bus"], before["bus"])
+        assert self.hostlog is not None
+        inv = self.hostlog.counts(before["at"] - 0.7, after["at"] - 0.7)
+        return {"seconds": round(after["at"] - before["at"], 2), "table": table, "bus": bus,
+                "invocations": dict(inv),
+                "telemetry": azure_cost.telemetry_diff(after.get("telemetry"), before.get("telemetry"))}
+
+    # ---- load runs and the host ----------------------------------------------------------------
+    def new_run(self, phase: str) -> LoadRun:
+        assert self.poster is not None and self.watcher is not None
+        r = LoadRun(self.poster, self.watcher, phase)
+        self.runs.append(r)
+        return r
+
+    def _measured(self, name: str, r: LoadRun, before: dict[str, Any], t0: float, drain_timeout: float,
+                  steady_from: float | None = None) -> dict[str, Any]:
+        ok = r.wait_all(drain_timeout, progress=lambda s: print(s, flush=True))
+        time.sleep(SETTLE_LAG)  # the last settlements and status sends
+        after = self.snapshot()
+        t1 = time.time()
+        self.phase_windows.append((name, t0, t1))
+        orders = r.collect()
+        processed = [o for o in orders if o.processed]
+        lat = [o.processed - o.submitted for o in processed]
+        post = [o.accepted - o.submitted for o in orders if o.accepted]
+        w = self.window(before, after)
+        first = min((o.submitted for o in orders), default=t0)
+        last = max((o.processed for o in processed), default=t1)
+        res: dict[str, Any] = {
+            "orders_posted": len(orders), "post_failures": r.post_failures, "post_errors": r.post_errors,
+            "processed": len(processed),
+            "failed": sum(1 for o in orders if o.failed), "unfinished": len(orders) - len(processed) -
+            sum(1 for o in orders if o.failed), "all_finished": ok,
+            "seconds": round(last - first, 2),
+            "orders_per_s": round(len(processed) / (last - first), 2) if last > first else None,
+            "latency_ms": {f"p{p}": ms(percentile(lat, p)) for p in (50, 95, 99)}
+            | {"max": ms(max(lat, default=None))},
+            "post_latency_ms": {f"p{p}": ms(percentile(post, p)) for p in (50, 99)},
+            "latency_legs": segments.summarize(orders),
+            "status_consumer_lag_ms": self.watcher.lag_ms(t0, t1) if self.watcher is not None else None,
+            "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
+            "window": w,
+        }
+        assert self.hostlog is not None
+        work = self.hostlog.work_items(first - 0.01, last + 0.5)
+        res["work_items"] = work
+        res["work_items_per_s"] = round(work / (last - first), 1) if last > first else None
+        if steady_from is not None:
+            done_in = [o for o in processed if steady_from <= o.processed <= r_end(orders)]
+            span = r_end(orders) - steady_from
+            res["steady"] = {"from": steady_from, "seconds": round(span, 2),
+                             "orders_per_s": round(len(done_in) / span, 2) if span > 0 else None,
+                             "work_items_per_s":
+                                 round(self.hostlog.work_items(steady_from, steady_from + span) / span, 1)
+                             if span > 0 else None}
+        return res
+
+    def host_instances(self) -> dict[int, int]:
+        self.instance_pids.update(self.stack.host_instances())
+        return dict(self.instance_pids)
+
+    def saturation_rate(self) -> float:
+        st = self.result.get("phases", {}).get("saturation", {})
+        return float((st.get("steady") or {}).get("orders_per_s") or st.get("orders_per_s") or 5.0)
+
+
+def r_end(orders: list[Any]) -> float:
+    return max((o.processed for o in orders if o.processed), default=time.time())

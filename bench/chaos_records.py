@@ -1,0 +1,252 @@
+"""The chaos run's records (bench.chaos): its options, order records, approval plans, and the runner its parts use."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from local.procs import REPO_ROOT
+from shared.core.workflows import DEFAULT_WORKFLOW
+
+if TYPE_CHECKING:
+    import requests
+
+    from local.stack import Stack
+
+DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "chaos.json"
+
+
+# ---- options and records ----------------------------------------------------------------------
+
+
+@dataclass
+class ChaosOptions:
+    orders: int = 2000
+    seed: int | None = None  # None: a random seed (printed)
+    instances: int = 2
+    rate: float = 8.0  # orders posted per second
+    out: Path | None = DEFAULT_OUT
+    state_dir: Path | None = None  # default .local/chaos/<time>-seed<S>
+    step_timeout: int = 4  # StepTimeoutSeconds
+    supervisor_schedule: str = "*/1 * * * * *"
+    kills: int | None = None  # SIGKILLs of host instances; default max(2, orders // 200)
+    duplicate_submit_rate: float = 0.05  # share of orders POSTed twice (same Idempotency-Key)
+    duplicate_delivery_rate: float = 0.05  # share of orders whose request and reply get a copy
+    transient_rate: float = 0.2
+    lost_response_rate: float = 0.05
+    hang_rate: float = 0.05
+    hang_seconds: float | None = None  # default step_timeout + 3 (past CompleteBy)
+    reject_rate: float = 0.02  # share of orders the remotes reject for good (half SKU, half amount)
+    outage_seconds: float = 20.0  # one shipping outage window (0: none)
+    breaker_failure_threshold: int | None = None  # BreakerFailureThreshold (None: the app's default)
+    breaker_cool_down: float | None = None  # BreakerCoolDownSeconds (None: the app's default)
+    restart_servicebus: bool = True
+    restart_azurite: bool = True
+    settle_timeout: float = 30.0  # after the last POST, with faults still on
+    drain_timeout: float = 300.0  # after faults are turned off
+    post_retry_seconds: float = 120.0  # how long one POST is retried (restarts, killed instances)
+    operator_retry: bool = True  # at the end, retry orders held for an operator (POST /retry), as one would
+    terminate_rate: float = 0.03  # share of orders the operator terminates (POST /terminate)
+    terminate_within: float = 4.0  # ... at a random moment within this many seconds of acceptance
+    operator_restarts: bool = True  # restart the orders rejected for good once they failed (new generation)
+    fixable_rate: float = 0.01  # share of orders with a cause of their own the operator fixes, then restarts
+    digital_share: float = 0.0  # share of orders that name "workflow": "digital" (the others: the default)
+    express_share: float = 0.15  # share of orders that name "workflow": "express" (a parallel step)
+    approval_share: float = 0.1  # share of orders made to wait for approval (bench.chaos_approvals)
+    approval_timeout: int = 30  # every wait step's timeoutSeconds in the run's own workflows directory
+    bulk_orders: int = 0  # orders retried by ONE bulk operation while an instance is killed (bench.chaos_bulk)
+    bulk_per_tick: int = 1  # BulkOrdersPerTick of the stack when bulk_orders > 0 (the POST itself acts on 25)
+    progress_every: float = 2.0
+    echo: bool = False  # echo the stack's processes' output to stderr
+
+    def resolved(self) -> ChaosOptions:
+        o = ChaosOptions(**asdict(self))
+        if o.seed is None:
+            o.seed = random.SystemRandom().randrange(1, 2**31)
+        if o.kills is None:
+            o.kills = max(2, o.orders // 200)
+        if o.hang_seconds is None:
+            o.hang_seconds = float(o.step_timeout + 3)
+        if o.instances < 2:
+            raise ValueError("--instances must be at least 2")
+        if o.orders < 1 or o.rate <= 0:
+            raise ValueError("--orders and --rate must be positive")
+        if not (0 <= o.terminate_rate <= 1 and 0 <= o.fixable_rate <= 1) or o.terminate_within < 0:
+            raise ValueError("--terminate-rate and --fixable-rate must be 0..1, --terminate-within >= 0")
+        if not 0 <= o.digital_share <= 1:
+            raise ValueError("--digital-share must be 0..1")
+        if not 0 <= o.express_share <= 1 or o.digital_share + o.express_share > 1:
+            raise ValueError("--express-share must be 0..1, and with --digital-share at most 1")
+        if not 0 <= o.approval_share <= 1 or o.approval_timeout < 10:
+            raise ValueError("--approval-share must be 0..1, --approval-timeout at least 10 (s)")
+        if not 0 <= o.bulk_orders <= 10_000 or o.bulk_per_tick < 1:
+            raise ValueError("--bulk-orders must be 0..10000, --bulk-per-tick at least 1")
+        if o.state_dir is None:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            o.state_dir = REPO_ROOT / ".local" / "chaos" / f"{stamp}-seed{o.seed}"
+        return o
+
+
+@dataclass
+class OrderRec:
+    index: int
+    key: str  # Idempotency-Key
+    body: dict[str, Any]
+    reject: str | None  # "sku" | "amount" | None: designed to be rejected for good
+    dup_submit: bool
+    dup_delivery: bool
+    workflow: str = DEFAULT_WORKFLOW  # the workflow the order's POST names (the default's is not named)
+    order_id: str | None = None
+    post_status: int | None = None
+    post_attempts: int = 0
+    post_error: str | None = None
+    accepted_at: float | None = None
+    view: dict[str, Any] | None = None
+    not_found_polls: int = 0
+    next_poll: float = 0.0  # monotonic time of this order's next GET
+    held_retry_status: int | None = None  # the operator retry's answer, if the order was held
+    poll_interval: float = 0.0
+    dup_submit_done: bool = False
+    dup_submit_status: int | None = None
+    dup_submit_order_id: str | None = None
+    request_copy_sent: bool = False
+    reply_copy_sent: bool = False
+    # the operator (bench.chaos_operator): what it planned for the order and what it did
+    terminate_after: float | None = None  # seconds after acceptance; None: not terminated
+    terminate_status: int | None = None  # the terminate's HTTP answer (None: none yet, or none at all)
+    terminate_result: str | None = None  # 202: terminated | terminating | held; else the problem type
+    terminate_state: str | None = None  # the processState the answer gave
+    terminate_lost: int = 0  # terminate calls sent whose answer was lost
+    terminate_gave_up: bool = False
+    fix: str | None = None  # "restock" | "stall": a cause of the order's own, fixed by the operator
+    fix_sku: str | None = None
+    fixed: bool = False
+    restarts_planned: int = 0
+    restarts_tried: int = 0
+    restarts_done: int = 0  # 202 "restarted"
+    restarts_unanswered: int = 0  # restart calls whose answer was lost (each may have restarted it)
+    redrives_tried: int = 0
+    redrives_done: int = 0  # 202 "compensation-redriven"
+    operator_actions: list[dict[str, Any]] = field(default_factory=list)
+    op_busy: bool = False
+    approval: ApprovalPlan | None = None  # the order waits for an event: what the runner sends it (chaos_approvals)
+    # express orders (bench.chaos_express): a designed path, and the SKU a remote hangs on for it
+    express_plan: str | None = None  # "groupTerminate" | "pivotCancel"
+    express_hold_sku: str | None = None
+    cancel_status: int | None = None  # the operator's cancel (pivotCancel): its HTTP answer
+    cancel_result: str | None = None
+    cancel_lost: int = 0
+    cancel_gave_up: bool = False
+    request_copy_step: str | None = None  # the step whose request (or reply) the duplicate delivery copied
+    reply_copy_step: str | None = None
+    reply_copy_in_group: bool = False  # the reply copied was a branch's while another branch still ran
+    bulk: bool = False  # retried by the run's bulk operation (bench.chaos_bulk)
+    bulk_restarts: int = 0  # restarts the bulk operation was asked for (1 once it started)
+
+    @property
+    def state(self) -> str | None:
+        return None if self.view is None else self.view.get("processState")
+
+
+def is_terminal(view: dict[str, Any] | None) -> bool:
+    """Processed, or Error with no compensation still running (held, or compensations ended)."""
+    if not view:
+        return False
+    ps = view.get("processState")
+    if ps == "Processed":
+        return True
+    if ps == "Error":
+        comp = view.get("compensation") or {}
+        return comp.get("state") != "running" and not comp.get("pending")
+    return False
+
+
+# ---- an order's approval plan and what was sent (bench.chaos_approvals) -----------------------
+
+# Expected answers (``result`` of a 202; a refusal is a 409 ``wrong-state``)
+STEP_DONE, KEPT, DUPLICATE, COMPENSATING = "step-done", "event-kept", "event-duplicate", "compensating"
+REFUSED = "409"
+EXPECTED: dict[str, tuple[str, ...]] = {
+    "approve": (STEP_DONE,), "early": (KEPT,), "decline": (COMPENSATING,), "copy": (DUPLICATE,),
+    "different": (REFUSED,), "tooLate": (REFUSED,),
+}
+AT_ONCE = (STEP_DONE, DUPLICATE)  # an event and its copy sent at once: either may come first
+
+
+@dataclass
+class EventSend:
+    """One event the runner sent (retried until it had an answer), and the answer."""
+
+    what: str  # approve | early | decline | copy | different | tooLate
+    generation: int
+    key: str | None  # the Idempotency-Key (None: none sent)
+    body: dict[str, Any]
+    t: float = 0.0
+    status: int | None = None
+    result: str | None = None  # a 202's result, or "409"
+    problem: str | None = None  # a refusal's problem type (its last path segment)
+    lost: int = 0  # calls sent whose answer was lost (each may have been applied)
+    pair: int | None = None  # sent at the same time as the send of this index (``twice``, concurrent)
+
+    @property
+    def expected(self) -> tuple[str, ...]:
+        return AT_ONCE if self.pair is not None else EXPECTED[self.what]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"what": self.what, "generation": self.generation, "key": self.key, "t": self.t,
+                "status": self.status, "result": self.result, "problem": self.problem, "lost": self.lost,
+                "pair": self.pair, "expected": list(self.expected)}
+
+
+@dataclass
+class ApprovalPlan:
+    kind: str  # one of bench.chaos_approvals.KINDS
+    step: str  # the wait step's name
+    event: str  # the event it waits for
+    decision: str | None  # its decision field
+    designed: bool = False  # waits because of a designed cause (a rejection, the operator's limit)
+    unplanned: bool = False  # the run found it waiting with no plan (a check counts it)
+    late_seconds: float = 0.0
+    twice_by: str = "key"  # twice: "key" (same Idempotency-Key) or "body" (no key, same body)
+    concurrent: bool = False  # twice: both copies at once
+    hold_sku: str | None = None  # early: the SKU the inventory service hangs on until the event is answered
+    sends: list[EventSend] = field(default_factory=list)
+    handled: set[int] = field(default_factory=set)  # generations whose event was sent (or need none)
+    seen: dict[int, float] = field(default_factory=dict)  # generation -> when the runner first saw it waiting
+    busy: bool = False
+
+    def sent(self, what: str) -> bool:
+        return any(s.what == what for s in self.sends)
+
+
+# ---- the runner as its parts use it -------------------------------------------------------------
+
+
+class ChaosRunner(Protocol):
+    """What the run's parts (bench.chaos_operator, bench.chaos_approvals, bench.chaos_express,
+    bench.chaos_bulk) use of the runner, bench.chaos.ChaosRun."""
+
+    o: ChaosOptions
+    lock: threading.Lock
+    stop: threading.Event
+    recs: list[OrderRec]
+    faults: Counter[str]
+    errors: list[str]  # infrastructure problems (the run is then not valid)
+    stack: Stack | None
+
+    def say(self, text: str) -> None: ...
+
+    def elapsed(self) -> float: ...
+
+    def event(self, kind: str, **info: Any) -> None: ...
+
+    def session(self, level: str) -> requests.Session: ...
+
+    def remove_remote_cause(self, cause: str, sku: str | None) -> None: ...
+
+    def kill_instance(self) -> None: ...
