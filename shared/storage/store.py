@@ -78,10 +78,12 @@ import hashlib
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from shared.core.rows import Entity, EventRow, IndexRow, Op, SearchRow
 from shared.observability.figures import Figures
+
+W = TypeVar("W")  # a write of one table interface or the other (Op, tables.Write)
 
 INDEX_PARTITION = "orders"  # the search index unsharded (one shard), and the legacy partition beside shards
 # The search index's shards: ``orders-0`` .. ``orders-7``, 8 partitions' write ceiling (about 2,000
@@ -258,6 +260,22 @@ class Store(StateTable, DeadlineIndex, SearchIndex, StatsTable, Protocol):
 MAX_BATCH_OPS = 100
 MAX_STRING_BYTES = 64 * 1024  # a String property is at most 64 KiB (UTF-16)
 MAX_PROPERTIES = 252
+
+
+def transact_or_each(transact: Callable[[Sequence[W]], object], writes: Sequence[W],
+                     each: Callable[[W], None]) -> None:
+    """``writes`` in entity-group transactions of at most ``MAX_BATCH_OPS`` (``transact``, one
+    partition); a transaction refused with :class:`Conflict` (a row already gone, or written again
+    since its ETag was read: the whole transaction fails) is written again one write at a time by
+    ``each``, which decides what a Conflict of its own means. The one way the store writes a set of
+    rows where a missing one must not stop the others."""
+    for i in range(0, len(writes), MAX_BATCH_OPS):
+        chunk = writes[i:i + MAX_BATCH_OPS]
+        try:
+            transact(chunk)
+        except Conflict:
+            for write in chunk:
+                each(write)
 
 
 def check_entity(row: Entity) -> None:

@@ -9,6 +9,7 @@ for it and has returned when the call returns: nothing is queued for later.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,7 +23,6 @@ from shared.storage.store import (
     SEARCH_SHARDS,
     STATS_PARTITION,
     Ask,
-    Conflict,
     Entity,
     TooLarge,
     check_entity,
@@ -30,6 +30,7 @@ from shared.storage.store import (
     index_partitions,
     merge_lazily,
     shard_of,
+    transact_or_each,
 )
 from shared.storage.tables import MAX_PAGE, POOL_SIZE, SdkTable, Table, Write, table_for
 from shared.storage.transport import Urllib3Transport
@@ -118,24 +119,22 @@ class TableStore:
     def write_index(self, puts: Sequence[SearchRow], deletes: Sequence[str], *,
                     stale: Sequence[str] = ()) -> None:
         """Per shard (an order's rows share one), one transaction of the puts and deletes; if a delete
-        finds nothing (the transaction fails), the puts again alone and the deletes one by one.
-        ``stale``: one by one, apart."""
+        finds nothing (the transaction fails), each write alone (``transact_or_each``). ``stale``:
+        one by one, apart."""
         search = self._searched()
         shards: dict[str, list[Write]] = {}
         for w in [*(Write("upsert", r.row_key, r.to_entity()) for r in puts), *(Write("delete", k) for k in deletes)]:
             shards.setdefault(shard_of(w.row_key, self.shards), []).append(w)
-        gone = list(stale)
+
+        def write_one(w: Write) -> None:  # an upsert cannot conflict; a delete of a row gone is fine
+            if w.kind == "upsert":
+                search.transact(shard_of(w.row_key, self.shards), [w])
+            else:
+                search.delete(shard_of(w.row_key, self.shards), w.row_key)
+
         for shard, writes in shards.items():
-            for i in range(0, len(writes), MAX_BATCH_OPS):
-                chunk = writes[i:i + MAX_BATCH_OPS]
-                try:
-                    search.transact(shard, chunk)
-                except Conflict:  # a delete of a row already gone: the upserts cannot fail that way
-                    upserts = [w for w in chunk if w.kind == "upsert"]
-                    if upserts:
-                        search.transact(shard, upserts)
-                    gone += [w.row_key for w in chunk if w.kind == "delete"]
-        for key in gone:
+            transact_or_each(functools.partial(search.transact, shard), writes, write_one)
+        for key in stale:
             search.delete(shard_of(key, self.shards), key)
 
     def _searched(self) -> Table:
@@ -198,11 +197,5 @@ class TableStore:
 
     def delete_stats(self, row_keys: Sequence[str]) -> None:
         search = self._searched()
-        if len(row_keys) > 1:
-            try:
-                search.transact(STATS_PARTITION, [Write("delete", rk) for rk in row_keys])
-                return
-            except Conflict:  # a row already gone: then one by one
-                pass
-        for rk in row_keys:
-            search.delete(STATS_PARTITION, rk)
+        transact_or_each(lambda chunk: search.transact(STATS_PARTITION, chunk),
+                         [Write("delete", rk) for rk in row_keys], lambda w: search.delete(STATS_PARTITION, w.row_key))

@@ -17,7 +17,7 @@ from datetime import datetime
 from shared.core.breaker.waiting import MAX_LISTED, WaitingStep, waiting_partition
 from shared.core.rows import Op
 from shared.core.times import iso
-from shared.storage.store import MAX_BATCH_OPS, Conflict, Store
+from shared.storage.store import Conflict, Store, transact_or_each
 
 
 def register_waiting(store: Store, remote: str, step: WaitingStep, now: datetime) -> None:
@@ -58,17 +58,12 @@ def forget_rows(store: Store, remote: str, rows: Sequence[tuple[str, str]]) -> N
     """Delete these rows (RowKey, ETag: ``*`` for whatever is there) of ``remote``'s waiting list;
     a row already gone, or written again since its ETag was read, is left as it is."""
     partition = waiting_partition(remote)
-    keyed = dict(sorted(rows))
-    keys = list(keyed)
-    for i in range(0, len(keys), MAX_BATCH_OPS):
-        chunk = keys[i:i + MAX_BATCH_OPS]
+    deletes = [Op("delete", {"RowKey": key}, etag=etag) for key, etag in sorted(dict(rows).items())]
+
+    def delete_one(op: Op) -> None:
         try:
-            store.transact(partition, [Op("delete", {"RowKey": k}, etag=keyed[k]) for k in chunk])
-        except Conflict:  # one of them was gone or written again: the others one by one
-            if len(chunk) == 1:
-                continue
-            for key in chunk:
-                try:
-                    store.transact(partition, [Op("delete", {"RowKey": key}, etag=keyed[key])])
-                except Conflict:
-                    pass
+            store.transact(partition, [op])
+        except Conflict:
+            pass  # gone, or written again since: left as it is
+
+    transact_or_each(lambda chunk: store.transact(partition, chunk), deletes, delete_one)
