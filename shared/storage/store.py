@@ -267,15 +267,17 @@ def transact_or_each(transact: Callable[[Sequence[W]], object], writes: Sequence
     """``writes`` in entity-group transactions of at most ``MAX_BATCH_OPS`` (``transact``, one
     partition); a transaction refused with :class:`Conflict` (a row already gone, or written again
     since its ETag was read: the whole transaction fails) is written again one write at a time by
-    ``each``, which decides what a Conflict of its own means. The one way the store writes a set of
-    rows where a missing one must not stop the others."""
+    ``each``, which decides what a Conflict of its own means; a refused transaction of one write
+    is not: its Conflict is that write's own. The one way the store writes a set of rows where a
+    missing one must not stop the others."""
     for i in range(0, len(writes), MAX_BATCH_OPS):
         chunk = writes[i:i + MAX_BATCH_OPS]
         try:
             transact(chunk)
         except Conflict:
-            for write in chunk:
-                each(write)
+            if len(chunk) > 1:
+                for write in chunk:
+                    each(write)
 
 
 def check_entity(row: Entity) -> None:

@@ -25,6 +25,18 @@ def test_chunks_of_100_and_a_refused_chunk_one_at_a_time() -> None:
     assert alone == list(range(100, 200))
 
 
+def test_a_refused_transaction_of_one_write_is_not_tried_again() -> None:
+    tried: list[list[int]] = []
+    alone: list[int] = []
+
+    def transact(chunk: Sequence[int]) -> None:
+        tried.append(list(chunk))
+        raise Conflict("gone")
+
+    transact_or_each(transact, list(range(101)), alone.append)
+    assert tried == [list(range(100)), [100]] and alone == list(range(100))
+
+
 def test_another_error_is_not_swallowed() -> None:
     def transact(chunk: Sequence[int]) -> None:
         raise TimeoutError("the service did not answer")
