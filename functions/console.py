@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from functions.operator_auth import actor, may_act, operator_only, reader_only
 from shared.api.http import HttpResult, problem
 from shared.api.orders import get_history, get_order
 from shared.console.deadletters import get_dead_letters
+from shared.core.once import once
 from shared.runtime import get_runtime
 
 STATIC_DIR = Path(__file__).with_name("console_static")
@@ -83,17 +83,9 @@ def load_assets(static_dir: Path = STATIC_DIR) -> dict[str, Asset]:
     return assets
 
 
-_assets: dict[str, Asset] | None = None
-_lock = threading.Lock()
-
-
+@once
 def assets() -> dict[str, Asset]:
-    global _assets
-    if _assets is None:
-        with _lock:
-            if _assets is None:
-                _assets = load_assets()
-    return _assets
+    return load_assets()
 
 
 def asset_response(name: str | None, if_none_match: str | None) -> func.HttpResponse:

@@ -10,19 +10,16 @@ from pathlib import Path
 
 import azure.functions as func
 
+from shared.core.once import once
+
 SPEC_PATH = Path(__file__).with_name("openapi.yaml")
 MEDIA_TYPE = "application/yaml"
 
 bp = func.Blueprint()
 
-_spec: bytes | None = None
-
-
+@once
 def spec_bytes() -> bytes:
-    global _spec
-    if _spec is None:
-        _spec = SPEC_PATH.read_bytes()
-    return _spec
+    return SPEC_PATH.read_bytes()
 
 
 @bp.function_name("openapi")

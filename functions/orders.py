@@ -13,19 +13,15 @@ from functions.operator_auth import actor, operator_only, reader_only
 from shared.api.operator import cancel_order, resume_order, retry_order, send_event, suspend_order, terminate_order
 from shared.api.orders import get_history, get_order, list_workflows, submit
 from shared.api.search import search_orders
+from shared.core.once import once
 from shared.runtime import get_runtime
 from shared.settings import Settings
 
 bp = func.Blueprint()
 
-_max_bytes: int | None = None
-
-
+@once
 def _limit() -> int:
-    global _max_bytes
-    if _max_bytes is None:
-        _max_bytes = Settings.from_env().int("MaxRequestBytes")
-    return _max_bytes
+    return Settings.from_env().int("MaxRequestBytes")
 
 
 @bp.function_name("submit_order")

@@ -43,6 +43,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanK
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from shared.core.messages import OutMessage
+from shared.core.once import once
 from shared.observability import sampling
 
 TRACER_NAME = "orders"
@@ -64,7 +65,7 @@ class _Sender(Protocol):
     def send(self, message: OutMessage) -> None: ...
 
 
-@functools.cache
+@once
 def tracer() -> trace.Tracer:
     """The app's tracer, got once: the SDK makes a new Tracer per ``get_tracer`` call (~12 µs, every
     span). Got before a provider is set, it is the API's proxy, which follows the provider set later."""

@@ -9,7 +9,6 @@ build one from ``MemoryStore``/``MemoryBus`` (with the tests' fixed key) or from
 from __future__ import annotations
 
 import secrets
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,6 +16,7 @@ from typing import Any
 
 from shared.core.effects import Effect
 from shared.core.messages import Bus
+from shared.core.once import once
 from shared.core.sealed import Keys
 from shared.core.statemachine import Config, Ctx
 from shared.messaging import ServiceBusBus
@@ -61,18 +61,10 @@ def runtime_from_settings(settings: Settings, clients: object | None = None) -> 
                    instance_id=instance_id(), service_bus=c.service_bus)
 
 
-_runtime: Runtime | None = None
-_lock = threading.Lock()
-
-
+@once
 def get_runtime() -> Runtime:
     """The worker's runtime: built on first use (tables created then), shared by all threads."""
-    global _runtime
-    if _runtime is None:
-        with _lock:
-            if _runtime is None:
-                from shared.runtime.clients import get_clients
+    from shared.runtime.clients import get_clients
 
-                c = get_clients()
-                _runtime = runtime_from_settings(c.settings, c)
-    return _runtime
+    c = get_clients()
+    return runtime_from_settings(c.settings, c)

@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from shared.core.once import once
 from shared.settings import Connection, Settings
 from shared.storage.tables import POOL_SIZE, requests_transport
 from shared.storage.transport import Urllib3Transport
@@ -177,15 +178,7 @@ class Clients:
         self.transport.close()
 
 
-_clients: Clients | None = None
-_clients_lock = threading.Lock()
-
-
+@once
 def get_clients() -> Clients:
     """The worker's one ``Clients`` (settings read from the environment on first use)."""
-    global _clients
-    if _clients is None:
-        with _clients_lock:
-            if _clients is None:
-                _clients = Clients(Settings.from_env())
-    return _clients
+    return Clients(Settings.from_env())

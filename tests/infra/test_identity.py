@@ -73,9 +73,9 @@ def identity_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     env = azure_environment()
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(clients_module, "_clients", None)  # the worker's clients, built from this env
+    monkeypatch.setattr(clients_module.get_clients, "value", None)  # the worker's clients, built from this env
     yield env
-    monkeypatch.setattr(clients_module, "_clients", None)
+    monkeypatch.setattr(clients_module.get_clients, "value", None)
 
 
 @pytest.fixture

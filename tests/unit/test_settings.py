@@ -67,10 +67,10 @@ def test_the_workers_clients_fail_naming_the_missing_setting(monkeypatch: pytest
     for name in REQUIRED:
         monkeypatch.setenv(name, REQUIRED[name])
     monkeypatch.delenv("PaymentServiceUrl")
-    monkeypatch.setattr(clients_module, "_clients", None)
+    monkeypatch.setattr(clients_module.get_clients, "value", None)
     with pytest.raises(MissingSettingError, match="PaymentServiceUrl"):
         clients_module.get_clients()
-    assert clients_module._clients is None
+    assert clients_module.get_clients.value is None
 
 
 # --------------------------------------------------------------------------- TokenKeys
@@ -116,7 +116,7 @@ def test_the_workers_clients_fail_on_a_bad_token_key(monkeypatch: pytest.MonkeyP
     for name in REQUIRED:
         monkeypatch.setenv(name, REQUIRED[name])
     monkeypatch.setenv(TOKEN_KEYS, _key(16))
-    monkeypatch.setattr(clients_module, "_clients", None)
+    monkeypatch.setattr(clients_module.get_clients, "value", None)
     with pytest.raises(InvalidSettingError, match="TokenKeys"):
         clients_module.get_clients()
-    assert clients_module._clients is None
+    assert clients_module.get_clients.value is None

@@ -42,30 +42,41 @@ class Msg:
 
 @dataclass
 class FakeClient:
-    """Queues by (name, dead letter?): peeks answer from them; ``fail`` raises as the SDK does."""
+    """Queues by (name, dead letter?): peeks answer from them; ``fail`` raises as the SDK does.
+    ``receivers``: every receiver built (each is a connection and its links in the SDK)."""
 
     queues: dict[tuple[str, bool], list[Msg]] = field(default_factory=dict)
     fail: bool = False
     peeks: list[tuple[str, bool, int, int]] = field(default_factory=list)
+    receivers: list[FakeClient.Receiver] = field(default_factory=list)
 
     def get_queue_receiver(self, queue: str, sub_queue: Any = None) -> FakeClient.Receiver:
-        return FakeClient.Receiver(self, queue, sub_queue == ServiceBusSubQueue.DEAD_LETTER)
+        receiver = FakeClient.Receiver(self, queue, sub_queue == ServiceBusSubQueue.DEAD_LETTER)
+        self.receivers.append(receiver)
+        return receiver
 
     @dataclass
     class Receiver:
         client: FakeClient
         queue: str
         dead: bool
+        closed: bool = False
+        fail_next: bool = False  # its next peek fails (e.g. its link was detached meanwhile)
 
         def __enter__(self) -> FakeClient.Receiver:
             return self
 
         def __exit__(self, *exc: object) -> None:
-            pass
+            self.close()
+
+        def close(self) -> None:
+            self.closed = True
 
         def peek_messages(self, max_message_count: int, *, sequence_number: int, timeout: float) -> list[Msg]:
+            assert not self.closed, "a peek on a closed receiver"
             self.client.peeks.append((self.queue, self.dead, max_message_count, sequence_number))
-            if self.client.fail:
+            if self.client.fail or self.fail_next:
+                self.fail_next = False
                 raise ServiceBusConnectionError(message="connection refused")
             msgs = self.client.queues.get((self.queue, self.dead), [])
             return [m for m in msgs if m.sequence_number >= sequence_number][:max_message_count]
@@ -169,7 +180,7 @@ def test_no_service_bus_setting_is_a_503(monkeypatch: pytest.MonkeyPatch) -> Non
     from shared.settings import Settings
     from tests.unit.harness import REQUIRED_VALUES
 
-    monkeypatch.setattr(clients, "_clients", clients.Clients(Settings.from_env(REQUIRED_VALUES)))
+    monkeypatch.setattr(clients.get_clients, "value", clients.Clients(Settings.from_env(REQUIRED_VALUES)))
     r = deadletters.get_dead_letters(make_runtime(), {"queue": "alerts"})
     assert r.status == 503 and "ServiceBusConnection" in r.body["detail"]
 

@@ -27,7 +27,7 @@ def rt(monkeypatch: pytest.MonkeyPatch) -> Any:
     runtime = make_runtime()
     for mod in (sub_fn, sched_fn, sup_fn):
         monkeypatch.setattr(mod, "get_runtime", lambda: runtime)
-    monkeypatch.setattr(sub_fn, "_max_bytes", 65536)
+    monkeypatch.setattr(sub_fn._limit, "value", 65536)
     return runtime
 
 
