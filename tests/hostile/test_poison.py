@@ -260,7 +260,7 @@ def test_poison_causes_no_crash_loop(poison_run: PoisonRun) -> None:
     assert poison_run.still_active == []  # nothing is redelivered forever
 
 
-# The dead-letter reason of each poison message (shared/core/messages.py PoisonMessage, docs/reliability.md).
+# The dead-letter reason of each poison message (shared/core/messages/sending.py PoisonMessage, docs/reliability.md).
 EXPECTED_REASON = {
     "scheduler/bad-json": "InvalidJson",
     "scheduler/wrong-schema": "SchemaViolation",

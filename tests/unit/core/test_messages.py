@@ -1,4 +1,4 @@
-"""The agent request model (shared/core/messages.py): the scheduler's body, the agent's reading.
+"""The agent request model (shared/core/messages/): the scheduler's body, the agent's reading.
 
 The body ``AgentRequest(...).to_body()`` builds must be the one the scheduler sends (same dict,
 same JSON bytes), for a step and for a compensation; and the agent must read it back whole.
