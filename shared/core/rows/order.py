@@ -1,136 +1,36 @@
-"""Typed rows of the state store, converted at the store boundary.
-
-The store speaks entities (dicts of Table Storage properties, ``PascalCase``, times as
-ISO-8601 text, JSON as text, the ETag under ``shared.core.rows.ETAG``). The core speaks these
-frozen dataclasses: each row reads itself with ``from_entity`` and writes itself with
-``to_entity`` (no ``None`` written: absent means null). A change is ``dataclasses.replace``.
-The layout of the table is described in ``shared.storage.store``.
-"""
+"""The rows of an order's partition (StateTable, PartitionKey = the order id): the order, its
+state, its steps and its history."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any
 
-from shared.core.jsonio import dumps, loads, present
+from shared.core.jsonio import present
 from shared.core.lease import Lease
-from shared.core.states import (
-    Category,
-    CompensationState,
-    Mode,
-    OrderCompensation,
-    Outcome,
-    ProcessState,
-    StepState,
+from shared.core.rows.base import (
+    FLAG,
+    INT,
+    JSON,
+    LEASE,
+    OPTIONAL_INT,
+    ORDER_ROW,
+    STATE_ROW,
+    TEXT,
+    TIME,
+    WORKFLOW_NAME,
+    WORKFLOW_VERSION,
+    Codec,
+    Row,
+    _enum,
+    history_row_key,
+    props_of,
+    step_row_key,
 )
-from shared.core.times import iso, parse_iso
+from shared.core.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
+from shared.core.times import iso
 from shared.core.workflows import DEFAULT_WORKFLOW, LEGACY_VERSION
-
-# An entity as the store has it (PascalCase properties, keys, ETag under ETAG); each row below reads and writes one.
-Entity = dict[str, Any]
-R = TypeVar("R", bound="Row")
-
-# The keys of an order's partition (StateTable, PartitionKey = the order id)
-ORDER_ROW = "order"
-STATE_ROW = "state"
-HISTORY_PREFIX = "history-"
-HISTORY_END = "history."  # the first key after every history row ('.' follows '-')
-# The forward path reads an order's partition from here on: ``order``, ``state``, ``step-*``;
-# its history rows (``history-*``) sort before it and are read only to show them.
-LIVE_ROWS_FROM = ORDER_ROW
-
-
-def step_row_key(index: int, name: str) -> str:
-    return f"step-{index:02d}-{name}"
-
-
-def history_row_key(seq: int) -> str:
-    return f"{HISTORY_PREFIX}{seq:08d}"
-
-
-@dataclass(frozen=True)
-class Codec:
-    """How one property is read from and written to an entity."""
-
-    load: Callable[[Any], Any]
-    dump: Callable[[Any], Any]
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _enum(kind: Callable[[Any], Any], absent: Any = None) -> Codec:
-    return Codec(lambda v: kind(v) if v is not None else absent, str)
-
-
-TEXT = Codec(_same, _same)
-INT = Codec(lambda v: int(v) if v is not None else 0, int)
-OPTIONAL_INT = Codec(lambda v: None if v is None else int(v), int)
-FLAG = Codec(bool, bool)
-TIME = Codec(parse_iso, iso)
-JSON = Codec(lambda v: loads(v) if v else None, dumps)
-LEASE = Codec(Lease.parse, str)
-# An order written before workflows were recorded has neither property: it ran order v1.
-WORKFLOW_NAME = Codec(lambda v: v or DEFAULT_WORKFLOW, str)
-WORKFLOW_VERSION = Codec(lambda v: LEGACY_VERSION if v is None else int(v), int)
-
-
-ETAG = "_etag"  # where an entity read from the store carries its ETag
-
-
-@dataclass(frozen=True)
-class Op:
-    """One write of a transaction. ``row`` holds RowKey and properties (no PartitionKey)."""
-
-    kind: Literal["create", "replace", "delete"]
-    row: Entity
-    etag: str | None = None  # required for replace/delete: the ETag the decision was made on
-
-    @property
-    def row_key(self) -> str:
-        return str(self.row["RowKey"])
-
-
-class Row:
-    """A typed row: ``PROPS`` maps each field to its property name and codec."""
-
-    __slots__ = ()
-    PROPS: ClassVar[tuple[tuple[str, str, Codec], ...]]
-    etag: str | None
-
-    @property
-    def row_key(self) -> str:
-        raise NotImplementedError
-
-    @classmethod
-    def from_entity(cls: type[R], entity: Mapping[str, Any]) -> R:
-        values = {attr: codec.load(entity.get(prop)) for attr, prop, codec in cls.PROPS}
-        return cls(**values, etag=entity.get(ETAG))  # type: ignore[call-arg]
-
-    def to_entity(self) -> Entity:
-        out: Entity = {"RowKey": self.row_key}
-        for attr, prop, codec in self.PROPS:
-            value = getattr(self, attr)
-            if value is not None:
-                out[prop] = codec.dump(value)
-        return out
-
-    def create(self) -> Op:
-        """Write this row as new (409 if it exists)."""
-        return Op("create", self.to_entity())
-
-    def replacing(self, old: Row) -> Op:
-        """Write this row over ``old``, only if ``old`` is what the store still has (ETag)."""
-        return Op("replace", self.to_entity(), etag=old.etag)
-
-
-def _props(cls: type, names: Mapping[str, tuple[str, Codec]]) -> tuple[tuple[str, str, Codec], ...]:
-    declared = {f.name for f in fields(cls)} - {"etag", "legacy"}  # legacy: where a SearchRow was read, not a property
-    assert declared == set(names), f"{cls.__name__}: {declared ^ set(names)}"
-    return tuple((attr, prop, codec) for attr, (prop, codec) in names.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +61,7 @@ class OrderRow(Row):
                 "items": self.items}
 
 
-OrderRow.PROPS = _props(OrderRow, {
+OrderRow.PROPS = props_of(OrderRow, {
     "customer_id": ("CustomerId", TEXT), "currency": ("Currency", TEXT), "items": ("Items", JSON),
     "total": ("Total", TEXT), "priority": ("Priority", TEXT), "created_at": ("CreatedAt", TIME),
     "status_queue": ("StatusQueue", TEXT), "body_hash": ("BodyHash", TEXT),
@@ -224,7 +124,7 @@ class StateRow(Row):
         return self.lease is not None and self.lease.is_unclaimed and not self.locked_by
 
 
-StateRow.PROPS = _props(StateRow, {
+StateRow.PROPS = props_of(StateRow, {
     "order_id": ("OrderID", TEXT), "process_state": ("ProcessState", _enum(ProcessState)),
     "mode": ("Mode", _enum(Mode)), "lease": ("LeaseKey", LEASE), "locked_by": ("LockedBy", TEXT),
     "claim_token": ("ClaimToken", TEXT), "complete_by": ("CompleteBy", TIME), "outcome": ("Outcome", _enum(Outcome)),
@@ -281,7 +181,7 @@ class StepRow(Row):
         return step_row_key(self.index, self.name)
 
 
-StepRow.PROPS = _props(StepRow, {
+StepRow.PROPS = props_of(StepRow, {
     "name": ("Name", TEXT), "index": ("Index", INT), "state": ("State", _enum(StepState, StepState.PENDING)),
     "attempt": ("Attempt", INT), "complete_by": ("CompleteBy", TIME), "started_at": ("StartedAt", TIME),
     "finished_at": ("FinishedAt", TIME), "result": ("Result", JSON), "failure_reason": ("FailureReason", TEXT),
@@ -325,76 +225,8 @@ class EventRow(Row):
         return present(out)
 
 
-EventRow.PROPS = _props(EventRow, {
+EventRow.PROPS = props_of(EventRow, {
     "seq": ("Seq", INT), "at": ("At", TIME), "event": ("Event", TEXT), "step": ("Step", TEXT),
     "attempt": ("Attempt", OPTIONAL_INT), "detail": ("Detail", JSON),
     "instance": ("Instance", TEXT), "trace_id": ("TraceId", TEXT),
-})
-
-
-@dataclass(frozen=True, slots=True)
-class IndexRow:
-    """A deadline index row (DeadlineTable, PartitionKey = the due minute): the Supervisor looks
-    at the order at ``due``. A breaker's watch is one too, with no order id."""
-
-    bucket: str
-    row_key: str
-    order_id: str | None
-    due: datetime | None
-
-    @classmethod
-    def from_entity(cls, entity: Mapping[str, Any]) -> IndexRow:
-        return cls(str(entity["PartitionKey"]), str(entity["RowKey"]), entity.get("OrderId"),
-                   parse_iso(entity.get("Due")))
-
-    def props(self) -> Entity:
-        """The row's properties (what the sweep reads back)."""
-        out: Entity = {}
-        if self.order_id is not None:
-            out["OrderId"] = self.order_id
-        if self.due is not None:
-            out["Due"] = iso(self.due)
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class SearchRow(Row):
-    """A row of the search index (OrderIndexTable, partition ``orders``; the keys are
-    ``shared.core.statemachine.search_index``'s). The ``all-``, ``cust-`` and ``cat-`` rows carry
-    a summary of the order, as its state was when the row was written; a ``fin-`` row (a finished
-    order, by finish day, for retention) carries what is needed to find those rows again."""
-
-    key: str
-    order_id: str
-    category: Category = Category.IN_FLIGHT
-    customer_id: str | None = None
-    created_at: datetime | None = None
-    process_state: ProcessState | None = None
-    failure_count: int | None = None
-    priority: str | None = None
-    updated_at: datetime | None = None
-    outcome: Outcome | None = None
-    rev: str | None = None  # fin- rows: the order's inverted creation time
-    customer_key: str | None = None  # fin- rows: the order's customer, as a key
-    # all-/cust-/cat- rows from this version on (None in a row written before: read the order)
-    workflow: str | None = None
-    failed_step: str | None = None
-    total: str | None = None  # a decimal string (the console's landing page lists it)
-    currency: str | None = None
-    etag: str | None = None
-    legacy: bool = False  # read from the partition before the shards (not stored: see shared.storage.store)
-
-    @property
-    def row_key(self) -> str:
-        return self.key
-
-
-SearchRow.PROPS = _props(SearchRow, {
-    "key": ("RowKey", TEXT), "order_id": ("OrderId", TEXT),
-    "category": ("Category", _enum(Category, Category.IN_FLIGHT)), "customer_id": ("CustomerId", TEXT),
-    "created_at": ("CreatedAt", TIME), "process_state": ("ProcessState", _enum(ProcessState)),
-    "failure_count": ("FailureCount", OPTIONAL_INT), "priority": ("Priority", TEXT), "updated_at": ("UpdatedAt", TIME),
-    "outcome": ("Outcome", _enum(Outcome)), "rev": ("Rev", TEXT), "customer_key": ("CustomerKey", TEXT),
-    "workflow": ("Workflow", TEXT), "failed_step": ("FailedStep", TEXT), "total": ("Total", TEXT),
-    "currency": ("Currency", TEXT),
 })
