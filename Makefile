@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: setup browser run test test-unit bench lint clean
+.PHONY: setup browser run test test-unit check bench lint clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test: setup browser
 
 test-unit: setup
 	$(PY) -m pytest -m "not integration"
+
+# The fast inner loop: the unit tests and the linters (ruff, mypy, import-linter), no stack.
+check: setup
+	$(PY) -m pytest -q -m "not integration" tests/unit tests/test_lint.py
 
 bench: setup
 	$(PY) -m bench

@@ -16,9 +16,11 @@ def test_ruff_finds_nothing() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_finds_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    result = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache")], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=600)
+def test_mypy_finds_nothing() -> None:
+    """With the repository's own cache (.mypy_cache, git-ignored): a second run checks only what
+    changed (about 3 s instead of 40 here), and mypy keeps the cache right across edits."""
+    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
