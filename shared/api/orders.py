@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from shared.api.http import HttpResult, lower_headers, parse_json_body, problem, resolve_id, unknown_query
 from shared.api.tokens import InvalidToken, issue, redeem
 from shared.api.views import order_view, waiting_remote
-from shared.core.effects import Effect, PutIndex, Send
+from shared.core.effects import Effect
 from shared.core.orders import (
     IDEMPOTENCY_KEY,
     MAX_IDEMPOTENCY_KEY_LENGTH,
@@ -42,7 +42,7 @@ from shared.core.orders import (
     validation_errors,
 )
 from shared.core.rows import STATE_ROW
-from shared.core.statemachine import View, bound, inflight_requests, plan_submission, schedule_message
+from shared.core.statemachine import Ctx, bound, plan_replay, plan_submission
 from shared.core.statemachine.actions import allowed_actions
 from shared.core.workflows import UnknownWorkflow
 from shared.observability import metrics, telemetry
@@ -115,8 +115,7 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
         result.headers["Retry-After"] = "5"
         return result
     if outcome.lost_race:  # the create conflicted: this order id exists already
-        _drop_own_index_row(rt, effects, order_id)
-        return _replay(rt, order_id, body_hash, key)
+        return _replay(rt, order_id, body_hash, key, effects)
     metrics.submitted.add(1)
     log_event(logging.INFO, "order.accepted", order_id=order_id, traceparent=traceparent,
               items=len(order.items), total=format(order.total, "f"), idempotent=key is not None,
@@ -125,50 +124,25 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
                       headers={"Location": f"/api/orders/{order_id}"})
 
 
-def _drop_own_index_row(rt: Runtime, effects: list[Effect], order_id: str) -> None:
-    """A replay wrote a deadline row before its create conflicted: delete it (its key names this
-    request's due instant, so it is no row of the existing order's). Best effort: a row left
-    behind is the Supervisor's when it falls due, as after a crash at that point."""
-    for eff in effects:
-        if isinstance(eff, PutIndex):
-            try:
-                rt.store.delete_index(eff.bucket, eff.row_key)
-            except Exception as exc:  # noqa: BLE001 - the sweep deletes it later
-                log_event(logging.WARNING, "index.delete_failed", order_id=order_id, row=eff.row_key,
-                          error=repr(exc))
-
-
-def _replay(rt: Runtime, order_id: str, body_hash: str, key: str | None) -> HttpResult:
+def _replay(rt: Runtime, order_id: str, body_hash: str, key: str | None, submitted: list[Effect]) -> HttpResult:
+    """The order exists: the same order again (200, and what its first submission may not have
+    sent, sent: ``plan_replay``), or another body under the same key (409)."""
     view = read_view(rt.store, order_id)
     order, state = view.order, view.state
     if order is None or state is None or key is None:
         raise RuntimeError(f"order {order_id} conflicted but cannot be read")
-    if order.body_hash != body_hash:
+    same_body = order.body_hash == body_hash
+    try:
+        ctx: Ctx | None = bound(view, rt.ctx())
+    except UnknownWorkflow:  # nothing to re-send: the next message or sweep holds the order
+        ctx = None
+    rt.run(plan_replay(view, submitted, ctx, same_body=same_body))
+    if not same_body:
         return problem(409, "idempotency-key-reuse", "Idempotency-Key reused",
                        "this Idempotency-Key was used for a different order body", orderId=order_id)
-    _resend_lost(rt, view)
     log_event(logging.INFO, "order.replayed", order_id=order_id, traceparent=view.traceparent)
     return HttpResult(200, {"orderId": order_id, "processState": state.process_state},
                       headers={"Location": f"/api/orders/{order_id}", "Idempotent-Replayed": "true"})
-
-
-def _resend_lost(rt: Runtime, view: View) -> None:
-    """What a replayed submission re-sends, in case the first one died before sending it."""
-    state = view.state
-    assert state is not None
-    try:
-        ctx = bound(view, rt.ctx())
-    except UnknownWorkflow:  # nothing to re-send: the next message or sweep holds the order
-        return
-    if state.waiting_for_claim:
-        # redriven and waiting for a claim: its schedule notice may have been lost (deduplicated)
-        priority = view.order.priority if view.order is not None else None
-        rt.run([Send(schedule_message(view.order_id, state.schedule_seq, ctx, view.traceparent, priority=priority),
-                     critical=False, what="schedule (replay)")])
-    else:
-        # the first submission may have died between its transaction and its send
-        rt.run([Send(resend.message, critical=False, what="request (replay)")
-                for resend in inflight_requests(view, ctx)])
 
 
 # ---------------------------------------------------------------------------------------------

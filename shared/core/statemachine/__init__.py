@@ -82,7 +82,7 @@ from shared.core.statemachine.deadlines import ORPHAN_INDEX_AGE, IndexVerdict, i
 from shared.core.statemachine.dispatch import inflight_requests, request_not_in_flight
 from shared.core.statemachine.events import BadEvent, decide_event, decide_wake, event_key
 from shared.core.statemachine.expiry import decide_expired
-from shared.core.statemachine.forward import decide_reply, decide_schedule, plan_submission
+from shared.core.statemachine.forward import decide_reply, decide_schedule, plan_replay, plan_submission
 from shared.core.statemachine.history import EventKind
 from shared.core.statemachine.operator import decide_cancel, decide_retry
 from shared.core.statemachine.outbox import schedule_message
@@ -100,7 +100,8 @@ __all__ = [
     "Decision", "EventKind", "EventRow", "index_rows", "index_verdict", "IndexRow", "IndexVerdict",
     "inflight_requests", "KEEP_TELEMETRY", "Lease", "LeaseKind", "Mode", "OPERATOR_RESULTS", "OrderCompensation",
     "OrderRow",
-    "ORPHAN_INDEX_AGE", "Outcome", "plan_submission", "ProcessState", "Rejected", "request_not_in_flight",
+    "ORPHAN_INDEX_AGE", "Outcome", "plan_replay", "plan_submission", "ProcessState", "Rejected",
+    "request_not_in_flight",
     "schedule_message", "StateRow",
     "StepRow", "StepState", "Verdict", "View",
 ]

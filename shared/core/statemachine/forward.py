@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shared.core.effects import Effect, Log
+from shared.core.effects import DeleteIndex, Effect, Log, PutIndex, Send
 from shared.core.messages import ReplyMessage
 from shared.core.rows import OrderRow, StateRow, StepRow
 from shared.core.statemachine.compensation import compensation_reply
@@ -23,7 +23,7 @@ from shared.core.statemachine.dispatch import (
 from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.groups import STOPPED_REASON, group_of, lease_names, members
 from shared.core.statemachine.history import Event, EventKind, commit, event
-from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends
+from shared.core.statemachine.outbox import alert, compensation_request, info, log, schedule_message, status_sends
 from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.start import first_sends, step_sends
 from shared.core.statemachine.verdicts import Decision, Verdict
@@ -81,6 +81,30 @@ def plan_submission(order_id: str, canonical: dict[str, Any], *, total: str, bod
         *status_sends(view, "received", ctx, processState=ProcessState.PROCESSING),
         info("order.claimed", view, step=state.step_name, lease=str(state.lease), completeBy=state.complete_by),
     ]
+
+
+def plan_replay(view: View, submitted: Sequence[Effect], ctx: Ctx | None, *, same_body: bool) -> list[Effect]:
+    """A submission whose create lost to an order of the same id (its Idempotency-Key again):
+    ``submitted`` is its plan, ``view`` the order that exists, ``ctx`` bound to that order's
+    workflow (None: the workflow is gone, nothing to re-send). ``same_body``: the same order again,
+    whose first submission may have died before it sent; else a 409, and nothing is sent."""
+    state = view.state
+    assert state is not None
+    # This request's own deadline row (its key names this request's due instant, so it is no row
+    # of the existing order's). Best effort: a row left behind falls due and the sweep deletes it.
+    effects: list[Effect] = [DeleteIndex(e.bucket, e.row_key) for e in submitted if isinstance(e, PutIndex)]
+    if not same_body or ctx is None:
+        return effects
+    if state.waiting_for_claim:
+        # Redriven and waiting for a claim: its schedule notice may have been lost. Same seq, same
+        # message id: a copy is deduplicated.
+        priority = view.order.priority if view.order is not None else None
+        return [*effects, Send(schedule_message(view.order_id, state.schedule_seq, ctx, view.traceparent,
+                                                priority=priority), critical=False, what="schedule (replay)")]
+    # The first submission may have died between its transaction and its send: the requests in
+    # flight again, with their message ids (deduplicated when they were sent).
+    return [*effects, *(Send(resend.message, critical=False, what="request (replay)")
+                        for resend in inflight_requests(view, ctx))]
 
 
 def decide_schedule(view: View, seq: int, ctx: Ctx) -> Decision:

@@ -265,8 +265,10 @@ def test_a_replay_leaves_no_deadline_row_of_its_own() -> None:
     assert len(own) == 1 and own[0][1].startswith(oid)
     rt.clock.advance(1)  # a later request: another due instant, another row key
     assert post(rt, headers={"Idempotency-Key": "key-7"}).status == 200
+    sent = len(rt.bus.all())
     assert post(rt, {**BODY, "currency": "USD"}, headers={"Idempotency-Key": "key-7"}).status == 409
     assert [(r["PartitionKey"], r["RowKey"]) for r in rt.store.index_rows()] == own
+    assert len(rt.bus.all()) == sent  # another body under the key: nothing is re-sent
     rt.store.delete_index(*own[0])  # the order ended: its last transition deleted its row
     rt.clock.advance(1)
     assert post(rt, headers={"Idempotency-Key": "key-7"}).status == 200
