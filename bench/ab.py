@@ -2,16 +2,12 @@
 
 ``python -m bench.ab --baseline REF [--pairs N] [--out-dir DIR] [bench options...]``
 
-What it measures: the saturation phase's CPU per order, split (``bench.cpu_split``): the app's
-code, the local host's receive/settle loop, the host instances as a whole, the bench process's
-own CPU (the machine-speed control), plus table requests per order and orders/s at saturation.
-
-Why in the same run: this machine's speed moves by up to 2x within minutes (``bench.calibrate``),
-so a figure from an old run cannot tell a code change from a machine change. Both trees are
-measured here, one right after the other, in N pairs whose order alternates (AB BA AB ...), and
-each pair gives a ratio current/baseline; the median over the pairs is the result. The baseline
-runs from a detached ``git worktree`` of REF (removed at the end, also on failure or Ctrl-C),
-with the same interpreter and the repo's node_modules. Nothing is asserted on speed.
+This machine's speed moves by up to 2x within minutes, so a code change is measured against its
+baseline in the same run: a reduced bench on each tree, in N pairs whose order alternates (AB BA
+AB ...), the baseline from a detached ``git worktree`` of REF (removed at the end, whatever
+happens). Each pair gives ratios current/baseline of the saturation phase's app code, host loop,
+host instances and the bench process's own CPU per order (the machine-speed control), table
+requests per order and orders/s; the result is their median. Nothing is asserted on speed.
 """
 
 from __future__ import annotations
@@ -55,7 +51,7 @@ FIGURES: dict[str, tuple[tuple[str, ...], str]] = {
 # --smoke caps --saturation-seconds at 5 and --window at 6 (bench/args.py), so its other sizes are
 # given explicitly instead; the phases that do not bear on the saturation figures are left out
 SMALL_RUN = ["--skip-emulator", "--skip-peer", "--search-sizes", "", "--lanes-seconds", "0", "--skip-recovery",
-             "--no-plots", "--no-profile", "--raw-seconds", "1.5", "--raw-threads", "2", "--sweep-small", "50",
+             "--no-plots", "--no-profile", "--sweep-small", "50",
              "--sweep-large", "100", "--leftover", "5", "--warmup", "3", "--latency-seconds", "4",
              "--sustained-seconds", "0", "--idle-seconds", "6", "--supervisor-period", "2", "--step-timeout", "6",
              "--bulk-orders", "0"]

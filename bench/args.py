@@ -9,7 +9,7 @@ from local.procs import REPO_ROOT
 from shared.observability.sampling import DEFAULT_RATIO
 
 RESULTS = REPO_ROOT / "bench" / "results"
-# On 2 CPUs, 2 host instances beat 1, 3 and 4 (bench/README.md, "Issue 15, fourth session").
+# On 2 CPUs, 2 host instances beat 1, 3 and 4 (docs/design.md, "Decisions and their measurements").
 DEFAULT_INSTANCES = 2
 
 
@@ -31,8 +31,6 @@ def parse_args(argv: list[str] | None, description: str | None = None) -> argpar
     ap.add_argument("--supervisor-period", type=int, default=5, help="seconds between supervisor sweeps")
     ap.add_argument("--emulator-messages", type=int, default=5000)
     ap.add_argument("--skip-emulator", action="store_true")
-    ap.add_argument("--raw-seconds", type=float, default=5.0)
-    ap.add_argument("--raw-threads", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
     ap.add_argument("--sweep-small", type=int, default=1000)
     ap.add_argument("--sweep-large", type=int, default=100000)
     ap.add_argument("--leftover", type=int, default=20, help="lazily-left index rows (due) before the measured sweep")
@@ -70,8 +68,6 @@ def parse_args(argv: list[str] | None, description: str | None = None) -> argpar
     args = ap.parse_args(argv)
     if args.smoke:
         args.emulator_messages = min(args.emulator_messages, 500)
-        args.raw_seconds = min(args.raw_seconds, 1.5)
-        args.raw_threads = [2]
         args.sweep_small, args.sweep_large = min(args.sweep_small, 50), min(args.sweep_large, 100)
         args.leftover = min(args.leftover, 5)
         args.search_sizes = [n for n in args.search_sizes if n <= 1000] or [1000]

@@ -2,8 +2,7 @@
 
 One keep-alive ``http.client`` connection per thread, SharedKeyLite signing, and the
 ``$batch`` body the azure-data-tables SDK sends (one changeset, one ``application/http``
-part per entity). Used for Azurite's raw transaction rate (the baseline the app is compared
-with) and for seeding finished orders quickly.
+part per entity). Used to seed finished orders quickly and by Azurite's probe.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import hmac
 import http.client
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -170,40 +168,3 @@ def run_parallel(host: str, port: int, jobs: Iterable[Callable[[TableHttp], None
             c.close()
     return done
 
-
-def raw_rate(host: str, port: int, make_entities: Callable[[str], list[dict[str, Any]]], *, table: str,
-             threads: int, seconds: float) -> dict[str, Any]:
-    """Entity-group transactions per second for ``seconds``, from ``threads`` keep-alive threads."""
-    TableHttp(host, port).create_table(table)
-    stop = time.monotonic() + seconds
-    counts = [0] * threads
-    lat: list[float] = []
-    lock = threading.Lock()
-
-    def worker(i: int) -> None:
-        c = TableHttp(host, port)
-        mine: list[float] = []
-        try:
-            while time.monotonic() < stop:
-                t0 = time.perf_counter()
-                c.batch(table, make_entities(uuid.uuid4().hex))
-                mine.append(time.perf_counter() - t0)
-                counts[i] += 1
-        finally:
-            c.close()
-            with lock:
-                lat.extend(mine)
-
-    t0 = time.perf_counter()
-    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(seconds + 60)
-    elapsed = time.perf_counter() - t0
-    n = sum(counts)
-    lat.sort()
-    return {"threads": threads, "seconds": round(elapsed, 2), "transactions": n,
-            "tx_per_s": round(n / elapsed, 1),
-            "entities_per_tx": len(make_entities("x")),
-            "latency_ms_p50": round(1000 * lat[len(lat) // 2], 2) if lat else None}

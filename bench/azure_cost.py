@@ -1,25 +1,15 @@
 """What an order costs in Azure (issue 43): every meter, its units counted in the run, priced by
-``bench/prices.json`` (sources, dates and regions there; docs/cost.md explains the arithmetic).
+``bench/prices.json``; docs/cost.md explains the arithmetic. ``python -m bench.azure_cost [bench.json]``
+prints a run's again.
 
-The units are counted over the saturation window when there is one (the rate a deployment past
-100 million bus operations a month runs at: its instances busy), else over the load phases:
-
-* **functions**: executions (every invocation that started in the window, over the orders
-  processed in it) and GB-seconds by Flex Consumption's rule (:func:`flex_billed_seconds`): on each
-  host instance, the time at least one execution runs, each such period at least 1,000 ms and then
-  rounded up to 100 ms, times the instance's memory. The executions' intervals are the local host's
-  measured ones (``bench.hostlog``); the host instances are the stack's.
-* **servicebus**: the operations the app's calls make, counted at the emulator
-  (``bench.report.per_order``: sends, deliveries, settlements, management and peeks). The status
-  consumer's receives are the caller's bill, not the app's: given apart. The bench's orders name a
-  ``statusQueue``; the default order names none, so its figure leaves the status sends out
-  (``default_order_usd_per_million_orders``, which the target is judged on).
-* **tables**: requests, a batch counted once (``bench.opcount``); the per-entity count beside it.
-* **telemetry**: the bytes the app's exporter sent (the local receiver's count of the app's items:
-  each envelope's JSON, what Log Analytics stores), at the deployment's sampling ratio. The local
-  host's own lines are not counted (in Azure the host exports none of its Function.* lines while the
-  worker exports the app's: docs/cost.md). Added, **an estimate**: the Functions host's own request
-  item per invocation, sampled at the same ratio, sized as the app's request items measured here.
+Counted over the saturation window when there is one (else the load phases): **functions**, the
+executions that started in it and GB-seconds by Flex Consumption's rule (:func:`flex_billed_seconds`,
+on each instance's measured execution intervals, ``bench.hostlog``); **servicebus**, the operations
+counted at the emulator (``bench.report.per_order``), the status consumer's receives left to the
+caller and the status sends apart (the default order names no ``statusQueue``: the target is judged
+on ``default_order_usd_per_million_orders``); **tables**, requests with a batch once
+(``bench.opcount``); **telemetry**, the bytes the app's exporter sent to the local receiver at the
+run's sampling ratio, plus an estimate of the Functions host's own request items.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -16,7 +17,8 @@ import requests
 from bench import azure_cost, busstats, opcount, segments
 from bench.calibrate import calibrate
 from bench.hostlog import HostLog
-from bench.load import LoadRun, Poster, StatusWatcher, ms, percentile
+from bench.load import LoadRun, Poster, StatusWatcher, phase_figures
+from local.procs import REPO_ROOT
 
 # A phase's last settlements land this long after its last order ended: a settlement waits for its
 # receiver's receive call in progress, up to RECEIVE_WAIT (2 s) in a lull (local/host/servicebus.py,
@@ -43,8 +45,21 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "python": platform.python_version(),
+            "commit": _commit(),
             "platform": platform.platform(), "loadavg_at_start": list(os.getloadavg()),
             "calibration_at_start": calibrate()}
+
+
+def _commit() -> str | None:
+    """The commit the run measures, marked when the tree has uncommitted changes to tracked files."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+
+    try:
+        head, dirty = git("rev-parse", "--short", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head} (with uncommitted changes)" if head and dirty else head or None
 
 
 class BenchState:
@@ -129,26 +144,12 @@ class BenchState:
         self.phase_windows.append((name, t0, t1))
         orders = r.collect()
         processed = [o for o in orders if o.processed]
-        lat = [o.processed - o.submitted for o in processed]
-        post = [o.accepted - o.submitted for o in orders if o.accepted]
-        w = self.window(before, after)
         first = min((o.submitted for o in orders), default=t0)
         last = max((o.processed for o in processed), default=t1)
-        res: dict[str, Any] = {
-            "orders_posted": len(orders), "post_failures": r.post_failures, "post_errors": r.post_errors,
-            "processed": len(processed),
-            "failed": sum(1 for o in orders if o.failed), "unfinished": len(orders) - len(processed) -
-            sum(1 for o in orders if o.failed), "all_finished": ok,
-            "seconds": round(last - first, 2),
-            "orders_per_s": round(len(processed) / (last - first), 2) if last > first else None,
-            "latency_ms": {f"p{p}": ms(percentile(lat, p)) for p in (50, 95, 99)}
-            | {"max": ms(max(lat, default=None))},
-            "post_latency_ms": {f"p{p}": ms(percentile(post, p)) for p in (50, 99)},
-            "latency_legs": segments.summarize(orders),
+        res: dict[str, Any] = phase_figures(orders, r.post_failures, ok) | {
+            "post_errors": r.post_errors, "latency_legs": segments.summarize(orders),
             "status_consumer_lag_ms": self.watcher.lag_ms(t0, t1) if self.watcher is not None else None,
-            "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
-            "window": w,
-        }
+            "window": self.window(before, after)}
         assert self.hostlog is not None
         work = self.hostlog.work_items(first - 0.01, last + 0.5)
         res["work_items"] = work

@@ -1,15 +1,9 @@
 """How fast this machine's CPU is right now: a fixed pure-Python workload, timed in CPU seconds.
 
-Why: the same code measured on this machine gave 34 orders/s and 26 ms of app CPU per order at
-noon, and 26 orders/s and 36 ms an hour later (2026-11-26, the same reduced run, no other load):
-the virtual machine's speed moves by a third between sessions. A CPU-per-order figure alone
-cannot tell a code change from a machine change, so the benchmark measures this workload at its
-start and at its end and prints every CPU figure beside it.
-
-The workload is the kind of work the app's CPU goes to: JSON encoding and decoding of an
-order-like document, string formatting and parsing of keys, a SHA-256, dict and dataclass
-handling. Its figure is the best of ``rounds`` (the least disturbed), in milliseconds of process
-CPU time. ``python -m bench.calibrate`` prints it.
+This machine's speed moves by a third to a half between hours, so a CPU-per-order figure alone
+cannot tell a code change from a machine change: the bench times this workload (JSON, key
+formatting and parsing, a SHA-256, dataclasses: the kind of work the app's CPU goes to) at its
+start, before each saturation phase and at its end. Its figure is the best of ``rounds``, in ms.
 """
 
 from __future__ import annotations
@@ -65,8 +59,3 @@ def calibrate(rounds: int = ROUNDS, iterations: int = ITERATIONS) -> dict[str, A
         workload(iterations)
         times.append((time.process_time() - t0) * 1000.0)
     return {"ms": round(min(times), 1), "rounds_ms": [round(t, 1) for t in times], "iterations": iterations}
-
-
-if __name__ == "__main__":
-    result = calibrate()
-    print(f"calibration: {result['ms']} ms CPU (best of {len(result['rounds_ms'])}: {result['rounds_ms']})")

@@ -1,44 +1,21 @@
-"""The chaos run's approvals (issue 29): orders whose workflow waits for an external event get
-it from the runner, on time, early, late, twice, declined, or never.
+"""The chaos run's approvals (issue 29): orders whose workflow waits for an event get it from the
+runner on time, early, late, twice, declined, or never.
 
-Under order v2 an order whose total is over 1000 waits for ``approval`` before it is charged
-(``workflows/order.v2.yaml``: a ``wait`` step, decision field ``approved``, ``onTimeout:
-compensate``). The run gives each such order a plan, drawn from ``random.Random(f"{seed}:approvals")``
-(so a seed replays it, and the rest of the plan is drawn as before):
+Under order v2 an order over 1000 waits for ``approval`` before it is charged. ``approval_share``
+of the orders get an item that puts them over it, and a plan from
+``random.Random(f"{seed}:approvals")``: ``onTime`` (sent once it is seen waiting: ``step-done``),
+``early`` (right after the 202: ``event-kept``; the order's reservation hangs on a SKU of its own
+until the answer, so the event comes first), ``late`` (3-10 s after it was seen waiting),
+``twice`` (the same event again, by key or by body, in turn or at once: one ``step-done``, one
+``event-duplicate``; then a different one: 409), ``declined`` (``compensating``) and ``never`` (the
+wait times out; an event after the end: 409; among the first 60% of the orders). The orders that
+wait for a designed cause are approved (a restarted order waits again in each generation).
 
-* ``onTime``: ``{"approved": true}`` as soon as the order is seen waiting: ``step-done``;
-* ``early``: sent right after the POST's 202, before the wait starts: ``event-kept`` (the step
-  ends itself with it once it starts). So that the event is sure to come first, the order holds
-  a SKU of its own that the inventory service hangs on until the runner has its answer (then
-  the reservation's next attempt, redriven at its CompleteBy, goes through);
-* ``late``: sent some seconds (3-10, and under 40% of the wait's timeout) after the wait was seen;
-* ``twice``: the same event again, with the same Idempotency-Key or (no key either time) the same
-  body, one after the other or both at once: one ``step-done``, one ``event-duplicate``; then a
-  different event (``{"approved": false}``, another key): 409, and the order goes on as approved;
-* ``declined``: ``{"approved": false}``: ``compensating``; the order ends Error, ``failed`` at
-  the wait, its reservation released, never charged;
-* ``never``: no event: the wait times out (the run's short timeout, below) and compensates the
-  order as a decline does; once it ended, an event sent too late is refused (409) and changes
-  nothing. These orders are among the first 60% of the run, so their timeouts end in it.
-
-``approval_share`` of the orders (of the default workflow, none the operator acts on) get an item
-that puts their total over the approval threshold (and under the payment limit), and the kinds in
-turn. The orders that wait for other reasons (the designed amount rejections and the operator's
-``limit`` orders, over 50000) are approved (on time, early or late: they are restarted, and a
-copy of an earlier generation's event would reach the next one), so the payment still refuses
-them; each generation of a restarted order waits again and is approved on time.
-
-A day's wait would not end within a run: the run starts its stack with a workflows directory of
-its own (``write_workflows``: copies of ``workflows/*.yaml``, every wait step's ``timeoutSeconds``
-set to ``approval_timeout``), named by the ``WorkflowsPath`` setting, and checks that the stack
-loaded it (``GET /api/workflows``).
-
-The checks (``approval_outcomes``, from the final views, the full histories and the ledger):
-every order planned to wait waits (and no other one), each event's answer is the expected one,
-no generation of an order records its wait's event or ends its wait more than once, an approved
-order is not failed at its wait (it ends Processed, or failed by another fault, such as a
-designed rejection), and a declined or timed-out order ends Error at its wait, with every step
-before it undone and none after it applied (never charged).
+A day's wait would not end within a run: the stack runs on the run's own copy of ``workflows/``
+(``write_workflows``: every wait's ``timeoutSeconds`` set to ``approval_timeout``), checked through
+``GET /api/workflows``. The checks (``approval_outcomes``): every order planned to wait waits, and
+no other; each answer is the expected one; no generation ends its wait twice; an approved order is
+not failed at its wait; a declined or timed-out one ends Error there, never charged, undone.
 """
 
 from __future__ import annotations
@@ -56,7 +33,7 @@ from typing import Any
 import requests
 import yaml
 
-from bench.chaos_ledger import split_ledger, view_effects
+from bench.chaos_ledger import generations, split_ledger, view_effects
 from bench.chaos_records import (
     AT_ONCE,
     DUPLICATE,
@@ -404,16 +381,6 @@ def answer_ok(send: EventSend | Mapping[str, Any]) -> bool:
     if s["lost"]:
         expected.add(DUPLICATE)
     return s["status"] == 202 and s["result"] in expected
-
-
-def generations(history: Iterable[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
-    """An order's history cut at each ``restarted`` event: one list per generation."""
-    out: list[list[Mapping[str, Any]]] = [[]]
-    for ev in history:
-        if ev.get("event") == "restarted":
-            out.append([])
-        out[-1].append(ev)
-    return out
 
 
 def _count(events: Iterable[Mapping[str, Any]], step: str) -> Counter[str]:

@@ -1,35 +1,19 @@
-"""The chaos run's bulk retry (issue 30, deliverable 3): ONE ``POST /api/operations`` retries a
-batch of failed orders while a host instance is killed, and no order is acted on twice.
+"""The chaos run's bulk retry (issue 30): ONE ``POST /api/operations`` retries a batch of failed
+orders while a host instance is killed, and no order is acted on twice.
 
-What it plans (``--bulk-orders`` N, from ``random.Random(f"{seed}:bulk")``, so a seed replays
-it and the rest of the run's plan is drawn as before): N orders of a customer of their own
-(``chaos-bulk-{seed}``), posted first, each with a SKU the inventory refuses
-(``SKU-BULK-{seed}``): every one fails at its reservation (an express one while its charge runs,
-which is then undone) and waits in ``attention``. A quarter of them carry a second SKU of their
-own that stays refused (``SKU-BULK-{seed}-{index}``): the operator does not know about it.
+With ``--bulk-orders N`` (``random.Random(f"{seed}:bulk")``): N orders of a customer of their own,
+posted first, carry a SKU the inventory refuses, fail at their reservation and wait in
+``attention``; a quarter also carry a SKU of their own that stays refused. The runner (``loop``)
+restocks the SKU, asks for a dry run until it matches all N, POSTs the retry with an
+Idempotency-Key (a lost answer is asked again: the same operation) and kills a host instance
+0.2-0.8 s after sending it, and again during the Supervisor's ticks; then polls the operation
+until it is ``done``.
 
-What the runner does, from a thread of its own (``loop``), as an operator would:
-
-1. waits until every bulk order is failed and undone, restocks the SKU (the cause), and asks
-   for a dry run of ``{"action": "retry", "filter": {"state": "attention", "customerId": ...}}``
-   until it matches them all (the search index is written after each order's decision);
-2. POSTs the operation (with an Idempotency-Key: an answer lost with a killed instance is asked
-   again, and gives the same operation), and kills a host instance 0.2-0.8 s after sending it
-   (the POST acts on the first 25 orders itself), and again once it answered while the
-   Supervisor's ticks (``--bulk-per-tick`` orders each) still carry it;
-3. polls ``GET /api/operations/{id}`` until it is ``done``; each order is polled again, so
-   duplicate deliveries reach the generation the operation started, and the run waits for
-   them to settle.
-
-The checks (``bulk_outcomes``, on the final views and whole histories): the operation is done;
-it matched exactly the batch and ``matched == succeeded + failed``; **no order was acted on
-twice** (at most one history event with the operation's id, each saying ``by``); an order the
-operation succeeded on has exactly one ``restarted`` event of it, at generation 1; every bulk
-order ends where it should, at generation 1: failed again if it kept a cause; Processed if its
-cause was fixed, or failed again on a chaos fault (a step timed out for good, say) but never on the
-restocked SKU (the generations' effects are judged by the ledger's checks as any restarted
-order's); and
-a host instance was killed while the operation ran.
+The checks (``bulk_outcomes``): the operation is done, matched exactly the batch, and
+``matched == succeeded + failed``; no order was acted on twice (one history event with the
+operation's id at most, each with ``by``); a succeeded order was restarted exactly once, to
+generation 1, and ends Processed, or failed again on its own cause or a chaos fault (never on the
+restocked SKU); an instance was killed while the operation ran.
 """
 
 from __future__ import annotations

@@ -1,52 +1,26 @@
 """The chaos run's express orders (issue 29): a parallel step amid the faults.
 
-``workflows/express.v1.yaml`` reserves the stock and charges the card at once (the parallel step
-``prepare``: branches ``reserve-inventory`` and ``charge-payment``), then ships (the pivot).
-``express_share`` of the run's orders name ``"workflow": "express"`` (drawn from a generator of
-their own among the orders that do not run the digital workflow), and go through every fault of
-the run: killed instances, restarts, duplicate deliveries (a copy of a branch's request while it
-runs, of a branch's reply, while the other branch may still run), transient 503s, hangs and lost
-responses of either branch, the shipping outage, and the operator. Besides what falls on them by
-chance, the plan makes sure that each of these happens to an express order (from
-``random.Random(f"{seed}:express")``, so a seed replays it):
+``workflows/express.v1.yaml`` reserves and charges at once (the parallel step ``prepare``), then
+ships (the pivot). ``express_share`` of the orders (drawn from ``random.Random(f"{seed}:express")``
+among those not digital) go through every fault of the run, and the plan makes sure of the paths a
+parallel step adds:
 
-* **designed rejections**: at least one express order of each kind (an out-of-stock SKU: the
-  reservation branch is refused while the charge may be in flight or done; an amount the payment
-  refuses: the charge branch is refused while the reservation may be in flight or done), more with
-  a higher ``reject_rate``. The operator restarts them as any designed rejection: every
-  generation fails again and must be undone by key;
-* ``groupTerminate``: the operator terminates the order while its group runs. The order holds a
-  SKU the inventory service hangs on, so its reservation is still in flight when the terminate
-  comes (2.5-3.5 s after the 202, before the reservation's first deadline; the hold is lifted
-  just before it, so the compensations go through): the reservation is stopped and compensated
-  by its key (a tombstone, as it was never applied), the charge (done, or stopped too) refunded.
-  Its request and reply are copied (duplicate deliveries) when it is first polled, 2 s after
-  the 202: the copy of the hanging reservation's request, and of the charge's reply while the
-  reservation still runs;
-* ``pivotCancel``: the order holds a SKU the shipping service hangs on (so nothing ships). Once it
-  is seen at its shipment, the operator terminates it: the shipment's outcome is unknown and
-  cannot be undone, so the order is held; the operator, who knows nothing shipped, cancels it:
-  both branches, applied, are compensated in reverse order of their completion. These orders are
-  posted clear of the shipping outage (their holds would otherwise count in its report); their
-  request and reply are copied too (the shipment's request, a branch's reply after the group).
+* **designed rejections**: at least one express order of each kind (the reservation branch refused
+  while the charge runs or is done, or the charge refused while the reservation runs or is done);
+  the operator restarts them, so each generation must be undone again, by key;
+* ``groupTerminate``: terminated while its group runs (its reservation hangs on a SKU of its own
+  until just before the terminate): the stopped reservation compensated by its key (a tombstone),
+  the charge refunded;
+* ``pivotCancel``: terminated at its shipment, which hangs (held: the outcome is unknown), then
+  cancelled by the operator, who knows nothing shipped: both branches undone in reverse order of
+  completion. Posted clear of the shipping outage, so that their holds stay out of its report.
 
-The checks (``express_outcomes``, from the final views, the histories and the ledger; each 0 for
-a PASS):
-
-* ``expressOrdersNotRunAsExpress``: an order posted as express whose view names another workflow;
-* ``expressCompensationsOutOfOrder``: an order that ended failed (not held) in a generation
-  where both branches were applied and both compensated, whose compensations (the ledger's
-  ``seq``) did not run in reverse order of the branches' ``finishedAt`` (their rows in
-  ``GET /api/orders/{id}``; branches that finished at the same instant may go either way);
-* ``expressFailedOrdersWithBranchEffectsStanding``: a branch's effect left standing (applied,
-  not compensated exactly once) in a failed generation: an earlier one, or the last one of an
-  order that ended Error and is not held;
-* ``expressBranchesNotCompensatedByKey``: in the last generation of a failed order, a branch
-  stopped (by the failing branch, or by a terminate) or done whose compensation is not Done, or a
-  compensation the view shows Done that the ledger does not have exactly once (a release or
-  refund if the branch was applied, a tombstone if it was not); and in every generation of a
-  designed rejection, the refused branch applied, or the other branch not compensated exactly
-  once by its key.
+The checks (``express_outcomes``; each 0 for a PASS): ``expressOrdersNotRunAsExpress``,
+``expressCompensationsOutOfOrder`` (both branches undone, not in reverse order of their rows'
+``finishedAt``; ties may go either way), ``expressFailedOrdersWithBranchEffectsStanding`` and
+``expressBranchesNotCompensatedByKey`` (a stopped or done branch of a failed order whose
+compensation is not Done, or not in the ledger exactly once: a release or refund if it was applied,
+a tombstone if not).
 """
 
 from __future__ import annotations
@@ -54,10 +28,10 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from bench.chaos_ledger import parse_key, view_effects
+from bench.chaos_ledger import generations as history_generations
+from bench.chaos_ledger import parse_key, parse_time, view_effects
 from shared.core.statemachine.groups import STOPPED_REASON
 from shared.core.states import TERMINATED_REASON
 from shared.core.workflows import Workflow, load_registry
@@ -171,24 +145,6 @@ class Express:
 
 
 # ---- the checks -------------------------------------------------------------------------------
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _generations(history: Iterable[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
-    out: list[list[Mapping[str, Any]]] = [[]]
-    for ev in history:
-        if ev.get("event") == "restarted":
-            out.append([])
-        out[-1].append(ev)
-    return out
 
 
 class _Ledger:
@@ -334,8 +290,8 @@ def express_outcomes(recs: list[OrderRec], views: Mapping[str, tuple[int | None,
             continue
         reverse["bothUndone"] += 1
         history = (histories or {}).get(oid)
-        gen_events = _generations(history if history is not None else view.get("history") or [])[-1]
-        finished = {b: _time((rows.get(b) or {}).get("finishedAt")) for b in branches}
+        gen_events = history_generations(history if history is not None else view.get("history") or [])[-1]
+        finished = {b: parse_time((rows.get(b) or {}).get("finishedAt")) for b in branches}
         redriven = any(ev.get("event") == "compensationFailed" and ev.get("step") in branches for ev in gen_events)
         if redriven or any(t is None for t in finished.values()):
             reverse["notComparable"] += 1  # a compensation failed and was redriven later, or no finishedAt

@@ -1,25 +1,13 @@
 """The chaos run's reading of the remote services' ledger, generation by generation.
 
-An order runs as generation 0; an operator's retry of an order that failed and was compensated
-restarts it as generation 1, 2 ... with fresh idempotency keys (issue 11):
-
-    {orderId}:{step}                 generation 0
-    {orderId}:g{n}:{step}            generation n > 0
-    {stepKey}:compensate             the compensation of that step (``compensates``: stepKey)
-
-So a restarted order may apply a step once per generation. What the checks demand: every
-generation before the order's last one is undone (each effect it applied compensated exactly
-once, and nothing that cannot be undone, such as a shipment); the last generation is judged
-as an order that never restarted (Processed: every step exactly once; Error: compensated, or
-held for an operator). A ledger entry whose key does not say which step and generation of its
-order it belongs to, or names a generation the order never reached, is an error of its own.
-
-Each order is read against the steps of its own workflow (``workflows/*.yaml``: the order
-workflow's reserve/charge/ship, the digital one's reserve-licence/charge/deliver, express's
-reserve and charge, the branches of its parallel step, then ship): an order's effects map
-(``StepEffects``) comes from ``effects_for(name, version)``; without one, order v1. A parallel
-step's branches are steps of ``Workflow.steps`` (flattened, each with its ``group``) with keys of
-their own; the group itself has no key and no effect.
+An operator's restart of a failed and compensated order runs it as generation 1, 2 ... with fresh
+idempotency keys: ``{orderId}:{step}`` (generation 0), ``{orderId}:g{n}:{step}``, and
+``{stepKey}:compensate`` for a compensation. Every generation before an order's last must be
+undone (each effect compensated exactly once, nothing that cannot be undone applied); the last is
+judged as an order that never restarted (Processed: every step once; Error: compensated, or held).
+A key that names no step or generation of its order is an error of its own. Each order is read
+against its own workflow's steps (``StepEffects``, from ``effects_for(name, version)``; a parallel
+step's branches have keys of their own, the group none).
 """
 
 from __future__ import annotations
@@ -28,6 +16,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from local.stack import SERVICE_PATHS
@@ -204,3 +193,24 @@ def compact_history(view: dict[str, Any] | None, limit: int = 60) -> list[str]:
             parts.append(str(ev["detail"]))
         lines.append(" ".join(parts))
     return lines[-limit:]
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An ISO time (``Z`` or an offset; naive: UTC), or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def generations(history: Iterable[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """An order's history cut at each ``restarted`` event: one list per generation."""
+    out: list[list[Mapping[str, Any]]] = [[]]
+    for ev in history:
+        if ev.get("event") == "restarted":
+            out.append([])
+        out[-1].append(ev)
+    return out

@@ -1,40 +1,18 @@
 """The chaos run's operator (issue 11): terminates orders in flight, restarts failed ones, and
 redrives compensations that failed for good, while every other fault goes on.
 
-What it plans (from ``random.Random(f"{seed}:operator")``, so a seed replays it, and the orders'
-bodies and the other faults are drawn as before):
+Its plan (``random.Random(f"{seed}:operator")``, so a seed replays it):
 
-* **terminate**: ``terminate_rate`` of the orders (none of the designed failures) get
-  ``POST /orders/{id}/terminate`` at a random moment within ``terminate_within`` seconds of
-  their acceptance: in flight (202: ``terminated``/``terminating``, or ``held`` when the pivot
-  step's outcome is unknown), or already finished (409);
-* **restart**: each order designed to be rejected for good (out-of-stock SKU, refused amount)
-  is restarted once (a third of them twice) once it failed and was compensated: the cause is
-  not fixed, so each generation fails again and must be undone on its own;
-* **fix, then act**: ``fixable_rate`` of the orders carry a cause of their own that the
-  operator removes before acting, in turn:
-
-  - ``restock``: a SKU of the order's own is out of stock, so the reservation is refused
-    (nothing to undo); restocked and restarted, its generation 1 must go through;
-  - ``limit``: the order's amount is over the payment limit, so the charge is refused and
-    the reservation released; the operator raises the limit (below the designed amount
-    rejections) and restarts it: generation 0 undone, generation 1 through;
-  - ``stall``: the payment service hangs on every call about the order. The operator
-    terminates it while its charge hangs: the charge is compensated by its key, and that
-    refund hangs too until the compensation fails for good; the operator then fixes the
-    cause and redrives it (``retry`` -> ``compensation-redriven``): the order ends
-    ``terminated`` with nothing applied. (Missed in flight, the order fails on its own:
-    redrive, then restart.) Stalls are among the first orders: their path is long.
-
-  Such a cause is no chaos fault: it stays when the run turns the faults off, until the
-  operator fixes it, so each of these orders takes its whole path whatever the timing.
-
-* **express orders** (``bench.chaos_express``) get all of the above like any order (a stall's
-  charge is a branch of the group: it is terminated while the group runs), and two paths of
-  their own: ``groupTerminate`` (terminated while the group runs, its reservation hanging on a
-  SKU of its own until just before the terminate) and ``pivotCancel`` (terminated as soon as it
-  is seen at its shipment, which hangs: held, the shipment's outcome unknown; then cancelled,
-  as the operator knows it never shipped: both branches undone in reverse order of completion).
+* **terminate**: ``terminate_rate`` of the orders get ``POST /orders/{id}/terminate`` within
+  ``terminate_within`` s of their acceptance (202 ``terminated``/``terminating``/``held``, or 409);
+* **restart**: each designed rejection is restarted once (a third twice) once it failed and was
+  compensated; the cause stays, so each generation fails again and must be undone on its own;
+* **fix, then act**: ``fixable_rate`` of the orders carry a cause of their own, which stays when the
+  faults go off: ``restock`` (a SKU out of stock: restocked, restarted, generation 1 goes through),
+  ``limit`` (over the payment limit: raised, restarted) and ``stall`` (the payment hangs on the
+  order: terminated while its charge hangs, the refund hangs too until it fails for good; then the
+  cause is fixed and the compensation redriven: the order ends ``terminated`` with nothing applied);
+* express orders get the above, and their own paths (``bench.chaos_express``).
 
 Every action and its answer is recorded on the order (``OrderRec.operator_actions``); the
 checks (``bench.chaos.evaluate``) judge the outcomes.

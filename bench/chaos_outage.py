@@ -1,34 +1,20 @@
-"""The chaos run's outage report (issue 14, "Must show"): what one remote's outage under load cost.
+"""The chaos run's outage report (issue 14): what one remote's outage under load cost.
 
-The chaos run takes one remote (``OUTAGE_SERVICE``) down for ``--outage-seconds``. This module
-reads, after the run:
-
-* the remote services simulator's **down window** (``/_stats`` ``downWindows``: when the service
-  was really down) and **call journal** (``GET /_calls``: every call, its idempotency key and the
-  fault injected into it);
-* every order's **history** (its view's ``history``, completed through
-  ``GET /orders/{id}/history`` when it has more pages);
-* the host log's **breaker alerts** (``breaker.open`` / ``breaker.closed`` lines: the gate writes
-  one per alert it sends to the AlertsQueue, which the run does not drain); and reports:
+After the run, from the simulator's down window and call journal (``/_stats``, ``GET /_calls``),
+every order's whole history and the host log's ``breaker.open``/``breaker.closed`` lines:
 
 1. ``deadRemoteCalls``: the calls the dead remote received inside its down window, against the
-   bound ``BreakerFailureThreshold + ceil(outage / BreakerCoolDownSeconds)`` (the threshold, then
-   one probe per cool-down), split into the first ``threshold`` calls and the rest (the probes,
-   and calls in flight when the breaker opened), and before/after the breaker's first opening;
-2. ``failureCountIncrements``: attempts of the remote's steps (forward or compensation) that
-   ended in a FailureCount increment (``redriven``, ``compensationRedriven``, a timed-out
-   ``stepFailed``, a timed-out ``compensationFailed``) and overlapped the outage; each is
-   attributed by what the simulator saw for its key during the attempt: ``outage`` (a ``down``
-   or ``reset`` call), ``otherFault`` (a hang, transient 503 or lost response only) or
-   ``noFaultSeen`` (no faulty call: a killed instance, a lost message...);
-3. ``heldForOperator``: orders held (``held`` event) on the remote's step after failures that
-   overlapped the outage (``attributable``: one of them met the dead service);
-4. ``drain``: the orders the outage touched (a ``stepWaiting`` on the remote's step during the
-   outage, or an attempt of that step in flight during it) and the seconds from the remote's
-   return until the last of them ended (Processed, or failed/held/compensated);
-5. ``historyWhileWaiting``: the history events and waits of the orders that waited, during the
-   outage, per order, against the probe cycles it lasted (a wait is one state: they must not grow
-   with the outage's length).
+   bound ``BreakerFailureThreshold + ceil(outage / BreakerCoolDownSeconds)``, before and after the
+   breaker's first opening;
+2. ``failureCountIncrements``: attempts of the remote's steps that overlapped the outage and ended
+   in a FailureCount increment, each attributed by what the simulator saw for its key then:
+   ``outage`` (a ``down``/``reset`` call), ``otherFault`` or ``noFaultSeen``;
+3. ``heldForOperator``: orders held on the remote's step after failures that overlapped the
+   outage (``attributable``: one of them met the dead service);
+4. ``drain``: the orders the outage touched and the seconds from the remote's return until the last
+   of them ended;
+5. ``historyWhileWaiting``: the waits and events of the orders that waited, against the probe
+   cycles (a wait is one state: neither grows with the outage's length).
 """
 
 from __future__ import annotations
@@ -42,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bench.chaos_ledger import view_effects
+from bench.chaos_ledger import parse_time, view_effects
 from shared.settings import SETTINGS
 
 OUTAGE_FAULTS = ("down", "reset")  # the simulator's faults of a dead service
@@ -51,17 +37,6 @@ FORWARD_ENDS = ("stepDone", "stepFailed", "redriven", "stepWaiting")
 COMPENSATION_ENDS = ("compensationDone", "compensationFailed", "compensationRedriven")
 PROCESS_FAULTS = ("kill", "restart-servicebus", "restart-azurite")  # the runner's fault events that lose replies
 SLACK = timedelta(seconds=0.5)  # clock granularity between the simulator's and the app's timestamps
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An ISO time (``Z`` or an offset; naive: UTC), or None."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,11 @@
 """Issue 15's cost target and the relations the counts must satisfy.
 
-* :func:`saturation_cost`: table requests per order counted over the saturation window alone,
-  by table and by table|kind, the breaker reads on their own line (``orders|query|breakers``, an
-  agent instance's one query of every breaker, and ``orders|get|breakers``, a breaker's point read;
-  told apart by ``bench.opcount``), against the target: at most 5 table requests per order of
-  3 steps (history, search index and deadline index included). The sweep's own reads are
-  reported apart, as in ``bench.report.per_order``.
-* :func:`consistency`: relations that must hold whatever the machine's speed (the smoke run in
-  ``make test`` asserts them): the per-table requests add up to the total, on the work queues
-  every message sent was completed, a step is one request and one reply (2 sends, 2 completions,
-  4 messages) when nothing was re-sent, an order makes at least steps + 1 state transactions
-  and writes at least as many entities. Never a threshold on speed or on the target itself.
-* :func:`bus_credits`: Service Bus operations priced by Azure's Standard-tier credit rules
-  (``CREDIT_RULES``; learn.microsoft.com/azure/service-bus-messaging/service-bus-throttling).
+:func:`saturation_cost`: table requests per order over the saturation window, by table and kind,
+the breaker reads on their own line, the sweep's own reads apart, against the target of at most 5
+per order of 3 steps. :func:`consistency`: relations that hold whatever the machine's speed (the
+smoke run asserts them): the per-table requests add up, every work-queue message sent was
+completed, a step is a request and a reply when nothing was re-sent, an order makes at least steps
++ 1 state transactions and writes at least as many entities.
 """
 
 from __future__ import annotations
@@ -40,48 +33,6 @@ WAITING_LISTINGS = "orders|query|waiting"  # the Supervisor's, when a watch of a
 STATS_WRITES = "orderindex|batch|stats"
 # while idle no agent checks a request: every state point read is the sweep's
 IDLE_SWEEP_KINDS = (*SWEEP_KINDS, STATE_READS, BREAKER_READS, STATS_WRITES)
-
-
-# Azure's credit costs (Standard tier, "Service Bus throttling"): Send, Receive, Peek 1 per message;
-# Create/Read/Update/Delete of queues, topics, subscriptions, filters 10. Settlement is not listed.
-CREDIT_RULES = ("Send, Receive, Peek: 1 credit per message; Create/Read/Update/Delete of an entity "
-                "(queue, topic, subscription, filter): 10; not listed, so 0: settlements (complete, abandon, "
-                "dead-letter, defer), lock renewal, the credit flow frames")
-# AMQP management-link operations (the emulator counts them by name, ``management:<op>``) that
-# the table prices: a peek and a receive of deferred messages are data operations (1 per call
-# counted: a lower bound when a call returns several); ``schedule-message`` is a Send whose
-# messages ``sent`` already counts; the rest (renew-lock, update-disposition, session state,
-# cancel-scheduled) are not in the table. Entity CRUD goes over HTTP (the ATOM API), not AMQP.
-DATA_MANAGEMENT_OPS = ("peek-message", "receive-by-sequence-number")
-ENTITY_OPS_CREDITS = 10
-
-
-def bus_credits(bus: dict[str, dict[str, int]], orders: int, entity_ops: int = 0) -> dict[str, Any]:
-    """Credits per order by Azure's rules: every message sent (any queue), every message delivered
-    on the work queues, peeks and deferred receives; ``entity_ops`` (entity CRUD in the window, none
-    on the app's message path) at 10. The status queue's deliveries are its consumer's (the caller
-    of the order), priced apart (``with_status_consumer``)."""
-    work = work_queues(bus)
-    sent = sum(r.get("sent", 0) for r in bus.values())
-    received = sum(r.get("delivered", 0) for r in work.values())
-    peeks = sum(r.get(f"management:{op}", 0) for r in work.values() for op in DATA_MANAGEMENT_OPS)
-    status_received = sum(r.get("delivered", 0) + sum(r.get(f"management:{op}", 0) for op in DATA_MANAGEMENT_OPS)
-                          for q, r in bus.items() if q not in work)
-    free = {k: sum(r.get(k, 0) for r in work.values()) for k in ("completed", "abandoned", "deadlettered",
-                                                                  "deferred", "released")}
-    free["renew-lock"] = sum(r.get("management:renew-lock", 0) for r in work.values())
-    credits = sent + received + peeks + ENTITY_OPS_CREDITS * entity_ops
-
-    def per(n: float) -> float:
-        return round(n / orders, 3) if orders else 0.0
-
-    return {"credits_per_order": per(credits),
-            "with_status_consumer": per(credits + status_received),
-            "by_rule_per_order": {"send": per(sent), "receive (work queues)": per(received),
-                                  "peek / deferred receive": per(peeks), "entity CRUD x10": per(10 * entity_ops),
-                                  "status consumer's receives": per(status_received)},
-            "free_per_order": {k: per(v) for k, v in free.items()},
-            "rules": CREDIT_RULES}
 
 
 def work_queues(bus: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:

@@ -1,16 +1,11 @@
 """CPU per order, split: the app's own code apart from the local host's receive/settle loop.
 
-In Azure the Service Bus receive and settle loop is the .NET host's work, not the Python
-worker's, so the host instances' CPU is split per thread. Each instance names its threads' roles
-in ``<dir>/<pid>.json`` (``local.host.threadroles``, asked for by the bench through
-``LOCAL_HOST_THREAD_ROLES_DIR``); :class:`SplitMeter` reads ``/proc/<pid>/task/<tid>/stat``
-(utime + stime) per thread before and after the window:
-
-* ``app``: the thread pool that runs the functions (the app's code, its table requests and its
-  own Service Bus sends);
-* ``host_loop``: the event loop thread (receive, settle, lock renewal, invocation bookkeeping);
-* ``host_other``: the rest of the process (main, HTTP accept and request threads, timers, and
-  threads that ended in the window: the process total less the registered threads).
+In Azure the receive and settle loop is the .NET host's work, so the host instances' CPU is split
+per thread: each instance names its threads' roles in ``<dir>/<pid>.json`` (``local.host.threadroles``,
+asked for through ``LOCAL_HOST_THREAD_ROLES_DIR``), and :class:`SplitMeter` reads
+``/proc/<pid>/task/<tid>/stat`` per thread before and after the window: ``app`` (the functions'
+thread pool: their code, table requests and sends), ``host_loop`` (the event loop: receive,
+settle, lock renewal) and ``host_other`` (the rest of the process).
 """
 
 from __future__ import annotations

@@ -3,18 +3,10 @@
     python -m bench.emulator [--messages 20000] [--size 200] [--receivers 2] [--prefetch 200]
                              [--dedup] [--out bench/results/emulator.json]
 
-It starts the emulator (``python -m local.servicebus``) on a free loopback port with a
-throwaway queue declaration and data folder, then measures:
-
-1. **send**: one sender fills ``ServiceBusMessageBatch`` objects and sends them; msgs/s until
-   the last batch is accepted (every accept means the batch is committed to SQLite);
-2. **receive+complete**: ``--receivers`` receiver processes (peek-lock, ``prefetch_count``)
-   receive and complete every message, one ``complete_message`` per message; msgs/s from start
-   until the last completion.
-
-For each phase it prints the rate and the CPU split: the emulator process's CPU seconds (from
-``/proc/PID/stat``) against the clients' CPU seconds (this process, or the receiver processes).
-It is a measurement, not a test: nothing asserts on the numbers.
+It starts the emulator on a free port with a throwaway queue and data folder, then measures
+**send** (one sender's ``ServiceBusMessageBatch`` objects, msgs/s until the last is accepted:
+committed to SQLite) and **receive+complete** (``--receivers`` processes, peek-lock, one
+``complete_message`` each), each with the emulator's CPU seconds against the clients'.
 """
 
 from __future__ import annotations
@@ -30,7 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.jsonfile import write_json
 from local.connections import servicebus_connection_string
 from local.procs import REPO_ROOT, Proc, free_port
 
@@ -195,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     result["machine"]["loadavg_after"] = os.getloadavg()[0]
     print(f"load average (1 min) before/after: {result['machine']['loadavg_before']:.1f} / "
           f"{result['machine']['loadavg_after']:.1f} on {os.cpu_count()} CPUs (other processes compete for them)")
-    write_json(args.out, result)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
     return 0
 
 

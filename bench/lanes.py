@@ -1,22 +1,14 @@
 """Priority lanes at saturation: high, normal and low orders side by side in ONE run.
 
 ``python -m bench.lanes`` (also the ``lanes`` phase of ``python -m bench``): a closed loop keeps
-``--window`` orders in flight for ``--seconds``, 10% of them ``"priority": "high"``, 10% ``low``,
-the rest ``normal`` (a seeded draw). Each order is timed submit→Processed from the status queue
-(bench/load.py). Per priority: orders posted and processed, p50/p95/p99/max, and the rate at which
-each priority completed over the steady part of the run (the first quarter, at most 5 s, is
-ramp-up). The target of issue 14: high p99 ≤ 1/4 of normal p99, and normal orders still complete.
-
-The lanes keep a high order's messages out of the normal queues' backlog (shared/core/workflows/lanes.py). They
-help only if the backlog waits in the BROKER: a message already handed to a host instance waits
-in that instance's invocation pool with every other one, whatever its lane. So the run sets the
-Service Bus trigger's ``maxConcurrentCalls`` (per function and instance, as in Azure) through the
-app setting ``AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls``: few enough
-invocations in flight per instance that the invocation pool never queues. host.json sets 4; the
-standalone run also measures 16, the value before the lanes (``--max-concurrent-calls``; 0 keeps
-host.json's). bench/README.md, "Priority lanes", has the figures.
-
-Results: printed, ``lanes.json`` and ``lanes.png`` in ``--out-dir`` (default bench/results).
+``--window`` orders in flight for ``--seconds``, a seeded 10% ``"priority": "high"`` and 10% ``low``,
+each timed submit→Processed from the status queue. Per priority: orders, p50/p95/p99/max and the
+completion rate over the steady part (the first quarter, at most 5 s, is ramp-up). Issue 14's
+target: high p99 ≤ 1/4 of normal p99, and normal orders still complete. The lanes help only while
+the backlog waits in the broker, so the run sets the trigger's ``maxConcurrentCalls`` through
+``AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls``; standalone it starts a stack
+per value of ``--max-concurrent-calls`` (0: host.json's 4; and 16, the value before the lanes) and
+writes ``lanes.json`` and ``lanes.png`` to ``--out-dir``.
 """
 
 from __future__ import annotations

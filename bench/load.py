@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import os
 import random
 import threading
 import time
@@ -119,7 +120,7 @@ class StatusWatcher(StatusEvents):
         # The aio client without the SDK's keep-alive reads, as the local host's receivers: of
         # messages sent back to back (a step's status, then ``processed`` at once) the sync receiver
         # held ~2%, and the aio one with those reads ~0.5%, 50-350 ms after the broker took them,
-        # and the latency figures counted it (bench/README.md, "Issue 15, fifth session").
+        # and the latency figures counted it (docs/design.md, "Decisions and their measurements").
         # ``lag_ms`` keeps each arrival's time after the broker's enqueue.
         without_keep_alive_reads()
         asyncio.run(self._consume())
@@ -375,3 +376,21 @@ def percentile(values: list[float], p: float) -> float | None:
     s = sorted(values)
     k = max(0, min(len(s) - 1, int(round(p / 100 * (len(s) - 1)))))
     return s[k]
+
+
+def phase_figures(orders: list[OrderTimes], post_failures: int, all_finished: bool) -> dict[str, Any]:
+    """A load phase's counts, its throughput from the first POST to the last order done, and its
+    latencies submit→done and POST→202 (ms)."""
+    done = [o for o in orders if o.processed]
+    lat = [o.processed - o.submitted for o in done]
+    post = [o.accepted - o.submitted for o in orders if o.accepted]
+    first = min((o.submitted for o in orders), default=0.0)
+    last = max((o.processed for o in done), default=first)
+    failed = sum(1 for o in orders if o.failed)
+    return {"orders_posted": len(orders), "post_failures": post_failures, "processed": len(done), "failed": failed,
+            "unfinished": len(orders) - len(done) - failed, "all_finished": all_finished,
+            "seconds": round(last - first, 2),
+            "orders_per_s": round(len(done) / (last - first), 2) if last > first else None,
+            "latency_ms": {f"p{p}": ms(percentile(lat, p)) for p in (50, 95, 99)} | {"max": ms(max(lat, default=None))},
+            "post_latency_ms": {f"p{p}": ms(percentile(post, p)) for p in (50, 99)},
+            "loadavg_1m_at_end": round(os.getloadavg()[0], 2)}

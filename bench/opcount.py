@@ -1,30 +1,16 @@
 """Counting of Table Storage requests, attached to the host processes from outside the app.
 
-The app knows nothing of it. When the benchmark starts the local stack, it gives the host
-processes (and only them) two environment variables (:func:`host_env`): ``PYTHONPATH`` with
-``bench/startup`` first, whose ``sitecustomize.py`` Python runs at start-up, and
-``BENCH_OPCOUNT_DIR``. The ``sitecustomize`` then calls :func:`install`, which wraps the
-``send`` of the store's table transport (``shared.storage.transport.Urllib3Transport``, as its
-module is imported) and of azure-core's ``RequestsTransport`` (the SDK clients'): every HTTP
-request that leaves for the table service is counted at the transport boundary (so retries
-count too), by table and kind, with the number of entities each one carries or returns. In a
-host process the table clients are the only users of these transports (Service Bus speaks AMQP;
-the agents' remote calls use a urllib3 pool of their own). A thread writes
-the totals to ``DIR/table-<pid>.json`` twice a second and at exit; the benchmark sums the
-files of every process (a SIGKILLed process leaves its last totals behind).
-
-Kinds: ``batch`` (an entity-group transaction; ``entities`` = its operations), ``query`` (a
-GET with a filter, or of a partition; ``entities`` = the entities returned), ``get`` (a point
-read), ``insert``, ``upsert`` (PUT/MERGE), ``delete``, ``table`` (create/list tables). A request
-on the circuit breakers' partitions of the state table carries the partition's name after the
-kind: ``get|breakers`` (a breaker row's point read), ``batch|breakers``, ``query|waiting`` and
-``batch|waiting`` (the steps waiting on an open breaker, partitions ``waiting-{remote}``), and
-so does a write of the console's stats rows (``batch|stats``, partition ``stats`` of the search
-index's table); the partition is read from the request's URL (key or filter) or body.
-Cost: a regular-expression search of the URL and body, and a dictionary update under a lock, per request.
-
-Standard library only (azure-core is imported by :func:`install`): ``sitecustomize`` loads
-this file by its path, before the app's folder is on ``sys.path``.
+The benchmark starts the host processes with ``bench/startup`` first on ``PYTHONPATH`` and
+``BENCH_OPCOUNT_DIR`` set (:func:`host_env`); that folder's ``sitecustomize.py`` calls
+:func:`install`, which wraps the ``send`` of the store's table transport
+(``shared.storage.transport.Urllib3Transport``, as its module is imported) and of azure-core's
+``RequestsTransport`` (the SDK's). Every request to the table service is counted there, retries
+included, by table and kind (:func:`classify`: ``batch``, ``query``, ``get``, ``insert``, ``upsert``,
+``delete``, ``table``; a request on the breakers', waiting steps' or stats partitions carries the
+mark ``|breakers``, ``|waiting`` or ``|stats``), with the entities it carries or returns. A thread
+writes the totals to ``DIR/table-<pid>.json`` twice a second; :func:`read_totals` sums them. Cost:
+a regular-expression search and a dictionary update per request. Standard library only at import
+(``sitecustomize`` loads this file by its path, before the app's folder is on ``sys.path``).
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
-"""The DBOS peer measured the way the benchmark measures our app: ``python -m bench.peer``.
+"""The peers measured the way the benchmark measures our app: ``python -m bench.peer [--peer temporal]``.
 
-The peer (bench/peer_dbos: the same three-step order with compensation, written with DBOS
-Transact on a SQLite system database) runs as a subprocess of its own venv (``.venv-peer``,
-built on first use), against the same remotes simulator, driven by the same load generator
-(bench/load.py's ``Poster`` and ``LoadRun``). Its status events arrive by HTTP at a listener
-(bench/peer_rig.py's ``StatusListener``, the peer's stand-in for our status queue) and are stamped
-on arrival, like the status queue's messages. Phases:
-
-1. **saturation**: a closed loop keeps ``window`` orders in flight; orders/s; the peer
-   process's CPU seconds (from /proc) per order;
-2. **latency**: a fixed arrival rate (``rate``, or ``fraction`` of the peer's saturation);
-   submit→done p50/p95/p99 and CPU per order;
-3. **recovery**: ``recovery_orders`` orders in flight with the payment service slowed by
-   ``recovery_hang`` seconds, the peer SIGKILLed while they are inside charge-payment, then
-   restarted: time until every order is done, and the remotes' ledger checked (no effect twice,
-   every order's three effects once).
-
-``measure_peer(...)`` returns the figures as a dict (bench/run.py can call it); the command
-prints them and writes ``bench/results/peer.json``.
+The peer (bench/peer_dbos, DBOS Transact on SQLite; or bench/peer_temporal) runs in a venv of its
+own against the same remotes simulator, driven by the same load generator; its status events
+reach a listener in the bench (``bench.peer_rig``) and are stamped on arrival. Phases: saturation
+(``window`` in flight), latency (a fixed rate: ``rate``, or ``fraction`` of the peer's saturation),
+and recovery (``recovery_orders`` in flight inside a slowed charge, the peer SIGKILLed and restarted:
+time until every order is done, the ledger checked). ``measure_peer`` returns the figures
+(``bench.versus`` calls it); the command writes ``bench/results/peer.json``.
 """
 
 from __future__ import annotations
@@ -27,18 +16,16 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench.calibrate import calibrate
-from bench.load import OrderTimes, ms, percentile
+from bench.load import phase_figures
 from bench.logline import log
 from bench.peer_dbos.venv import ensure_peer_venv
 from bench.peer_rig import PeerRig
-from bench.profiling import cpu_seconds, start_record, summarize_raw
+from bench.profiling import cpu_seconds
 from local.procs import REPO_ROOT
 from local.remotes.client import RemotesClient
 
@@ -54,27 +41,8 @@ def ledger_check(remotes: RemotesClient, order_ids: list[str]) -> dict[str, Any]
             "orders_without_exactly_one_of_each_effect": len(incomplete)}
 
 
-def _phase_result(orders: list[OrderTimes], post_failures: int, all_finished: bool) -> dict[str, Any]:
-    done = [o for o in orders if o.processed]
-    lat = [o.processed - o.submitted for o in done]
-    post = [o.accepted - o.submitted for o in orders if o.accepted]
-    first = min((o.submitted for o in orders), default=0.0)
-    last = max((o.processed for o in done), default=first)
-    return {"orders_posted": len(orders), "post_failures": post_failures, "processed": len(done),
-            "failed": sum(1 for o in orders if o.failed), "all_finished": all_finished,
-            "seconds": round(last - first, 2),
-            "orders_per_s": round(len(done) / (last - first), 2) if last > first else None,
-            "latency_ms": {f"p{p}": ms(percentile(lat, p)) for p in (50, 95, 99)}
-            | {"max": ms(max(lat, default=None))},
-            "post_latency_ms": {f"p{p}": ms(percentile(post, p)) for p in (50, 99)},
-            "loadavg_1m_at_end": round(os.getloadavg()[0], 2)}
-
-
 def _cpu(rig: PeerRig) -> dict[str, float]:
-    out = {k: cpu_seconds(p) or 0.0 for k, p in rig.cpu_pids().items()}
-    if rig.postgres is not None:
-        out["postgres"] = rig.postgres.cpu_seconds()
-    return out
+    return {k: cpu_seconds(p) or 0.0 for k, p in rig.cpu_pids().items()}
 
 
 def _with_cpu(res: dict[str, Any], before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
@@ -82,57 +50,28 @@ def _with_cpu(res: dict[str, Any], before: dict[str, float], after: dict[str, fl
     res["cpu_seconds"] = cpu
     n = res["processed"] + res["failed"]
     res["peer_cpu_ms_per_order"] = round(1000 * cpu["peer"] / n, 1) if n else None
-    if "postgres" in cpu:  # the system database's own process; SQLite runs inside the peer's
-        res["peer_and_postgres_cpu_ms_per_order"] = round(1000 * (cpu["peer"] + cpu["postgres"]) / n, 1) if n else None
     if "temporal server" in cpu:  # Temporal: the worker + front ("peer") and the dev server (its SQLite inside)
         both = cpu["peer"] + cpu["temporal server"]
         res["peer_and_server_cpu_ms_per_order"] = round(1000 * both / n, 1) if n else None
     return res
 
 
-def _profile_later(pid: int, seconds: float, out: Path) -> Callable[[], dict[str, Any]]:
-    """py-spy the peer over the middle of the phase; returns what collects the summary."""
-    holder: list[Any] = []
-
-    def later() -> None:
-        time.sleep(seconds * 0.25)
-        holder.append(start_record(pid, max(3, int(seconds * 0.6)), out))
-
-    thread = threading.Thread(target=later, daemon=True)
-    thread.start()
-
-    def collect() -> dict[str, Any]:
-        thread.join()
-        if not holder or holder[0] is None:
-            return {"error": "py-spy not found"}
-        try:
-            holder[0].wait(timeout=60)
-        except Exception:  # noqa: BLE001
-            holder[0].kill()
-        return summarize_raw(out)
-
-    return collect
-
-
-def phase_saturation(rig: PeerRig, window: int, seconds: float, profile: bool = False) -> dict[str, Any]:
+def phase_saturation(rig: PeerRig, window: int, seconds: float) -> dict[str, Any]:
     log(f"phase: saturation (closed loop, {window} orders in flight, {seconds:g}s)")
     r = rig.new_run("saturation", seed=1)
     speed = calibrate()["ms"]  # the machine's speed right now, as ours' saturation records it
     before = _cpu(rig)
     t0 = time.time()
-    collect = _profile_later(rig.peer_pid, seconds, rig.work / "profiles" / "peer.txt") if profile else None
     r.closed_loop(window, seconds, threads=min(32, window), progress=lambda s: print(s, flush=True))
     ok = r.wait_all(120)
     after = _cpu(rig)
     orders = r.collect()
-    res = _with_cpu(_phase_result(orders, r.post_failures, ok), before, after)
+    res = _with_cpu(phase_figures(orders, r.post_failures, ok), before, after)
     steady_from = t0 + min(5.0, seconds / 4)
     end = max((o.processed for o in orders if o.processed), default=time.time())
     in_steady = [o for o in orders if o.processed and steady_from <= o.processed <= end]
     res["steady_orders_per_s"] = round(len(in_steady) / (end - steady_from), 2) if end > steady_from else None
     res["calibration_ms"] = speed
-    if collect is not None:
-        res["profile"] = collect()
     log(f"  saturation: {res['steady_orders_per_s']} orders/s (steady); p50 {res['latency_ms']['p50']} ms, "
         f"p99 {res['latency_ms']['p99']} ms; peer CPU {res['peer_cpu_ms_per_order']} ms/order")
     return res
@@ -144,7 +83,7 @@ def phase_latency(rig: PeerRig, rate: float, seconds: float) -> dict[str, Any]:
     before = _cpu(rig)
     r.open_loop(rate, seconds, threads=8, progress=lambda s: print(s, flush=True))
     ok = r.wait_all(120)
-    res = _with_cpu(_phase_result(r.collect(), r.post_failures, ok), before, _cpu(rig))
+    res = _with_cpu(phase_figures(r.collect(), r.post_failures, ok), before, _cpu(rig))
     res["arrival_rate"] = round(rate, 2)
     log(f"  latency: {res['processed']}/{res['orders_posted']} done; p50 {res['latency_ms']['p50']} ms, "
         f"p95 {res['latency_ms']['p95']} ms, p99 {res['latency_ms']['p99']} ms; "
@@ -191,8 +130,7 @@ def phase_recovery(rig: PeerRig, orders: int, hang: float) -> dict[str, Any]:
 def measure_peer(out_dir: Path | None = None, *, window: int = 48, saturation_seconds: float = 40.0,
                  latency_seconds: float = 40.0, rate: float | None = None, fraction: float = 0.2,
                  warmup: int = 10, recovery_orders: int = 10, recovery_hang: float = 3.0,
-                 skip_recovery: bool = False, system_db: str = "sqlite", journal: str = "wal",
-                 profile: bool = False, echo: bool = False, peer: str = "dbos") -> dict[str, Any]:
+                 skip_recovery: bool = False, echo: bool = False, peer: str = "dbos") -> dict[str, Any]:
     """Run the peer's phases and return the figures. ``rate``: the latency phase's arrival rate
     (bench/run.py passes the one it used for our app); None: ``fraction`` of the peer's saturation.
     ``peer``: "dbos" (bench/peer_dbos) or "temporal" (bench/peer_temporal)."""
@@ -209,21 +147,18 @@ def measure_peer(out_dir: Path | None = None, *, window: int = 48, saturation_se
                      "system_database": "SQLite (the dev server's, WAL journal)"}
         else:
             _, built = ensure_peer_venv()
-            about = {"peer": "DBOS Transact (bench/peer_dbos)",
-                     "system_database": f"SQLite ({journal} journal)" if system_db == "sqlite"
-                     else "PostgreSQL (Debian's, local)"}
+            about = {"peer": "DBOS Transact (bench/peer_dbos)", "system_database": "SQLite (wal journal)"}
         result: dict[str, Any] = {**about,
                                   "venv_build_seconds": round(built, 1),
                                   "venv_check_seconds": round(time.monotonic() - t_venv, 2),
                                   "loadavg_1m_at_start": round(os.getloadavg()[0], 2), "nproc": os.cpu_count()}
-        rig_of = (lambda: TemporalRig(work, echo=echo)) if peer == "temporal" else (
-            lambda: PeerRig(work, echo=echo, journal=journal, system_db=system_db))
+        rig_of = (lambda: TemporalRig(work, echo=echo)) if peer == "temporal" else (lambda: PeerRig(work, echo=echo))
         with rig_of() as rig:
             result["peer_start_s"] = rig.peer_starts[0]
             w = rig.new_run("warmup", seed=0)
             w.open_loop(rate=max(2.0, warmup / 3), seconds=max(1.0, warmup / max(2.0, warmup / 3)), threads=4)
             w.wait_all(60)
-            sat = phase_saturation(rig, window, saturation_seconds, profile=profile)
+            sat = phase_saturation(rig, window, saturation_seconds)
             fixed = rate if rate is not None else max(0.5, fraction * float(sat["steady_orders_per_s"] or 5.0))
             result["phases"] = {"saturation": sat, "latency": phase_latency(rig, fixed, latency_seconds)}
             if not skip_recovery:
@@ -245,20 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recovery-orders", type=int, default=10)
     ap.add_argument("--recovery-hang", type=float, default=3.0, help="payment latency while the peer is killed")
     ap.add_argument("--skip-recovery", action="store_true")
-    ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite",
-                    help="the peer's system database: SQLite (a file) or a local PostgreSQL the run starts")
-    ap.add_argument("--journal", choices=("wal", "default"), default="wal",
-                    help="the SQLite journal of the peer's system database (default: DBOS's own, rollback)")
     ap.add_argument("--out", default=None, help="default: bench/results/peer.json (temporal: peer-temporal.json)")
-    ap.add_argument("--profile", action="store_true", help="py-spy the peer during saturation (costs CPU)")
     ap.add_argument("--echo", action="store_true", help="echo the remotes' and the peer's output")
     a = ap.parse_args(argv)
     if a.smoke:
         a.window, a.saturation_seconds, a.latency_seconds, a.recovery_orders = 8, 5.0, 5.0, 4
     res = measure_peer(window=a.window, saturation_seconds=a.saturation_seconds, latency_seconds=a.latency_seconds,
                        rate=a.rate, fraction=a.fraction, recovery_orders=a.recovery_orders,
-                       recovery_hang=a.recovery_hang, skip_recovery=a.skip_recovery,
-                       system_db=a.db, journal=a.journal, profile=a.profile, echo=a.echo, peer=a.peer)
+                       recovery_hang=a.recovery_hang, skip_recovery=a.skip_recovery, echo=a.echo, peer=a.peer)
     out = Path(a.out or RESULTS / ("peer-temporal.json" if a.peer == "temporal" else "peer.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import LoadRun, Poster, StatusEvents
-from bench.peer_dbos.postgres import Postgres
 from bench.peer_dbos.venv import ensure_peer_venv
 from local.procs import Proc, free_port
 from local.remotes.client import RemotesClient
@@ -57,13 +56,10 @@ class PeerRig:
     """The remotes simulator, the status listener and the peer, on free loopback ports.
     bench/peer_temporal/rig.py's TemporalRig is one with the Temporal dev server beside the peer."""
 
-    def __init__(self, work: Path, echo: bool = False, journal: str = "wal", system_db: str = "sqlite") -> None:
+    def __init__(self, work: Path, echo: bool = False) -> None:
         self.work = work
-        self.journal = journal
-        self.postgres = Postgres() if system_db == "postgres" else None
         self.echo = echo
         self.python, self.venv_build_seconds = self.venv()
-        self.db_arg = str(work / "peer.sqlite")  # or the PostgreSQL URL, once started
         self.remotes_url = f"http://127.0.0.1:{free_port()}"
         self.peer_port = free_port()
         self.peer_url = f"http://127.0.0.1:{self.peer_port}"
@@ -79,7 +75,7 @@ class PeerRig:
 
     def peer_command(self) -> list[str]:
         return [str(self.python), "-m", "bench.peer_dbos", "--port", str(self.peer_port), "--remotes",
-                self.remotes_url, "--db", self.db_arg, "--status-url", self.listener.url, "--journal", self.journal]
+                self.remotes_url, "--db", str(self.work / "peer.sqlite"), "--status-url", self.listener.url]
 
     def cpu_pids(self) -> dict[str, int]:
         """The processes whose CPU is counted, by name: "peer" is the peer's own process."""
@@ -87,8 +83,6 @@ class PeerRig:
         return {"peer": self.peer_pid, "remotes": self.remotes_proc.pid, "bench (load + listener)": os.getpid()}
 
     def start(self) -> PeerRig:
-        if self.postgres is not None:
-            self.db_arg = self.postgres.start()
         self.listener.start()
         port = self.remotes_url.rsplit(":", 1)[1]
         self.remotes_proc = Proc("remotes", [sys.executable, "-m", "local.remotes", "--port", port],
@@ -127,8 +121,6 @@ class PeerRig:
         for proc in (self.peer_proc, self.remotes_proc):
             if proc is not None:
                 proc.stop()
-        if self.postgres is not None:
-            self.postgres.stop()
         self.remotes.close()
         self.listener.stop()
 

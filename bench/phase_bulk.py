@@ -1,19 +1,11 @@
 """The bulk phase (issue 30): what a bulk retry costs live traffic.
 
-``--bulk-orders`` N orders (of a customer of their own, ``bench-bulk``) are posted while the
-inventory refuses a SKU they all carry: each fails at its reservation and waits in ``attention``.
-The SKU is restocked, then the fixed-rate load of the latency phase (``--bulk-fraction`` of the
-saturation rate, ``--bulk-seconds`` long) runs twice on the same stack: **alone**, and **beside**
-ONE bulk retry over the N orders (``POST /api/operations``, started as the second load starts) at
-the default pace: the stack's ``BulkOrdersPerTick`` is set so that its orders per second equal the
-default's (100 per 15 s tick) at the run's Supervisor period (``--bulk-per-tick`` sets another).
-The retried orders then run their whole workflow beside the live ones: that is what an operator's
-bulk retry adds.
-
-Reported (``bench.json`` ``bulk``, printed, and the two loads in the latency plot): the live
-orders' p50/p99 submit -> Processed in each load and their ratio (beside / alone), the bulk
-operation's own throughput (orders acted on per second, POST to ``done``), and how much of the
-second load the operation overlapped. Timings are the machine's: compare the ratio, not the ms.
+``--bulk-orders`` N orders of the customer ``bench-bulk`` fail on a SKU the inventory refuses and
+wait in ``attention``; the SKU is restocked. The latency phase's fixed-rate load (``--bulk-fraction``
+of saturation, ``--bulk-seconds``) then runs twice: **alone**, and **beside** ONE bulk retry of the
+N (``POST /api/operations``) at the default's pace in orders/s (``BulkOrdersPerTick`` scaled to the
+run's Supervisor period). In ``bench.json`` ``bulk``: the live p50/p99 in each load and their
+ratio, and the operation's own orders/s.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The sweep phase: what one Supervisor sweep reads with N finished orders in the store.
 
-The store is seeded with finished orders (one transaction each), then ``--leftover`` index rows
-that are already due are put in right after a sweep (as best-effort deletes that were lost would
-leave them), so that the next sweep is the one that finds them. That sweep and the steady one
-after it are measured from the counted table requests in their windows. The bound is on the
-index: at most due + 10 index rows read; each due row then costs a point read of its order's
-state row and, for an ended order (all of them here), a read of its partition to rewrite its
-search index rows: at most 2 state reads per due row, reported apart.
+After seeding, ``--leftover`` due index rows are put in right after a sweep, so that the next one
+finds them; it and the steady sweep after it are measured from the counted requests. The bound is
+at most due + 10 index rows read; each due row then costs a state point read and, for an ended
+order, a read of its partition (at most 2 state reads per due row, reported apart).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""A latency probe of Azurite, run as its own process during the saturation, latency and sustained phases.
+"""A latency probe of Azurite, run as its own process (no GIL shared with the stack) during the
+saturation, latency and sustained phases: ``python -m bench.probe --host H --port P --table T``.
 
-It point-reads one (absent) entity over one keep-alive raw HTTP connection every 50 ms and
-prints one JSON line when it is stopped (SIGTERM) or its time is up: the percentiles, and the
-reads slower than ``--slow-ms`` with their epoch time (``slow``, the first 200), which
-``bench.tail`` lays beside the slowest orders. Run apart
-from the stack's Python processes (no shared GIL, no thread pool), it tells whether Azurite
-itself keeps requests waiting at saturation, or whether the wait the app's requests see
-happens in the app's own processes.
-
-``python -m bench.probe --host H --port P --table T --seconds S``
+It point-reads one absent entity every 50 ms over a keep-alive connection and prints one JSON
+line when stopped: the percentiles, and the reads slower than ``--slow-ms`` with their times
+(``bench.tail`` lays them beside the slowest orders).
 """
 
 from __future__ import annotations

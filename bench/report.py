@@ -1,5 +1,5 @@
-"""The benchmark's summary: operations per order and per step, the Azure projection, targets
-met or not (with the figures), where the time goes, and the plots."""
+"""The benchmark's summary: operations per order and per step, the Azure cost, targets met or not
+(with the figures), where the time goes, and the plots."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench import busstats, cpu_account, cpu_split
+from bench import busstats
 from bench.azure_cost import azure_cost
-from bench.azure_cost import summary_lines as cost_lines
 from bench.calibrate import calibrate
-from bench.cost import IDLE_SWEEP_KINDS, SWEEP_KINDS, bus_credits, consistency, saturation_cost, work_queues
-from bench.projection import projection, service_bus_line
+from bench.cost import IDLE_SWEEP_KINDS, SWEEP_KINDS, consistency, saturation_cost, work_queues
 
 LOAD_PHASES = ("saturation", "latency", "sustained")
 SEARCH_TABLE = "orderindex"  # OrderIndexTable as the stack names it (the default)
@@ -96,7 +94,6 @@ def per_order(result: dict[str, Any]) -> dict[str, Any] | None:
             "management_ops_per_order": round(mgmt / orders, 3),
             "status_sends_per_order": round(status.get("sent", 0) / orders, 3),
             "azure_ops_per_order": round(azure_ops / orders, 3),
-            "credits": bus_credits(bus, orders),
             "consistency": {q: {"sent": r.get("sent", 0), "delivered": r.get("delivered", 0),
                                 "completed": r.get("completed", 0), "duplicates": r.get("duplicates", 0)}
                             for q, r in sorted(work_q.items())},
@@ -107,8 +104,6 @@ def per_order(result: dict[str, Any]) -> dict[str, Any] | None:
 def targets(result: dict[str, Any], po: dict[str, Any] | None) -> list[dict[str, Any]]:
     t: list[dict[str, Any]] = []
     phases = result.get("phases", {})
-    # issue 15 retired the storage-bound target (a share of Azurite's raw rate on a CPU-bound
-    # machine) and "<= 3 table transactions per step": the target is table requests per order
     cost = result.get("cost_at_saturation")
     if cost:
         t.append(cost["target"])
@@ -208,14 +203,12 @@ def where_time_goes(result: dict[str, Any], profiles: dict[str, Any]) -> dict[st
 
 def _bounds(result: dict[str, Any], sat: dict[str, Any], cpu: dict[str, float], wall: float,
             hosts: float) -> dict[str, Any]:
-    """What bounds saturation: CPU per order by process group, Azurite's own latency (the
-    probe) against the app's, and the rate Azurite could serve on one full core with the app's
-    request mix (Node runs it on one thread), as a share of the raw baseline."""
+    """What bounds saturation: CPU per order by process group, and Azurite's CPU per request and
+    own latency (the probe) against the app's."""
     out: dict[str, Any] = {}
     win = sat.get("window") or {}
     reqs = sum(v["requests"] for v in (win.get("table") or {}).values())
     orders = sat.get("processed") or 0
-    raw = (result.get("azurite_raw") or {}).get("best_tx_per_s")
     if orders and cpu:
         out["cpu_ms_per_order"] = {"host instances (the app)": round(1000 * hosts / orders, 1),
                                    **{k: round(1000 * v / orders, 1) for k, v in cpu.items()
@@ -226,9 +219,6 @@ def _bounds(result: dict[str, Any], sat: dict[str, Any], cpu: dict[str, float], 
     if reqs and az:
         per_req = 1000 * az / reqs
         out["azurite_cpu_ms_per_app_request"] = round(per_req, 3)
-        out["azurite_one_core_requests_per_s"] = round(1000 / per_req, 1)
-        if raw:
-            out["azurite_one_core_share_of_raw"] = round(1000 / per_req / raw, 3)
     probe = sat.get("azurite_probe")
     if probe:
         out["azurite_point_read_ms_during_saturation"] = probe.get("point_read_ms")
@@ -237,12 +227,12 @@ def _bounds(result: dict[str, Any], sat: dict[str, Any], cpu: dict[str, float], 
 
 def summarize(bench: Any) -> None:
     r = bench.result
+    r["machine"] |= {"loadavg_at_end": list(os.getloadavg()), "calibration_at_end": calibrate()}
     po = per_order(r)
     r["per_order"] = po
     r["cost_at_saturation"] = saturation_cost(r)
     sat_po = per_order({"phases": {"saturation": r["phases"]["saturation"]}}) if "saturation" in r.get("phases", {}) \
         else None
-    r["azure_projection"] = projection(sat_po or po, counted_over="saturation" if sat_po else "load phases")
     r["azure_cost"] = _azure_cost(bench, r, sat_po or po, "saturation" if sat_po else "load phases")
     r["consistency"] = consistency(po, r["cost_at_saturation"])
     sw = r.get("sweep", {})
@@ -262,114 +252,6 @@ def summarize(bench: Any) -> None:
                 r["plots"]["search"] = search_plot(r["search"], bench.out_dir / "search.png")
         except Exception as e:  # noqa: BLE001
             r["plots"] = {"error": repr(e)}
-    r["cpu_accounting"] = cpu_account.accounting(r)
-    print_summary(r)
-    print("\n".join(cpu_account.lines(r["cpu_accounting"])))
-
-
-def print_summary(r: dict[str, Any]) -> None:
-    p = print
-    p("\n" + "=" * 78)
-    m = r["machine"]
-    m["loadavg_at_end"] = list(os.getloadavg())
-    m["calibration_at_end"] = calibrate()
-    p(f"benchmark on {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}; "
-      f"load average at start {', '.join(f'{x:.1f}' for x in m['loadavg_at_start'])}")
-    if "calibration_at_start" in m:
-        p(f"machine speed (bench.calibrate, CPU ms of a fixed workload; lower is faster): "
-          f"{m['calibration_at_start']['ms']} at start, {m['calibration_at_end']['ms']} at end")
-    emu = r.get("emulator_alone", {})
-    if "send" in emu:
-        p(f"emulator alone: send {emu['send']['msgs_per_s']} msgs/s, receive+complete "
-          f"{emu['receive_complete']['msgs_per_s']} msgs/s")
-    raw = r.get("azurite_raw")
-    if raw:
-        p(f"Azurite raw: {raw['best_tx_per_s']} transactions/s (5 entities each), "
-          + ", ".join(f"{x['threads']} thr {x['tx_per_s']}" for x in raw["runs"]))
-    for name, ph in r.get("phases", {}).items():
-        if name == "lanes":
-            from bench.lanes import report_lines
-
-            p(f"lanes ({ph['window']} in flight, 10% high, 10% low):")
-            for line in report_lines(ph):
-                p(line)
-            continue
-        st = ph.get("steady") or {}
-        p(f"{name}: {ph['processed']}/{ph['orders_posted']} processed, {st.get('orders_per_s', ph['orders_per_s'])} "
-          f"orders/s, {st.get('work_items_per_s', ph['work_items_per_s'])} work items/s; latency ms "
-          f"p50 {ph['latency_ms']['p50']} p95 {ph['latency_ms']['p95']} p99 {ph['latency_ms']['p99']}")
-    po = r.get("per_order")
-    if po:
-        t = po["table"]
-        p(f"table per order: {t['requests_per_order']} requests ({t['requests_per_step']} per step), "
-          f"{t['entities_per_order']} entities; by kind {t['requests_per_order_by_kind']}")
-        p(f"table requests per step by table: {t['requests_per_step_by_table']}; entities per order by table: "
-          f"{t['entities_per_order_by_table']}")
-        if "bus" in po:
-            b = po["bus"]
-            p(f"bus per order: {b['work_queue_messages_per_order']} messages on work queues "
-              f"({b['work_queue_messages_per_step']} per step), {b['settlements_per_order']} settlements, "
-              f"{b['management_ops_per_order']} management ops, {b['status_sends_per_order']} status sends; "
-              f"Azure ops {b['azure_ops_per_order']}, credits {b['credits']['credits_per_order']}")
-    idle = r.get("idle")
-    if idle:
-        p(f"idle: {idle['bus_ops_per_min']} bus ops/min, {idle['table_requests_per_min']} table requests/min "
-          f"({idle['sweeps']} sweeps in {idle['window']['seconds']}s)")
-    sw = r.get("sweep", {})
-    for label in ("small", "large"):
-        s = sw.get(label)
-        if s:
-            p(f"sweep {label} ({s['finished_orders_in_store']:,} finished orders): "
-              f"{s['sweep_with_due_rows']['duration_ms']} ms with {s['due_rows']} due rows "
-              f"({s['sweep_with_due_rows']['entities_read']} entities read), steady "
-              f"{s['sweep_steady']['duration_ms']} ms ({s['sweep_steady']['entities_read']} read)")
-    if "time_ratio_large_over_small" in sw:
-        p(f"sweep time ratio large/small: {sw['time_ratio_large_over_small']} "
-          f"(steady {sw['steady_time_ratio_large_over_small']})")
-    search = r.get("search")
-    if search:
-        from bench.search_cost import summary_lines
-
-        for line in summary_lines(search) if "error" not in search else [f"search: ERROR {search['error']}"]:
-            p(line)
-    rec = r.get("recovery")
-    if rec:
-        p(f"recovery: {rec.get('recovered_s')} s (bound {rec.get('bound_s')} s) {rec.get('error', '')}")
-    if r.get("bulk"):
-        from bench.phase_bulk import report_lines
-
-        for line in report_lines(r["bulk"]):
-            p(line)
-    _print_cost(r)
-    p("targets:")
-    for t in r.get("targets", []):
-        p(f"  [{'met' if t['met'] else 'NOT MET'}] {t['target']}: {t['value']}")
-    wt = r.get("where_time_goes", {})
-    if wt.get("by_process_group"):
-        p(f"CPU seconds at saturation ({wt['wall_seconds']}s wall, {wt['machine_cpu_seconds_available']} CPU-s "
-          f"available): {wt['by_process_group']}")
-    if wt.get("cpu_ms_per_order"):
-        busy = 100 * (wt.get("machine_cpu_used_share") or 0)
-        p(f"CPU ms per order at saturation: {wt['cpu_ms_per_order']} (machine {busy:.0f}% busy)")
-    split_line = cpu_split.report_line(r.get("phases", {}).get("saturation", {}), " at saturation")
-    if split_line:
-        p(split_line)
-    if wt.get("azurite_cpu_ms_per_app_request"):
-        share = 100 * (wt.get("azurite_one_core_share_of_raw") or 0)
-        p(f"Azurite: {wt['azurite_cpu_ms_per_app_request']} CPU-ms per app request, so one full core serves "
-          f"{wt['azurite_one_core_requests_per_s']} of them/s = {share:.0f}% "
-          f"of the raw rate; its point reads during saturation: {wt.get('azurite_point_read_ms_during_saturation')} "
-          f"ms, the app's requests: {wt.get('table_request_mean_ms')} ms")
-    for name, prof in (wt.get("profiles") or {}).items():
-        if prof.get("top_self"):
-            p(f"  {name} top self: " + "; ".join(f"{x['frame']} {x['pct_of_busy']}%" for x in prof["top_self"][:5]))
-        split = (prof.get("function_threads") or {}).get("pct_of_samples")
-        if split:
-            p(f"  {name} function threads (bench.appcode, % of their GIL samples): "
-              + "; ".join(f"{k} {v}" for k, v in split.items()))
-    if r.get("error"):
-        p(f"ERROR: {r['error']}")
-    p("=" * 78)
 
 
 def _azure_cost(bench: Any, r: dict[str, Any], po: dict[str, Any] | None, counted_over: str) -> dict[str, Any] | None:
@@ -396,30 +278,6 @@ def _azure_cost(bench: Any, r: dict[str, Any], po: dict[str, Any] | None, counte
     since, until = min(t0 for t0, _ in windows), max(t1 for _, t1 in windows)
     ratio = None if bench.args.no_telemetry else bench.args.telemetry_ratio
     return azure_cost(po["orders"], invocations, since, until, po, summed, ratio or 0.0, counted_over)
-
-
-def _print_cost(r: dict[str, Any]) -> None:
-    """Issue 15: table requests per order at saturation, the projection, the counts' relations."""
-    cost = r.get("cost_at_saturation")
-    if cost:
-        print(f"table requests per order at saturation ({cost['orders']} orders of {cost['steps_per_order']} steps): "
-              f"{cost['requests_per_order']}; by table {cost['requests_per_order_by_table']}")
-        print(f"  by kind {cost['requests_per_order_by_kind']}")
-        print(f"  breaker reads (orders|query|breakers + |get|breakers) {cost['breaker_reads_per_order']} per order "
-              f"({cost['breaker_reads_per_order_by_reader']}); sweep requests apart {cost['sweep_requests_in_window']}")
-    proj = r.get("azure_projection")
-    if proj:
-        print(f"Azure projection (counted over {proj.get('counted_over')}): " + "; ".join(
-            f"{k}: {v['orders_per_s']} orders/s" for k, v in proj.items()
-            if isinstance(v, dict) and "orders_per_s" in v))
-        if "service_bus_standard_namespace" in proj:
-            print(service_bus_line(proj))
-    if r.get("azure_cost"):
-        for line in cost_lines(r["azure_cost"]):
-            print(line)
-    failed = [c for c in r.get("consistency") or [] if not c["ok"]]
-    print(f"counts consistent: {len(r.get('consistency') or []) - len(failed)} relations hold"
-          + "".join(f"; BROKEN: {c['check']} {c['detail']}" for c in failed))
 
 
 def plots(bench: Any) -> dict[str, str]:

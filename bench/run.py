@@ -1,31 +1,16 @@
-"""The benchmark runner: ``python -m bench`` (``make bench``).
+"""The benchmark: ``python -m bench`` (``make bench``; ``--smoke`` for a CI-sized run).
 
-One run, on the local stack (Azurite, the Service Bus emulator, the remote services simulator,
-the local Functions host with N instances), in phases:
-
-1. **emulator alone**: messages/s through the SDK (``bench.emulator``), before the stack starts;
-2. **search**: the cost of a search page (``GET /api/orders``) with ``--search-sizes`` finished
-   orders, on an Azurite of its own, before the stack starts (``bench.search_cost``);
-3. **Azurite raw**: entity-group transactions/s of a submission's shape (5 entities), raw HTTP
-   over keep-alive connections from 1 and 4 threads, on the stack's own Azurite;
-4. **sweep, small**: ``--sweep-small`` finished orders seeded; one sweep timed and its reads counted;
-5. **saturation**: a closed loop keeps ``--window`` orders in flight; orders/s, work items/s;
-   then **lanes**: the same with 10% high and 10% low priority orders, p50/p99 per priority
-   side by side (``bench.lanes``);
-6. **latency**: a fixed arrival rate of 20% of the saturation rate; submit→Processed p50/p95/p99;
-7. **sustained**: a fixed arrival rate of 60% of saturation;
-8. **idle**: operations per minute with nothing in flight;
-9. **recovery**: a host instance SIGKILLed in the middle of a step; time to that step's success;
-   then **bulk**: the latency phase's load alone, then beside a bulk retry of ``--bulk-orders``
-   orders in attention at the default pace; the live p50/p99 in both (``bench.phase_bulk``);
-10. **sweep, large**: seeded up to ``--sweep-large`` finished orders; the sweep again.
-11. **the peers**: our stack stopped, the same phases on the DBOS peer, then the Temporal peer (``bench.versus``,
-    ``--skip-peer``); ours/peer side by side in ``versusPeer``.
-
-Counts are counted, not estimated: table requests at the host processes' azure-core transport
-(``bench.opcount``, attached from outside the app at their start-up), bus operations by the emulator
-(``--stats-file``), invocations from the host's log. Results: printed, ``bench/results/bench.json``,
-and PNG plots next to it.
+One run starts the local stack (Azurite, the Service Bus emulator, the remotes simulator, the
+Functions host with ``--instances`` instances) on free loopback ports and measures, in this order:
+the emulator alone, a search page's cost (on an Azurite of its own, before the stack starts), a
+sweep over ``--sweep-small`` finished orders, saturation (``--window`` orders in flight), the
+priority lanes, fixed arrival rates of 20% and 60% of saturation (latency, sustained), idle,
+recovery from a SIGKILL mid-step, a bulk retry beside live orders, a sweep over ``--sweep-large``
+finished orders, then, with every process of the stack stopped, the DBOS and Temporal peers.
+Counts are counted, not estimated: table requests at the host processes' transport
+(``bench.opcount``), bus operations by the emulator, invocations from the host's log. It writes
+``bench.json`` and the plots to ``--out-dir`` and prints the results (``bench.results``);
+bench/README.md says what each figure means. Nothing is asserted on speed.
 """
 
 from __future__ import annotations
@@ -54,7 +39,6 @@ from bench import (
 )
 from bench.appcode import split as split_function_threads
 from bench.args import parse_args
-from bench.azraw import raw_rate
 from bench.bench_state import SETTLE_LAG, BenchState
 from bench.calibrate import calibrate
 from bench.hostlog import HostLog
@@ -70,11 +54,6 @@ from shared.observability.sampling import RATIO_SETTING
 EXPORT_PROMPTLY = {"OTEL_BSP_SCHEDULE_DELAY": "500", "OTEL_BLRP_SCHEDULE_DELAY": "500"}
 
 STATUS_QUEUE = "order-status"
-WORK_QUEUES = ("scheduler", "replies", "agent-inventory", "agent-payment", "agent-shipping")
-STEPS = 3
-SB_STANDARD_OPS = 1000.0
-STORAGE_ACCOUNT_ENTITIES = 20000.0
-STORAGE_PARTITION_ENTITIES = 2000.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,7 +66,6 @@ class Bench(BenchState):
                 self.phase_emulator()
             self.phase_search()
             self.start_stack()
-            self.phase_raw()
             self.phase_sweep("small", self.args.sweep_small)
             self.phase_warmup()
             self.phase_saturation()
@@ -202,46 +180,11 @@ class Bench(BenchState):
             log(f"  search phase failed: {e!r}")
         self.phase_windows.append(("search", t0, time.time()))
 
-    def phase_raw(self) -> None:
-        log(f"phase: Azurite raw entity-group transactions ({self.args.raw_seconds:g}s per thread count)")
-        az = self.stack.azurite
-        t0 = time.time()
-
-        def entities(pk: str) -> list[dict[str, Any]]:  # a submission's shape: order + state + 3 steps
-            return [{"PartitionKey": pk, "RowKey": "order", "CustomerId": "c-1", "Currency": "EUR",
-                     "Items": json.dumps([{"sku": "SKU-1", "quantity": 2, "unitPrice": "9.99"}]), "Total": "19.98",
-                     "Priority": "normal", "StatusQueue": STATUS_QUEUE, "BodyHash": "x" * 64,
-                     "Traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01",
-                     "CreatedAt": "2026-11-22T08:00:00.000000+00:00"},
-                    {"PartitionKey": pk, "RowKey": "state", "OrderID": pk, "ProcessState": "Pending", "Mode": "forward",
-                     "CompleteBy": "2026-11-22T08:00:30.000000+00:00", "FailureCount": 0, "StepIndex": 0,
-                     "StepName": "reserve-inventory", "Attempt": 0, "CompIndex": -1, "CompFailureCount": 0,
-                     "LeaseKey": "unclaimed", "ScheduleSeq": 0, "ClaimedSeq": -1,
-                     "CreatedAt": "2026-11-22T08:00:00.000000+00:00", "UpdatedAt": "2026-11-22T08:00:00.000000+00:00"},
-                    *({"PartitionKey": pk, "RowKey": f"step-0{i}-{n}", "Name": n, "Index": i, "State": "Pending",
-                       "Attempt": 0, "Compensation": ""}
-                      for i, n in enumerate(("reserve-inventory", "charge-payment", "create-shipment")))]
-
-        runs = []
-        for threads in self.args.raw_threads:
-            r = raw_rate(az.host, az.table_port, entities, table="benchraw", threads=threads,
-                         seconds=self.args.raw_seconds)
-            log(f"  {threads} thread(s): {r['tx_per_s']} tx/s ({r['entities_per_tx']} entities each, "
-                f"p50 {r['latency_ms_p50']} ms)")
-            runs.append(r)
-        best = max(runs, key=lambda r: r["tx_per_s"])
-        self.result["azurite_raw"] = {"runs": runs, "best_tx_per_s": best["tx_per_s"],
-                                      "best_entities_per_s": round(best["tx_per_s"] * best["entities_per_tx"], 1)}
-        self.phase_windows.append(("azurite raw", t0, time.time()))
-
     def _state_tables(self) -> tuple[str, str]:
         return phase_sweep.state_tables(self.stack.settings)
 
     def phase_sweep(self, label: str, target: int) -> None:
         phase_sweep.run(self, label, target)
-
-    def _next_sweep(self, after: float, timeout: float) -> Any:
-        return phase_sweep.next_sweep(self, after, timeout)
 
     def phase_warmup(self) -> None:
         log(f"phase: warm-up ({self.args.warmup} orders)")
@@ -455,10 +398,19 @@ class Bench(BenchState):
 
     # ---- summary -------------------------------------------------------------------------------
     def summarize(self) -> None:
+        from bench import results
         from bench.report import summarize
 
         summarize(self)
         versus.summarize(self)
+        print(results.render(self.result), flush=True)
+        checks = self.result.get("consistency") or []
+        print(f"counts consistent: {sum(c['ok'] for c in checks)} of {len(checks)} relations hold"
+              + "".join(f"; BROKEN: {c['check']} {c['detail']}" for c in checks if not c["ok"]), flush=True)
+        for name, part in (("run", self.result), *((k, self.result.get(k) or {}) for k in ("search", "peer",
+                                                                                         "peer_temporal"))):
+            if part.get("error"):
+                print(f"ERROR ({name}): {part['error']}", flush=True)
 
     def write(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,39 +1,21 @@
-"""What a search page costs (``GET /api/orders``) with 1,000 and 100,000 finished orders:
-``python -m bench.search_cost`` (also a phase of ``python -m bench``; about 2 minutes).
+"""What a search page costs (``GET /api/orders``) with 1,000 and 100,000 finished orders: the
+search phase of ``python -m bench`` (``--search-sizes``; about 2 minutes).
 
-On its own Azurite (persistent, in a temporary folder, so that it can be bulk-loaded), seeded
-by ``bench.search_seed`` in the app's row layout: a few orders that need an operator (held;
-failed and compensated) and a few in flight, then finished orders up to each size (up to
-``API_SEEDING_MAX`` through the table API in transactions of 100 rows, beyond that
-bulk-loaded: see ``bench/search_seed.py`` for why).
-
-Measured: ``shared.api.search.search_orders``, the code ``GET /api/orders`` runs, called in this
-process on the app's ``TableStore``, whose table clients send through a transport that counts
-every request (``bench.opcount``'s classification: table, kind, entities returned). For each
-filter of :func:`queries`, a page of ``PAGE``: the entities read and the requests sent by one
-call (the same on every call: checked), and the latency over ``repeats`` calls. At the
-smallest size, also the attention page with ``ATTENTION_FULL`` more orders that need an
-operator (removed afterwards): a page whose 50 results all change category, so that each costs
-a point read of its state row.
-
-Also measured at each size: the console's overview (``GET /api/overview``,
-``shared.console.overview.get_overview``): its table requests and entities read, with the stats rows of
-``STATS_PROCESSES`` processes seeded for every minute and hour from ``STATS_HOURS`` hours before
-the run to an hour after it (retention keeps 48 h; the hour after makes every measurement of the
-run read full 60-minute and 24-hour windows). Its queue depths come from Service Bus (peeks, no
-table request): excluded here (``queues`` is empty in the measured body).
-
-Latency is Azurite's, not Table Storage's: Azurite (LokiJS) answers a query by scanning the
-whole table with a predicate and sorting the matches, where Table Storage seeks the key range,
-so it grows with the table here. The entities read and the requests do not.
+On an Azurite of its own, seeded in the app's row layout (``bench.search_seed``: a few orders that
+need an operator or are in flight, then finished orders up to each size, bulk-loaded past
+``API_SEEDING_MAX``), it calls ``shared.api.search.search_orders`` on the app's ``TableStore``
+through a transport that counts every request (``bench.opcount``'s classification): for each
+filter of :func:`queries`, a page of ``PAGE``: its entities read and requests (the same on every
+call: checked) and the latency over ``repeats`` calls; at the smallest size also a full page of
+orders that need an operator (each a state read). At each size, the console's overview
+(``shared.console.overview.get_overview``) with the stats rows of ``STATS_PROCESSES`` processes
+over ``STATS_HOURS`` hours. The latency is Azurite's, which scans a whole table per query (Table
+Storage seeks the key range); the entities and requests are the app's.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -376,26 +358,3 @@ def _seed(az: Any, seeded: int, size: int, now: datetime, threads: int, api_max:
         return seed_api(az.host, az.table_port, TABLES[2], seeded, count, now, threads=threads, progress=progress)
     progress(f"search: bulk-loading {count:,} finished orders' index rows (Azurite stopped)")
     return bulk_load(az, TABLES[2], seeded, count, now, progress=progress)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.search_cost", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", default="1000,100000", help="finished orders in the index, comma-separated")
-    p.add_argument("--threads", type=int, default=6, help="seeding threads")
-    p.add_argument("--repeats", type=int, default=5, help="timed searches per page")
-    p.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "results"))
-    p.add_argument("--no-plot", action="store_true")
-    a = p.parse_args(argv)
-    result = run([int(s) for s in a.sizes.split(",")], threads=a.threads, repeats=a.repeats)
-    out = Path(a.out_dir)
-    if not a.no_plot:
-        result["plot"] = plot(result, out / "search.png")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "search.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print("\n".join(summary_lines(result)))
-    return 0 if all(s["within_bound"] for s in result["sizes"].values()) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,24 +1,13 @@
 """Orders for the search benchmark (``bench.search_cost``), in the app's own row layout.
 
-Each seeded order is a typed ``OrderRow`` + ``StateRow``; its search index rows are exactly
-those ``shared.core.statemachine.search_index.index_rows`` makes of them.
-
-* **Finished orders** (90% Processed, 10% cancelled; created over the last ``SPAN_DAYS`` days,
-  inside the default 30-day retention, so the purge timer has nothing to take; one in ten is
-  customer ``c-big``'s, the rest spread over ~1,000 customers): their 4 index rows each
-  (``all``, ``cust``, ``cat``, ``fin``). A search never reads a finished order's state row, so
-  only the index rows are written. Two ways, same rows:
-
-  - :func:`seed_api`: entity-group transactions of 100 rows (25 orders) through the table API,
-    from several threads (the way to go up to a few thousand orders);
-  - :func:`bulk_load`: Azurite stopped, the rows inserted into its database file by
-    ``bench/loki_bulk.js``, Azurite restarted. Through the API, Azurite's inserts into one
-    partition cost O(rows in the partition) each (see that file), so 400,000 index rows would
-    take hours; this takes well under a minute.
-
-* **Live orders** (:func:`seed_live`): held, failed-and-compensated (both ``attention``) and in
-  flight: their ``order`` and ``state`` rows in the state table (a search point-reads the state
-  row of each such result) and their index rows, through the API.
+Each seeded order is a typed ``OrderRow`` + ``StateRow``; its index rows are exactly those
+``shared.core.statemachine.search_index.index_rows`` makes. Finished orders (90% Processed, 10%
+cancelled, over the last ``SPAN_DAYS`` days, one in ten customer ``c-big``'s) get only their index
+rows (a search never reads their state row): through the table API in transactions of 100 rows
+(:func:`seed_api`), or, past a few thousand, loaded into a stopped Azurite's database file by
+``bench/loki_bulk.js`` (:func:`bulk_load`): through the API each insert into one partition scans
+that partition, so 400,000 index rows would take hours. Live orders (:func:`seed_live`: held,
+failed and compensated, in flight) get their ``order`` and ``state`` rows too.
 """
 
 from __future__ import annotations

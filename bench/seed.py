@@ -1,13 +1,8 @@
 """Seeding finished orders straight into Azurite, in the exact shape the app writes.
 
-The template is produced by the app's own core: one order is submitted, claimed and replied
-to step by step through ``shared.api.orders`` / ``shared.scheduler`` on the in-memory store
-(the same code the functions run), until it is Processed. Its rows are then copied under new
-order ids with raw ``$batch`` transactions (one per order: its partition), from several
-threads. Index rows: the app deletes an order's deadline row when the order finishes (best
-effort), so a finished order normally leaves none; the rows the sweep must clean up "lazily"
-are those whose best-effort delete was lost. ``leftover`` of the seeded orders get such a row
-(due in the past), exactly as the app's ``PutIndex`` writes it.
+One order is run to Processed by the app's own core on the in-memory store; its rows are copied
+under new order ids with raw ``$batch`` transactions (one per order), from several threads.
+``leftover`` of them also get a due deadline row, as a lost best-effort delete leaves one.
 """
 
 from __future__ import annotations

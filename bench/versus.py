@@ -1,14 +1,9 @@
-"""Our app against the DBOS peer and the Temporal peer in the same benchmark run (issues 15 and 31).
+"""Our app against the DBOS and Temporal peers in the same run (issues 15 and 31).
 
-bench/run.py measures our stack, stops every process of it, then calls :func:`measure` here: the
-peer (bench/peer.py's ``measure_peer``, the same remotes simulator and the same load generator)
-runs on the same machine with the same window, phase durations and fixed arrival rate as ours,
-so the two never share the CPU. :func:`summarize` then sets the figures side by side
-(``versusPeer`` in bench.json: ours, the peer's, and ours/peer), checks the peer's counts
-(``peer.consistency``: every order in was processed, no effect twice in the simulator's ledger;
-never a speed), prints them and draws ``versus-peer.png``. The Temporal peer (bench/peer_temporal)
-is measured the same way after the DBOS peer: ``peer_temporal`` and ``versusTemporal`` in bench.json,
-its bars beside the others in the same plot.
+Once every process of our stack has stopped, :func:`measure` runs a peer (``bench.peer``) with our
+window, phase durations and fixed arrival rate, and checks its counts (every order processed, no
+effect twice). :func:`summarize` sets the figures side by side (``versusPeer``, ``versusTemporal``
+in bench.json: ours, the peer's, ours/peer) and draws ``versus-peer.png``.
 """
 
 from __future__ import annotations
@@ -38,8 +33,6 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--skip-peer", action="store_true", help="do not measure the peers after our stack")
     ap.add_argument("--peers", default="dbos,temporal",
                     help="the peers measured after our stack, comma-separated (dbos, temporal)")
-    ap.add_argument("--peer-db", choices=("sqlite", "postgres"), default="sqlite",
-                    help="the peer's system database (postgres: Debian's, started by the run)")
     ap.add_argument("--peer-recovery-orders", type=int, default=10,
                     help="orders in flight when the peer is SIGKILLed (the smoke run: 3)")
 
@@ -71,8 +64,7 @@ def measure(args: argparse.Namespace, result: dict[str, Any],
         out = measure_peer(peer=peer, window=args.window, saturation_seconds=args.saturation_seconds,
                            latency_seconds=args.latency_seconds, rate=ours_latency.get("arrival_rate"),
                            warmup=args.warmup, recovery_orders=args.peer_recovery_orders,
-                           recovery_hang=args.recovery_hang, skip_recovery=args.skip_recovery,
-                           system_db=args.peer_db)
+                           recovery_hang=args.recovery_hang, skip_recovery=args.skip_recovery)
         out["consistency"] = consistency(out)
     except Exception as e:  # noqa: BLE001 - reported in bench.json; our own figures are kept
         out = {"error": repr(e), "traceback": traceback.format_exc()}
@@ -114,8 +106,8 @@ def _peer(peer: dict[str, Any]) -> dict[str, float | None]:
     sat, lat = phases.get("saturation") or {}, phases.get("latency") or {}
     cpu = sat.get("cpu_seconds") or {}
     n = (sat.get("processed") or 0) + (sat.get("failed") or 0)
-    # DBOS: its process (SQLite inside it) or + PostgreSQL; Temporal: the worker + front and the dev server
-    app = cpu.get("peer", 0.0) + cpu.get("postgres", 0.0) + cpu.get("temporal server", 0.0)
+    # DBOS: its process (SQLite inside it); Temporal: the worker + front and the dev server
+    app = cpu.get("peer", 0.0) + cpu.get("temporal server", 0.0)
     return {"saturation_orders_per_s": sat.get("steady_orders_per_s") or sat.get("orders_per_s"),
             "p50_ms_at_fixed_rate": (lat.get("latency_ms") or {}).get("p50"),
             "p99_ms_at_fixed_rate": (lat.get("latency_ms") or {}).get("p99"),
@@ -173,22 +165,6 @@ NOTES = {
                       "once its attempt timeout (12 s) expires on the server"]}
 
 
-def summary_lines(v: dict[str, Any], label: str = "DBOS") -> list[str]:
-    share, load = v["machine_cpu_share_at_saturation"], v["loadavg_1m"]
-    out = [f"ours vs the {label} peer ({v['peer_system_database']}), same run, one after the other "
-           f"(fixed rate {v['fixed_rate_orders_per_s']} orders/s; share of the machine used at saturation: "
-           f"ours {share['ours']}, peer {share['peer']}; 1-min load at start: ours {load['ours_at_start']:.1f}, "
-           f"peer {load['peer_at_start']}):"]
-    speed = v.get("calibration_ms_before_saturation") or {}
-    if speed.get("ours") and speed.get("peer"):
-        out.append(f"  machine speed before each saturation (bench.calibrate, ms; lower is faster): ours "
-                   f"{speed['ours']}, peer {speed['peer']} (ours/peer {speed['ours'] / speed['peer']:.2f})")
-    for row in v["measures"].values():
-        out.append(f"  {row['label']}: ours {row['ours']} {row['unit']}, peer {row['peer']} {row['unit']}, "
-                   f"ours/peer {row['ours_over_peer']} ({row['better']} is better)")
-    return out
-
-
 def plot(vs: dict[str, dict[str, Any]], path: Path) -> str:
     """A bar chart per measure: ours beside each measured peer's (``vs``: label → its versus())."""
     import matplotlib
@@ -223,28 +199,17 @@ def plot(vs: dict[str, dict[str, Any]], path: Path) -> str:
 
 
 def summarize(bench: Any) -> None:
-    """After bench.report's summary: the side-by-side figures for each peer measured, printed, in
-    bench.json (``versusPeer``: DBOS, ``versusTemporal``) and in one plot."""
+    """After bench.report's summary: the side-by-side figures for each peer measured, in bench.json
+    (``versusPeer``: DBOS, ``versusTemporal``) and in one plot."""
     r = bench.result
     vs: dict[str, dict[str, Any]] = {}
-    lines: list[str] = []
     for key, vkey, label in PEERS.values():
-        if key not in r:
-            continue
-        v = versus(r, key)
-        r[vkey] = v
-        if v is None:
-            lines.append(f"{label} peer: not measured ({(r[key] or {}).get('error')})")
-            continue
-        vs[label] = v
-        lines += summary_lines(v, label)
-        c = r[key].get("consistency") or {}
-        lines.append(f"  {label} peer counts consistent (orders in = processed, no double effect): "
-                     f"{c.get('consistent')}")
+        if key in r:
+            r[vkey] = v = versus(r, key)
+            if v is not None:
+                vs[label] = v
     if vs and not bench.args.no_plots:
         try:
             r.setdefault("plots", {})["versus_peer"] = plot(vs, bench.out_dir / PLOT_NAME)
         except Exception as e:  # noqa: BLE001
             r.setdefault("plots", {})["versus_peer"] = {"error": repr(e)}
-    if lines:
-        print("\n".join(lines), flush=True)

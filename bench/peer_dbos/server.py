@@ -4,7 +4,7 @@ The POST answers once DBOS has written the workflow's start (its status row and 
 system database, the same point at which our submission answers: after that the order survives
 a crash. Run with .venv-peer's python, from the repository root::
 
-    python -m bench.peer_dbos --port P --remotes http://127.0.0.1:R --db /tmp/x/peer.sqlite|postgresql://… \
+    python -m bench.peer_dbos --port P --remotes http://127.0.0.1:R --db /tmp/x/peer.sqlite \
         [--status-url http://127.0.0.1:S/status]
 
 Prints ``peer ready http://HOST:PORT`` once DBOS is launched (after it queued the recovery of
@@ -105,22 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--remotes", required=True, help="base URL of the remotes simulator")
-    ap.add_argument("--db", required=True, help="path of the SQLite system database, or a postgresql:// URL")
+    ap.add_argument("--db", required=True, help="path of the SQLite system database")
     ap.add_argument("--status-url", default="", help="where to POST status events (none if empty)")
     ap.add_argument("--log-level", default="WARNING")
-    ap.add_argument("--journal", choices=("wal", "default"), default="wal",
-                    help="SQLite journal: WAL (readers never block the writer), or what DBOS leaves (rollback)")
     args = ap.parse_args(argv)
 
-    if "://" in args.db:
-        db_url = args.db
-    else:
-        db_url = f"sqlite:///{args.db}"
-        if args.journal == "wal":
-            set_wal(args.db)
+    set_wal(args.db)
     remote.REMOTES_URL = args.remotes.rstrip("/")
     remote.STATUS_URL = args.status_url
-    DBOS(config={"name": "peer-order", "system_database_url": db_url,
+    DBOS(config={"name": "peer-order", "system_database_url": f"sqlite:///{args.db}",
                  "application_version": "peer-order-1", "executor_id": "peer", "log_level": args.log_level})
     DBOS.launch()
     server = PeerServer((args.host, args.port), _Handler)

@@ -24,12 +24,12 @@ def without_keep_alive_reads() -> bool:
     calls ``connection.listen(wait=...)``, which holds the connection's socket lock while its
     read waits; with no credit out nothing arrives to end that wait. A settlement or the next
     receive call's flow frame needs the same lock, so every 5 s a host receiver stalled for up
-    to ~160 ms. ``python -m bench.hop`` measured hops p99 80-100 ms with the task and 4 ms
+    to ~160 ms. A hop benchmark measured hops p99 80-100 ms with the task and 4 ms
     without. The host's receive loop never lets a connection idle (a receive call every
     ``RECEIVE_WAIT`` at most sends a flow frame, and settlements and lock renewals write), so
     the task keeps nothing alive here. The .NET host, which this one stands in for, has no
     such task. The SDK's private method is replaced in the local host's processes and in the
-    benchmark's (its hop bench and its status consumer, ``bench.load.StatusWatcher``, which
+    benchmark's (its status consumer, ``bench.load.StatusWatcher``, which
     calls receive without pause too), never in the app's code.
     """
     try:
@@ -58,8 +58,8 @@ class Turns:
     no receive call is active is released at once (``enhanced_message_received_async``). A
     settlement made while a receive call of the same receiver waits on its socket read takes the
     message that arrives meanwhile into the SDK's buffer, and the receive call sees it only when
-    its read times out: 5-10% of the hops took 0.1-0.4 s instead of ~2 ms (``python -m
-    bench.hop`` measures both patterns). So a settlement waits for the receive call in progress
+    its read times out: 5-10% of the hops took 0.1-0.4 s instead of ~2 ms (measured: docs/design.md,
+    "Decisions and their measurements"). So a settlement waits for the receive call in progress
     to end: when the next message arrives, or after ``RECEIVE_WAIT`` in a lull, well within the
     lock's duration. (Shorter receive calls while invocations run, tried first, end empty so
     often that messages arriving just after them are released and delivered again: 71 extra

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from bench.appcode import REST, main, split
+from bench.appcode import REST, split
 
 RUN = "Thread._bootstrap (threading.py:1002);_WorkItem.run (concurrent/futures/thread.py:58)"
 EXECUTE = f"{RUN};execute (shared/runtime/executor.py:182)"
@@ -50,21 +48,7 @@ def test_function_thread_samples_go_to_the_first_category_in_their_stack(tmp_pat
     }
 
 
-def test_a_profile_without_function_threads_is_empty_and_the_cli_prints_each_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_profile_without_function_threads_is_empty(tmp_path: Path) -> None:
     empty = tmp_path / "emulator.txt"
     empty.write_text(f"thread (0x9): MainThread;{RUN} 5\n", encoding="utf-8")
     assert split(empty) == {"function_thread_samples": 0, "pct_of_samples": {}}
-    full = tmp_path / "host.txt"
-    full.write_text(PROFILE, encoding="utf-8")
-    assert main([str(full), str(empty)]) == 0
-    printed = capsys.readouterr().out
-    assert f"{full}: 20 samples of the function threads" in printed and " 30.0%  table requests: transport" in printed
-    assert f"{empty}: 0 samples" in printed
-
-
-def test_the_split_is_drawn_when_asked(tmp_path: Path) -> None:
-    full, png = tmp_path / "host.txt", tmp_path / "split.png"
-    full.write_text(PROFILE, encoding="utf-8")
-    assert main([str(full), "--json", "--plot", str(png)]) == 0
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -71,7 +71,6 @@ def test_counts_are_consistent(result: tuple[dict, Path]) -> None:
         assert c["completed"] == c["sent"] and c["delivered"] >= c["sent"], (q, c)
         # a new order needs no schedule message; every other work queue carries each order
         assert c["sent"] > 0 or q == "scheduler", (q, c)
-    assert r["azure_projection"]["binding_limit_orders_per_s"] > 0
     # issue 15: the relations bench.cost checks hold (per-table sums, a message sent is completed,
     # 4 messages per step when nothing was re-sent, >= steps + 1 state transactions per order ...)
     broken = [c for c in r["consistency"] if not c["ok"]]
@@ -109,7 +108,6 @@ def test_table_requests_are_reported_by_table(result: tuple[dict, Path]) -> None
     assert {"orders", "deadlines", "orderindex"} <= set(by_table)
     assert abs(sum(by_table.values()) - t["requests_per_step"]) < 0.01
     assert t["entities_per_order_by_table"]["orderindex"] > 0
-    assert r["azure_projection"]["search_index_partition"]["orders_per_s"] > 0
 
 
 def test_table_requests_per_order_at_saturation_against_issue_15s_target(result: tuple[dict, Path]) -> None:
@@ -129,9 +127,6 @@ def test_table_requests_per_order_at_saturation_against_issue_15s_target(result:
     target = [t for t in r["targets"] if t["target"].startswith("<= 5 table requests per order of 3 steps")]
     assert len(target) == 1 and isinstance(target[0]["met"], bool)
     assert not [t for t in r["targets"] if "storage-bound" in t["target"] or "per step (reads" in t["target"]]
-    proj = r["azure_projection"]
-    assert proj["counted_over"] == "saturation"
-    assert proj["storage_account"]["orders_per_s"] > 0 and proj["service_bus_standard_namespace"]["orders_per_s"] > 0
 
 
 def test_search_page_cost_measured(result: tuple[dict, Path]) -> None:

@@ -115,14 +115,30 @@ def test_the_plan_replays_from_the_seed_and_leaves_the_rest_of_it_as_it_was() ->
             assert (a.body, a.terminate_after, a.fix, a.reject) == (b.body, b.terminate_after, b.fix, b.reject)
 
 
-def test_the_options_on_the_command_line_and_in_the_replay() -> None:
+def test_the_options_on_the_command_line_and_in_the_replay(monkeypatch: pytest.MonkeyPatch) -> None:
     opts = ChaosOptions(orders=10, seed=1, approval_share=0.2, approval_timeout=40).resolved()
     assert "--approval-share 0.2" in replay_command(opts) and "--approval-timeout 40" in replay_command(opts)
     assert "--approval" not in replay_command(ChaosOptions(orders=10, seed=1).resolved())
     for bad in ({"approval_share": 1.5}, {"approval_timeout": 5}):
         with pytest.raises(ValueError, match="--approval"):
             ChaosOptions(**bad).resolved()  # type: ignore[arg-type]
-    assert callable(main)
+    # the command line's options reach the run, and its replay gives them back
+    import signal
+
+    from bench import chaos
+
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # main installs handlers of its own
+    given: list[ChaosOptions] = []
+    monkeypatch.setattr(chaos, "run_chaos", lambda o: given.append(o) or {"ok": True})
+    argv = ["--seed", "1", "--orders", "10", "--approval-share", "0.2", "--approval-timeout", "40",
+            "--no-azurite-restart", "--no-operator-retry", "--out", ""]
+    assert main(argv) == 0
+    [o] = given
+    assert (o.approval_share, o.approval_timeout, o.out) == (0.2, 40, None)
+    assert (o.restart_azurite, o.restart_servicebus, o.operator_retry, o.operator_restarts) == (
+        False, True, False, True)
+    assert replay_command(o.resolved()) == (".venv/bin/python -m bench.chaos --seed 1 --orders 10 --no-azurite-restart "
+                                            "--no-operator-retry --approval-share 0.2 --approval-timeout 40")
 
 
 # ---- the run's own workflows --------------------------------------------------------------------

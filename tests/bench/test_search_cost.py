@@ -1,7 +1,7 @@
-"""The search benchmark (``python -m bench.search_cost``) at a small size: it seeds the index in
-the app's layout both ways (table API, and bulk-loaded into a stopped Azurite), measures every
-page through the app's own search code, and its counts hold the issue's bound. No timing is
-asserted: the figures depend on the machine."""
+"""The search benchmark (``bench.search_cost``, the search phase of ``python -m bench``) at a
+small size: it seeds the index in the app's layout both ways (table API, and bulk-loaded into a
+stopped Azurite), measures every page through the app's own search code, and its counts hold the
+issue's bound. No timing is asserted: the figures depend on the machine."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The host's receive loop: settlements and receive calls on one receiver take turns.
 
 A settlement made while a receive call of the same receiver is in progress made some hops stall
-for 0.1-0.4 s (``python -m bench.hop``). These fakes record every overlap, so a loop that lets
-them overlap fails here, whatever the timing."""
+for 0.1-0.4 s (docs/design.md, "Decisions and their measurements"). These fakes record every
+overlap, so a loop that lets them overlap fails here, whatever the timing."""
 
 from __future__ import annotations
 
