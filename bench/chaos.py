@@ -189,6 +189,14 @@ class _Aborted(Exception):
     pass
 
 
+class ComponentFailed(RuntimeError):
+    """A component of the stack could not be restarted: the run cannot go on and ends at once,
+    with the component's last output (``python -m bench.chaos`` exits 2)."""
+
+
+LAST_LINES = 30  # of a component's output, shown when its restart fails
+
+
 class ChaosRun:
     def __init__(self, opts: ChaosOptions, out: TextIO = sys.stdout) -> None:
         self.o = opts.resolved()
@@ -196,6 +204,7 @@ class ChaosRun:
         self.rng = random.Random(self.o.seed)
         self.lock = threading.Lock()
         self.stop = threading.Event()
+        self.failure: str | None = None  # set when a component could not be restarted (ComponentFailed)
         self.stack: Stack | None = None
         self.recs: list[OrderRec] = []
         self.faults: Counter[str] = Counter()
@@ -426,8 +435,12 @@ class ChaosRun:
                 self._sb_stats_files.append(path)
         try:
             self.stack.restart(name)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - whatever it was, the run cannot go on without it
+            last = "\n".join(list(self.stack.proc(name).lines)[-LAST_LINES:])
+            self.failure = f"restart {name}: {type(e).__name__}: {e}\n--- its last output ---\n{last}"
             self.errors.append(f"restart {name}: {e}")
+            self.say(f"  ! {name} did not come back: ending the run")
+            self.stop.set()  # the posts, the pollers and the waits end now
             return
         secs = round(time.monotonic() - t, 2)
         key = {"servicebus": "serviceBusEmulatorRestarts", "azurite": "azuriteRestarts"}[name]
@@ -898,6 +911,8 @@ class ChaosRun:
             report = self.verify()
         except (_Aborted, KeyboardInterrupt):
             self.say("aborted: stopping the stack ...")
+            if self.failure is not None:
+                raise ComponentFailed(self.failure) from None
             raise
         finally:
             progress_stop.set()

@@ -669,3 +669,28 @@ def test_designed_approvals_are_counted_apart() -> None:
     ap = summary["approvals"]
     assert ap["orders"] == 6 and ap["plans"]["late"] == 0
     assert ap["designed"] == {"orders": 1, "plans": {"late": 1}, "outcomes": {"late": {"failed": 1}}}
+
+
+def test_a_component_that_does_not_come_back_ends_the_run_at_once_with_its_last_output(tmp_path: Path) -> None:
+    """A restart that fails stops the posts, the pollers and the waits, and the run ends with
+    ComponentFailed naming the component and showing its last output (python -m bench.chaos exits 2),
+    instead of waiting with nothing moving."""
+    from bench.chaos import ChaosRun, _Aborted
+
+    class Stuck:
+        lines = [f"line {i}" for i in range(100)]
+
+        def restart(self, name: str) -> None:
+            raise TimeoutError(f"{name} did not print its ready word within 60s")
+
+        def proc(self, name: str) -> Stuck:
+            return self
+
+    run = ChaosRun(ChaosOptions(state_dir=tmp_path), out=io.StringIO())
+    run.stack = Stuck()  # type: ignore[assignment]
+    run.restart("azurite")
+    assert run.stop.is_set() and run.failure is not None
+    assert run.failure.startswith("restart azurite: TimeoutError: azurite did not print its ready word")
+    assert "line 99" in run.failure and "line 69" not in run.failure  # the last 30 lines
+    with pytest.raises(_Aborted):  # what the run waits on next ends at once
+        run.wait_until(lambda: False, 60)
