@@ -103,6 +103,35 @@ export function ageSeconds(iso, now = Date.now()) {
   return Number.isNaN(t) ? null : (now - t) / 1000;
 }
 
+/**
+ * The digits of `currency`'s minor unit (ISO 4217: EUR and USD 2, JPY 0, BHD 3), as the browser's
+ * Intl.NumberFormat knows them; 2 for a code it cannot format.
+ */
+export function minorDigits(currency) {
+  try {
+    return new Intl.NumberFormat("en", { style: "currency", currency }).resolvedOptions().maximumFractionDigits;
+  } catch {
+    return 2;
+  }
+}
+
+/**
+ * An amount (the API's decimal string, e.g. "0.2") written to its currency's minor unit: "0.20 EUR",
+ * "19.98 EUR", "1500 JPY". Worked on the digits, never through a float; digits beyond the minor
+ * unit are kept, not rounded away ("0.1234 EUR": the API takes up to 4 decimal places). "—" for no
+ * amount; an amount that is not a decimal is shown as given.
+ */
+export function fmtMoney(amount, currency) {
+  if (amount === null || amount === undefined || amount === "") return "—";
+  const text = String(amount);
+  const code = currency ? ` ${currency}` : "";
+  const match = /^(\d+)(?:\.(\d+))?$/.exec(text);
+  if (!match || !currency) return `${text}${code}`;
+  const digits = minorDigits(currency);
+  const fraction = (match[2] || "").replace(/0+$/, "").padEnd(digits, "0");
+  return `${match[1]}${fraction ? `.${fraction}` : ""}${code}`;
+}
+
 export function orderLink(orderId) {
   return h("a", { href: `#/orders/${encodeURIComponent(orderId)}`, class: "mono" }, orderId);
 }

@@ -3,7 +3,7 @@
 import { actionButtons, allowedActions } from "./actions.js";
 import { api, callerMayAct } from "./api.js";
 import { SKIPPED_TEXT, awaitingBadge, awaitingText, eventForm, kindDetail, stepKind } from "./awaiting.js";
-import { errorBox, fmtTime, h, setChildren, table } from "./dom.js";
+import { errorBox, fmtMoney, fmtTime, h, setChildren, table } from "./dom.js";
 import { branchNote, branchesOf, currentStepText, groupHeader, groupOf, shownState } from "./parallel.js";
 import { buildTimeline, renderGantt, renderTrace } from "./timeline.js";
 import { compensationState, orderWaiting, stepWaiting, waitingBadge, waitingText, waitsIn } from "./waiting.js";
@@ -84,6 +84,7 @@ async function fullHistory(path, order) {
 
 function page(order, history, status, reload, path, drafts) {
   const actions = allowedActions(order);
+  const outcome = outcomeText(order);
   const timeline = buildTimeline(history.events, order.category === "inFlight", Date.now(), order.steps);
   return [
     h("p", { class: "headline" },
@@ -92,7 +93,7 @@ function page(order, history, status, reload, path, drafts) {
       order.awaiting ? [" ", awaitingBadge(order.awaiting)] : null,
       order.suspended ? [" ", h("span", { class: "state state-Suspended", dataset: { testid: "suspended" } },
         "Suspended")] : null,
-      ` ${order.category}${order.outcome ? ` · ${order.outcome}` : ""}`,
+      outcome ? [" · ", h("span", { class: "outcome", dataset: { testid: "outcome" } }, outcome)] : null,
       actions.length ? [" ", actionButtons(order.orderId, actions, status, () => reload())] : null,
       " ", h("button", { type: "button", onclick: () => reload() }, "Refresh")),
     callerMayAct() ? eventForm(order, status, () => reload(), drafts) : null,
@@ -105,6 +106,27 @@ function page(order, history, status, reload, path, drafts) {
     h("section", { class: "panel" }, h("h2", {}, `History (${history.events.length} events)`),
       historyTable(history.events), history.more ? moreHistory(path, history) : null),
   ];
+}
+
+const COMPENSATION_TEXT = { running: "compensating", completed: "compensated", failed: "compensation failed" };
+
+/**
+ * What the headline says after the order's state, each thing once: its outcome where it adds to
+ * the state ("failed at charge-payment", "held at create-shipment", "cancelled", "terminated"; not
+ * "processed" after Processed), and its compensation's progress when steps are undone. The
+ * category is left out: the state and the outcome say it (the State panel shows it). "" for an
+ * order running its steps or Processed.
+ */
+export function outcomeText(order) {
+  const parts = [];
+  const at = order.failedStep ? ` at ${order.failedStep}` : "";
+  if (order.outcome === "failed" || order.outcome === "held") parts.push(`${order.outcome}${at}`);
+  else if (order.outcome && order.outcome.toLowerCase() !== String(order.processState).toLowerCase()) {
+    parts.push(order.outcome);
+  }
+  const comp = order.compensation || {};
+  if (comp.total && COMPENSATION_TEXT[comp.state]) parts.push(COMPENSATION_TEXT[comp.state]);
+  return parts.join(" · ");
 }
 
 function definitions(pairs, testid) {
@@ -130,10 +152,10 @@ function summary(order) {
 function orderDetails(body) {
   if (!body) return h("p", { class: "muted" }, "The order's body is not available.");
   return [
-    definitions([["Customer", body.customerId], ["Total", `${body.total} ${body.currency}`],
+    definitions([["Customer", body.customerId], ["Total", fmtMoney(body.total, body.currency)],
       ["Priority", body.priority], ["Status queue", body.statusQueue]], "order"),
     table(["SKU", "Quantity", "Unit price"], (body.items || []).map((item) =>
-      [item.sku, String(item.quantity), String(item.unitPrice)])),
+      [item.sku, String(item.quantity), fmtMoney(item.unitPrice, body.currency)]), { dataset: { testid: "items" } }),
   ];
 }
 

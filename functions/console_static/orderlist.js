@@ -1,7 +1,7 @@
 // A paged list of orders from GET /api/orders (search and attention share it).
 
 import { api } from "./api.js";
-import { ageSeconds, errorBox, fmtDuration, fmtTime, h, orderLink, relative, setChildren, table } from "./dom.js";
+import { ageSeconds, errorBox, fmtDuration, fmtMoney, fmtTime, h, orderLink, relative, setChildren, table } from "./dom.js";
 import { orderWaiting, waitingBadge } from "./waiting.js";
 
 /**
@@ -47,7 +47,7 @@ export const COLUMNS = {
   customer: ["Customer", (order) => order.customerId],
   failureCount: ["Failures", (order) => String(order.failureCount)],
   workflow: ["Workflow", (order) => order.workflow || "—"],
-  total: ["Total", (order) => (order.total ? `${order.total} ${order.currency || ""}`.trim() : "—")],
+  total: ["Total", (order) => fmtMoney(order.total, order.currency)],
   created: ["Created", (order) => fmtTime(order.createdAt)],
   createdAgo: ["Created", (order) => h("span", { title: fmtTime(order.createdAt) },
     order.createdAt ? relative(order.createdAt) : "—")],

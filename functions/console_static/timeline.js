@@ -271,6 +271,19 @@ function legend(parallel) {
   ];
 }
 
+/**
+ * An event's offset, written beside its time in the track: after it in the track's first half,
+ * before it (ending there) in the second, so that the text never leaves the track for the
+ * instance column on its right (nor the label column on its left) while it is narrower than
+ * half the track (a track is at least 470 px wide: the chart's min-width).
+ */
+function offsetLabel(timeline, at, text) {
+  const fraction = (at - timeline.start) / (timeline.end - timeline.start);
+  const style = fraction > 0.5 ? { right: `${((1 - fraction) * 100).toFixed(3)}%` } : { left: place(timeline, at, at).left };
+  return h("span", { class: `offset${fraction > 0.5 ? " offset-before" : ""}`, style, dataset: { testid: "waterfall-offset" } },
+    text);
+}
+
 /** Trace ids and the waterfall of events (offset from the first event), coloured by instance. */
 export function renderTrace(events) {
   if (!events.length) return h("p", { class: "muted" }, "No events.");
@@ -298,8 +311,8 @@ export function renderTrace(events) {
       title: `${label} on ${instance} at +${seconds(at - start)}` });
     previous = at;
     return h("div", { class: "gantt-row", dataset: { testid: "waterfall-row" } }, h("div", { class: "gantt-label" }, label),
-      track(timeline, [bar, h("span", { class: "offset", style: { left: place(timeline, at, at).left } }, `+${seconds(at - start)}`)]),
-      h("div", { class: "instance muted" }, instance));
+      track(timeline, [bar, offsetLabel(timeline, at, `+${seconds(at - start)}`)]),
+      h("div", { class: "instance muted", title: instance }, instance));
   });
   return [
     traces.size ? [h("p", {}, `Trace id${traces.size === 1 ? "" : "s"} (W3C, from the events):`), traceList]

@@ -2,7 +2,9 @@
 
 Everything here peeks (``ServiceBusReceiver.peek_messages``): nothing is received, locked or
 settled, and the app's identity needs no management rights (Azure Service Bus Data Receiver
-suffices). Each peek is one management request on a receiver opened for it, closed after it.
+suffices). Each peek is one management request (one Service Bus operation) on the worker's
+receiver of that queue or dead-letter queue, kept from one view to the next
+(``shared.console.receivers``): a view opens no link once the worker has served one.
 
 * ``peek_dead_letters``: a page of a queue's dead-letter queue from a sequence number on
   (dead-lettered messages keep the sequence number they had in the queue), with the reason and
@@ -25,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.api.http import HttpResult, problem, unknown_query
+from shared.console.receivers import peek_receivers
 from shared.runtime import Runtime
 
 MAX_BODY_CHARS = 2000
@@ -33,7 +36,7 @@ MAX_LIMIT = 50
 DEPTH_CAP = 100
 MAX_SEQUENCE = 2**63 - 1  # a Service Bus sequence number is a signed 64-bit integer
 PEEK_TIMEOUT_SECONDS = 10.0  # the SDK's whole budget for one peek: open, retries and the request
-DEPTH_WORKERS = 14  # every queue's two peeks at once: each opens and closes its own link (~1 s locally)
+DEPTH_WORKERS = 14  # peeks at once, of the 28 (a few ms each on kept receivers; a worker's first opens them)
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +111,12 @@ def dead_letter_view(message: Any) -> dict[str, Any]:
 
 def _peek(client: Any, queue: str, count: int, from_seq: int, dead_letter: bool) -> list[Any]:
     """Up to ``count`` messages of ``queue`` (or its dead-letter queue) from ``from_seq`` on: one
-    peek request on a receiver opened for it. Raises ``ServiceBusUnavailable``."""
+    peek request on the worker's kept receiver of it. Raises ``ServiceBusUnavailable``."""
     from azure.core.exceptions import AzureError
-    from azure.servicebus import ServiceBusSubQueue
 
-    sub_queue = ServiceBusSubQueue.DEAD_LETTER if dead_letter else None
     try:
-        with client.get_queue_receiver(queue, sub_queue=sub_queue) as receiver:
-            return list(receiver.peek_messages(max_message_count=count, sequence_number=max(1, from_seq),
-                                               timeout=PEEK_TIMEOUT_SECONDS))
+        return peek_receivers(client).peek(queue, count, max(1, from_seq), dead_letter=dead_letter,
+                                           timeout=PEEK_TIMEOUT_SECONDS)
     except AzureError as exc:  # ServiceBusError and the credential's errors
         where = f"{queue}/$DeadLetterQueue" if dead_letter else queue
         raise ServiceBusUnavailable(f"peeking {where} failed: {type(exc).__name__}: {exc}") from exc

@@ -150,7 +150,7 @@ def test_the_landing_page_lists_the_newest_orders_first(seeded: Seeded, driver: 
     first = listed[0]
     assert first[1].startswith(newest["processState"]) and first[3] == newest["workflow"] == order["workflow"]["name"]
     assert first[4] == order["order"]["customerId"]
-    assert first[5] == f"{newest['total']} {newest['currency']}"
+    assert first[5] == money(newest["total"], newest["currency"])  # to the currency's minor unit: 0.2 -> 0.20
     assert first[6].endswith(" ago"), first
     # the list follows the page's refresh: an order posted now appears first without a reload
     posted = seeded.stack.post_order(order_body("c-landing", [{"sku": "SKU-1", "quantity": 1, "unitPrice": "3.50"}]))
@@ -1464,3 +1464,208 @@ def test_dead_letters_are_discarded_and_resubmitted_with_a_click(seeded: Seeded,
     r = seeded.stack.session().post(f"{seeded.stack.api_url}/deadletters/scheduler/{copy_seq}/discard",
                       timeout=60)
     assert r.status_code == 200 and r.json()["by"] == "key", r.text
+
+
+# ------------------------------------------------------------------ issue 44, item 7: what a newcomer tripped over
+
+def layout_of_the_trace(driver: Any) -> list[dict[str, Any]]:
+    """Each waterfall row's label, track, offset and instance boxes (getBoundingClientRect: CSS
+    pixels, what is drawn), read at once."""
+    return driver.execute_script("""
+      const box = (el) => { const r = el.getBoundingClientRect(); return { left: r.left, right: r.right }; };
+      return [...document.querySelectorAll("[data-testid='waterfall-row']")].map((row) => ({
+        text: row.querySelector(".offset").textContent,
+        label: box(row.querySelector(".gantt-label")), track: box(row.querySelector(".track")),
+        offset: box(row.querySelector(".offset")),
+        instance: box(row.querySelector(".instance")),
+      }));""")
+
+
+def overlaps(row: dict[str, Any]) -> list[str]:
+    """What the row's offset overlaps or sticks out of (half a pixel of rounding allowed)."""
+    offset, track = row["offset"], row["track"]
+    found = []
+    if offset["right"] > row["instance"]["left"] + 0.5:
+        found.append("the instance column")
+    if offset["left"] < row["label"]["right"] - 0.5:
+        found.append("the label column")
+    if offset["left"] < track["left"] - 0.5 or offset["right"] > track["right"] + 0.5:
+        found.append("outside its track")
+    return found
+
+
+def trace_events(*seconds: float) -> list[dict[str, Any]]:
+    """A history whose events come ``seconds`` after the first (each on an instance of a long name)."""
+    from datetime import UTC, datetime, timedelta
+
+    first = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    kinds = ["accepted", "dispatched", "stepDone", "dispatched", "stepDone", "processed"]
+    return [{"seq": n + 1, "event": kinds[n % len(kinds)], "step": "reserve-inventory" if 0 < n < 5 else None,
+             "attempt": 1 if 0 < n < 5 else None, "traceId": "0" * 32,
+             "instance": f"instance-{n % 2}-of-a-host-whose-name-is-long-{'x' * 20}",
+             "at": (first + timedelta(seconds=at)).isoformat().replace("+00:00", "Z")} for n, at in enumerate(seconds)]
+
+
+TRACES_IN_PAGE = """
+const [traces, done] = [arguments[0], arguments[arguments.length - 1]];
+Promise.all([import(new URL("console/assets/timeline.js", document.baseURI).href),
+  import(new URL("console/assets/dom.js", document.baseURI).href)])
+  .then(([timeline, dom]) => {
+    for (const events of traces) {
+      document.getElementById("main").append(dom.h("section", { class: "panel", dataset: { testid: "more-trace" } },
+        timeline.renderTrace(events)));
+    }
+    done({ shown: document.querySelectorAll("[data-testid='more-trace'] [data-testid='waterfall-row']").length });
+  })
+  .catch((error) => done({ error: String(error) }));
+"""
+
+
+@pytest.mark.parametrize("width", [1280, 1024])
+def test_the_traces_offsets_never_overlap_the_instance_column(seeded: Seeded, driver: Any, width: int) -> None:
+    """The order page's trace: each event's offset is written inside its track, clear of the
+    instance column on its right and the label column on its left, at the tests' 1280 px and at
+    1024 px. A seeded order's trace (done within its first second: the chart spans at least one),
+    and traces drawn by the page's own code under it whose events reach the track's right end:
+    a minute's, and a day's (its approval waited), whose offsets are the longest."""
+    from local.browser import fit_viewport
+
+    fit_viewport(driver, (width, 800))
+    order_id = seeded.processed[3]
+    open_view(driver, seeded, f"/orders/{order_id}")
+    by_testid(driver, "waterfall")
+    traces = [trace_events(0, 0.02, 30, 45, 55, 60), trace_events(0, 0.5, 43200, 86000, 86399.999)]
+    shown = driver.execute_async_script(TRACES_IN_PAGE, traces)
+    assert shown == {"shown": 11}, shown
+    rows = stable(driver, layout_of_the_trace)
+    assert driver.execute_script("return window.innerWidth") == width
+    assert len(rows) == len(seeded.api(f"/orders/{order_id}")["history"]) + 11
+    assert [row["text"] for row in rows[-11:]] == [
+        "+0.000 s", "+0.020 s", "+30.000 s", "+45.000 s", "+55.000 s", "+60.000 s",
+        "+0.000 s", "+0.500 s", "+43200.000 s", "+86000.000 s", "+86399.999 s"]
+    wrong = {f"{i} {row['text']}": overlaps(row) for i, row in enumerate(rows) if overlaps(row)}
+    assert wrong == {}, f"at {width} px, the offsets overlap: {wrong}"
+
+
+def money(amount: str | None, currency: str) -> str:
+    """An amount as the console should write it: to its currency's minor unit (ISO 4217), any
+    further digit kept; "—" for none."""
+    if amount is None:
+        return "—"
+    digits = {"EUR": 2, "USD": 2, "JPY": 0, "BHD": 3}[currency]
+    whole, _, fraction = amount.partition(".")
+    fraction = fraction.rstrip("0").ljust(digits, "0")
+    return f"{whole}.{fraction} {currency}" if fraction else f"{whole} {currency}"
+
+
+MONEY_IN_PAGE = """
+const [cases, done] = [arguments[0], arguments[arguments.length - 1]];
+import(new URL("console/assets/dom.js", document.baseURI).href)
+  .then((m) => done({ shown: cases.map(([amount, currency]) => m.fmtMoney(amount, currency)) }))
+  .catch((error) => done({ error: String(error) }));
+"""
+
+
+def test_amounts_are_shown_to_their_currencys_minor_unit(seeded: Seeded, driver: Any) -> None:
+    """A total of 0.2 EUR reads 0.20 EUR beside 19.98 EUR (two decimals for EUR and USD, none for
+    JPY, three for BHD), from the API's decimal strings, without a float; a fourth decimal the API
+    took is kept, not rounded away. Then on the stack: the landing page's newest orders and the
+    order page (its total and unit prices)."""
+    cases = [("0.2", "EUR"), ("19.98", "EUR"), ("19.0", "EUR"), ("7", "USD"), ("0.10", "EUR"), ("1500", "JPY"),
+             ("1500.00", "JPY"), ("0.125", "BHD"), ("0.1234", "EUR"), ("0", "EUR"), (None, "EUR")]
+    open_view(driver, seeded, "/")
+    by_testid(driver, "overview-status")
+    shown = driver.execute_async_script(MONEY_IN_PAGE, cases)
+    assert "error" not in shown, shown
+    assert shown["shown"] == ["0.20 EUR", "19.98 EUR", "19.00 EUR", "7.00 USD", "0.10 EUR", "1500 JPY", "1500 JPY",
+                              "0.125 BHD", "0.1234 EUR", "0.00 EUR", "—"]
+    assert shown["shown"] == [money(amount, currency) for amount, currency in cases]
+
+    customer = f"c-money-{int(time.time() * 1000) % 100000}"
+    euros = seeded.stack.post_order(order_body(customer, [{"sku": "SKU-4", "quantity": 2, "unitPrice": "0.1"}]))
+    yen = seeded.stack.post_order({**order_body(customer, [{"sku": "SKU-1", "quantity": 3, "unitPrice": "120"}]),
+                                   "currency": "JPY"})
+    totals = {euros: "0.2", yen: "360"}  # what the API gives: the sum as a decimal string
+    assert {o: seeded.stack.get_order(o)["order"]["total"] for o in totals} == totals
+    open_view(driver, seeded, "/")  # the landing page's newest orders: id, ..., customer, total, created
+    by_testid(driver, "newest-orders")
+    listed: dict[str, str] = {}
+
+    def both_listed() -> bool:
+        nonlocal listed
+        listed = {row[0]: row[5] for row in newest_rows(driver) if row[0] in totals}
+        return len(listed) == 2
+
+    wait_until("the two orders among the newest", both_listed, timeout=60)
+    assert listed == {euros: "0.20 EUR", yen: "360 JPY"}
+    open_view(driver, seeded, f"/orders/{euros}")
+    facts = by_testid(driver, "order")
+    WebDriverWait(driver, 30).until(lambda d: "Total" in by_testid(d, "order").text)
+    assert "Total\n0.20 EUR" in facts.text or "Total 0.20 EUR" in facts.text, facts.text
+    assert texts(driver, "[data-testid='items'] tbody td:nth-child(3)") == ["0.10 EUR"]
+
+
+OUTCOME_IN_PAGE = """
+const [cases, done] = [arguments[0], arguments[arguments.length - 1]];
+import(new URL("console/assets/order.js", document.baseURI).href)
+  .then((m) => done({ texts: cases.map((order) => m.outcomeText(order)) }))
+  .catch((error) => done({ error: String(error) }));
+"""
+
+HEADLINE_TEXT = """
+const line = document.querySelector("p.headline").cloneNode(true);
+line.querySelectorAll("button").forEach((button) => button.remove());
+return line.textContent.replace(/\\s+/g, " ").trim();
+"""
+
+
+def test_an_orders_headline_says_each_thing_once(seeded: Seeded, driver: Any) -> None:
+    """The order page's headline: its state, then what the outcome and the compensation add, each
+    once ("Processed", not "Processed processed · processed"; "Error · failed at charge-payment ·
+    compensated"). The texts of each shape, run in the page; then real orders' headlines."""
+    none = {"state": "none", "total": 0}
+    done = {"state": "completed", "total": 1}
+    cases = [
+        {"processState": "Processed", "category": "processed", "outcome": "processed", "compensation": none},
+        {"processState": "Processing", "category": "inFlight", "outcome": None, "compensation": none},
+        {"processState": "Pending", "category": "inFlight", "outcome": None, "compensation": none},
+        {"processState": "Error", "category": "attention", "outcome": "failed", "failedStep": "charge-payment",
+         "compensation": done},
+        {"processState": "Error", "category": "inFlight", "outcome": "failed", "failedStep": "charge-payment",
+         "compensation": {"state": "running", "total": 2}},
+        {"processState": "Error", "category": "attention", "outcome": "failed", "failedStep": "charge-payment",
+         "compensation": {"state": "failed", "total": 1}},
+        {"processState": "Error", "category": "attention", "outcome": "failed", "failedStep": "reserve-inventory",
+         "compensation": {"state": "completed", "total": 0}},
+        {"processState": "Error", "category": "attention", "outcome": "held", "failedStep": "create-shipment",
+         "compensation": none},
+        {"processState": "Error", "category": "attention", "outcome": "held", "failedStep": None, "compensation": none},
+        {"processState": "Error", "category": "error", "outcome": "cancelled", "compensation": done},
+        {"processState": "Error", "category": "inFlight", "outcome": "terminated",
+         "compensation": {"state": "running", "total": 1}},
+    ]
+    open_view(driver, seeded, "/")
+    by_testid(driver, "overview-status")
+    shown = driver.execute_async_script(OUTCOME_IN_PAGE, cases)
+    assert "error" not in shown, shown
+    assert shown["texts"] == [
+        "", "", "", "failed at charge-payment · compensated", "failed at charge-payment · compensating",
+        "failed at charge-payment · compensation failed", "failed at reserve-inventory",
+        "held at create-shipment", "held", "cancelled · compensated", "terminated · compensating",
+    ]
+
+    order_id = seeded.processed[4]
+    open_view(driver, seeded, f"/orders/{order_id}")
+    WebDriverWait(driver, 30).until(lambda d: by_testid(d, "process-state").text == "Processed")
+    assert stable(driver, lambda d: d.execute_script(HEADLINE_TEXT)) == "Processed"
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='outcome']")
+    for order_id in seeded.failed:  # whatever the earlier tests made of them: each word once
+        order = seeded.api(f"/orders/{order_id}")
+        open_view(driver, seeded, f"/orders/{order_id}")
+        state = order["processState"]
+        WebDriverWait(driver, 30).until(lambda d, state=state: by_testid(d, "process-state").text == state)
+        line = stable(driver, lambda d: d.execute_script(HEADLINE_TEXT))
+        words = [w.lower() for w in line.replace("·", " ").split()]
+        assert len(words) == len(set(words)) and line.startswith(order["processState"]), (line, order["outcome"])
+        if order["outcome"] not in (None, "processed"):
+            assert order["outcome"] in line, (line, order["outcome"])

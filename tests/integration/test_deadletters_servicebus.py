@@ -14,6 +14,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBu
 
 from shared.console.deadletter_actions import copy_of, post_dead_letter_action, resubmit_id
 from shared.console.deadletters import get_dead_letters, peek_dead_letters, queue_depths
+from shared.console.receivers import close_peek_receivers, peek_receivers
 from shared.core.statemachine import Config
 from shared.messaging import ServiceBusBus
 from shared.runtime import Runtime
@@ -38,6 +39,7 @@ def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runtime, Any]
     try:
         yield rt, clients.service_bus()
     finally:
+        close_peek_receivers()  # the receivers the peeks kept (shared.console.receivers)
         clients.close()
         ep.proc.stop()
 
@@ -121,6 +123,17 @@ def test_queue_depths_count_active_and_dead_letters_up_to_the_cap(sb: tuple[Runt
     # Counting received nothing: the four active alerts are still there.
     with client.get_queue_receiver("alerts") as receiver:
         assert len(receiver.peek_messages(max_message_count=50)) == 4
+    # Both counts peeked on the same receivers, one per queue and dead-letter queue, kept open
+    # between them; kept open, they take nothing: a message sent since is received by the app's receiver.
+    assert peek_receivers(client).built == 2 * len(QUEUE_SETTINGS)
+    assert queue_depths(rt, cap=100) == list(depths.values())
+    assert peek_receivers(client).built == 2 * len(QUEUE_SETTINGS)
+    _send(client, "order-status", [{"n": "after"}])
+    got: list[Any] = []
+    with client.get_queue_receiver("order-status", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+        while len(got) < 3 and (batch := receiver.receive_messages(max_message_count=10, max_wait_time=5)):
+            got.extend(batch)
+    assert sorted(str(json.loads(b"".join(m.body))["n"]) for m in got) == ["0", "1", "after"]
 
 
 # ---------------------------------------------------------------- resubmit and discard (issue 30, deliverable 6)
