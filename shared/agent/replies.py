@@ -25,7 +25,7 @@ def build_reply(request: ReceivedRequest, outcome: Outcome, result: dict[str, An
                 *, breaker: str | None = None, until: datetime | None = None, wake: bool = False,
                 opening: int | None = None) -> ReplyMessage:
     """The reply: the request's coordinates, the outcome, and its result or reason; the request's
-    fencing token, unchanged, when it had one (``shared.storage.fence``). Built as sent, without
+    fencing token, unchanged, when it had one (``shared.core.fence``). Built as sent, without
     validation: the Scheduler validates what it receives."""
     return ReplyMessage.model_construct(kind=request.kind, orderId=request.order_id, step=request.step,
                                         attempt=request.attempt, outcome=outcome, result=result, reason=reason,

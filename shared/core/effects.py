@@ -130,7 +130,7 @@ class Send:
     what: str = ""
     # An agent request's fencing token rows (RowKey -> entity, its ETag under ``ETAG``): the
     # order's live rows as they are after this decision's transaction. The executor replaces the
-    # rows that transaction wrote with what it wrote and their new ETags (``shared.storage.fence``).
+    # rows that transaction wrote with what it wrote and their new ETags (``shared.core.fence``).
     fence: Mapping[str, Mapping[str, Any]] | None = None
 
 

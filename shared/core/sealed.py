@@ -1,7 +1,7 @@
 """Sealed strings: base64url of a 16-byte MAC and a payload, checked on the way back in.
 
 The one envelope of the app's opaque tokens: continuation tokens (``shared.api.tokens``, the MAC
-binds the query) and fencing tokens (``shared.storage.fence``, the order's rows). Both are MAC'd
+binds the query) and fencing tokens (``shared.core.fence``, the order's rows). Both are MAC'd
 with the same :class:`Keys` (the ``TokenKeys`` app setting, ``shared.settings``), each under its
 own ``label`` (what kind of token it is, and what else the MAC covers), so a token of one kind is
 never one of the other. A token is refused if it is empty or too long, not base64url in the form

@@ -15,9 +15,10 @@ Failure handling per effect:
   the outcome says so.
 * ``Reindex`` (the search index, after the state write): a failure is logged, and the
   ``DeleteIndex`` effects after it are skipped (the Supervisor re-indexes from the kept row).
-* A ``Send`` with a ``fence`` (an agent request): the ETags the last ``Transact`` of this run
-  returned are filled in and the fencing token (``shared.storage.fence``, MAC'd with ``keys``) goes in the body;
-  when no ETag can be vouched for, the request goes without one (the reply path then reads).
+* A ``Send`` with a ``fence`` (an agent request): each committed ``Transact`` is recorded with the
+  ETags the store returned, and ``shared.core.fence`` builds the fencing token of the request's
+  rows overlaid with those (MAC'd with ``keys``) and puts it in the body; when no ETag can be
+  vouched for, the request goes without one (the reply path then reads).
 * Non-critical ``Send`` (status, schedule notices that an index row backs up), ``Alert``,
   ``DeleteIndex`` and ``ForgetWaiting``: a failure is logged and the rest goes on.
 """
@@ -25,18 +26,16 @@ Failure handling per effect:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+from shared.core import fence
 from shared.core.effects import Alert, DeleteIndex, Effect, ForgetWaiting, Log, PutIndex, Reindex, Send, Transact
-from shared.core.messages import Bus, OutMessage
-from shared.core.rows import ETAG, STATE_ROW
+from shared.core.messages import Bus
 from shared.core.sealed import Keys
 from shared.observability import metrics, telemetry
 from shared.observability.figures import record_committed
 from shared.observability.logs import log_event
-from shared.storage import fence
 from shared.storage.store import Conflict, Store
 from shared.storage.waiting import forget_rows
 
@@ -50,44 +49,6 @@ class Outcome:
 
 
 @dataclass
-class _Written:
-    """What the committed ``Transact`` effects of a run wrote on one order: RowKey -> entity with
-    its new ETag (None: deleted, or no ETag came back). A write on another order starts over."""
-
-    order_id: str | None = None
-    rows: dict[str, dict[str, Any] | None] = field(default_factory=dict)
-
-    def record(self, eff: Transact, etags: Mapping[str, str] | None) -> None:
-        if eff.order_id != self.order_id:
-            self.order_id, self.rows = eff.order_id, {}
-        for op in eff.ops:
-            etag = (etags or {}).get(op.row_key)
-            if fence.live_row(op.row_key):
-                self.rows[op.row_key] = None if op.kind == "delete" or not etag else {**op.row, ETAG: etag}
-
-
-def fenced(keys: Keys, message: OutMessage, rows: Mapping[str, Mapping[str, Any]], written: _Written) -> OutMessage:
-    """``message`` with the fencing token of ``rows`` overlaid with what this run wrote; unchanged
-    (no token) unless this run committed the order's state row with an ETag for every row it wrote."""
-    order_id = message.body.get("orderId")
-    if written.order_id != order_id or written.rows.get(STATE_ROW) is None:
-        return message
-    merged: dict[str, Mapping[str, Any]] = {}
-    for key in {*rows, *written.rows}:
-        if key in written.rows:
-            row = written.rows[key]
-            if row is None:  # written without an ETag back (or deleted): no token
-                return message
-            merged[key] = row
-        else:
-            merged[key] = rows[key]
-    token = fence.encode(keys, str(order_id), merged)
-    if token is None:
-        return message
-    return replace(message, body={**message.body, "fence": token})
-
-
-@dataclass
 class _Run:
     """One run of a decision's effects: where they go, and what happened so far."""
 
@@ -95,7 +56,7 @@ class _Run:
     bus: Bus
     keys: Keys
     out: Outcome = field(default_factory=Outcome)
-    written: _Written = field(default_factory=_Written)
+    written: fence.Written = field(default_factory=fence.Written)
 
     def put_index(self, eff: PutIndex) -> None:
         self.store.put_index(eff.row)
@@ -134,7 +95,7 @@ class _Run:
             log_event(logging.WARNING, "waiting.forget_failed", remote=eff.remote, row=eff.row_key, error=repr(exc))
 
     def send(self, eff: Send) -> None:
-        message = eff.message if eff.fence is None else fenced(self.keys, eff.message, eff.fence, self.written)
+        message = eff.message if eff.fence is None else fence.fenced(self.keys, eff.message, eff.fence, self.written)
         try:
             telemetry.send(self.bus, message)
         except Exception as exc:

@@ -1,5 +1,5 @@
 """Where a handler's view of an order comes from: a read of its partition, or the rows a
-request's or reply's fencing token carries (``shared.storage.fence``), which save that read.
+request's or reply's fencing token carries (``shared.core.fence``), which save that read.
 
 An agent checks its request on the token's rows while the order's state row keeps the token's
 ETag (``current_view``: one point read), and reads the partition otherwise.
@@ -17,13 +17,13 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from shared.core import fence
 from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage
 from shared.core.rows import ETAG, STATE_ROW
 from shared.core.sealed import Keys
 from shared.core.statemachine import View
 from shared.observability.logs import log_event
-from shared.storage import fence
 from shared.storage.store import Store
 
 

@@ -27,7 +27,7 @@ from shared.runtime import Runtime
 from shared.runtime.executor import Outcome, execute
 from shared.scheduler import handle_reply, handle_schedule
 from shared.settings import REQUIRED_SETTINGS, TOKEN_KEYS, Settings, parse_token_keys
-from shared.storage import fence
+from shared.core import fence
 from shared.storage.memory import MemoryStore
 from shared.storage.store import Store
 from shared.supervisor import sweep

@@ -280,7 +280,7 @@ def check_search_index_legacy_partition(store: Store) -> None:
 
 
 def check_transact_returns_the_etags_a_read_returns(store: Store) -> None:
-    """Every created or replaced row's new ETag (the fencing token is built on them, ``shared.storage.fence``)."""
+    """Every created or replaced row's new ETag (the fencing token is built on them, ``shared.core.fence``)."""
     pk = _pk()
     rows = [{"RowKey": k, "n": i} for i, k in enumerate(("order", "state", "step-00-a", "step-01-b", "z"))]
     etags = store.transact(pk, [Op("create", r) for r in rows])

@@ -13,7 +13,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from shared.core.jsonio import JsonObject
 
 Body = JsonObject  # a message's JSON body (every one is made by a model's ``to_body()``)
-MAX_FENCE_LENGTH = 32 * 1024  # characters of a fencing token (``shared.storage.fence``) a request may carry
+MAX_FENCE_LENGTH = 32 * 1024  # characters of a fencing token (``shared.core.fence``) a request may carry
 
 Kind = Literal["step", "compensation"]
 KINDS: tuple[str, ...] = ("step", "compensation")

@@ -68,7 +68,7 @@ class AgentRequest(BaseModel):
     # sent before orders named one): order v1.
     workflow: NonBlank = "order"
     workflow_version: Annotated[int, BeforeValidator(check_attempt)] = 1
-    # The scheduler's fencing token (``shared.storage.fence``), opaque to the agent: echoed unchanged in
+    # The scheduler's fencing token (``shared.core.fence``), opaque to the agent: echoed unchanged in
     # the reply. Absent (a request sent before tokens, or when none could be issued): none back.
     fence: Annotated[str, Field(min_length=1, max_length=MAX_FENCE_LENGTH)] | None = None
 

@@ -51,7 +51,7 @@ class ReplyMessage(BaseModel):
     until: datetime | None = None
     wake: bool = False
     opening: Annotated[StrictInt, Field(ge=1)] | None = None
-    # The request's fencing token, echoed (``shared.storage.fence``): the rows the scheduler decides on
+    # The request's fencing token, echoed (``shared.core.fence``): the rows the scheduler decides on
     # instead of reading them. Checked there; a token it cannot use is ignored, never poison.
     fence: Annotated[str | None, BeforeValidator(_usable_fence)] = None
 

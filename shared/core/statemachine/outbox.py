@@ -10,6 +10,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared.core import fence
 from shared.core.effects import Alert, Effect, Log, Send
 from shared.core.messages import (
     AgentRequest,
@@ -20,7 +21,7 @@ from shared.core.messages import (
     ScheduleMessage,
     StatusMessage,
 )
-from shared.core.rows import ETAG, StepRow
+from shared.core.rows import StepRow
 from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.view import View
 from shared.core.states import StepState
@@ -31,22 +32,18 @@ def step_request(view: View, step: StepRow, ctx: Ctx, *, again: str = "") -> Sen
     ``again``: the same attempt sent once more on that occasion (a resume's tag), under its own id."""
     assert step.complete_by is not None
     return Send(_request(view, step, "step", step.attempt, step.complete_by, ctx, again), what="request",
-                fence=fence_rows(view.with_steps(step)))
+                fence=_fence_rows(view.with_steps(step)))
 
 
 def compensation_request(view: View, step: StepRow, ctx: Ctx, *, again: str = "") -> Send:
     """The request for the current attempt of the step's compensation."""
     assert step.compensation_complete_by is not None
     return Send(_request(view, step, "compensation", step.compensation_attempt, step.compensation_complete_by, ctx,
-                         again), what="compensation", fence=fence_rows(view.with_steps(step)))
+                         again), what="compensation", fence=_fence_rows(view.with_steps(step)))
 
 
-def fence_rows(view: View) -> dict[str, dict[str, Any]]:
-    """The rows a request's fencing token carries (``shared.storage.fence``): the order's live rows as
-    this decision leaves them, each with the ETag it was read with. The executor replaces the
-    rows the decision's transaction wrote with what it wrote and their new ETags."""
-    rows = [r for r in (view.order, view.state, *view.steps) if r is not None]
-    return {r.row_key: {**r.to_entity(), ETAG: r.etag} for r in rows}
+def _fence_rows(view: View) -> fence.Entities:
+    return fence.carried((view.order, view.state, *view.steps))
 
 
 def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: datetime, ctx: Ctx,

@@ -1,4 +1,4 @@
-"""The reply path with fencing tokens (``shared.scheduler``, ``shared.storage.fence``): a reply whose
+"""The reply path with fencing tokens (``shared.scheduler``, ``shared.core.fence``): a reply whose
 token is current is decided and written without a read; a token that anything has overtaken
 (a duplicate, a Supervisor redrive, a terminate, a retry's new generation) loses its write
 (412) and the reply is decided on a read, exactly as without a token."""
@@ -17,7 +17,7 @@ from shared.core.messages import OutMessage, PoisonMessage
 from shared.core.rows import ETAG, Op
 from shared.core.sealed import Keys
 from shared.scheduler import handle_reply
-from shared.storage import fence
+from shared.core import fence
 from shared.storage.memory import MemoryStore
 from shared.storage.store import Conflict
 from shared.supervisor import sweep

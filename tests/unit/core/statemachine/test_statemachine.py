@@ -15,7 +15,7 @@ from shared.core.effects import PutIndex, Transact
 from shared.core.messages import PoisonMessage, ReplyMessage
 from shared.core.statemachine import View, decide_reply, decide_schedule
 from shared.scheduler import handle_reply, handle_schedule
-from shared.storage import fence
+from shared.core import fence
 from shared.supervisor import sweep
 from tests.unit.harness import (
     BODY,

@@ -1,4 +1,4 @@
-"""Fencing tokens (``shared.storage.fence``) and how the executor issues them (``shared.core.effects``)."""
+"""Fencing tokens (``shared.core.fence``) and how the executor issues them (``shared.runtime.executor``)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
-from shared.core import sealed
+from shared.core import fence, sealed
 from shared.core.effects import Send, Transact
 from shared.core.messages import OutMessage
 from shared.core.rows import ETAG, Op
 from shared.messaging import MemoryBus
 from shared.runtime.executor import execute
-from shared.storage import fence
 from shared.storage.memory import MemoryStore
 from tests.unit.harness import TEST_KEYS as KEYS
 
@@ -36,6 +35,20 @@ def test_round_trip_gives_the_rows_with_their_etags_and_partition() -> None:
     token = fence.encode(KEYS, OID, rows())
     assert token is not None and len(token) < 400
     assert fence.decode(KEYS, OID, token) == {k: {**v, "PartitionKey": OID} for k, v in rows().items()}
+
+
+# Issued by the release before the token moved to ``shared.core.fence`` (then ``shared.storage.fence``),
+# for ``rows()`` by ``TEST_KEYS``: a request in flight across a deploy still carries one like it.
+ISSUED_BEFORE = ("DiiwaJcMxtRF6bzPM3wCqngBjU67CsJAEPyXqS96114n2IiiIIJNICy42BguZBeChPt3Nx5aBEW32hnmNSIhgn4cHH"
+                 "rEEam_8PM5pmHLd3MWxuGUlG6Gw8J7UzesdDV4XtYINZAdREl5Cnl7C-NwmFI36_927JiES7fE8K2Ku8r7SmZ1L9Zh"
+                 "T61tgZh_pcptp4jhw-ycH_HdWXM")
+
+
+def test_a_token_issued_before_is_read_and_issued_alike() -> None:
+    """The wire format is unchanged: a token in flight across a deploy is read, and the same rows
+    make the same token."""
+    assert fence.decode(KEYS, OID, ISSUED_BEFORE) == {k: {**v, "PartitionKey": OID} for k, v in rows().items()}
+    assert fence.encode(KEYS, OID, rows()) == ISSUED_BEFORE
 
 
 @pytest.mark.parametrize("damage", ["flip", "cut", "append", "padding", "empty"])

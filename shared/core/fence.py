@@ -19,6 +19,18 @@ to use its rows for their own check (``shared.storage.views.current_view``); the
 stays the Service Bus namespace (managed identity only). Every ETag must be one a store issued
 (``W/"..."``), never ``*``: a token's write is always conditional. A token longer than
 ``MAX_FENCE_LENGTH`` is not issued (the reply path reads instead).
+
+This module is the token's one home, from its rows to its reading; its callers only call it:
+
+* built: :func:`carried`, the rows a request is fenced by as its decision leaves them (the core's
+  request, ``shared.core.statemachine.dispatch``, puts them on its ``Send``); :class:`Written`,
+  what a run's transactions wrote, with the ETags the store answered (the executor records each
+  committed ``Transact``); :func:`fenced`, the request with the token of both (the executor, as
+  it sends);
+* sealed: :func:`encode`;
+* read: :func:`decode` (``shared.storage.views``: an agent's check, the reply's decision).
+
+Pure, like the rest of the core: the keys are given, and nothing is read or written here.
 """
 
 from __future__ import annotations
@@ -26,12 +38,14 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shared.core import sealed
-from shared.core.messages import MAX_FENCE_LENGTH
-from shared.core.rows import ETAG, ORDER_ROW, STATE_ROW
+from shared.core.effects import Transact
+from shared.core.messages import MAX_FENCE_LENGTH, OutMessage
+from shared.core.rows import ETAG, ORDER_ROW, STATE_ROW, Row
 
 # The kind of token the MAC is taken under (not a key): a continuation token never reads as one.
 _LABEL = b"orders-fencing-token-v1"
@@ -51,6 +65,53 @@ class InvalidFence(ValueError):
 def live_row(row_key: str) -> bool:
     """A row a token carries: ``order``, ``state`` or a ``step-*`` row."""
     return row_key in (ORDER_ROW, STATE_ROW) or row_key.startswith("step-")
+
+
+def carried(rows: Iterable[Row | None]) -> Entities:
+    """The rows a request's token carries: the order's live rows as its decision leaves them, each
+    with the ETag it was read with (:func:`fenced` replaces the rows the decision's transaction
+    wrote with what it wrote and their new ETags)."""
+    return {r.row_key: {**r.to_entity(), ETAG: r.etag} for r in rows if r is not None}
+
+
+@dataclass
+class Written:
+    """What the committed ``Transact`` effects of a run wrote on one order: RowKey -> entity with
+    its new ETag (None: deleted, or no ETag came back). A write on another order starts over."""
+
+    order_id: str | None = None
+    rows: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+    def record(self, eff: Transact, etags: Mapping[str, str] | None) -> None:
+        if eff.order_id != self.order_id:
+            self.order_id, self.rows = eff.order_id, {}
+        for op in eff.ops:
+            etag = (etags or {}).get(op.row_key)
+            if live_row(op.row_key):
+                self.rows[op.row_key] = None if op.kind == "delete" or not etag else {**op.row, ETAG: etag}
+
+
+def fenced(keys: sealed.Keys, message: OutMessage, rows: Mapping[str, Mapping[str, Any]],
+           written: Written) -> OutMessage:
+    """``message`` with the fencing token of ``rows`` (:func:`carried`) overlaid with what this run
+    wrote; unchanged (no token) unless this run committed the order's state row with an ETag for
+    every row it wrote."""
+    order_id = message.body.get("orderId")
+    if written.order_id != order_id or written.rows.get(STATE_ROW) is None:
+        return message
+    merged: dict[str, Mapping[str, Any]] = {}
+    for key in {*rows, *written.rows}:
+        if key in written.rows:
+            row = written.rows[key]
+            if row is None:  # written without an ETag back (or deleted): no token
+                return message
+            merged[key] = row
+        else:
+            merged[key] = rows[key]
+    token = encode(keys, str(order_id), merged)
+    if token is None:
+        return message
+    return replace(message, body={**message.body, "fence": token})
 
 
 def encode(keys: sealed.Keys, order_id: str, rows: Mapping[str, Mapping[str, Any]]) -> str | None:
