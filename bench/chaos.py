@@ -74,6 +74,7 @@ from bench.chaos_outage import (
     render_outage,
 )
 from bench.chaos_records import DEFAULT_OUT, ChaosOptions, OrderRec, is_terminal
+from bench.profiling import stat_fields
 from local.host.keys import ADMIN, FUNCTION
 from local.procs import REPO_ROOT
 from local.stack import SERVICE_PATHS, Stack, demo_order
@@ -160,11 +161,8 @@ def replay_command(o: ChaosOptions) -> str:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    fields = stat_fields(f"/proc/{pid}/stat")
+    return fields is not None and fields[0] != "Z"
 
 
 def _wait_gone(pids: list[int], timeout: float) -> list[int]:
@@ -389,12 +387,8 @@ class ChaosRun:
     def _host_child(self, pid: int) -> bool:
         """pid is alive and a child of the host process we started (never kill anything else)."""
         assert self.stack is not None
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return False
-        return fields[0] != "Z" and int(fields[1]) == self.stack.proc("host").pid
+        fields = stat_fields(f"/proc/{pid}/stat")
+        return fields is not None and fields[0] != "Z" and int(fields[1]) == self.stack.proc("host").pid
 
     def kill_instance(self) -> None:
         instances = {k: p for k, p in self.host_instances().items() if self._host_child(p)}

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.profiling import cpu_seconds
 from local.connections import servicebus_connection_string
 from local.procs import REPO_ROOT, Proc, free_port
 
@@ -52,12 +53,8 @@ def _config(dedup: bool) -> dict:
     }
 
 
-def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return ticks / os.sysconf("SC_CLK_TCK")
+def cpu(pid: int) -> float:
+    return cpu_seconds(pid) or 0.0
 
 
 def self_cpu_seconds() -> float:
@@ -124,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 with client.get_queue_receiver(QUEUE) as r:  # and take the warm-up message away again
                     for m in r.receive_messages(max_message_count=1, max_wait_time=5):
                         r.complete_message(m)
-                emu0, me0, t0 = proc_cpu_seconds(proc.pid), self_cpu_seconds(), time.perf_counter()
+                emu0, me0, t0 = cpu(proc.pid), self_cpu_seconds(), time.perf_counter()
                 sent = 0
                 batches = 0
                 while sent < args.messages:
@@ -139,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                     sender.send_messages(batch)
                     batches += 1
                 t1 = time.perf_counter()
-                emu1, me1 = proc_cpu_seconds(proc.pid), self_cpu_seconds()
+                emu1, me1 = cpu(proc.pid), self_cpu_seconds()
         send_s = t1 - t0
         result["send"] = {
             "seconds": round(send_s, 3), "msgs_per_s": round(args.messages / send_s, 1), "batches": batches,
@@ -161,11 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         for p in procs:
             p.start()
         time.sleep(3)  # let every receiver open its link (outside the measurement)
-        emu0, t0 = proc_cpu_seconds(proc.pid), time.perf_counter()
+        emu0, t0 = cpu(proc.pid), time.perf_counter()
         start_evt.set()
         done.wait(timeout=max(60.0, args.messages / 100))
         t1 = time.perf_counter()
-        emu1 = proc_cpu_seconds(proc.pid)
+        emu1 = cpu(proc.pid)
         reports = [out_q.get(timeout=60) for _ in procs]
         for p in procs:
             p.join(timeout=30)

@@ -12,28 +12,25 @@ from pathlib import Path
 from typing import Any
 
 
-def cpu_seconds(pid: int) -> float | None:
+def stat_fields(path: str) -> list[str] | None:
+    """The fields of a ``/proc/.../stat`` file after the command (which may hold spaces and ``)``):
+    state, ppid, pgrp ..., utime and stime at 11 and 12. None: the process is gone."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    fields = stat_fields(f"/proc/{pid}/stat")
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def group_pids(pgid: int) -> list[int]:
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid:
-                out.append(int(d))
-        except (OSError, IndexError, ValueError):
-            continue
-    return out
+    """The processes of process group ``pgid``."""
+    return [int(d) for d in os.listdir("/proc")
+            if d.isdigit() and (fields := stat_fields(f"/proc/{d}/stat")) and int(fields[2]) == pgid]
 
 
 class CpuMeter:
