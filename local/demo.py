@@ -17,6 +17,12 @@ them are customer ``c-failing``'s and end in ``GET /api/orders?state=attention``
 
 With fewer orders than failing kinds, the first kinds only. The failing orders take evenly
 spaced places among the ordinary ones, whose bodies stay those of ``demo_order`` draws.
+
+The demo counts its orders by search category (``inFlight``, ``attention``, ``processed``,
+``error``: the ``category`` of ``GET /api/orders/{id}``), the vocabulary of the live line that
+follows it (``local.watch``), of the search and of the console, not by ``processState``: an
+order that failed is in ``Error`` there, but ``attention`` here (an operator may retry it), and
+``error`` is only for an order that ended with nothing left to do (cancelled, terminated).
 """
 
 from __future__ import annotations
@@ -33,13 +39,15 @@ from typing import Any, TextIO
 import requests
 
 from local.remotes.client import RemotesClient
-from local.stackclient import ORDER_STATES, TERMINAL_STATES, DemoStack, StackError, demo_order
+from local.stackclient import DemoStack, StackError, demo_order
+from local.watch import CATEGORIES
 
 FAILING_CUSTOMER = "c-failing"
 SOLD_OUT_SKU = "SKU-SOLD-OUT"
 SLOW_SHIP_SKU = "SKU-SLOW-SHIP"
 PAYMENT_LIMIT = "1000"
 DIGITAL_EVERY = 4  # a quarter of the demo orders are digital goods
+IN_FLIGHT = "inFlight"  # the one category that still moves by itself: the demo waits for its orders to leave it
 
 # Per service, the faults the failing orders trip (a PUT replaces only the services named here).
 DEMO_FAULTS: dict[str, dict[str, Any]] = {
@@ -61,10 +69,11 @@ class FailingKind:
 FAILING_KINDS: tuple[FailingKind, ...] = (
     FailingKind("payment-declined", (("SKU-5", 10, "129.95"),),
                 f"approved (over 1000), then payment declines 1299.50 EUR (limit {PAYMENT_LIMIT}): "
-                "reservation released, failed", approve=True),
+                "reservation released, failed (attention)", approve=True),
     FailingKind("shipment-hangs", (("SKU-1", 1, "9.99"), (SLOW_SHIP_SKU, 1, "24.00")),
-                "its shipment never answers: timed out and redriven, then held (takes minutes)", awaited=False),
-    FailingKind("out-of-stock", ((SOLD_OUT_SKU, 2, "5.00"),), f"inventory rejects {SOLD_OUT_SKU}: failed"),
+                "its shipment never answers: timed out and redriven, then held (attention; takes minutes)",
+                awaited=False),
+    FailingKind("out-of-stock", ((SOLD_OUT_SKU, 2, "5.00"),), f"inventory rejects {SOLD_OUT_SKU}: failed (attention)"),
 )
 
 
@@ -115,11 +124,11 @@ def set_demo_faults(remotes: RemotesClient) -> None:
 
 
 class OrderTracker:
-    """Polls orders' states over HTTP; thread-safe counts for a progress display."""
+    """Polls orders' search categories over HTTP; thread-safe counts for a progress display."""
 
     def __init__(self, stack: DemoStack, workers: int = 8) -> None:
         self.stack = stack
-        self.states: dict[str, str] = {}
+        self.categories: dict[str, str] = {}
         self.unawaited: set[str] = set()  # orders the demo does not wait for
         self.post_errors: list[str] = []
         self.poll_errors = 0
@@ -133,50 +142,56 @@ class OrderTracker:
             s = self._local.session = requests.Session()
         return s
 
-    def add(self, order_id: str, state: str = "Pending", awaited: bool = True) -> None:
+    def add(self, order_id: str, category: str = IN_FLIGHT, awaited: bool = True) -> None:
         with self._lock:
-            self.states.setdefault(order_id, state)
+            self.categories.setdefault(order_id, category)
             if not awaited:
                 self.unawaited.add(order_id)
 
     def _poll_one(self, order_id: str) -> None:
         try:
-            state = str(self.stack.get_order(order_id, session=self._session(), timeout=10)["processState"])
+            category = str(self.stack.get_order(order_id, session=self._session(), timeout=10)["category"])
         except (requests.RequestException, StackError, KeyError, ValueError):
             with self._lock:
                 self.poll_errors += 1
             return
         with self._lock:
-            self.states[order_id] = state
+            self.categories[order_id] = category
 
     def poll(self) -> None:
         with self._lock:
-            pending = [o for o, s in self.states.items() if s not in TERMINAL_STATES]
-        list(self._pool.map(self._poll_one, pending))
+            moving = [o for o, c in self.categories.items() if c == IN_FLIGHT]
+        list(self._pool.map(self._poll_one, moving))
 
     def counts(self) -> Counter[str]:
         with self._lock:
-            return Counter(self.states.values())
+            return Counter(self.categories.values())
 
     def done(self, total: int) -> bool:
-        """Every awaited order finished (or failed to post); the others were posted."""
+        """Every awaited order left ``inFlight`` (or failed to post); the others were posted."""
         with self._lock:
-            settled = sum(1 for o, s in self.states.items() if s in TERMINAL_STATES or o in self.unawaited)
+            settled = sum(1 for o, c in self.categories.items() if c != IN_FLIGHT or o in self.unawaited)
         return settled + len(self.post_errors) >= total
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+def by_category(counts: Counter[str]) -> str:
+    """``inFlight 20 · attention 1 · processed 11 · error 0``, as the live line writes them (a
+    category this module does not know, after them)."""
+    extra = [f"{c} {n}" for c, n in sorted(counts.items()) if c not in CATEGORIES]
+    return " · ".join([f"{c} {counts[c]}" for c in CATEGORIES] + extra)
+
+
 def render_progress(counts: Counter[str], total: int, posted: int, failed_posts: int, elapsed: float,
                     columns: int | None = None) -> str:
-    """``[#####-----] 12/50  Pending 3 Processing 20 Processed 11 Error 1  posted 35/50  4.2s``.
+    """``[#####-----] 12/50  inFlight 20 · attention 1 · processed 11 · error 0  posted 35/50  4.2s``:
+    the bar and the count before the counts are of the orders no longer in flight.
 
     With ``columns``, the bar shrinks (down to 10) so that the line fits a terminal line."""
-    finished = counts["Processed"] + counts["Error"]
-    by_state = " ".join(f"{s} {counts[s]}" for s in ORDER_STATES)
-    extra = " ".join(f"{s} {n}" for s, n in sorted(counts.items()) if s not in ORDER_STATES)
-    tail = (f" {finished}/{total}  {by_state}" + (f" {extra}" if extra else "")
+    finished = sum(n for c, n in counts.items() if c != IN_FLIGHT)
+    tail = (f" {finished}/{total}  {by_category(counts)}"
             + (f"  posted {posted}/{total}" if posted < total else "")
             + (f"  {failed_posts} posts failed" if failed_posts else "")
             + f"  {elapsed:.1f}s")
@@ -253,7 +268,7 @@ def _show_progress(tracker: OrderTracker, poster: _Poster, thread: threading.Thr
 def run_demo(stack: DemoStack, plan: list[DemoOrder], rate: float, out: TextIO) -> tuple[Counter[str], list[str]]:
     """Post ``plan`` at ``rate`` per second, show progress until every awaited order finished.
 
-    Returns the counts by processState and a line per failing order (its id and story)."""
+    Returns the counts by search category and a line per failing order (its id and story)."""
     tracker = OrderTracker(stack)
     poster = _Poster(stack, plan, rate, tracker)
     thread = poster.start()
@@ -284,8 +299,15 @@ def demo(stack: DemoStack, orders: int, rate: float, failing: bool, out: TextIO,
     out.write(f"posting {orders} demo orders at {rate:g}/s{note} ...\n")
     out.flush()
     counts, failing_lines = run_demo(stack, plan, rate, out)
-    out.write("demo done: " + ", ".join(f"{s} {counts[s]}" for s in ORDER_STATES) + "\n")
+    out.write(f"demo done: {summary(counts)}\n")
     if failing_lines:
         out.write(f"failing on purpose (customer {FAILING_CUSTOMER}; --no-failing-orders leaves them out):\n")
         out.write("".join(line + "\n" for line in failing_lines))
     out.flush()
+
+
+def summary(counts: Counter[str]) -> str:
+    """``100 orders by search category: inFlight 1 · attention 2 · processed 97 · error 0``: the
+    demo's orders (those posted), in the words of the live line that follows (every order in the
+    store, earlier runs' too) and of the search."""
+    return f"{sum(counts.values())} orders by search category: {by_category(counts)}"

@@ -607,8 +607,8 @@ def _serve(stack: Stack, args: argparse.Namespace) -> None:
     if not args.no_demo and args.orders > 0:
         demo(stack, args.orders, args.rate, not args.no_failing_orders, sys.stdout)
     print("the stack is running; Ctrl-C stops it", flush=True)
-    print(f"order counts (GET /api/orders?state=...) and alerts (queue {stack.settings['AlertsQueue']}):",
-          flush=True)
+    print("every order in the store by search category (GET /api/orders?state=..., earlier runs' too), "
+          f"and alerts (queue {stack.settings['AlertsQueue']}):", flush=True)
     watch = Watch(stack.api_url, stack.settings, sys.stdout, headers=stack.key_headers(ADMIN)).start()
     try:
         watch_forever(watch, lambda: _dead_components(stack))

@@ -1,4 +1,4 @@
-"""The local stack as local.demo uses it: order states, StackError, demo order bodies, and DemoStack (Stack is one)."""
+"""The local stack as local.demo uses it: StackError, demo order bodies, and DemoStack (Stack is one)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ if TYPE_CHECKING:
     import requests
 
     from local.remotes.client import RemotesClient
-
-ORDER_STATES = ("Pending", "Processing", "Processed", "Error")
-TERMINAL_STATES = ("Processed", "Error")
 
 
 class StackError(RuntimeError):

@@ -163,7 +163,8 @@ def test_make_run_posts_demo_orders_and_stops_cleanly_on_sigterm(tmp_path: Path)
                 break
         out = "\n".join(lines)
         assert "HTTP base URL: http://127.0.0.1:" in out, out
-        assert "demo done: Pending 0, Processing 0, Processed 10, Error 0" in out, out
+        # the demo's orders in the words of the live line below it (local.watch): the search categories
+        assert "demo done: 10 orders by search category: inFlight 0 · attention 0 · processed 10 · error 0" in out, out
         # Not a TTY: progress comes as whole lines with a bar.
         assert any(line.startswith("[") and "/10" in line for line in lines), out
 

@@ -22,6 +22,7 @@ from local.demo import (
     demo_plan,
     failing_slots,
     render_progress,
+    summary,
 )
 from local.remotes.server import FAULT_DEFAULTS, validate_faults
 from shared.core import jsonio
@@ -105,11 +106,32 @@ def test_the_demo_faults_are_valid_and_spare_every_ordinary_order() -> None:
 
 
 def test_render_progress_line() -> None:
-    counts = Counter({"Pending": 3, "Processing": 20, "Processed": 11, "Error": 1})
+    """By search category, as the live line after the demo counts (local.watch): the bar and its
+    count are the orders no longer in flight."""
+    counts = Counter({"inFlight": 23, "attention": 1, "processed": 11})
     line = render_progress(counts, 50, 35, 0, 4.25)
-    assert line == ("[#######-----------------------] 12/50  Pending 3 Processing 20 Processed 11 Error 1"
+    assert line == ("[#######-----------------------] 12/50  inFlight 23 · attention 1 · processed 11 · error 0"
                     "  posted 35/50  4.2s")
     assert len(render_progress(counts, 50, 35, 2, 4.25, columns=60)) <= 59
+    # a category the demo does not know (a newer app's) is shown after the known ones, and counted as finished
+    assert "processed 11 · error 0 · parked 2  " in render_progress(counts + Counter(parked=2), 50, 50, 0, 1.0)
+    assert " 14/50 " in render_progress(counts + Counter(parked=2), 50, 50, 0, 1.0)
+
+
+def test_the_demo_counts_in_the_words_of_the_live_line_after_it() -> None:
+    """One vocabulary, one line apart: the demo's summary and the live count line (every order in
+    the store) both name the search categories, in the same order and the same form; a failed order
+    is in attention there (processState Error), not in error."""
+    from datetime import UTC, datetime
+
+    from local.watch import CATEGORIES, Tally, render_tally
+
+    counts = Counter({"inFlight": 1, "attention": 2, "processed": 97})
+    done = summary(counts)
+    assert done == "100 orders by search category: inFlight 1 · attention 2 · processed 97 · error 0"
+    live = render_tally(Tally(dict(counts) | {"error": 0}), datetime(2026, 1, 1, tzinfo=UTC))
+    assert live.split("orders: ", 1)[1] == done.split("search category: ", 1)[1]
+    assert [part.split()[0] for part in done.split(": ", 1)[1].split(" · ")] == list(CATEGORIES)
 
 
 def test_a_demo_without_failing_orders_sets_no_faults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,7 +140,7 @@ def test_a_demo_without_failing_orders_sets_no_faults(monkeypatch: pytest.Monkey
 
     calls: list[str] = []
     monkeypatch.setattr(demo_module, "set_demo_faults", lambda remotes: calls.append("faults"))
-    monkeypatch.setattr(demo_module, "run_demo", lambda stack, plan, rate, out: (Counter(Processed=len(plan)), []))
+    monkeypatch.setattr(demo_module, "run_demo", lambda stack, plan, rate, out: (Counter(processed=len(plan)), []))
 
     class _Stack:
         remotes = None
@@ -127,4 +149,34 @@ def test_a_demo_without_failing_orders_sets_no_faults(monkeypatch: pytest.Monkey
     demo(_Stack(), 5, 10.0, False, out)  # type: ignore[arg-type]
     assert calls == []
     assert out.getvalue() == ("posting 5 demo orders at 10/s ...\n"
-                              "demo done: Pending 0, Processing 0, Processed 5, Error 0\n")
+                              "demo done: 5 orders by search category: "
+                              "inFlight 0 · attention 0 · processed 5 · error 0\n")
+
+
+def test_the_tracker_waits_for_each_awaited_order_to_leave_in_flight() -> None:
+    """The tracker reads each order's ``category``, not its processState: an order whose step failed
+    (processState Error) while it is still compensating is in flight, and the demo waits for it."""
+    from local.demo import OrderTracker
+
+    answers = {"o-1": {"processState": "Processed", "category": "processed"},
+               "o-2": {"processState": "Error", "category": "inFlight"},  # compensating
+               "o-3": {"processState": "Processing", "category": "inFlight"}}
+
+    class _Stack:
+        def get_order(self, order_id: str, session: Any = None, timeout: float = 30.0) -> dict[str, Any]:
+            return answers[order_id]
+
+    tracker = OrderTracker(_Stack(), workers=1)  # type: ignore[arg-type]
+    try:
+        tracker.add("o-1")
+        tracker.add("o-2")
+        tracker.add("o-3", awaited=False)  # the hanging shipment: posted, not waited for
+        assert tracker.counts() == Counter(inFlight=3)
+        tracker.poll()
+        assert tracker.counts() == Counter(inFlight=2, processed=1)
+        assert not tracker.done(3)
+        answers["o-2"] = {"processState": "Error", "category": "attention"}  # compensated: failed, an operator's
+        tracker.poll()
+        assert tracker.counts() == Counter(inFlight=1, attention=1, processed=1) and tracker.done(3)
+    finally:
+        tracker.close()

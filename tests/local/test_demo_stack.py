@@ -37,6 +37,11 @@ def test_failing_demo_orders_reach_attention_with_an_alert_each(tmp_path: Path) 
             demo(stack, 6, 20.0, True, out, seed=0)
             failing_ids = [line.split()[0] for line in out.getvalue().splitlines() if line.startswith("  ")]
             assert len(failing_ids) == 3, out.getvalue()
+            # by search category, as the live count below: the declined and the sold-out orders wait for an
+            # operator (attention, not error); the hanging shipment, not waited for, may still be in flight
+            done = next(line for line in out.getvalue().splitlines() if line.startswith("demo done: "))
+            assert done in {f"demo done: 6 orders by search category: inFlight {n} · attention {3 - n} · processed 3"
+                            " · error 0" for n in (0, 1)}, out.getvalue()
             final = _wait_for(stack, {"inFlight": 0, "attention": 3, "processed": 3, "error": 0})
             assert final.counts == {"inFlight": 0, "attention": 3, "processed": 3, "error": 0}, final
             deadline = time.monotonic() + 15
