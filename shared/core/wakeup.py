@@ -1,4 +1,4 @@
-"""The scheduler queue's wake-up message (``shared.core.statemachine.start``, ``.events``)."""
+"""The scheduler queue's wake-up message (``shared.core.statemachine.dispatch``, ``.events``)."""
 
 from __future__ import annotations
 

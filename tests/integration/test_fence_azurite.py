@@ -14,10 +14,10 @@ import pytest
 
 from shared.agent.parsing import parse_request
 from shared.agent.worker import check_in_flight
+from shared.core import fence
 from shared.core.messages import PoisonMessage
 from shared.core.rows import Op
 from shared.scheduler import handle_reply
-from shared.core import fence
 from shared.storage.store import Conflict
 from shared.storage.table_store import TableStore
 from tests.unit.harness import AgentSim, make_runtime, post, state

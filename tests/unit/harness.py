@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.api.orders import submit
+from shared.core import fence
 from shared.core.effects import Effect, Reindex, Send
 from shared.core.messages import OutMessage
 from shared.core.rows import ETAG, STATE_ROW
@@ -27,7 +28,6 @@ from shared.runtime import Runtime
 from shared.runtime.executor import Outcome, execute
 from shared.scheduler import handle_reply, handle_schedule
 from shared.settings import REQUIRED_SETTINGS, TOKEN_KEYS, Settings, parse_token_keys
-from shared.core import fence
 from shared.storage.memory import MemoryStore
 from shared.storage.store import Store
 from shared.supervisor import sweep

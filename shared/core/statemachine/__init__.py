@@ -16,9 +16,10 @@ By concern:
 ``config``       ``Config`` (settings, workflow), ``Ctx`` (now, instance)
 ``verdicts``     ``Decision`` (a verdict and its effects), ``Verdict``, ``Rejected``
 ``binding``      each order runs its own workflow (name, version); an order whose version is gone is held
-``outbox``       what a decision sends: agent requests, schedule notices, status messages, alerts, logs
+``outbox``       the other messages a decision sends: schedule notices, status messages, alerts, logs
 ``deadlines``    the deadline index, and the hand-off of an order to a scheduler, later
-``dispatch``     putting a step or compensation in flight; what is in flight now
+``dispatch``     dispatching a step or compensation, in one place: its rows in flight, its history
+                 event, what it sends (the agent's request, a wake-up); what is in flight now
 ``forward``      the submission, a scheduler's claim, a step's reply
 ``failure``      a step that failed for good: hold, fail, compensate now or later
 ``compensation`` a compensation's reply, and what follows a compensation

@@ -19,10 +19,15 @@ from shared.core.messages import ReplyMessage
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.deadlines import drop_index, hand_off
-from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, inflight_requests
+from shared.core.statemachine.dispatch import (
+    compensation_dispatched,
+    compensation_request,
+    dispatch_compensation,
+    inflight_requests,
+)
 from shared.core.statemachine.groups import rank
 from shared.core.statemachine.history import Event, EventKind, commit, event
-from shared.core.statemachine.outbox import alert, compensation_request, info, log, status_sends
+from shared.core.statemachine.outbox import alert, info, log, status_sends
 from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View

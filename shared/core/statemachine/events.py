@@ -8,7 +8,7 @@ same ETag-conditioned transaction as every state change:
   result, and the next step is dispatched), or, when the step names a ``decision`` field whose
   value is false, the step fails and the order is compensated;
 * the wait step has not started (an earlier step runs, or the order is held): the event is kept,
-  and the step, once started, sends itself a wake-up that ends it (``start``);
+  and the step, once started, sends itself a wake-up that ends it (``dispatch``);
 * the same event again (same key): nothing is written, and the request in flight is sent again
   (a client retrying after a crash past the write heals the order at once); another one: refused.
 

@@ -25,10 +25,15 @@ from shared.core.effects import Alert, Effect
 from shared.core.rows import Op, StateRow, StepRow
 from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.deadlines import drop_index, hand_off
-from shared.core.statemachine.dispatch import compensation_dispatched, dispatch_compensation, to_compensate
+from shared.core.statemachine.dispatch import (
+    compensation_dispatched,
+    compensation_request,
+    dispatch_compensation,
+    to_compensate,
+)
 from shared.core.statemachine.groups import STOPPED_REASON, fence, members
 from shared.core.statemachine.history import Event, EventKind, commit, event
-from shared.core.statemachine.outbox import alert, compensation_request, status_sends
+from shared.core.statemachine.outbox import alert, status_sends
 from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View

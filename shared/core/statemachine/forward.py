@@ -15,17 +15,19 @@ from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.deadlines import cover, drop_index, hand_off
 from shared.core.statemachine.dispatch import (
     compensation_dispatched,
+    compensation_request,
     dispatch,
     dispatch_compensation,
     dispatched,
+    first_sends,
     inflight_requests,
+    step_sends,
 )
 from shared.core.statemachine.failure import fail_step
 from shared.core.statemachine.groups import STOPPED_REASON, group_of, lease_names, members
 from shared.core.statemachine.history import Event, EventKind, commit, event
-from shared.core.statemachine.outbox import alert, compensation_request, info, log, schedule_message, status_sends
+from shared.core.statemachine.outbox import alert, info, log, schedule_message, status_sends
 from shared.core.statemachine.search_index import reindex
-from shared.core.statemachine.start import first_sends, step_sends
 from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import end_wait, waiting_reply

@@ -1,4 +1,5 @@
-"""The messages a decision sends: agent requests, schedule notices, status, alerts, and logs.
+"""The other messages a decision sends: schedule notices, status, alerts, and logs (a step's
+request and wake-ups are sent where it is dispatched, ``dispatch``).
 
 Message ids are deterministic, so a message sent again after a crash (or by a racing
 instance) is dropped by the queue's duplicate detection.
@@ -7,82 +8,18 @@ instance) is dropped by the queue's duplicate detection.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from shared.core import fence
 from shared.core.effects import Alert, Effect, Log, Send
 from shared.core.messages import (
-    AgentRequest,
     AlertMessage,
-    CompensationTarget,
-    Kind,
     OutMessage,
     ScheduleMessage,
     StatusMessage,
 )
-from shared.core.rows import StepRow
 from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.view import View
-from shared.core.states import StepState
-
-
-def step_request(view: View, step: StepRow, ctx: Ctx, *, again: str = "") -> Send:
-    """The request for the step's current attempt (its CompleteBy is the request's deadline).
-    ``again``: the same attempt sent once more on that occasion (a resume's tag), under its own id."""
-    assert step.complete_by is not None
-    return Send(_request(view, step, "step", step.attempt, step.complete_by, ctx, again), what="request",
-                fence=_fence_rows(view.with_steps(step)))
-
-
-def compensation_request(view: View, step: StepRow, ctx: Ctx, *, again: str = "") -> Send:
-    """The request for the current attempt of the step's compensation."""
-    assert step.compensation_complete_by is not None
-    return Send(_request(view, step, "compensation", step.compensation_attempt, step.compensation_complete_by, ctx,
-                         again), what="compensation", fence=_fence_rows(view.with_steps(step)))
-
-
-def _fence_rows(view: View) -> fence.Entities:
-    return fence.carried((view.order, view.state, *view.steps))
-
-
-def _request(view: View, step: StepRow, kind: Kind, attempt: int, complete_by: datetime, ctx: Ctx,
-             again: str = "") -> OutMessage:
-    cfg = ctx.config
-    spec = cfg.spec(step.name)
-    order_id = view.order_id
-    assert view.order is not None and view.state is not None
-    step_key = idempotency_key(order_id, spec.name, view.state.generation)
-    if kind == "step":
-        operation = spec.operation
-        key = step_key
-        message_id = f"{order_id}:{spec.name}:{attempt}"
-        context = {s.name: s.result for s in view.steps if s.index < step.index and s.state is StepState.DONE}
-    else:
-        assert spec.compensation is not None
-        operation = spec.compensation
-        key = f"{step_key}:compensate"
-        message_id = f"{order_id}:{spec.name}:compensate:{attempt}"
-        # The step's result when it has one (a Done step); a step whose outcome is unknown
-        # (timed out) has none: the remote finds the effect by the step's idempotency key.
-        context = {spec.name: step.result} if step.result is not None else {}
-    if again:
-        message_id = f"{message_id}:{again}"
-    target = None if kind == "step" else CompensationTarget(step=spec.name, idempotency_key=step_key)
-    # ``compensates``: the effect to undo, addressed by the stable idempotency key every attempt
-    # of the step was sent with. A remote with nothing applied under it answers "nothing to
-    # undo" and tombstones the key, so a late original call with it is refused.
-    body = AgentRequest(kind=kind, order_id=order_id, step=spec.name, operation=operation, attempt=attempt,
-                        idempotency_key=key, complete_by=complete_by, order=view.order.payload(), context=context,
-                        compensates=target, workflow=cfg.workflow_name, workflow_version=cfg.workflow_version).to_body()
-    ttl = max(complete_by - ctx.now, timedelta(seconds=1))
-    # The order's lane (shared.core.workflows.lanes): its agent's request queue, and the replies queue the
-    # agent answers on, are that lane's copies.
-    priority = view.order.priority
-    return OutMessage(queue=cfg.agent_queue(spec, priority), body=body, message_id=message_id,
-                      correlation_id=message_id, reply_to=cfg.lane_queue("RepliesQueue", priority), subject=kind,
-                      time_to_live=ttl,
-                      application_properties=trace_properties(view.traceparent, kind))
 
 
 def trace_properties(traceparent: str | None, kind: str) -> dict[str, str]:
@@ -90,13 +27,6 @@ def trace_properties(traceparent: str | None, kind: str) -> dict[str, str]:
     sender (``shared.observability.telemetry.send``, from the executor) replaces with the context of
     the span that sends it when that is in the order's trace."""
     return {"traceparent": traceparent, "kind": kind} if traceparent else {"kind": kind}
-
-
-def idempotency_key(order_id: str, step: str, generation: int) -> str:
-    """The key every attempt of a step is sent with. A restarted order (a retry after its
-    effects were compensated) runs as a new generation, with fresh keys: the remote would
-    otherwise answer the new run with the undone effect of the old one."""
-    return f"{order_id}:{step}" if generation == 0 else f"{order_id}:g{generation}:{step}"
 
 
 def schedule_message(order_id: str, seq: int, ctx: Ctx, traceparent: str | None,

@@ -38,8 +38,9 @@ from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage, ResumeMessage
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx
+from shared.core.statemachine.dispatch import compensation_request, step_request
 from shared.core.statemachine.history import Event, EventKind, commit, event
-from shared.core.statemachine.outbox import compensation_request, info, log, step_request
+from shared.core.statemachine.outbox import info, log
 from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
 from shared.core.states import CompensationState, Mode, StepState

@@ -25,11 +25,11 @@ from azure.functions.servicebus import ServiceBusMessage
 
 from functions.agents import process_message
 from shared.agent import AgentRuntime, PoisonMessage, RetryPolicy, TransientFailure, loads, parse_request
+from shared.core.fence import MAX_FENCE_LENGTH
 from shared.core.messages import OutMessage, ReplyMessage
 from shared.core.workflows import AGENTS_BY_NAME
 from shared.messaging import MemoryBus
 from shared.observability.telemetry import trace_id
-from shared.core.fence import MAX_FENCE_LENGTH
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 FAST = RetryPolicy(initial_backoff=0.05, max_backoff=0.2, jitter=0.02, max_call_timeout=5.0)

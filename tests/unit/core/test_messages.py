@@ -19,7 +19,7 @@ from shared.agent.parsing import read_agent_request
 from shared.core.jsonio import dumps, loads
 from shared.core.messages import AgentRequest, CompensationTarget, PoisonMessage, RequestRoute
 from shared.core.statemachine import Ctx, StepState, View
-from shared.core.statemachine.outbox import compensation_request, step_request
+from shared.core.statemachine.dispatch import compensation_request, step_request
 from tests.unit.harness import T0, make_runtime, post
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from shared.api.operator import retry_order, terminate_order
+from shared.core import fence
 from shared.core.messages import OutMessage, PoisonMessage
 from shared.core.rows import ETAG, Op
 from shared.core.sealed import Keys
 from shared.scheduler import handle_reply
-from shared.core import fence
 from shared.storage.memory import MemoryStore
 from shared.storage.store import Conflict
 from shared.supervisor import sweep

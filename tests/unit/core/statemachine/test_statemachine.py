@@ -11,11 +11,11 @@ import pytest
 
 from shared.api.operator import cancel_order, retry_order
 from shared.api.orders import get_order
+from shared.core import fence
 from shared.core.effects import PutIndex, Transact
 from shared.core.messages import PoisonMessage, ReplyMessage
 from shared.core.statemachine import View, decide_reply, decide_schedule
 from shared.scheduler import handle_reply, handle_schedule
-from shared.core import fence
 from shared.supervisor import sweep
 from tests.unit.harness import (
     BODY,
