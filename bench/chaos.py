@@ -30,7 +30,6 @@ import os
 import random
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -73,10 +72,9 @@ from bench.chaos_outage import (
     outage_window,
     render_outage,
 )
-from bench.chaos_records import DEFAULT_OUT, ChaosOptions, OrderRec, is_terminal
+from bench.chaos_records import DEFAULT_OUT, ChaosOptions, OrderRec, is_held, is_terminal, post_until_answered
 from bench.profiling import stat_fields
 from local.host.keys import ADMIN, FUNCTION
-from local.procs import REPO_ROOT
 from local.stack import SERVICE_PATHS, Stack, demo_order
 from shared.core.workflows import AGENTS_BY_NAME, DEFAULT_WORKFLOW, LEGACY_VERSION, Workflow, load_registry
 
@@ -92,12 +90,6 @@ SB_STATS_ENV = "LOCAL_SERVICEBUS_STATS_FILE"  # the emulator writes its per-queu
 
 
 # ---- views, plans and replays ----------------------------------------------------------------
-
-
-def is_held(view: dict[str, Any] | None) -> bool:
-    """Error, held for an operator (the on-failure policy ``hold``, or an unknown outcome that
-    cannot be compensated): nothing is compensated until the operator retries or cancels."""
-    return bool(view) and view.get("processState") == "Error" and view.get("outcome") == "held"  # type: ignore[union-attr]
 
 
 def supervisor_period(schedule: str) -> float:
@@ -597,21 +589,12 @@ class ChaosRun:
         self.say(f"  ! {len(held)} orders held for an operator: retrying them (POST /orders/{{id}}/retry)")
         accepted = 0
         for rec in held:
-            status = None
-            for _ in range(10):
-                try:
-                    r = self.session(ADMIN).post(f"{self.stack.api_url}/orders/{rec.order_id}/retry", timeout=30)
-                    status = r.status_code
-                    if status < 500:
-                        break
-                except requests.RequestException:
-                    pass
-                time.sleep(1)
+            status, _, _ = post_until_answered(self, f"{self.stack.api_url}/orders/{rec.order_id}/retry")
             with self.lock:
                 rec.held_retry_status = status
                 if status == 202:
                     accepted += 1
-                    rec.view, rec.next_poll, rec.poll_interval = None, 0.0, 0.0  # poll it again
+                    rec.repoll()
             if status != 202:
                 self.errors.append(f"operator retry of held order {rec.order_id}: HTTP {status}")
         self.faults["operatorRetriesOfHeldOrders"] += accepted
@@ -846,10 +829,6 @@ class ChaosRun:
         }
         if o.bulk_orders:
             overrides["BulkOrdersPerTick"] = str(o.bulk_per_tick)
-        if o.breaker_failure_threshold is not None:
-            overrides["BreakerFailureThreshold"] = str(o.breaker_failure_threshold)
-        if o.breaker_cool_down is not None:
-            overrides["BreakerCoolDownSeconds"] = f"{o.breaker_cool_down:g}"
         self.stack = Stack(o.state_dir, persistent=True, instances=o.instances, settings_overrides=overrides,
                            remotes_seed=o.seed or 0, echo=o.echo)
         threads: list[threading.Thread] = []
@@ -927,18 +906,8 @@ class ChaosRun:
         return report
 
     def _start_stack(self) -> None:
-        """Start the stack; if the emulator can write its counters (--stats-file, or the
-        environment variable), have it write them into the state folder."""
+        """Start the stack, the emulator writing its counters into the state folder."""
         assert self.stack is not None
-        helptext = ""
-        try:
-            helptext = subprocess.run([sys.executable, "-m", "local.servicebus", "--help"], cwd=REPO_ROOT,
-                                      capture_output=True, text=True, timeout=60).stdout
-        except Exception:  # noqa: BLE001
-            pass
-        if SB_STATS_ENV not in helptext:
-            self.stack.start()
-            return
         path = self.o.state_dir / "servicebus-stats-0.json"  # type: ignore[operator]
         old = os.environ.get(SB_STATS_ENV)
         os.environ[SB_STATS_ENV] = str(path)  # only while the children start: they copy it
@@ -1467,21 +1436,11 @@ def render_summary(report: dict[str, Any]) -> str:
         "",
         f"chaos run: seed {report['seed']}, {orders['planned']} orders ({orders['accepted']} accepted; "
         f"workflows {orders.get('workflows', {})}), final states {orders['finalStates']}",
-        f"  [{mark(c['terminalPercent']['ok'])}] terminal (Processed or Error): {c['terminalPercent']['value']}%",
-        f"  [{mark(c['lostOrders']['ok'])}] lost orders: {c['lostOrders']['value']}",
-        f"  [{mark(c['stuckOrders']['ok'])}] stuck orders (past CompleteBy + a sweep): {c['stuckOrders']['value']}",
-        f"  [{mark(c['doubleEffects']['ok'])}] double effects in the ledger: {c['doubleEffects']['value']}",
-        f"  [{mark(c['failedOrdersFullyCompensatedPercent']['ok'])}] failed orders fully compensated: "
-        f"{c['failedOrdersFullyCompensatedPercent']['value']}% "
-        f"({orders['failedWithEffectsToCompensate']} failed orders with effects, "
-        f"{orders['compensationsApplied']}/{orders['compensationsNeeded']} compensations; "
-        f"{orders.get('compensationsOfNothing', 0)} compensations of a timed-out step found nothing to undo)",
-        f"  [{mark(c['compensationsAppliedMoreThanOnce']['ok'])}] compensations applied more than once: "
-        f"{c['compensationsAppliedMoreThanOnce']['value']}",
+        *(f"  [{mark(x['ok'])}] {name}: {x['value']}" for name, x in c.items()),
+        f"  compensations: {orders['failedWithEffectsToCompensate']} failed orders with effects, "
+        f"{orders['compensationsApplied']}/{orders['compensationsNeeded']} applied; "
+        f"{orders.get('compensationsOfNothing', 0)} of a timed-out step found nothing to undo",
     ]
-    first = ("terminalPercent", "lostOrders", "stuckOrders", "doubleEffects", "failedOrdersFullyCompensatedPercent",
-             "compensationsAppliedMoreThanOnce")
-    lines += [f"  [{mark(x['ok'])}] {name}: {x['value']}" for name, x in c.items() if name not in first]
     lines += [
         f"  held for an operator (an unknown outcome of a step that cannot be compensated): retried by the runner "
         f"as the operator {orders.get('operatorRetried', 0)}, still held {orders.get('heldForAnOperator', 0)}",
@@ -1566,9 +1525,6 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--hang-seconds", type=float, default=None, help="default step timeout + 3")
     ap.add_argument("--reject-rate", type=float, default=d.reject_rate)
     ap.add_argument("--outage-seconds", type=float, default=d.outage_seconds)
-    ap.add_argument("--breaker-failure-threshold", type=int, default=None,
-                    help="BreakerFailureThreshold of the stack (default: the app's); a huge one: no breaker")
-    ap.add_argument("--breaker-cool-down", type=float, default=None, help="BreakerCoolDownSeconds of the stack")
     ap.add_argument("--no-servicebus-restart", action="store_true")
     ap.add_argument("--no-azurite-restart", action="store_true")
     ap.add_argument("--no-operator-retry", action="store_true", help="leave orders held for an operator as they are")

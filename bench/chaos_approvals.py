@@ -25,7 +25,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -43,9 +42,12 @@ from bench.chaos_records import (
     ChaosRunner,
     EventSend,
     OrderRec,
+    act_loop,
     is_terminal,
+    post_until_answered,
+    problem_of,
 )
-from local.host.keys import ADMIN, FUNCTION
+from local.host.keys import FUNCTION
 from shared.core.workflows import AGENTS_BY_NAME, Step, Workflow, load_directory, load_registry, workflows_directory
 
 KINDS = ("onTime", "early", "late", "twice", "declined", "never")
@@ -251,24 +253,17 @@ class Approvals:
         self._act(rec, "early")
 
     def loop(self) -> None:
-        run = self.run
-        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="approvals") as pool:
-            while not run.stop.is_set():
-                now = time.monotonic()
-                with run.lock:
-                    work = []
-                    for r in run.recs:
-                        if not r.order_id:
-                            continue
-                        self._notice(r, now)
-                        action = self.due(r, now)
-                        if action is not None:
-                            assert r.approval is not None
-                            r.approval.busy = True
-                            work.append((r, action))
-                for r, a in work:
-                    pool.submit(self._act, r, a)
-                run.stop.wait(0.2)
+        def claim(r: OrderRec, now: float) -> str | None:
+            if not r.order_id:
+                return None
+            self._notice(r, now)
+            action = self.due(r, now)
+            if action is not None:
+                assert r.approval is not None
+                r.approval.busy = True
+            return action
+
+        act_loop(self.run, "approvals", claim, self._act)
 
     def _act(self, rec: OrderRec, action: str) -> None:
         plan = rec.approval
@@ -332,31 +327,12 @@ class Approvals:
             with self.lock:
                 rec.approval.sends.append(send)
         send.t = round(run.elapsed(), 2)
-        url = f"{run.stack.api_url}/orders/{rec.order_id}/events/{rec.approval.event}"
-        headers = {"Idempotency-Key": send.key} if send.key else {}
-        delay = 0.25
-        deadline = time.monotonic() + run.o.post_retry_seconds
-        while time.monotonic() < deadline and not run.stop.is_set():
-            try:
-                r = run.session(ADMIN).post(url, json=send.body, headers=headers, timeout=30)  # an operator route
-            except requests.RequestException:
-                send.lost += 1  # sent, maybe applied, no answer
-                r = None
-            if r is not None:
-                try:
-                    answer = r.json()
-                except ValueError:
-                    answer = {}
-                answer = answer if isinstance(answer, dict) else {}
-                problem = str(answer.get("type", "")).rsplit("/", 1)[-1] or None
-                changing = r.status_code == 409 and problem == "conflict"
-                if r.status_code < 500 and r.status_code != 429 and not changing:
-                    send.status, send.problem = r.status_code, problem if r.status_code != 202 else None
-                    send.result = answer.get("result") if r.status_code == 202 else str(r.status_code)
-                    break
-                send.lost += r.status_code >= 500
-            run.stop.wait(delay)
-            delay = min(delay * 2, 2.0)
+        url = f"{run.stack.api_url}/orders/{rec.order_id}/events/{rec.approval.event}"  # an operator route
+        status, answer, send.lost = post_until_answered(
+            run, url, json=send.body, headers={"Idempotency-Key": send.key} if send.key else {})
+        if status is not None:
+            send.status, send.problem = status, problem_of(answer) if status != 202 else None
+            send.result = answer.get("result") if status == 202 else str(status)
         with run.lock:
             run.faults["approvalEventsSent"] += 1
         run.event("approval-event", orderId=rec.order_id, what=send.what, generation=send.generation,

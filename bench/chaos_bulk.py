@@ -25,7 +25,7 @@ from typing import Any
 
 import requests
 
-from bench.chaos_records import ChaosRunner, OrderRec
+from bench.chaos_records import ChaosRunner, OrderRec, answer_of, failed_and_undone, post_until_answered
 from local.host.keys import ADMIN
 from local.stack import demo_order
 from shared.core.workflows import DEFAULT_WORKFLOW
@@ -40,13 +40,6 @@ KILL_AFTER = (0.2, 0.8)  # seconds after the POST is sent: while it acts on its 
 FAIL_TIMEOUT = 120.0  # for the batch to fail and be undone
 MATCH_TIMEOUT = 60.0  # for the search index to list every one of them
 DONE_TIMEOUT = 300.0  # for the operation to be done
-
-
-def failed_and_undone(view: dict[str, Any] | None) -> bool:
-    if not view or view.get("processState") != "Error" or view.get("outcome") != "failed":
-        return False
-    comp = view.get("compensation") or {}
-    return comp.get("state") in ("none", "completed") and not comp.get("pending")
 
 
 class Bulk:
@@ -165,7 +158,8 @@ class Bulk:
         run.say(f"  ! bulk retry of {len(self.recs)} orders (customer {self.customer}): POST /api/operations")
         with run.lock:
             for r in self.recs:  # each order is watched again: the operation restarts it
-                r.bulk_restarts, r.view, r.next_poll, r.poll_interval = 1, None, 0.0, 0.0
+                r.bulk_restarts = 1
+                r.repoll()
         self.started = True
         t_post = time.monotonic()
         killer = threading.Thread(target=self._kills, args=(t_post,), name="bulk-kills", daemon=True)
@@ -189,23 +183,17 @@ class Bulk:
         run.say(f"  ! bulk retry {self.operation_id} after {self.post['seconds']}s: {counts}")
 
     def _start(self, body: dict[str, Any]) -> None:
-        """POST the operation; an answer lost (a killed instance) is asked again with the same key."""
-        key = f"chaos-{self.run.o.seed}-bulk-retry"
-        lost, delay = 0, 0.25
-        deadline = time.monotonic() + self.run.o.post_retry_seconds
-        while time.monotonic() < deadline and not self.run.stop.is_set():
-            status, answer = self._call("post", "/operations", json=body, headers={"Idempotency-Key": key})
-            if status == 202:
-                self.operation_id = str(answer["operationId"])
-                self.post.update(status=202, answersLost=lost, firstAnswer=answer)
-                return
-            if status is not None and status < 500 and status not in (409, 429):
-                self.post.update(status=status, answer=answer)
-                return
-            lost += 1  # no answer, a 5xx, or 409 "being started": asked again
-            self.run.stop.wait(delay)
-            delay = min(delay * 2, 2.0)
-        self.post.update(status=None, answersLost=lost)
+        """POST the operation; an answer lost (a killed instance) or a 409 (being started) is asked
+        again with the same key."""
+        assert self.run.stack is not None
+        status, answer, lost = post_until_answered(
+            self.run, f"{self.run.stack.api_url}/operations", timeout=60, again=lambda status, _: status == 409,
+            json=body, headers={"Idempotency-Key": f"chaos-{self.run.o.seed}-bulk-retry"})
+        if status == 202:
+            self.operation_id = str(answer["operationId"])
+            self.post.update(status=202, answersLost=lost, firstAnswer=answer)
+        else:
+            self.post.update(status=status, answersLost=lost, **({"answer": answer} if status else {}))
 
     def _kills(self, t_post: float) -> None:
         """Kill an instance while the POST acts on its first slice, then again once it answered,
@@ -234,11 +222,7 @@ class Bulk:
             r = self.run.session(ADMIN).request(method, f"{self.run.stack.api_url}{path}", timeout=60, **kw)
         except requests.RequestException:
             return None, {}
-        try:
-            answer = r.json()
-        except ValueError:
-            answer = {"detail": r.text[:300]}
-        return r.status_code, answer if isinstance(answer, dict) else {"detail": str(answer)[:300]}
+        return r.status_code, answer_of(r)
 
     def report(self, views: dict[str, tuple[int | None, dict[str, Any] | None]],
                histories: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

@@ -21,14 +21,12 @@ checks (``bench.chaos.evaluate``) judge the outcomes.
 from __future__ import annotations
 
 import random
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import requests
 
 from bench.chaos_express import at_pivot
-from local.host.keys import ADMIN
+from bench.chaos_records import act_loop, failed_and_undone, is_held, post_until_answered, problem_of
 
 if TYPE_CHECKING:
     from bench.chaos_records import ChaosRunner, OrderRec
@@ -43,19 +41,6 @@ IN_FLIGHT_STATES = ("Pending", "Processing")
 CHARGE_STEP = "charge-payment"
 CANCEL_RESULTS = ("cancelling", "cancelled")
 MAX_REDRIVES = 2
-
-
-def is_held(view: dict[str, Any] | None) -> bool:
-    """Error, held for an operator."""
-    return bool(view) and view.get("processState") == "Error" and view.get("outcome") == "held"  # type: ignore[union-attr]
-
-
-def failed_and_undone(view: dict[str, Any] | None) -> bool:
-    """Failed, every effect compensated (or none): what a retry restarts as a new generation."""
-    if not view or view.get("processState") != "Error" or view.get("outcome") != "failed":
-        return False
-    comp = view.get("compensation") or {}
-    return comp.get("state") in ("none", "completed") and not comp.get("pending")
 
 
 def charging(view: dict[str, Any] | None) -> bool:
@@ -161,17 +146,12 @@ class Operator:
         return rec.op_busy or self.due(rec, float("inf")) is not None
 
     def loop(self) -> None:
-        run = self.run
-        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="operator") as pool:
-            while not run.stop.is_set():
-                now = time.monotonic()
-                with run.lock:
-                    work = [(r, a) for r in run.recs if (a := self.due(r, now)) is not None]
-                    for r, _ in work:
-                        r.op_busy = True
-                for r, a in work:
-                    pool.submit(self._act, r, a)
-                run.stop.wait(0.2)
+        def claim(r: OrderRec, now: float) -> str | None:
+            action = self.due(r, now)
+            r.op_busy = r.op_busy or action is not None
+            return action
+
+        act_loop(self.run, "operator", claim, self._act)
 
     def _act(self, rec: OrderRec, action: str) -> None:
         try:
@@ -206,15 +186,11 @@ class Operator:
         if rec.express_plan == "groupTerminate" and rec.express_hold_sku:
             # the reservation hangs until now: lift the hold so that its compensation goes through
             self.run.remove_remote_cause("hold", rec.express_hold_sku)
-        status, body, lost = self._post(rec, "terminate")
-        result = body.get("result") if status == 202 else body.get("type", "").rsplit("/", 1)[-1] or None
+        status, body, lost, result = self._call(rec, "terminate")
         with self.run.lock:
             rec.terminate_status, rec.terminate_result, rec.terminate_lost = status, result, lost
             rec.terminate_state = body.get("processState")
             rec.terminate_gave_up = status is None
-            self._record(rec, "terminate", status, body, lost)
-            if status == 202 or lost:
-                rec.view, rec.next_poll, rec.poll_interval = None, 0.0, 0.0  # poll it again
         if status == 202:
             self.run.faults["operatorTerminates"] += 1
         self.run.event("operator-terminate", orderId=rec.order_id, status=status, result=result,
@@ -225,21 +201,17 @@ class Operator:
 
     def cancel(self, rec: OrderRec) -> None:
         """Cancel a held order: its done steps are compensated, and it ends ``cancelled``."""
-        status, body, lost = self._post(rec, "cancel")
-        result = body.get("result") if status == 202 else body.get("type", "").rsplit("/", 1)[-1] or None
+        status, body, lost, result = self._call(rec, "cancel", expected=list(CANCEL_RESULTS))
         with self.run.lock:
             rec.cancel_status, rec.cancel_result, rec.cancel_lost = status, result, lost
             rec.cancel_gave_up = status is None
-            self._record(rec, "cancel", status, body, lost, expected=list(CANCEL_RESULTS))
-            if status == 202 or lost:
-                rec.view, rec.next_poll, rec.poll_interval = None, 0.0, 0.0
         if status == 202:
             self.run.faults["operatorCancels"] += 1
         self.run.event("operator-cancel", orderId=rec.order_id, status=status, result=result)
         self.run.say(f"  ! cancel {rec.order_id} (held at its shipment): {status} {result or body.get('detail')}")
 
     def retry(self, rec: OrderRec, expected: str) -> None:
-        status, body, lost = self._post(rec, "retry")
+        status, body, lost, _ = self._call(rec, "retry", expected=expected)
         result = body.get("result")
         with self.run.lock:
             if expected == "restarted":
@@ -249,44 +221,25 @@ class Operator:
             else:
                 rec.redrives_tried += 1
                 rec.redrives_done += status == 202 and result == "compensation-redriven"
-            self._record(rec, "retry", status, body, lost, expected=expected)
-            if status == 202 or lost:
-                rec.view, rec.next_poll, rec.poll_interval = None, 0.0, 0.0
         key = {"restarted": "operatorRestarts", "compensation-redriven": "operatorCompensationRedrives"}[expected]
         if status == 202 and result == expected:
             self.run.faults[key] += 1
         self.run.event("operator-retry", orderId=rec.order_id, expected=expected, status=status, result=result)
         self.run.say(f"  ! retry {rec.order_id} (expecting {expected}): {status} {result or body.get('detail')}")
 
-    def _record(self, rec: OrderRec, action: str, status: int | None, body: dict[str, Any], lost: int,
-                **extra: Any) -> None:
-        rec.operator_actions.append({
-            "t": round(self.run.elapsed(), 2), "action": action, "status": status, "result": body.get("result"),
-            "processState": body.get("processState"), "detail": body.get("detail"), "answersLost": lost, **extra})
-
-    def _post(self, rec: OrderRec, action: str) -> tuple[int | None, dict[str, Any], int]:
-        """POST the action, retrying what is not an answer (a killed instance, a restart, a
-        409 "the order kept changing"). -> (status or None, body, calls whose answer was lost)."""
-        run = self.run
-        assert run.stack is not None
-        url = f"{run.stack.api_url}/orders/{rec.order_id}/{action}"
-        lost, delay = 0, 0.25
-        deadline = time.monotonic() + run.o.post_retry_seconds
-        while time.monotonic() < deadline and not run.stop.is_set():
-            try:
-                r = run.session(ADMIN).post(url, timeout=30)
-            except requests.RequestException:
-                lost += 1  # sent, maybe applied, no answer
-                r = None
-            if r is not None:
-                body = _json(r)
-                changing = r.status_code == 409 and str(body.get("type", "")).endswith("/conflict")
-                if r.status_code < 500 and r.status_code != 429 and not changing:
-                    return r.status_code, body, lost
-                lost += r.status_code >= 500
-            run.stop.wait(delay)
-            delay = min(delay * 2, 2.0)
-        return None, {}, lost
+    def _call(self, rec: OrderRec, action: str, **extra: Any) -> tuple[int | None, dict[str, Any], int, str | None]:
+        """POST the action (``post_until_answered``), record it and its answer on the order, and poll
+        the order again if it may have changed. -> (status, body, answers lost, a 202's result or the
+        problem's type)."""
+        assert self.run.stack is not None
+        status, body, lost = post_until_answered(self.run, f"{self.run.stack.api_url}/orders/{rec.order_id}/{action}")
+        with self.run.lock:
+            rec.operator_actions.append({
+                "t": round(self.run.elapsed(), 2), "action": action, "status": status, "result": body.get("result"),
+                "processState": body.get("processState"), "detail": body.get("detail"), "answersLost": lost, **extra})
+            if status == 202 or lost:
+                rec.repoll()
+        return status, body, lost, body.get("result") if status == 202 else problem_of(body)
 
 
 SEARCH_STATES = ("inFlight", "attention", "processed", "error")
@@ -319,12 +272,3 @@ def search_listing(session: requests.Session, api_url: str, page: int = 200,
                 break
         listed[state] = ids
     return listed, problems
-
-
-def _json(r: requests.Response) -> dict[str, Any]:
-    try:
-        body = r.json()
-    except ValueError:
-        return {"detail": r.text[:300]}
-    return body if isinstance(body, dict) else {"detail": str(body)[:300]}
-

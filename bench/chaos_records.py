@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import requests
+
+from local.host.keys import ADMIN
 from local.procs import REPO_ROOT
 from shared.core.workflows import DEFAULT_WORKFLOW
 
 if TYPE_CHECKING:
-    import requests
-
     from local.stack import Stack
 
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "chaos.json"
@@ -43,8 +47,6 @@ class ChaosOptions:
     hang_seconds: float | None = None  # default step_timeout + 3 (past CompleteBy)
     reject_rate: float = 0.02  # share of orders the remotes reject for good (half SKU, half amount)
     outage_seconds: float = 20.0  # one shipping outage window (0: none)
-    breaker_failure_threshold: int | None = None  # BreakerFailureThreshold (None: the app's default)
-    breaker_cool_down: float | None = None  # BreakerCoolDownSeconds (None: the app's default)
     restart_servicebus: bool = True
     restart_azurite: bool = True
     settle_timeout: float = 30.0  # after the last POST, with faults still on
@@ -152,6 +154,24 @@ class OrderRec:
     def state(self) -> str | None:
         return None if self.view is None else self.view.get("processState")
 
+    def repoll(self) -> None:
+        """Forget the last view and poll the order at once: an action may have changed it."""
+        self.view, self.next_poll, self.poll_interval = None, 0.0, 0.0
+
+
+def is_held(view: dict[str, Any] | None) -> bool:
+    """Error, held for an operator (the on-failure policy ``hold``, or an unknown outcome that
+    cannot be compensated): nothing is compensated until the operator retries or cancels."""
+    return bool(view) and view.get("processState") == "Error" and view.get("outcome") == "held"  # type: ignore[union-attr]
+
+
+def failed_and_undone(view: dict[str, Any] | None) -> bool:
+    """Failed, every effect compensated (or none): what a retry restarts as a new generation."""
+    if not view or view.get("processState") != "Error" or view.get("outcome") != "failed":
+        return False
+    comp = view.get("compensation") or {}
+    return comp.get("state") in ("none", "completed") and not comp.get("pending")
+
 
 def is_terminal(view: dict[str, Any] | None) -> bool:
     """Processed, or Error with no compensation still running (held, or compensations ended)."""
@@ -250,3 +270,62 @@ class ChaosRunner(Protocol):
     def remove_remote_cause(self, cause: str, sku: str | None) -> None: ...
 
     def kill_instance(self) -> None: ...
+
+
+# ---- calls to the API as an operator or a client, through kills and restarts --------------------
+
+
+def answer_of(r: requests.Response) -> dict[str, Any]:
+    """A response's JSON object; anything else as its ``detail``."""
+    try:
+        body = r.json()
+    except ValueError:
+        return {"detail": r.text[:300]}
+    return body if isinstance(body, dict) else {"detail": str(body)[:300]}
+
+
+def problem_of(body: dict[str, Any]) -> str | None:
+    """A problem answer's type, its last path segment (``conflict``, ``wrong-state`` ...)."""
+    return str(body.get("type") or "").rsplit("/", 1)[-1] or None
+
+
+def changing(status: int, body: dict[str, Any]) -> bool:
+    """409 "the order kept changing": no answer yet, asked again."""
+    return status == 409 and problem_of(body) == "conflict"
+
+
+def post_until_answered(run: ChaosRunner, url: str, level: str = ADMIN, *, timeout: float = 30,
+                        again: Callable[[int, dict[str, Any]], bool] = changing,
+                        **kw: Any) -> tuple[int | None, dict[str, Any], int]:
+    """POST, retrying what is not an answer (no response from a killed instance, a 5xx or 429 from
+    a restart, what ``again`` says) for ``post_retry_seconds``, backing off to 2 s. -> (status or
+    None, its body, calls whose answer was lost: each may have been applied)."""
+    lost, delay = 0, 0.25
+    deadline = time.monotonic() + run.o.post_retry_seconds
+    while time.monotonic() < deadline and not run.stop.is_set():
+        try:
+            r = run.session(level).post(url, timeout=timeout, **kw)
+        except requests.RequestException:
+            lost += 1
+        else:
+            body = answer_of(r)
+            if r.status_code < 500 and r.status_code != 429 and not again(r.status_code, body):
+                return r.status_code, body, lost
+            lost += r.status_code >= 500
+        run.stop.wait(delay)
+        delay = min(delay * 2, 2.0)
+    return None, {}, lost
+
+
+def act_loop(run: ChaosRunner, name: str, claim: Callable[[OrderRec, float], str | None],
+             act: Callable[[OrderRec, str], None]) -> None:
+    """Every 0.2 s until the run stops: ``claim`` (under the run's lock) the action each order is owed,
+    marking it busy, and ``act`` on them from a pool of 4 threads."""
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix=name) as pool:
+        while not run.stop.is_set():
+            now = time.monotonic()
+            with run.lock:
+                work = [(r, a) for r in run.recs if (a := claim(r, now)) is not None]
+            for r, a in work:
+                pool.submit(act, r, a)
+            run.stop.wait(0.2)
