@@ -25,8 +25,6 @@ def parse_args(argv: list[str] | None, description: str | None = None) -> argpar
     ap.add_argument("--telemetry-ratio", type=float, default=DEFAULT_RATIO,
                     help=f"TelemetrySamplingRatio for the run (default {DEFAULT_RATIO}, the app's): the app exports "
                          "through the real exporter to the local receiver, which counts the bytes (bench.azure_cost)")
-    ap.add_argument("--no-telemetry", action="store_true",
-                    help="no exporter and no receiver (the app's telemetry not measured, nor priced)")
     ap.add_argument("--step-timeout", type=int, default=15, help="StepTimeoutSeconds for the run")
     ap.add_argument("--supervisor-period", type=int, default=5, help="seconds between supervisor sweeps")
     ap.add_argument("--emulator-messages", type=int, default=5000)
@@ -51,16 +49,9 @@ def parse_args(argv: list[str] | None, description: str | None = None) -> argpar
     ap.add_argument("--bulk-orders", type=int, default=300,
                     help="orders in attention that ONE bulk retry acts on beside the fixed-rate load (0 skips the "
                          "bulk phase)")
-    ap.add_argument("--bulk-per-tick", type=int, default=None,
-                    help="BulkOrdersPerTick of the stack (default: the default's pace, 100 per 15 s, in orders/s at "
-                         "--supervisor-period)")
-    ap.add_argument("--bulk-max-in-flight", type=int, default=None,
-                    help="BulkMaxInFlight of the stack (default: the app's, 5)")
     ap.add_argument("--bulk-seconds", type=float, default=40.0, help="each of the bulk phase's two loads")
     ap.add_argument("--bulk-fraction", type=float, default=0.2,
                     help="the bulk phase's load, as a fraction of the saturation rate (the latency phase's)")
-    ap.add_argument("--breaker-cache-seconds", type=float, default=None,
-                    help="BreakerCacheSeconds of the stack (default: the app's; 0: a breaker read per agent call)")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, counters, profiles)")

@@ -37,6 +37,13 @@ class TableHttp:
 
     def request(self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
                 ) -> tuple[int, bytes]:
+        status, _, data = self.exchange(method, path, body, headers)
+        return status, data
+
+    def exchange(self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
+                 ) -> tuple[int, dict[str, str], bytes]:
+        """One signed request, sent again once on a fresh connection if the kept one broke.
+        -> (status, response headers, body)."""
         date = formatdate(usegmt=True)
         h = {"x-ms-date": date, "x-ms-version": "2019-02-02", "DataServiceVersion": "3.0",
              "MaxDataServiceVersion": "3.0;NetFx", "Accept": "application/json;odata=nometadata",
@@ -49,7 +56,7 @@ class TableHttp:
                 self._conn.request(method, path, body=body, headers=h)
                 r = self._conn.getresponse()
                 data = r.read()
-                return r.status, data
+                return r.status, dict(r.getheaders()), data
             except (ConnectionError, http.client.HTTPException, OSError):
                 self.close()
                 if attempt:
@@ -105,30 +112,14 @@ class TableHttp:
                 q.append(f"$top={limit}")
             q += [f"{k}={quote(v)}" for k, v in nxt.items()]
             path = f"/{self.account}/{table}()" + ("?" + "&".join(q) if q else "")
-            status, data = self.request_full("GET", path)
-            if status[0] != 200:
-                raise RuntimeError(f"query {table}: {status[0]} {data[:300]!r}")
+            status, hdrs, data = self.exchange("GET", path)
+            if status != 200:
+                raise RuntimeError(f"query {table}: {status} {data[:300]!r}")
             out += json.loads(data).get("value", [])
-            hdrs = status[1]
             npk, nrk = hdrs.get("x-ms-continuation-NextPartitionKey"), hdrs.get("x-ms-continuation-NextRowKey")
             if not npk or (limit and len(out) >= limit):
                 return out
             nxt = {"NextPartitionKey": npk, **({"NextRowKey": nrk} if nrk else {})}
-
-    def request_full(self, method: str, path: str) -> tuple[tuple[int, dict[str, str]], bytes]:
-        date = formatdate(usegmt=True)
-        h = {"x-ms-date": date, "x-ms-version": "2019-02-02", "DataServiceVersion": "3.0",
-             "MaxDataServiceVersion": "3.0;NetFx", "Accept": "application/json;odata=nometadata",
-             "Authorization": self._sign(path.split("?", 1)[0], date)}
-        if self._conn is None:
-            self._conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
-        try:
-            self._conn.request(method, path, headers=h)
-            r = self._conn.getresponse()
-            return (r.status, {k: v for k, v in r.getheaders()}), r.read()
-        except (ConnectionError, http.client.HTTPException, OSError):
-            self.close()
-            raise
 
 
 def run_parallel(host: str, port: int, jobs: Iterable[Callable[[TableHttp], None]], threads: int,

@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"no bench.json at {path}: run `make bench` (or `python -m bench --smoke --out-dir DIR`) first")
     cost = json.loads(path.read_text(encoding="utf-8")).get("azure_cost")
     if not cost:
-        ap.error(f"{path} has no azure_cost (a run from before issue 43, or one with --no-telemetry and no bus stats)")
+        ap.error(f"{path} has no azure_cost (a run from before issue 43, or one without bus stats)")
     print("\n".join(summary_lines({**cost, **totals(cost["meters"], prices())})))
     return 0
 

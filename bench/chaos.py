@@ -74,6 +74,7 @@ from bench.chaos_outage import (
 )
 from bench.chaos_records import DEFAULT_OUT, ChaosOptions, OrderRec, is_held, is_terminal, post_until_answered
 from bench.profiling import stat_fields
+from local.host import ncrontab
 from local.host.keys import ADMIN, FUNCTION
 from local.stack import SERVICE_PATHS, Stack, demo_order
 from shared.core.workflows import AGENTS_BY_NAME, DEFAULT_WORKFLOW, LEGACY_VERSION, Workflow, load_registry
@@ -90,17 +91,6 @@ SB_STATS_ENV = "LOCAL_SERVICEBUS_STATS_FILE"  # the emulator writes its per-queu
 
 
 # ---- views, plans and replays ----------------------------------------------------------------
-
-
-def supervisor_period(schedule: str) -> float:
-    """Seconds between supervisor runs for the simple NCRONTAB forms used here (``*/N`` seconds)."""
-    first = schedule.split()[0] if schedule.split() else "*"
-    m = re.fullmatch(r"\*/(\d+)", first)
-    if m:
-        return float(m.group(1))
-    if first == "*":
-        return 1.0
-    return 60.0
 
 
 def plan_workflows(orders: int, digital_share: float, seed: int | None, express_share: float = 0.0) -> list[str]:
@@ -1012,7 +1002,7 @@ class ChaosRun:
         remotes = self.stack.remotes
         ledger = remotes.ledger()
         stats = remotes.stats()
-        sweep = 2 * supervisor_period(o.supervisor_schedule) + 1
+        sweep = 2 * ncrontab.parse(o.supervisor_schedule).min_interval().total_seconds() + 1
         histories = {oid: self._full_history(oid, view) for oid, (status, view) in views.items()
                      if status == 200 and view}
 

@@ -33,10 +33,7 @@ ALONE, BESIDE = "bulk: live alone", "bulk: live beside a bulk retry"
 
 
 def per_tick(args: Any) -> int:
-    """BulkOrdersPerTick of the run: ``--bulk-per-tick``, else the default's pace (orders/s) at the
-    run's Supervisor period."""
-    if args.bulk_per_tick is not None:
-        return max(1, int(args.bulk_per_tick))
+    """BulkOrdersPerTick of the run: the default's pace (orders/s) at the run's Supervisor period."""
     return max(1, round(DEFAULT_TICK_ORDERS * args.supervisor_period / DEFAULT_TICK_SECONDS))
 
 
@@ -160,7 +157,6 @@ def _measure(bench: BenchState) -> dict[str, Any]:
         "orders": n, "batch_failed_in_s": fail_s, "arrival_rate": round(rate, 2), "fraction": a.bulk_fraction,
         "seconds": a.bulk_seconds,
         "bulk_orders_per_tick": per_tick(a), "supervisor_period_s": a.supervisor_period,
-        "bulk_max_in_flight": a.bulk_max_in_flight,
         "alone": _brief(alone), "beside": _brief(beside),
         "ratio": {p: _ratio(beside["latency_ms"][p], alone["latency_ms"][p]) for p in ("p50", "p99")},
         "operation": {"operationId": last.get("operationId"), "matched": last.get("matched"),

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -180,48 +179,24 @@ def _search_targets(search: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def where_time_goes(result: dict[str, Any], profiles: dict[str, Any]) -> dict[str, Any]:
+    """What bounds saturation: the profiles, CPU per order by process group (the host instances as
+    one), the share of the machine used, and Azurite's CPU per table request. The saturation
+    phase holds the CPU seconds, the wall time and the probe's latencies themselves."""
     sat = result.get("phases", {}).get("saturation", {})
     cpu = sat.get("cpu_seconds") or {}
     wall = sat.get("cpu_wall_seconds") or 0
-    busiest = sorted(cpu.items(), key=lambda kv: -kv[1])
-    out: dict[str, Any] = {
-        "saturation_cpu_seconds": dict(busiest), "wall_seconds": wall,
-        "machine_cpu_seconds_available": round(wall * (result["machine"]["nproc"] or 1), 1),
-        "profiles": profiles,
-    }
-    hosts = sum(v for k, v in cpu.items() if k.startswith("host instance"))
-    if busiest:
-        groups = Counter({"host instances (the app)": hosts,
-                          **{k: v for k, v in cpu.items() if not k.startswith("host instance")}})
-        out["by_process_group"] = dict(groups.most_common())
-    po = result.get("per_order") or {}
-    if po:
-        out["table_request_mean_ms"] = po["table"]["mean_request_ms_by_kind"]
-    out.update(_bounds(result, sat, cpu, wall, hosts))
-    return out
-
-
-def _bounds(result: dict[str, Any], sat: dict[str, Any], cpu: dict[str, float], wall: float,
-            hosts: float) -> dict[str, Any]:
-    """What bounds saturation: CPU per order by process group, and Azurite's CPU per request and
-    own latency (the probe) against the app's."""
-    out: dict[str, Any] = {}
-    win = sat.get("window") or {}
-    reqs = sum(v["requests"] for v in (win.get("table") or {}).values())
     orders = sat.get("processed") or 0
+    out: dict[str, Any] = {"profiles": profiles}
     if orders and cpu:
+        hosts = sum(v for k, v in cpu.items() if k.startswith("host instance"))
         out["cpu_ms_per_order"] = {"host instances (the app)": round(1000 * hosts / orders, 1),
                                    **{k: round(1000 * v / orders, 1) for k, v in cpu.items()
                                       if not k.startswith("host instance")}}
         avail = wall * (result["machine"]["nproc"] or 1)
         out["machine_cpu_used_share"] = round(sum(cpu.values()) / avail, 3) if avail else None
-    az = cpu.get("azurite")
-    if reqs and az:
-        per_req = 1000 * az / reqs
-        out["azurite_cpu_ms_per_app_request"] = round(per_req, 3)
-    probe = sat.get("azurite_probe")
-    if probe:
-        out["azurite_point_read_ms_during_saturation"] = probe.get("point_read_ms")
+    reqs = sum(v["requests"] for v in ((sat.get("window") or {}).get("table") or {}).values())
+    if reqs and cpu.get("azurite"):
+        out["azurite_cpu_ms_per_app_request"] = round(1000 * cpu["azurite"] / reqs, 3)
     return out
 
 
@@ -276,8 +251,7 @@ def _azure_cost(bench: Any, r: dict[str, Any], po: dict[str, Any] | None, counte
     invocations = [i for i in bench.hostlog.invocations
                    if any(t0 <= i.at - i.duration_ms / 1000 < t1 for t0, t1 in windows)]
     since, until = min(t0 for t0, _ in windows), max(t1 for _, t1 in windows)
-    ratio = None if bench.args.no_telemetry else bench.args.telemetry_ratio
-    return azure_cost(po["orders"], invocations, since, until, po, summed, ratio or 0.0, counted_over)
+    return azure_cost(po["orders"], invocations, since, until, po, summed, bench.args.telemetry_ratio, counted_over)
 
 
 def plots(bench: Any) -> dict[str, str]:

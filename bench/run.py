@@ -66,7 +66,7 @@ class Bench(BenchState):
                 self.phase_emulator()
             self.phase_search()
             self.start_stack()
-            self.phase_sweep("small", self.args.sweep_small)
+            phase_sweep.run(self, "small", self.args.sweep_small)
             self.phase_warmup()
             self.phase_saturation()
             if self.args.lanes_seconds > 0:
@@ -76,10 +76,10 @@ class Bench(BenchState):
                 self.phase_fixed("sustained", 0.6, self.args.sustained_seconds)
             self.phase_idle()
             if not self.args.skip_recovery:
-                self.phase_recovery()
+                phase_recovery.run(self)
             if self.args.bulk_orders > 0:
                 phase_bulk.run(self)
-            self.phase_sweep("large", self.args.sweep_large)
+            phase_sweep.run(self, "large", self.args.sweep_large)
             if not self.args.skip_peer:
                 self.phase_peer()
         except BaseException as e:
@@ -111,17 +111,12 @@ class Bench(BenchState):
                      "SupervisorSchedule": f"*/{self.args.supervisor_period} * * * * *"}
         # a bulk retry at the default's pace (orders/s) whatever the Supervisor's period (bench.phase_bulk)
         overrides["BulkOrdersPerTick"] = str(phase_bulk.per_tick(self.args))
-        if self.args.bulk_max_in_flight is not None:
-            overrides["BulkMaxInFlight"] = str(self.args.bulk_max_in_flight)
-        if self.args.breaker_cache_seconds is not None:
-            overrides["BreakerCacheSeconds"] = str(self.args.breaker_cache_seconds)
+        overrides[RATIO_SETTING] = str(self.args.telemetry_ratio)
         log(f"starting the stack ({self.args.instances} host instances; step timeout {self.args.step_timeout}s, "
             f"supervisor every {self.args.supervisor_period}s) in {self.work}")
         t0 = time.monotonic()
-        if not self.args.no_telemetry:
-            overrides[RATIO_SETTING] = str(self.args.telemetry_ratio)
         self.stack = Stack(state_dir=self.work / "stack", persistent=False, instances=self.args.instances,
-                           settings_overrides=overrides, telemetry=not self.args.no_telemetry,
+                           settings_overrides=overrides, telemetry=True,
                            host_env=opcount.host_env(self.count_dir) | cpu_split.host_env(self.roles_dir)
                            | EXPORT_PROMPTLY)
         self.stack.start()
@@ -147,12 +142,9 @@ class Bench(BenchState):
 
     # ---- phases --------------------------------------------------------------------------------
     def phase_emulator(self) -> None:
+        from bench import emulator as emu
+
         log(f"phase: the emulator on its own ({self.args.emulator_messages} messages through the SDK)")
-        try:
-            from bench import emulator as emu
-        except ImportError as e:
-            self.result["emulator_alone"] = {"error": f"bench.emulator unavailable: {e}"}
-            return
         out = self.work / "emulator.json"
         t0 = time.time()
         try:
@@ -179,12 +171,6 @@ class Bench(BenchState):
             self.result["search"] = {"error": repr(e), "traceback": traceback.format_exc()}
             log(f"  search phase failed: {e!r}")
         self.phase_windows.append(("search", t0, time.time()))
-
-    def _state_tables(self) -> tuple[str, str]:
-        return phase_sweep.state_tables(self.stack.settings)
-
-    def phase_sweep(self, label: str, target: int) -> None:
-        phase_sweep.run(self, label, target)
 
     def phase_warmup(self) -> None:
         log(f"phase: warm-up ({self.args.warmup} orders)")
@@ -293,7 +279,7 @@ class Bench(BenchState):
     def _start_probe(self, seconds: float) -> subprocess.Popen[str] | None:
         """Azurite's own latency during the phase, measured from a process of its own."""
         az = self.stack.azurite
-        state_table, _ = self._state_tables()
+        state_table, _ = phase_sweep.state_tables(self.stack.settings)
         try:
             return subprocess.Popen([sys.executable, "-m", "bench.probe", "--host", az.host, "--port",
                                      str(az.table_port), "--table", state_table, "--seconds", str(seconds)],
@@ -386,9 +372,6 @@ class Bench(BenchState):
         self.result["idle"] = res
         log(f"  idle: {res['bus_ops_per_min']} bus ops/min, {res['table_requests_per_min']} table requests/min "
             f"({sweeps} sweeps)")
-
-    def phase_recovery(self) -> None:
-        phase_recovery.run(self)
 
     def phase_peer(self) -> None:
         """The peers (DBOS, Temporal), once every process of our stack has stopped (bench.versus)."""

@@ -67,17 +67,11 @@ def finished_order_template() -> Template:
 
 
 def _odata(entity: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    """The entity as the table service's JSON takes it: an integer past 32 bits as a typed string."""
+    out = dict(entity)
     for k, v in entity.items():
-        if isinstance(v, bool):
-            out[k] = v
-        elif isinstance(v, int):
-            out[k] = v
-            if not -2**31 <= v < 2**31:
-                out[k] = str(v)
-                out[f"{k}@odata.type"] = "Edm.Int64"
-        else:
-            out[k] = v
+        if isinstance(v, int) and not isinstance(v, bool) and not -2**31 <= v < 2**31:
+            out[k], out[f"{k}@odata.type"] = str(v), "Edm.Int64"
     return out
 
 
