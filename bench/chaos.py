@@ -37,10 +37,10 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, get_args, get_type_hints
 
 import requests
 
@@ -72,7 +72,7 @@ from bench.chaos_outage import (
     outage_window,
     render_outage,
 )
-from bench.chaos_records import DEFAULT_OUT, ChaosOptions, OrderRec, is_held, is_terminal, post_until_answered
+from bench.chaos_records import ChaosOptions, OrderRec, is_held, is_terminal, post_until_answered
 from bench.profiling import stat_fields
 from local.host import ncrontab
 from local.host.keys import ADMIN, FUNCTION
@@ -1079,7 +1079,8 @@ class ChaosRun:
         return history
 
     def order_notes(self, examples: dict[str, Any], views: dict[str, Any]) -> dict[str, Any]:
-        """What the runner did to each order named in the examples, and its final steps."""
+        """Each order named in the examples: its final view in short, and its record (what the runner
+        planned and did to it, but for its body and last view)."""
         named: set[str] = set()
         for v in examples.values():
             for item in v if isinstance(v, list) else []:
@@ -1091,27 +1092,15 @@ class ChaosRun:
         for r in self.recs:
             if r.order_id in named:
                 view = (views.get(r.order_id) or (None, None))[1] or r.view or {}
+                record = {k: v for k, v in asdict(r).items() if k not in ("body", "view") and v not in (None, 0, [])}
                 notes[r.order_id] = {
-                    "idempotencyKey": r.key, "designedRejection": r.reject, "duplicateSubmission": r.dup_submit,
-                    "requestCopySent": r.request_copy_sent, "replyCopySent": r.reply_copy_sent,
-                    "processState": view.get("processState"), "failureCount": view.get("failureCount"),
-                    "reason": view.get("reason"), "outcome": view.get("outcome"),
-                    "generation": view.get("generation"), "category": view.get("category"),
-                    "steps": [{"name": s.get("name"), "state": s.get("state"), "attempt": s.get("attempt"),
-                               "group": s.get("group"), "finishedAt": s.get("finishedAt"),
-                               "failureReason": s.get("failureReason"),
+                    **{k: view.get(k) for k in ("processState", "outcome", "reason", "failureCount", "generation",
+                                                "category")},
+                    "steps": [{**{k: s.get(k) for k in ("name", "state", "attempt", "group", "finishedAt",
+                                                       "failureReason")},
                                "compensation": (s.get("compensation") or {}).get("state")}
                               for s in view.get("steps") or []],
-                    "workflow": r.workflow, "expressPlan": r.express_plan, "cancelStatus": r.cancel_status,
-                    "cancelResult": r.cancel_result,
-                    "operator": {"terminateAfterSeconds": r.terminate_after, "fix": r.fix, "fixed": r.fixed,
-                                 "restartsPlanned": r.restarts_planned, "heldRetryStatus": r.held_retry_status,
-                                 "actions": r.operator_actions},
-                    "approval": None if r.approval is None else {
-                        "plan": r.approval.kind, "designed": r.approval.designed, "unplanned": r.approval.unplanned,
-                        "lateSeconds": r.approval.late_seconds, "twiceBy": r.approval.twice_by,
-                        "concurrent": r.approval.concurrent, "sends": [x.to_json() for x in r.approval.sends]},
-                    "history": compact_history(view),
+                    "record": record, "history": compact_history(view),
                 }
         return notes
 
@@ -1496,58 +1485,18 @@ class _Signal(Exception):
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    d = ChaosOptions()
     ap = argparse.ArgumentParser(prog=".venv/bin/python -m bench.chaos", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--orders", type=int, default=d.orders)
-    ap.add_argument("--seed", type=int, default=None, help="default: random (printed)")
-    ap.add_argument("--instances", type=int, default=d.instances, help="host instances (>= 2)")
-    ap.add_argument("--rate", type=float, default=d.rate, help="orders posted per second")
-    ap.add_argument("--out", default=str(DEFAULT_OUT), help="JSON report ('' for none)")
-    ap.add_argument("--state-dir", default=None, help="stack state and logs (default .local/chaos/<time>-seed<S>)")
-    ap.add_argument("--step-timeout", type=int, default=d.step_timeout, help="StepTimeoutSeconds")
-    ap.add_argument("--supervisor-schedule", default=d.supervisor_schedule)
-    ap.add_argument("--kills", type=int, default=None, help="host instance SIGKILLs (default max(2, orders/200))")
-    ap.add_argument("--duplicate-submit-rate", type=float, default=d.duplicate_submit_rate)
-    ap.add_argument("--duplicate-delivery-rate", type=float, default=d.duplicate_delivery_rate)
-    ap.add_argument("--transient-rate", type=float, default=d.transient_rate)
-    ap.add_argument("--lost-response-rate", type=float, default=d.lost_response_rate)
-    ap.add_argument("--hang-rate", type=float, default=d.hang_rate)
-    ap.add_argument("--hang-seconds", type=float, default=None, help="default step timeout + 3")
-    ap.add_argument("--reject-rate", type=float, default=d.reject_rate)
-    ap.add_argument("--outage-seconds", type=float, default=d.outage_seconds)
-    ap.add_argument("--no-servicebus-restart", action="store_true")
-    ap.add_argument("--no-azurite-restart", action="store_true")
-    ap.add_argument("--no-operator-retry", action="store_true", help="leave orders held for an operator as they are")
-    ap.add_argument("--terminate-rate", type=float, default=d.terminate_rate,
-                    help="share of orders the operator terminates (POST /orders/{id}/terminate)")
-    ap.add_argument("--terminate-within", type=float, default=d.terminate_within,
-                    help="... at a random moment within this many seconds of acceptance")
-    ap.add_argument("--no-operator-restart", action="store_true",
-                    help="do not restart the orders rejected for good once they failed")
-    ap.add_argument("--fixable-rate", type=float, default=d.fixable_rate,
-                    help="share of orders with a cause of their own the operator fixes, then restarts")
-    ap.add_argument("--digital-share", type=float, default=d.digital_share,
-                    help='share of orders that name "workflow": "digital" (licence, charge, delivery)')
-    ap.add_argument("--express-share", type=float, default=d.express_share,
-                    help='share of orders that name "workflow": "express" (reserve and charge at once, then ship)')
-    ap.add_argument("--approval-share", type=float, default=d.approval_share,
-                    help="share of orders made to wait for approval (on time, early, late, twice, declined, never)")
-    ap.add_argument("--approval-timeout", type=int, default=d.approval_timeout,
-                    help="every wait step's timeoutSeconds in the run's own copy of workflows/ (s)")
-    ap.add_argument("--bulk-orders", type=int, default=d.bulk_orders,
-                    help="orders failed on a cause of their own, then retried by ONE bulk operation (POST "
-                         "/api/operations) while a host instance is killed (0: none)")
-    ap.add_argument("--bulk-per-tick", type=int, default=d.bulk_per_tick,
-                    help="BulkOrdersPerTick of the stack with --bulk-orders (the POST acts on 25 itself)")
-    ap.add_argument("--settle-timeout", type=float, default=d.settle_timeout)
-    ap.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
-    ap.add_argument("--echo", action="store_true", help="echo the stack's output to stderr")
-    values = vars(ap.parse_args(list(argv) if argv is not None else None))
-    for name, flag in _NO_FLAGS.items():  # --no-servicebus-restart -> restart_servicebus=False ...
-        values[name] = not values.pop(flag.removeprefix("--").replace("-", "_"))
-    values["out"] = Path(values["out"]) if values["out"] else None
-    values["state_dir"] = Path(values["state_dir"]) if values["state_dir"] else None
-    opts = ChaosOptions(**values)
+    hints = get_type_hints(ChaosOptions)
+    for f in fields(ChaosOptions)[:-2]:  # (progress_every, post_retry_seconds: none)
+        help_, flag = f.metadata.get("help"), "--" + f.name.replace("_", "-")
+        if isinstance(f.default, bool):  # --no-servicebus-restart -> restart_servicebus=False ...
+            ap.add_argument(_NO_FLAGS.get(f.name, flag), dest=f.name, action="store_false" if f.default
+                            else "store_true", help=help_)
+            continue
+        kind = next(t for t in get_args(hints[f.name]) or [hints[f.name]] if t is not type(None))
+        ap.add_argument(flag, type=(lambda v: Path(v) if v else None) if kind is Path else kind, default=f.default,
+                        help=help_)
+    opts = ChaosOptions(**vars(ap.parse_args(list(argv) if argv is not None else None)))
     if opts.instances < 2:
         ap.error("--instances must be at least 2")
 

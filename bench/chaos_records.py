@@ -28,43 +28,53 @@ DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "chaos.json"
 # ---- options and records ----------------------------------------------------------------------
 
 
+def _opt(default: Any, help: str | None = None) -> Any:  # noqa: A002
+    """A run option: its default, and what ``python -m bench.chaos --help`` says of it."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class ChaosOptions:
+    """The run's options; each but the last two is an option of ``python -m bench.chaos``."""
+
     orders: int = 2000
-    seed: int | None = None  # None: a random seed (printed)
-    instances: int = 2
-    rate: float = 8.0  # orders posted per second
-    out: Path | None = DEFAULT_OUT
-    state_dir: Path | None = None  # default .local/chaos/<time>-seed<S>
-    step_timeout: int = 4  # StepTimeoutSeconds
+    seed: int | None = _opt(None, "default: random (printed)")
+    instances: int = _opt(2, "host instances (>= 2)")
+    rate: float = _opt(8.0, "orders posted per second")
+    out: Path | None = _opt(DEFAULT_OUT, "JSON report ('' for none)")
+    state_dir: Path | None = _opt(None, "stack state and logs (default .local/chaos/<time>-seed<S>)")
+    step_timeout: int = _opt(4, "StepTimeoutSeconds")
     supervisor_schedule: str = "*/1 * * * * *"
-    kills: int | None = None  # SIGKILLs of host instances; default max(2, orders // 200)
-    duplicate_submit_rate: float = 0.05  # share of orders POSTed twice (same Idempotency-Key)
-    duplicate_delivery_rate: float = 0.05  # share of orders whose request and reply get a copy
+    kills: int | None = _opt(None, "host instance SIGKILLs (default max(2, orders/200))")
+    duplicate_submit_rate: float = _opt(0.05, "share of orders POSTed twice (same Idempotency-Key)")
+    duplicate_delivery_rate: float = _opt(0.05, "share of orders whose request and reply get a copy")
     transient_rate: float = 0.2
     lost_response_rate: float = 0.05
     hang_rate: float = 0.05
-    hang_seconds: float | None = None  # default step_timeout + 3 (past CompleteBy)
-    reject_rate: float = 0.02  # share of orders the remotes reject for good (half SKU, half amount)
-    outage_seconds: float = 20.0  # one shipping outage window (0: none)
+    hang_seconds: float | None = _opt(None, "default step timeout + 3 (past CompleteBy)")
+    reject_rate: float = _opt(0.02, "share of orders the remotes reject for good (half SKU, half amount)")
+    outage_seconds: float = _opt(20.0, "one shipping outage window (0: none)")
     restart_servicebus: bool = True
     restart_azurite: bool = True
-    settle_timeout: float = 30.0  # after the last POST, with faults still on
-    drain_timeout: float = 300.0  # after faults are turned off
-    post_retry_seconds: float = 120.0  # how long one POST is retried (restarts, killed instances)
-    operator_retry: bool = True  # at the end, retry orders held for an operator (POST /retry), as one would
-    terminate_rate: float = 0.03  # share of orders the operator terminates (POST /terminate)
-    terminate_within: float = 4.0  # ... at a random moment within this many seconds of acceptance
-    operator_restarts: bool = True  # restart the orders rejected for good once they failed (new generation)
-    fixable_rate: float = 0.01  # share of orders with a cause of their own the operator fixes, then restarts
-    digital_share: float = 0.0  # share of orders that name "workflow": "digital" (the others: the default)
-    express_share: float = 0.15  # share of orders that name "workflow": "express" (a parallel step)
-    approval_share: float = 0.1  # share of orders made to wait for approval (bench.chaos_approvals)
-    approval_timeout: int = 30  # every wait step's timeoutSeconds in the run's own workflows directory
-    bulk_orders: int = 0  # orders retried by ONE bulk operation while an instance is killed (bench.chaos_bulk)
-    bulk_per_tick: int = 1  # BulkOrdersPerTick of the stack when bulk_orders > 0 (the POST itself acts on 25)
+    settle_timeout: float = _opt(30.0, "after the last POST, with faults still on (s)")
+    drain_timeout: float = _opt(300.0, "after faults are turned off (s)")
+    operator_retry: bool = _opt(True, "at the end, retry orders held for an operator (POST /retry), as one would")
+    terminate_rate: float = _opt(0.03, "share of orders the operator terminates (POST /orders/{id}/terminate)")
+    terminate_within: float = _opt(4.0, "... at a random moment within this many seconds of acceptance")
+    operator_restarts: bool = _opt(True, "restart the orders rejected for good once they failed (new generation)")
+    fixable_rate: float = _opt(0.01, "share of orders with a cause of their own the operator fixes, then restarts")
+    digital_share: float = _opt(0.0, 'share of orders that name "workflow": "digital" (licence, charge, delivery)')
+    express_share: float = _opt(0.15, 'share of orders that name "workflow": "express" (reserve and charge at '
+                                      'once, then ship)')
+    approval_share: float = _opt(0.1, "share of orders made to wait for approval (on time, early, late, twice, "
+                                      "declined, never)")
+    approval_timeout: int = _opt(30, "every wait step's timeoutSeconds in the run's own copy of workflows/ (s)")
+    bulk_orders: int = _opt(0, "orders failed on a cause of their own, then retried by ONE bulk operation (POST "
+                               "/api/operations) while a host instance is killed (0: none)")
+    bulk_per_tick: int = _opt(1, "BulkOrdersPerTick of the stack with --bulk-orders (the POST acts on 25 itself)")
+    echo: bool = _opt(False, "echo the stack's output to stderr")
     progress_every: float = 2.0
-    echo: bool = False  # echo the stack's processes' output to stderr
+    post_retry_seconds: float = 120.0  # how long one POST is retried (restarts, killed instances)
 
     def resolved(self) -> ChaosOptions:
         o = ChaosOptions(**asdict(self))
