@@ -28,7 +28,6 @@ from typing import Any
 from bench import (
     busstats,
     cpu_split,
-    gcpause,
     opcount,
     phase_bulk,
     phase_recovery,
@@ -326,8 +325,7 @@ class Bench(BenchState):
         res.update(meters.stop(res["processed"]))
         res["azurite_probe"] = probed
         assert self.hostlog is not None
-        res["slowest"] = tail.slowest(r.collect(), self.hostlog.ended_since(t0), (probed or {}).get("slow", []),
-                                      gcpause.read(self.count_dir))
+        res["slowest"] = tail.slowest(r.collect(), self.hostlog.ended_since(t0), (probed or {}).get("slow", []))
         res["arrival_rate"] = round(rate, 2)
         res["fraction_of_saturation"] = fraction
         self.result.setdefault("phases", {})[name] = res

@@ -2,14 +2,12 @@
 
 A phase's p99 is its few slowest orders. For each of them this keeps its legs
 (``bench.segments``) and what the stack did while it was in flight: the host invocations that
-overlapped it and ran long, the host processes' long garbage collections (``bench.gcpause``) and
-the Azurite probe's slow reads (``bench.probe``). That is enough to tell one slow leg from a
-stall that every process saw, or from a stall of one host instance.
+overlapped it and ran long, and the Azurite probe's slow reads (``bench.probe``). That is enough
+to tell one slow leg from a stall that every process saw, or from a stall of one host instance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from bench.hostlog import Invocation
@@ -20,10 +18,9 @@ LONG_INVOCATION_MS = 40  # an invocation of the hot path takes ~5-20 ms at the f
 
 
 def slowest(orders: list[OrderTimes], invocations: list[Invocation], probe_slow: list[list[float]],
-            collections: Sequence[tuple[float, float, int, int]] = (), n: int = 5) -> list[dict[str, Any]]:
+            n: int = 5) -> list[dict[str, Any]]:
     """The ``n`` slowest processed orders, slowest first, each with its legs (ms), the invocations
-    that overlapped it and took at least ``LONG_INVOCATION_MS``, the long garbage collections
-    (``bench.gcpause.read``: start, ms, generation, pid) and the probe's slow reads in it.
+    that overlapped it and took at least ``LONG_INVOCATION_MS``, and the probe's slow reads in it.
     Times are ms from the order's POST."""
     done = sorted((o for o in orders if o.processed), key=lambda o: o.processed - o.submitted, reverse=True)
     out = []
@@ -42,8 +39,6 @@ def slowest(orders: list[OrderTimes], invocations: list[Invocation], probe_slow:
             "long_invocations": [{"function": i.function, "instance": i.instance,
                                   "started": rel(i.at - i.duration_ms / 1000), "ms": i.duration_ms}
                                  for i in overlapping],
-            "collections": [{"pid": pid, "generation": gen, "started": rel(at), "ms": took}
-                            for at, took, gen, pid in collections if at < end and at + took / 1000 > start],
             "azurite_slow_reads": [{"started": rel(at), "ms": took} for at, took in probe_slow if start <= at <= end],
         })
     return out
@@ -55,8 +50,6 @@ def report_lines(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         leg_text = ", ".join(f"{name} {ms}" for name, ms in r["legs"])
         beside = [f"{i['function']}@{i['instance']} {i['ms']} ms from +{i['started']}" for i in r["long_invocations"]]
-        beside += [f"gc gen{c['generation']} of pid {c['pid']} {c['ms']} ms at +{c['started']}"
-                   for c in r.get("collections", [])]
         beside += [f"azurite read {p['ms']} ms at +{p['started']}" for p in r["azurite_slow_reads"]]
         lines.append(f"  slow order {r['ms']} ms: {leg_text}; beside it: {', '.join(beside) or 'nothing long'}")
     return lines

@@ -4,7 +4,6 @@ The benchmark puts it there for the local host's processes only (``bench.opcount
 to count their Table Storage requests from outside the app. It loads ``bench/opcount.py`` by
 its path (the app's folder is not on ``sys.path`` yet) and switches counting on if
 ``BENCH_OPCOUNT_DIR`` is set; a failure is reported on stderr and the process runs uncounted.
-With it, ``bench/gcpause.py`` records the process's long garbage collections in the same folder.
 """
 
 from __future__ import annotations
@@ -34,10 +33,6 @@ def _install_counting() -> None:
         _load("opcount").install()  # type: ignore[attr-defined]
     except Exception as e:  # noqa: BLE001 - the benchmark's counter must never stop the process
         print(f"bench: table requests of pid {os.getpid()} are not counted: {e!r}", file=sys.stderr)
-    try:
-        _load("gcpause").install(directory)  # type: ignore[attr-defined]
-    except Exception as e:  # noqa: BLE001 - nor its garbage-collection record
-        print(f"bench: garbage collections of pid {os.getpid()} are not recorded: {e!r}", file=sys.stderr)
 
 
 _install_counting()

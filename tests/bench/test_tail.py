@@ -1,9 +1,5 @@
 """The slowest orders of a phase, with what overlapped them."""
 
-import gc
-from pathlib import Path
-
-from bench import gcpause
 from bench.hostlog import Invocation
 from bench.load import OrderTimes
 from bench.tail import LONG_INVOCATION_MS, report_lines, slowest
@@ -25,35 +21,17 @@ def test_the_slowest_come_first_with_the_long_invocations_and_slow_reads_inside_
         Invocation(1, 250.0, "scheduler_replies", "Succeeded", 300),  # long, but in no slow order
     ]
     probe = [[200.1, 180.0], [350.0, 90.0]]
-    collections = [(199.99, 60.0, 2, 4242), (300.5, 12.0, 0, 4242)]  # the first began before "slow", ran into it
-    rows = slowest(orders, invocations, probe, collections, n=2)
+    rows = slowest(orders, invocations, probe, n=2)
     assert [r["order_id"] for r in rows] == ["slow", "middle"]
     assert rows[0]["ms"] == 250.0
     assert rows[0]["long_invocations"] == [{"function": "agent_shipping", "instance": 1, "started": 30.0, "ms": 200}]
     assert rows[0]["azurite_slow_reads"] == [{"started": 100.0, "ms": 180.0}]
-    assert rows[0]["collections"] == [{"pid": 4242, "generation": 2, "started": -10.0, "ms": 60.0}]
-    assert rows[1]["collections"] == []
     assert rows[1]["long_invocations"] == [] and rows[1]["azurite_slow_reads"] == []
     lines = report_lines(rows)
     assert "slow order 250.0 ms" in lines[0] and "agent_shipping@1 200 ms from +30.0" in lines[0]
-    assert "azurite read 180.0 ms at +100.0" in lines[0] and "gc gen2 of pid 4242 60.0 ms at +-10.0" in lines[0]
+    assert "azurite read 180.0 ms at +100.0" in lines[0]
     assert lines[1].endswith("beside it: nothing long")
 
 
 def test_no_processed_orders() -> None:
     assert slowest([OrderTimes("a", "latency", submitted=1.0)], [], []) == []
-
-
-def test_long_collections_are_recorded_and_read_back(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(gcpause, "MIN_MS", 0.0)  # record every collection
-    before = list(gc.callbacks)
-    gcpause.install(str(tmp_path))
-    try:
-        gc.collect()
-    finally:
-        gc.callbacks[:] = before
-    (tmp_path / "gc-77.log").write_text("12.5 30.0 2\nnot a line\n", encoding="utf-8")
-    got = gcpause.read(tmp_path)
-    assert (12.5, 30.0, 2, 77) in got
-    mine = [c for c in got if c[3] != 77]
-    assert mine and all(c[2] == 2 and c[1] >= 0 for c in mine)  # gc.collect() is a full collection
