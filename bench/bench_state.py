@@ -27,23 +27,9 @@ SETTLE_LAG = 2.5
 
 
 def machine() -> dict[str, Any]:
-    mem = None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    mem = round(int(line.split()[1]) / 1024 / 1024, 1)
-    except OSError:
-        pass
-    cpu = None
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    mem = round(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30, 1)
     return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "python": platform.python_version(),
             "commit": _commit(),
             "platform": platform.platform(), "loadavg_at_start": list(os.getloadavg()),

@@ -304,13 +304,10 @@ class ChaosRun:
                                  "payment": {"hangSkus": own["stall"], "hangSeconds": o.hang_seconds,
                                              **({"rejectAmountOver": REJECT_AMOUNT_OVER} if own["limit"] else {})},
                                  "shipping": {"hangSkus": unshipped, "hangSeconds": o.hang_seconds}})
-        self.remote_profile = {svc: dict(base) for svc in SERVICES}  # delivery: the chaos faults only
-        self.remote_profile.update({
-            "inventory": {**base, "rejectSkus": [REJECT_SKU, *own["restock"], *self.bulk.refused_skus()],
-                          "hangSkus": held},
-            "payment": {**base, "rejectAmountOver": REJECT_AMOUNT_OVER, "hangSkus": own["stall"]},
-            "shipping": {**base, "hangSkus": unshipped},
-        })
+        # with the chaos faults, and the designed rejections (delivery: the chaos faults only)
+        self.remote_profile = {svc: {**base, **self._own_causes[svc]} for svc in SERVICES}
+        self.remote_profile["inventory"]["rejectSkus"] = [REJECT_SKU, *self._own_causes["inventory"]["rejectSkus"]]
+        self.remote_profile["payment"]["rejectAmountOver"] = REJECT_AMOUNT_OVER
         remotes = self.stack.remotes
         with self._remote_lock:
             for svc, faults in self.remote_profile.items():

@@ -16,23 +16,14 @@ LOAD_PHASES = ("saturation", "latency", "sustained")
 SEARCH_TABLE = "orderindex"  # OrderIndexTable as the stack names it (the default)
 
 
-def _sum_tables(windows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
+def _summed(windows: list[dict[str, Any]], part: str) -> dict[str, dict[str, Any]]:
+    """The windows' ``table`` (by ``table|kind``) or ``bus`` (by queue) counts, added up."""
+    out: dict[str, dict[str, Any]] = {}
     for w in windows:
-        for k, v in w["table"].items():
-            acc = out.setdefault(k, {"requests": 0, "entities": 0, "failed": 0, "seconds": 0.0})
-            for f in acc:
-                acc[f] += v.get(f, 0)
-    return out
-
-
-def _sum_bus(windows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for w in windows:
-        for q, row in w["bus"].items():
-            acc = out.setdefault(q, {})
-            for k, v in row.items():
-                acc[k] = acc.get(k, 0) + v
+        for k, row in w[part].items():
+            acc = out.setdefault(k, {})
+            for f, v in row.items():
+                acc[f] = acc.get(f, 0) + v
     return out
 
 
@@ -45,8 +36,8 @@ def per_order(result: dict[str, Any]) -> dict[str, Any] | None:
     if not orders:
         return None
     windows = [phases[p]["window"] for p in used]
-    table = _sum_tables(windows)
-    bus = _sum_bus(windows)
+    table = _summed(windows, "table")
+    bus = _summed(windows, "bus")
     work = {k: v for k, v in table.items() if k not in SWEEP_KINDS}
     t_req = sum(v["requests"] for v in work.values())
     t_ent = sum(v["entities"] for v in work.values())
