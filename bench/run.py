@@ -43,7 +43,7 @@ from bench.calibrate import calibrate
 from bench.hostlog import HostLog
 from bench.load import Poster, StatusWatcher
 from bench.logline import log
-from bench.profiling import CpuMeter, group_pids, start_record, summarize_raw
+from bench.profiling import group_pids, start_record, summarize_raw
 from local.host.keys import FUNCTION
 from local.procs import REPO_ROOT
 from shared.observability.sampling import RATIO_SETTING
@@ -187,11 +187,8 @@ class Bench(BenchState):
         before = self.snapshot()
         t0 = time.time()
         pids = self._pids()
-        meter = CpuMeter(pids)
-        split = cpu_split.SplitMeter(self.roles_dir, [p for k, v in pids.items() if k.startswith("host instance")
-                                                      for p in v])
-        meter.start()
-        split.start()
+        meters = cpu_split.PhaseMeters(pids, self.roles_dir)
+        meters.start()
         prof_procs = [] if a.no_profile else self._start_profiles(pids)
         probe = self._start_probe(a.saturation_seconds + 30)
         r.closed_loop(a.window, a.saturation_seconds, threads=min(32, a.window),
@@ -200,11 +197,8 @@ class Bench(BenchState):
         res = self._measured("saturation", r, before, t0, drain_timeout=120,
                              steady_from=t0 + min(5.0, a.saturation_seconds / 4))
         # after the drain: every processed order's work, the last ones' too, is in the window
-        cpu = meter.stop()
-        res["cpu_split"] = split.stop()
-        wall = time.time() - t0
-        res["cpu_ms_per_order_split"] = cpu_split.per_order(res["cpu_split"], cpu, res["processed"])
-        res["cpu_seconds"] = cpu
+        res.update(meters.stop(res["processed"]))
+        cpu, wall = res["cpu_seconds"], time.time() - t0
         res["cpu_wall_seconds"] = round(wall, 2)
         res["calibration_ms"] = speed
         res["cpu_share_of_machine"] = {k: round(v / (wall * (os.cpu_count() or 1)), 3) for k, v in cpu.items()}
