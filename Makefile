@@ -34,8 +34,10 @@ run: setup
 	$(PY) -m local.stack
 
 # REQUIRE_BROWSER=1: a browser missing after the browser step fails tests/browser instead of skipping them.
+# -n 2 --dist loadfile: two workers, each running whole files, so a module's stack serves all its tests.
+# HYPOTHESIS_PROFILE=ci: the same example counts, no per-example deadline (tests/conftest.py).
 test: setup browser
-	REQUIRE_BROWSER=1 $(PY) -m pytest
+	HYPOTHESIS_PROFILE=ci REQUIRE_BROWSER=1 $(PY) -m pytest -n 2 --dist loadfile
 
 test-unit: setup
 	$(PY) -m pytest -m "not integration"

@@ -6,12 +6,14 @@ by PID at the end. Tests needing them are integration tests.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from local.azurite import start_azurite as start_azurite_proc
 from local.connections import servicebus_connection_string
@@ -20,6 +22,13 @@ from local.queueconfig import write_derived
 from tests import telemetry_support
 
 QUEUE_CONFIG = REPO_ROOT / "infra" / "servicebus-config.json"
+
+# Hypothesis: the "ci" profile (HYPOTHESIS_PROFILE=ci, as `make test` sets it) keeps every
+# test's example count (each @settings names its own, else Hypothesis's 100) and drops what a
+# loaded machine turns into noise: no per-example deadline, no example database in a fresh clone,
+# and a failure prints the blob that replays it (@reproduce_failure).
+settings.register_profile("ci", deadline=None, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # Real OpenTelemetry SDK providers (in memory) for the whole test process: spans get real ids, as
 # with Azure Monitor; tests capture them with tests.telemetry_support.capture().
