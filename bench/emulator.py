@@ -91,7 +91,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--receivers", type=int, default=2)
     ap.add_argument("--prefetch", type=int, default=200)
     ap.add_argument("--dedup", action="store_true", help="queue with duplicate detection (each message has an id)")
-    ap.add_argument("--profile", default=None, help="write the emulator's cProfile stats to this file")
     ap.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "emulator.json"))
     args = ap.parse_args(argv)
 
@@ -101,9 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = work / "Config.json"
     cfg.write_text(json.dumps(_config(args.dedup)), encoding="utf-8")
     port = free_port()
-    extra = ["--profile", args.profile] if args.profile else []
     cmd = [sys.executable, "-m", "local.servicebus", "--config", str(cfg), "--host", "127.0.0.1",
-           "--port", str(port), "--data-dir", str(work / "data"), *extra]
+           "--port", str(port), "--data-dir", str(work / "data")]
     proc = Proc("servicebus", cmd).start("ready", timeout=60)
     conn_str = servicebus_connection_string("127.0.0.1", port)
     result: dict = {

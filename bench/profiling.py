@@ -55,10 +55,8 @@ class CpuMeter:
 
 
 def py_spy_path() -> str | None:
-    cand = Path(sys.executable).parent / "py-spy"
-    if cand.exists():
-        return str(cand)
-    return shutil.which("py-spy")
+    """The venv's py-spy, else the one on PATH."""
+    return shutil.which("py-spy", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 
 
 def start_record(pid: int, seconds: float, out: Path, rate: int = 67,

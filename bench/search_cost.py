@@ -146,12 +146,11 @@ def measure_page(store: CountedStore, params: dict[str, str], repeats: int) -> d
     params = _params_for(store, params)
     result, counts = store.search(params)  # warm-up, and the counts
     assert result.status == 200, result.body
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        again, c = store.search(params)
-        times.append(1000 * (time.perf_counter() - t0))
-        assert c == counts and again.body["orders"] == result.body["orders"], (c, counts)
+
+    def again() -> None:
+        other, c = store.search(params)
+        assert c == counts and other.body["orders"] == result.body["orders"], (c, counts)
+
     reads = {k: v for k, v in counts.items() if is_read(k)}
     res: dict[str, Any] = {
         "orders_returned": len(result.body["orders"]), "continuation": result.body["continuationToken"] is not None,
@@ -161,9 +160,19 @@ def measure_page(store: CountedStore, params: dict[str, str], repeats: int) -> d
         "table_requests": int(sum(v["requests"] for v in counts.values())),
         "writes": int(sum(v["requests"] for k, v in counts.items() if k not in reads)),
         "by_kind": {k: {"requests": int(v["requests"]), "entities": int(v["entities"])} for k, v in counts.items()},
-        "latency_ms": {"p50": round(statistics.median(times), 2), "max": round(max(times), 2), "n": len(times)},
+        "latency_ms": _latency_ms(again, repeats),
     }
     return res
+
+
+def _latency_ms(call: Callable[[], Any], repeats: int) -> dict[str, Any]:
+    """p50 and max of ``repeats`` calls (ms)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        times.append(1000 * (time.perf_counter() - t0))
+    return {"p50": round(statistics.median(times), 2), "max": round(max(times), 2), "n": len(times)}
 
 
 def seed_stats(store: CountedStore, now: datetime, processes: int = STATS_PROCESSES,
@@ -206,11 +215,6 @@ def measure_overview(store: CountedStore, repeats: int) -> dict[str, Any]:
         return result.body, _diff(store.counter.snapshot(), before)
 
     body, counts = once()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        once()
-        times.append(1000 * (time.perf_counter() - t0))
     live_keys = sum(int(v["count"]) for v in body["live"].values())
     stats_entities = int(sum(v["entities"] for v in counts.values()))
     return {"table_requests": int(sum(v["requests"] for v in counts.values())),
@@ -220,7 +224,7 @@ def measure_overview(store: CountedStore, repeats: int) -> dict[str, Any]:
             "writes": int(sum(v["requests"] for k, v in counts.items() if not is_read(k))),
             "by_kind": {k: {"requests": int(v["requests"]), "entities": int(v["entities"])} for k, v in counts.items()},
             "queues": "excluded: Service Bus peeks, no table request",
-            "latency_ms": {"p50": round(statistics.median(times), 2), "max": round(max(times), 2), "n": len(times)}}
+            "latency_ms": _latency_ms(once, repeats)}
 
 
 def measure_size(store: CountedStore, finished: int, now: datetime, repeats: int) -> dict[str, Any]:
