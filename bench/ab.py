@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cpu_split import CONTROL
+from bench.figures import pyplot, save
 from bench.logline import log
 from local.procs import REPO_ROOT
 
@@ -217,11 +218,7 @@ def table(pair: int, base: Run, cur: Run, ratios: dict[str, float | None]) -> st
 
 
 def plot(runs: list[Run], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for tree, dx, marker in (("baseline", -0.08, "o"), ("current", 0.08, "s")):
         pts = [(r.pair + dx, y) for r in runs if r.tree == tree and (y := r.figures["app_code_ms"]) is not None]
@@ -233,9 +230,7 @@ def plot(runs: list[Run], path: Path) -> None:
     ax.set_ylabel("app code CPU ms per order (saturation)")
     ax.set_title("Same-run A/B: app code CPU per order")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)
 
 
 def tail(path: Path, lines: int = 40) -> str:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.figures import pyplot, save
 from bench.load import LoadRun, OrderTimes, Poster, PriorityMix, StatusWatcher, ms, percentile
 
 MIX = {"high": 0.10, "low": 0.10}  # the rest normal
@@ -82,13 +83,11 @@ def report_lines(res: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plot(res: dict[str, Any], path: Path) -> Path:
+def plot(res: dict[str, Any], path: Path) -> str:
     """The latency CDF of each priority, and their p50/p99 bars side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    plt = pyplot()
 
     colors = {"high": "tab:red", "normal": "tab:blue", "low": "tab:gray"}
     fig, (cdf, bars) = plt.subplots(1, 2, figsize=(10, 3.4), dpi=90)
@@ -115,8 +114,4 @@ def plot(res: dict[str, Any], path: Path) -> Path:
     bars.set_ylabel("seconds")
     bars.set_title(f"lanes: high/normal p99 = {res['high_to_normal_p99']}", fontsize=9)
     bars.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save(fig, path)

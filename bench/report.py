@@ -11,6 +11,7 @@ from bench import busstats
 from bench.azure_cost import azure_cost
 from bench.calibrate import calibrate
 from bench.cost import IDLE_SWEEP_KINDS, SWEEP_KINDS, consistency, saturation_cost, work_queues
+from bench.figures import pyplot, save
 
 LOAD_PHASES = ("saturation", "latency", "sustained")
 SEARCH_TABLE = "orderindex"  # OrderIndexTable as the stack names it (the default)
@@ -246,13 +247,8 @@ def _azure_cost(bench: Any, r: dict[str, Any], po: dict[str, Any] | None, counte
 
 
 def plots(bench: Any) -> dict[str, str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     out_dir: Path = bench.out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
     orders = [o for run in bench.runs for o in run.collect()]
     if not orders:
         return {}
@@ -285,10 +281,7 @@ def plots(bench: Any) -> dict[str, str]:
     ax.set_ylabel("per second")
     ax.set_title("Throughput over time")
     ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
-    p1 = out_dir / "throughput.png"
-    fig.savefig(p1)
-    plt.close(fig)
+    throughput = save(fig, out_dir / "throughput.png")
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=90)
     from bench.phase_bulk import ALONE, BESIDE
@@ -310,8 +303,4 @@ def plots(bench: Any) -> dict[str, str]:
     ax2.axhline(0.99, color="k", lw=0.5, ls=":")
     ax2.legend(fontsize=7)
     fig.suptitle("Latency distribution", fontsize=10)
-    fig.tight_layout()
-    p2 = out_dir / "latency.png"
-    fig.savefig(p2)
-    plt.close(fig)
-    return {"throughput": str(p1), "latency": str(p2)}
+    return {"throughput": throughput, "latency": save(fig, out_dir / "latency.png")}

@@ -265,7 +265,7 @@ class Bench(BenchState):
             print(line, flush=True)
         if not a.no_plots:
             try:
-                res["plot"] = str(lanes.plot(res, self.out_dir / "lanes.png"))
+                res["plot"] = lanes.plot(res, self.out_dir / "lanes.png")
             except Exception as e:  # noqa: BLE001 - a plot is not worth the run
                 res["plot"] = repr(e)
 

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.figures import pyplot, save
 from bench.opcount import Counter, count_request, is_read, kind_of
 from bench.search_seed import (
     BIG_CUSTOMER,
@@ -266,11 +267,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
 
 
 def plot(result: dict[str, Any], path: Path) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     sizes = list(result["sizes"].values())
     names = list(sizes[0]["pages"])
     width = 0.8 / len(sizes)
@@ -294,11 +291,7 @@ def plot(result: dict[str, Any], path: Path) -> str:
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
     fig.suptitle("Search page cost (GET /api/orders)", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return str(path)
+    return save(fig, path)
 
 
 # ---- the run ---------------------------------------------------------------------------------

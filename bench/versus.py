@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from bench.figures import pyplot, save
 from bench.peer import measure_peer
 
 PLOT_NAME = "versus-peer.png"
@@ -167,11 +168,7 @@ NOTES = {
 
 def plot(vs: dict[str, dict[str, Any]], path: Path) -> str:
     """A bar chart per measure: ours beside each measured peer's (``vs``: label → its versus())."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     labels = list(vs)
     first = vs[labels[0]]
     keys = list(first["measures"])
@@ -191,11 +188,7 @@ def plot(vs: dict[str, dict[str, Any]], path: Path) -> str:
         ax.margins(y=0.12)
     fig.suptitle(f"Our app vs {' and '.join(labels)}, same run, one after the other (fixed rate "
                  f"{first['fixed_rate_orders_per_s']} orders/s)", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return str(path)
+    return save(fig, path)
 
 
 def summarize(bench: Any) -> None:
