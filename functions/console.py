@@ -1,5 +1,5 @@
-"""HTTP functions of the operator console (issue 12): the page, its static files, and the two
-JSON routes only it needs (the overview, the dead letters and what an operator does to one).
+"""HTTP functions of the operator console (issue 12): the page, its static files, and the JSON
+routes only it needs (who is looking, the overview, the dead letters and what an operator does to one).
 
 * ``GET /api/console`` (ADMIN): ``console_static/index.html``. The page reads ``code`` from its
   own query string and sends it as ``x-functions-key`` on its API calls.
@@ -7,7 +7,9 @@ JSON routes only it needs (the overview, the dead letters and what an operator d
   that its ``manifest.json`` lists, else 404. The name is looked up among the manifest's
   entries, never joined to a path. Cache-Control, a sha256 ETag, and 304 for a matching
   If-None-Match.
-* ``GET /api/overview`` (ADMIN): ``shared.console.overview.get_overview``.
+* ``GET /api/console/caller`` (ADMIN): who is looking and whether they may act (``caller``),
+  from the request alone: no storage, no Service Bus. The page reads it before its first view.
+* ``GET /api/overview`` (ADMIN): ``shared.console.overview.get_overview``, with ``caller`` too.
 * ``GET /api/console/orders/{id}`` and ``.../history`` (ADMIN): an order and its history, as
   ``GET /api/orders/{id}`` and ``.../history`` answer them. Those two are the clients' routes
   (FUNCTION level: a function key, which a signed-in operator does not have in the ``appService``
@@ -120,6 +122,18 @@ def console_asset(req: func.HttpRequest) -> func.HttpResponse:
     return asset_response(req.route_params.get("name"), req.headers.get("If-None-Match"))
 
 
+def caller(req: func.HttpRequest) -> dict[str, object]:
+    """Who is looking, and whether they may act (a viewer may not: the console hides the actions)."""
+    return {"by": actor(req), "canAct": may_act(req)}
+
+
+@bp.function_name("console_caller")
+@bp.route(route="console/caller", methods=["GET"], auth_level=OPERATOR)
+@reader_only
+def console_caller(req: func.HttpRequest) -> func.HttpResponse:
+    return to_response(HttpResult(200, caller(req)))
+
+
 @bp.function_name("overview")
 @bp.route(route="overview", methods=["GET"], auth_level=OPERATOR)
 @reader_only
@@ -128,8 +142,7 @@ def overview(req: func.HttpRequest) -> func.HttpResponse:
 
     result: HttpResult = get_overview(get_runtime())
     if result.status == 200 and isinstance(result.body, dict):
-        # who is looking, and whether they may act (a viewer may not: the console hides the actions)
-        result = replace(result, body={**result.body, "caller": {"by": actor(req), "canAct": may_act(req)}})
+        result = replace(result, body={**result.body, "caller": caller(req)})
     return to_response(result)
 
 

@@ -59,30 +59,21 @@ function problemText(response, data, text) {
   return (text || response.statusText || "error").slice(0, 500);
 }
 
-// Who is looking, as GET /api/overview says (`caller`): a viewer (ViewerRole, appService mode) may
-// only read, so the console offers no action. Until it is known, nothing is offered.
+// Who is looking, as GET /api/console/caller says: a viewer (ViewerRole, appService mode) may only
+// read, so the console offers no action. That route reads the request alone (no Service Bus
+// operation, no table request), so any view the page opens on costs only its own calls. Until the
+// caller is known, nothing is offered.
 let caller = null;
-// That overview, kept for the first view if it is the overview: read again at once, it would peek
-// every queue a second time (28 Service Bus operations) for the same figures.
-let firstOverview = null;
 
 /** Read the caller once (the app awaits it before its first view); a failure offers no action. */
 export async function loadCaller() {
   try {
-    const overview = await api("/overview");
-    caller = overview && overview.caller ? overview.caller : { by: null, canAct: true };
-    firstOverview = overview;
+    const answer = await api("/console/caller");
+    caller = { by: answer.by ?? null, canAct: Boolean(answer.canAct) };
   } catch {
     caller = { by: null, canAct: false };
   }
   return caller;
-}
-
-/** The overview `loadCaller` read, once: for the first view shown (null after, or if it failed). */
-export function takeFirstOverview() {
-  const overview = firstOverview;
-  firstOverview = null;
-  return overview;
 }
 
 /** Whether the caller may act (retry, cancel, terminate, suspend, resume, send an event). */

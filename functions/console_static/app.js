@@ -3,7 +3,7 @@
 // routes its hash on load and on every change). The header's tab of the view is highlighted; an
 // order's page belongs to no tab (it is reached from several), so none is.
 
-import { loadCaller, takeFirstOverview } from "./api.js";
+import { loadCaller } from "./api.js";
 import * as attention from "./attention.js";
 import * as deadletters from "./deadletters.js";
 import { errorBox, h, setChildren } from "./dom.js";
@@ -65,11 +65,10 @@ function markNav(name) {
 }
 
 document.getElementById("skip").addEventListener("click", () => main.focus());
-// Who is looking first (a viewer is offered no action); then one route per address: a link
-// followed meanwhile is routed once, when the caller is known, not twice. The overview read for
-// the caller serves the first view if it is the overview; any later view reads its own.
+// Who is looking first (a viewer is offered no action: GET /api/console/caller, which costs no
+// Service Bus operation); then one route per address: a link followed meanwhile is routed once,
+// when the caller is known, not twice.
 loadCaller().finally(() => {
   window.addEventListener("hashchange", route);
   route();
-  takeFirstOverview();
 });

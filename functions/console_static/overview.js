@@ -1,9 +1,8 @@
 // Overview (#/), the landing page: a search box (an order id or a customer), live counts, the newest
 // orders, the remotes' breakers, the last hour as a chart, queues, the supervisor, every 10 s.
-// Each refresh makes two requests, side by side: GET /api/overview and one page of GET /api/orders
-// (the first, when the page opens on it, only the second: the page has just read the overview).
+// Each refresh makes two requests, side by side: GET /api/overview and one page of GET /api/orders.
 
-import { api, takeFirstOverview } from "./api.js";
+import { api } from "./api.js";
 import { capped, errorBox, fmtDuration, fmtTime, h, setChildren, table } from "./dom.js";
 import { COLUMNS } from "./orderlist.js";
 import { remotes } from "./remotes.js";
@@ -27,11 +26,8 @@ export function render(main, ctx) {
   let timer = null;
 
   async function refresh() {
-    // Both at once: the page waits for the slower one, not for the two in a row. The page's first
-    // view takes the overview the page read for its caller, read just before (api.js).
-    const first = takeFirstOverview();
-    const [overview, orders] = await Promise.allSettled([first ? Promise.resolve(first) : api("/overview"),
-      api("/orders", { params: { limit: NEWEST } })]);
+    // Both at once: the page waits for the slower one, not for the two in a row.
+    const [overview, orders] = await Promise.allSettled([api("/overview"), api("/orders", { params: { limit: NEWEST } })]);
     if (!ctx.alive()) return;
     if (overview.status === "fulfilled") {
       const data = overview.value;

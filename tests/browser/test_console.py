@@ -311,6 +311,36 @@ def test_no_console_errors_in_any_view(seeded: Seeded, driver: Any) -> None:
     assert severe == [], severe
 
 
+def api_calls(driver: Any) -> list[str]:
+    """The paths of the API calls the page made since it was loaded, in order (not its own files)."""
+    names = driver.execute_script(
+        "return performance.getEntriesByType('resource').filter((e) => e.initiatorType === 'fetch')"
+        ".map((e) => e.name)")
+    return [urlsplit(name).path for name in names]
+
+
+def test_a_view_opened_fresh_reads_the_caller_and_only_its_own_data(seeded: Seeded, driver: Any) -> None:
+    """Opened on a view other than the overview, the page learns who is looking from GET
+    /api/console/caller (no Service Bus operation) and never reads GET /api/overview (28 peeks);
+    opened on the overview, it reads the overview once, not once for the caller and once to show."""
+    api = urlsplit(seeded.stack.api_url).path
+    views = [  # (route, a selector of the data it shows once its calls answered, calls it must make once)
+        ("/attention", "[data-testid='orders'], [data-testid='no-orders']", []),
+        ("/search?state=processed", "[data-testid='orders'], [data-testid='no-orders']", []),
+        (f"/orders/{seeded.processed[0]}", "[data-testid='history'] tr", []),
+        ("/deadletters/scheduler", "[data-testid='deadletters'] table, [data-testid='no-deadletters']",
+         [f"{api}/deadletters"]),
+        ("/", "[data-testid='overview-status'][data-as-of]", [f"{api}/overview"])]
+    for route, ready, must in views:
+        driver.get("about:blank")
+        open_view(driver, seeded, route)
+        WebDriverWait(driver, 30).until(lambda d, ready=ready: d.find_elements(By.CSS_SELECTOR, ready))
+        calls = api_calls(driver)
+        assert calls[0] == f"{api}/console/caller" and calls.count(f"{api}/console/caller") == 1, (route, calls)
+        assert calls.count(f"{api}/overview") == (1 if route == "/" else 0), (route, calls)
+        assert all(calls.count(path) == 1 for path in must), (route, calls)
+
+
 def test_dead_letters_of_another_queue_through_the_switch(seeded: Seeded, driver: Any) -> None:
     """The nav's Dead letters view lists every queue of the app; choosing one shows its peek."""
     open_view(driver, seeded, "/")
@@ -1258,16 +1288,15 @@ def test_parallel_step_texts_in_each_state(seeded: Seeded, driver: Any) -> None:
 # issue 30: "Retry all N" on a search result (a bulk operation: POST /api/operations)
 
 BULK_ORDERS = 3
-# a viewer, as GET /api/overview names one (ViewerRole, appService mode): the page's fetch is wrapped
-# before any script of the page runs, so the console reads ``caller.canAct`` false
+# a viewer, as GET /api/console/caller names one (ViewerRole, appService mode): the page's fetch is
+# wrapped before any script of the page runs, so the console reads ``canAct`` false
 AS_A_VIEWER = """
 const realFetch = window.fetch.bind(window);
 window.fetch = async (input, init) => {
   const response = await realFetch(input, init);
-  if (!new URL(String(input), window.location.href).pathname.endsWith("/api/overview")) return response;
-  const body = await response.json();
-  body.caller = { by: "viewer@example.com", canAct: false };
-  return new Response(JSON.stringify(body), { status: response.status, headers: response.headers });
+  if (!new URL(String(input), window.location.href).pathname.endsWith("/api/console/caller")) return response;
+  return new Response(JSON.stringify({ by: "viewer@example.com", canAct: false }),
+                      { status: response.status, headers: response.headers });
 };
 """
 

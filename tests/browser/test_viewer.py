@@ -1,12 +1,13 @@
 """A viewer sees no buttons: the console with App Service authentication (OperatorAuth=appService,
 OperatorRole=Operator, ViewerRole=Viewer), the browser sending the principal App Service would
 (X-MS-CLIENT-PRINCIPAL, injected with Chrome's ``Network.setExtraHTTPHeaders``) and no key, while
-the host checks keys as in Azure: every route the console calls (the page, the overview, the search,
-an order, its history, the dead letters) answers a signed-in user without one.
+the host checks keys as in Azure: every route the console calls (the page, who is looking, the
+overview, the search, an order, its history, the dead letters) answers a signed-in user without one.
 
 The viewer reads everything (an order in attention, an order awaiting its approval event, the
 search, the dead letters) and is offered no action anywhere; the same pages, for an operator, offer
-them (so the viewer's empty pages are the console honouring ``caller.canAct``, not missing data).
+them (so the viewer's empty pages are the console honouring ``canAct`` of GET /api/console/caller,
+not missing data).
 """
 
 from __future__ import annotations
@@ -110,8 +111,11 @@ def test_a_viewer_sees_the_data_and_no_buttons(seeded: Seeded, driver: Any) -> N
     client_route = requests.get(f"{seeded.stack.api_url}/orders/{seeded.attention}",
                                 headers={"X-MS-CLIENT-PRINCIPAL": VIEWER}, timeout=30)
     assert client_route.status_code == 401, client_route.text
+    assert seeded.api("/console/caller") == {"by": "vera", "canAct": False}  # what the console reads
     overview = seeded.api("/overview")
-    assert overview["caller"] == {"by": "vera", "canAct": False}
+    assert overview["caller"] == {"by": "vera", "canAct": False}  # kept, for the API's other readers
+    unsigned = requests.get(f"{seeded.stack.api_url}/console/caller", timeout=30)  # no principal: 401, no one named
+    assert unsigned.status_code == 401 and "canAct" not in unsigned.text, unsigned.text
     # what an operator would be offered on those pages: the orders' actions, the awaited event, the dead letter
     assert {"retry", "cancel"} <= set(seeded.stack.get_order(seeded.attention)["actions"])
     assert seeded.stack.get_order(seeded.awaiting)["awaiting"]["event"] == "approval"
@@ -128,6 +132,7 @@ def test_a_viewer_sees_the_data_and_no_buttons(seeded: Seeded, driver: Any) -> N
 
 def test_an_operator_sees_the_buttons_on_the_same_pages(seeded: Seeded, driver: Any) -> None:
     """The control: the viewer's pages are empty of actions because of the role, not the data."""
+    assert seeded.api("/console/caller", who=OPERATOR) == {"by": "otto", "canAct": True}
     assert seeded.api("/overview", who=OPERATOR)["caller"] == {"by": "otto", "canAct": True}
     as_who(driver, OPERATOR)
     offered = {route: shown(driver, seeded, route, ready) for route, ready in pages(seeded)}

@@ -240,6 +240,7 @@ ROUTE_LEVELS: tuple[tuple[str, str, str], ...] = (
     ("GET", "operations/{id}", ADMIN),
     ("GET", "console", ADMIN),
     ("GET", "overview", ADMIN),
+    ("GET", "console/caller", ADMIN),
     ("GET", "console/orders/{id}", ADMIN),
     ("GET", "console/orders/{id}/history", ADMIN),
     ("GET", "deadletters", ADMIN),

@@ -154,6 +154,7 @@ def test_openapi_document_is_valid() -> None:
                    ("GET", "/openapi.yaml"), ("GET", "/console"),
                    ("GET", "/console/assets/{name}"), ("GET", "/overview"), ("GET", "/deadletters"),
                    ("GET", "/console/orders/{id}"), ("GET", "/console/orders/{id}/history"),
+                   ("GET", "/console/caller"),
                    ("POST", "/deadletters/{queue}/{sequenceNumber}/resubmit"),
                    ("POST", "/deadletters/{queue}/{sequenceNumber}/discard"),
                    ("GET", "/workflows"), ("POST", "/operations"), ("GET", "/operations/{id}")}

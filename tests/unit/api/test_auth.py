@@ -130,7 +130,7 @@ def test_a_read_guard_lets_a_viewer_in_and_an_act_guard_does_not() -> None:
 
 
 def test_the_routes_that_only_read_have_the_read_guard() -> None:
-    """The search, the console, its overview, its copies of an order and its history, its dead
+    """The search, the console, who is looking, its overview, its copies of an order and its history, its dead
     letters and a bulk operation's progress read; every POST acts."""
     import re
 
@@ -143,6 +143,6 @@ def test_the_routes_that_only_read_have_the_read_guard() -> None:
             guarded[(methods, route)] = gate
     assert {k for k, g in guarded.items() if g == "reader_only"} == {
         ("GET", "orders"), ("GET", "console"), ("GET", "overview"), ("GET", "deadletters"), ("GET", "operations/{id}"),
-        ("GET", "console/orders/{id}"), ("GET", "console/orders/{id}/history")}
+        ("GET", "console/orders/{id}"), ("GET", "console/orders/{id}/history"), ("GET", "console/caller")}
     assert all(g == "operator_only" for (m, _), g in guarded.items() if m == "POST") and len(guarded) >= 12
     assert guarded[("POST", "operations")] == "operator_only"

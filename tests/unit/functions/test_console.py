@@ -124,6 +124,56 @@ def test_the_json_routes_pass_the_runtime_and_query_on(monkeypatch: pytest.Monke
     assert json.loads(resp.get_body()) == {"asOf": "x", "caller": {"by": "key", "canAct": True}}
 
 
+def test_the_caller_route_answers_from_the_request_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GET /api/console/caller: the overview's ``caller``, with no runtime (no storage, no Service Bus)."""
+    monkeypatch.setattr(console, "get_runtime", lambda: pytest.fail("the caller route needs no runtime"))
+    resp = console.console_caller(func.HttpRequest("GET", "http://localhost/api/console/caller", body=b""))
+    assert (resp.status_code, resp.mimetype) == (200, "application/json")
+    assert json.loads(resp.get_body()) == {"by": "key", "canAct": True}  # the key mode: the key, who may act
+
+
+_CALLER = """
+import base64, json, azure.functions as func
+from functions import console
+def boom():
+    raise AssertionError("the caller route needs no runtime")
+console.get_runtime = boom
+def principal(*roles):
+    claims = [{"typ": "name", "val": "ana"}] + [{"typ": "roles", "val": r} for r in roles]
+    return base64.b64encode(json.dumps({"auth_typ": "aad", "claims": claims}).encode()).decode()
+out = {}
+for who, headers in (("none", {}), ("unreadable", {"X-MS-CLIENT-PRINCIPAL": "not base64 json"}),
+                     ("neither", {"X-MS-CLIENT-PRINCIPAL": principal("Other")}),
+                     ("viewer", {"X-MS-CLIENT-PRINCIPAL": principal("Viewer")}),
+                     ("operator", {"X-MS-CLIENT-PRINCIPAL": principal("Operator")})):
+    resp = console.console_caller(func.HttpRequest("GET", "http://localhost/api/console/caller", body=b"",
+                                                   headers=headers))
+    out[who] = [resp.status_code, json.loads(resp.get_body())]
+print(json.dumps(out))
+"""
+
+
+def test_with_app_service_authentication_the_caller_route_is_a_read_route() -> None:
+    """The caller route has the gate of the console's other reads: no sign-in 401 and an unknown role
+    403, neither saying who is looking; a viewer is told it may not act, an operator that it may."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.unit.harness import REQUIRED_VALUES
+
+    env = {**os.environ, **REQUIRED_VALUES, "OperatorAuth": "appService", "OperatorRole": "Operator",
+           "ViewerRole": "Viewer", "WEBSITE_AUTH_ENABLED": "True"}
+    proc = subprocess.run([sys.executable, "-c", _CALLER], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert [got[w][0] for w in ("none", "unreadable", "neither")] == [401, 401, 403]
+    for who in ("none", "unreadable", "neither"):
+        assert not {"by", "canAct"} & set(got[who][1]) and "ana" not in json.dumps(got[who][1]), got[who]
+    assert got["viewer"] == [200, {"by": "ana", "canAct": False}]
+    assert got["operator"] == [200, {"by": "ana", "canAct": True}]
+
+
 def test_the_static_files_ship_in_the_publish_package() -> None:
     """.funcignore (what publish leaves out) keeps the page, the manifest and every listed file."""
     import pathspec
@@ -211,6 +261,7 @@ req = lambda method, route: func.HttpRequest(method, "http://localhost/api/" + r
                                              route_params={"id": "a" * 32})
 out = {}
 for name, handler, method in (("console", console.console, "GET"), ("overview", console.overview, "GET"),
+                              ("console_caller", console.console_caller, "GET"),
                               ("console_order", console.console_order, "GET"),
                               ("console_order_history", console.console_order_history, "GET"),
                               ("deadletters", console.deadletters, "GET"), ("search", orders.search, "GET"),

@@ -43,6 +43,7 @@ def test_http_functions() -> None:
         (("GET",), "console"): "ADMIN",
         (("GET",), "console/assets/{name}"): "ANONYMOUS",
         (("GET",), "overview"): "ADMIN",
+        (("GET",), "console/caller"): "ADMIN",
         (("GET",), "console/orders/{id}"): "ADMIN",
         (("GET",), "console/orders/{id}/history"): "ADMIN",
         (("GET",), "deadletters"): "ADMIN",
@@ -151,7 +152,7 @@ def test_indexing_stops_on_a_broken_workflow_file_and_names_it(tmp_path: Path) -
 
 _OPERATOR_ROUTES = ["search_orders", "retry_order", "cancel_order", "terminate_order", "console", "overview",
                     "deadletters", "start_operation", "get_operation", "deadletter_resubmit", "deadletter_discard",
-                    "console_order", "console_order_history"]
+                    "console_order", "console_order_history", "console_caller"]
 _LEVELS = ("import json, function_app; print(json.dumps({f.get_function_name(): [b.get('authLevel') "
            "for b in json.loads(f.get_function_json())['bindings'] if b['type'] == 'httpTrigger'][0] "
            "for f in function_app.app.get_functions() if 'httpTrigger' in f.get_function_json()}))")

@@ -187,6 +187,24 @@ def test_the_overview_with_breakers_matches_its_schema() -> None:
     assert _overview_errors({**body, "remotes": None}) != []
 
 
+def test_the_caller_route_answers_the_overview_s_caller_schema() -> None:
+    """GET /api/console/caller answers a ``Caller``, the schema of the overview's ``caller`` too."""
+    import json
+
+    import azure.functions as func
+    import jsonschema_rs
+
+    from functions import console
+
+    body = json.loads(console.console_caller(func.HttpRequest("GET", "http://localhost/api/console/caller",
+                                                              body=b"")).get_body())
+    schemas = _doc()["components"]["schemas"]
+    assert schemas["Overview"]["properties"]["caller"] == {"$ref": "#/components/schemas/Caller"}
+    caller = {"$ref": "#/components/schemas/Caller", "components": _doc()["components"]}
+    assert [str(e) for e in jsonschema_rs.validator_for(caller).iter_errors(body)] == []
+    assert list(schemas["Caller"]["properties"]) == list(body)
+
+
 def test_the_operator_results_are_the_verdicts_the_operator_decisions_return() -> None:
     """``result`` of retry/cancel/terminate is the decision's verdict: the document lists exactly those."""
     from shared.core.statemachine import OPERATOR_RESULTS
