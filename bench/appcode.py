@@ -21,7 +21,7 @@ CATEGORIES: list[tuple[str, str | None, str]] = [
     ("agents' remote calls", None, "shared/agent/remote.py"),
     ("log lines", "log_event", "shared/observability/logs.py"),
     ("CONSUMER spans", "consumer_span", "shared/observability/telemetry.py"),
-    ("fencing tokens (encode, check)", None, "shared/storage/fence.py"),
+    ("fencing tokens (encode, check)", None, "shared/core/fence.py"),
     ("storage adapter: rows to entities, $batch bodies and replies, views", None, "shared/storage/"),
 ]
 REST = "the app's own work: decisions, rows, JSON, message models, trigger adapters"

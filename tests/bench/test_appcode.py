@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
-from bench.appcode import REST, split
+from bench.appcode import CATEGORIES, REST, split
+from local.procs import REPO_ROOT
 
 RUN = "Thread._bootstrap (threading.py:1002);_WorkItem.run (concurrent/futures/thread.py:58)"
 EXECUTE = f"{RUN};execute (shared/runtime/executor.py:182)"
@@ -52,3 +54,16 @@ def test_a_profile_without_function_threads_is_empty(tmp_path: Path) -> None:
     empty = tmp_path / "emulator.txt"
     empty.write_text(f"thread (0x9): MainThread;{RUN} 5\n", encoding="utf-8")
     assert split(empty) == {"function_thread_samples": 0, "pct_of_samples": {}}
+
+
+def test_every_category_names_a_file_or_folder_of_the_app_and_a_function_defined_there() -> None:
+    """A category whose file moved would silently match nothing (as shared/storage/fence.py did)."""
+    for label, function, where in CATEGORIES:
+        path = REPO_ROOT / where
+        assert path.is_file() if where.endswith(".py") else path.is_dir(), (label, where)
+        if function is not None and path.is_file():
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            names = {f"{c.name}.{f.name}" for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                     for f in c.body if isinstance(f, ast.FunctionDef)}
+            names |= {f.name for f in tree.body if isinstance(f, ast.FunctionDef)}
+            assert function in names, (label, function, where)
