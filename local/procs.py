@@ -81,10 +81,7 @@ class Proc:
         # ``lines`` buffer (e.g. the host's `instance K pid PID` lines under heavy logging).
         self.on_line = on_line
         self.lines: deque[str] = deque(maxlen=2000)
-        self._ready = threading.Event()
-        self._ready_word = "ready"
         self.popen: subprocess.Popen[str] | None = None
-        self._seen_ready = False
 
     @property
     def pid(self) -> int:
@@ -92,12 +89,13 @@ class Proc:
         return self.popen.pid
 
     def start(self, ready_word: str | None = "ready", timeout: float = 60.0) -> Proc:
-        self._ready_word = ready_word or ""
-        self._ready.clear()
-        self._seen_ready = False
+        """Start the process; unless ``ready_word`` is None, wait until a line contains it.
+
+        Each start has its own pump thread and events: after a restart, the pump of the process
+        before may still be reading that process's last output, and its end is not this one's."""
         env = dict(os.environ if self.env is None else self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self.popen = subprocess.Popen(
+        self.popen = popen = subprocess.Popen(
             self.args,
             cwd=self.cwd,
             env=env,
@@ -108,21 +106,26 @@ class Proc:
             errors="replace",
             start_new_session=True,  # own process group: stop() reaches its children too
         )
-        threading.Thread(target=self._pump, name=f"pump-{self.name}", daemon=True).start()
+        seen = threading.Event()  # the ready word was printed
+        woken = threading.Event()  # ... or the output ended (the process exited)
+        threading.Thread(target=self._pump, args=(popen, ready_word or "", seen, woken),
+                         name=f"pump-{self.name}", daemon=True).start()
         if ready_word is None:
             return self
-        if not self._ready.wait(timeout) or not self._seen_ready:
+        if not woken.wait(timeout) or not seen.is_set():
             tail = "\n".join(list(self.lines)[-40:])
             self.stop()
             raise RuntimeError(f"{self.name} did not print {ready_word!r} within {timeout}s "
-                               f"(exit code {self.popen.poll()}):\n{tail}")
+                               f"(exit code {popen.poll()}):\n{tail}")
         return self
 
-    def _pump(self) -> None:
-        assert self.popen is not None and self.popen.stdout is not None
+    def _pump(self, popen: subprocess.Popen[str], ready_word: str, seen: threading.Event,
+              woken: threading.Event) -> None:
+        """Collect ``popen``'s output; set ``seen`` and ``woken`` at the ready word, ``woken`` at the end."""
+        assert popen.stdout is not None
         log = open(self.log_path, "a", encoding="utf-8") if self.log_path else None
         try:
-            for line in self.popen.stdout:
+            for line in popen.stdout:
                 line = line.rstrip("\n")
                 self.lines.append(line)
                 if self.on_line is not None:
@@ -132,15 +135,14 @@ class Proc:
                     log.flush()
                 if self.echo:
                     sys.stderr.write(f"[{self.name}] {line}\n")
-                if self._ready_word and self._ready_word in line:
-                    self._seen_ready = True
-                    self._ready.set()
+                if ready_word and ready_word in line:
+                    seen.set()
+                    woken.set()
         finally:
             if log:
                 log.close()
-        if self.popen.poll() is None:
-            self.popen.wait()
-        self._ready.set()  # wake start(): it tells "exited" from "ready" by _seen_ready
+        popen.wait()
+        woken.set()  # wake start(): it tells "exited" from "ready" by ``seen``
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
