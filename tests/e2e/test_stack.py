@@ -211,9 +211,33 @@ def test_make_run_posts_demo_orders_and_stops_cleanly_on_sigterm(tmp_path: Path)
                                  capture_output=True, text=True, timeout=30)
         assert printed.returncode == 1 and printed.stdout == "" and "not running" in printed.stderr, printed
     finally:
-        if proc.poll() is None:
+        _stop_leaving_nothing(proc, state)
+
+
+def _stop_leaving_nothing(proc: subprocess.Popen[str], state: Path) -> None:
+    """After a failed assertion: stop the stack as Ctrl-C does, else kill it and every child it
+    named. Its children run in sessions of their own (stopped by PID), so killing its process group
+    alone would leave a whole stack running after the test."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            proc.communicate()
+    try:
+        described = json.loads((state / "stack.json").read_text())
+    except (OSError, ValueError):
+        return
+    pids = [pid for part in ("host", "remotes", "servicebus", "azurite")
+            if isinstance(pid := (described.get(part) or {}).get("pid"), int) and _alive(pid)]
+    for pid in pids:  # the host stops its instances on SIGTERM
+        os.kill(pid, signal.SIGTERM)
+    gone_by = time.monotonic() + 15
+    while any(_alive(p) for p in pids) and time.monotonic() < gone_by:
+        time.sleep(0.1)
+    for pid in [p for p in pids if _alive(p)]:
+        os.kill(pid, signal.SIGKILL)
 
 
 def test_a_child_failing_to_start_stops_the_others(tmp_path: Path) -> None:
