@@ -37,6 +37,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import asdict, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -456,14 +457,10 @@ class ChaosRun:
             try:
                 if kind == "kill":
                     self.kill_instance()
-                elif kind == "outage-start":
-                    self.outage(True)
-                elif kind == "outage-end":
-                    self.outage(False)
-                elif kind == "restart-servicebus":
-                    self.restart("servicebus")
-                elif kind == "restart-azurite":
-                    self.restart("azurite")
+                elif kind.startswith("outage-"):
+                    self.outage(kind == "outage-start")
+                else:  # restart-servicebus, restart-azurite
+                    self.restart(kind.removeprefix("restart-"))
             except Exception as e:  # noqa: BLE001
                 self.errors.append(f"fault {kind}: {type(e).__name__}: {e}")
 
@@ -478,7 +475,6 @@ class ChaosRun:
         delay = 0.25
         last = None
         while not self.stop.is_set():
-            rec.post_attempts += 1
             try:
                 r = self.session(FUNCTION).post(url, json=rec.body, headers={"Idempotency-Key": rec.key}, timeout=30)
                 if r.status_code in (200, 202):
@@ -505,9 +501,7 @@ class ChaosRun:
 
     def resubmit(self, rec: OrderRec) -> None:
         """The duplicate submission: the exact same POST again, same Idempotency-Key."""
-        attempts = rec.post_attempts
         status, oid, err = self._post(rec)
-        rec.post_attempts = attempts
         with self.lock:
             rec.dup_submit_done = True
             rec.dup_submit_status, rec.dup_submit_order_id = status, oid
@@ -592,17 +586,10 @@ class ChaosRun:
 
     def _drop_sb_client(self) -> None:
         with self._sb_lock:
-            for s in self._sb_senders.values():
-                try:
-                    s.close()
-                except Exception:  # noqa: BLE001
-                    pass
+            for c in [*self._sb_senders.values(), *([self._sb_client] if self._sb_client is not None else [])]:
+                with suppress(Exception):
+                    c.close()
             self._sb_senders.clear()
-            if self._sb_client is not None:
-                try:
-                    self._sb_client.close()
-                except Exception:  # noqa: BLE001
-                    pass
             self._sb_client = None
 
     def _sb_send(self, queue: str, body: dict[str, Any], *, correlation_id: str | None,

@@ -115,7 +115,6 @@ class OrderRec:
     workflow: str = DEFAULT_WORKFLOW  # the workflow the order's POST names (the default's is not named)
     order_id: str | None = None
     post_status: int | None = None
-    post_attempts: int = 0
     post_error: str | None = None
     accepted_at: float | None = None
     view: dict[str, Any] | None = None
