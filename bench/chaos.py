@@ -690,11 +690,7 @@ class ChaosRun:
 
     def _poll_one(self, rec: OrderRec) -> None:
         assert rec.order_id is not None
-        status, view = self._get(rec.order_id)
-        if status == 404:
-            with self.lock:
-                rec.not_found_polls += 1
-            return
+        _, view = self._get(rec.order_id)
         if view is None:
             return
         with self.lock:
@@ -912,9 +908,7 @@ class ChaosRun:
                 for k, v in ops.items():
                     if isinstance(v, int):
                         per_queue[q][k] += v
-        total: Counter[str] = Counter()
-        for c in per_queue.values():
-            total.update(c)
+        total: Counter[str] = sum(per_queue.values(), Counter())
         return {
             "available": True, "files": read, "emulatorProcesses": len(self._sb_stats_files),
             "redeliveries": total["lock_expired"] + total["abandoned"] + total["released"],

@@ -118,7 +118,6 @@ class OrderRec:
     post_error: str | None = None
     accepted_at: float | None = None
     view: dict[str, Any] | None = None
-    not_found_polls: int = 0
     next_poll: float = 0.0  # monotonic time of this order's next GET
     held_retry_status: int | None = None  # the operator retry's answer, if the order was held
     poll_interval: float = 0.0
