@@ -731,11 +731,7 @@ class ChaosRun:
 
     def counts(self) -> Counter[str]:
         with self.lock:
-            c: Counter[str] = Counter()
-            for r in self.recs:
-                if r.order_id:
-                    c[r.state or "Pending"] += 1
-            return c
+            return Counter(r.state or "Pending" for r in self.recs if r.order_id)
 
     def accepted(self) -> list[OrderRec]:
         with self.lock:
@@ -924,14 +920,8 @@ class ChaosRun:
         assert self.stack is not None
         counts: Counter[str] = Counter()
         pattern = re.compile(rb'"event":"([A-Za-z0-9_.]+)"')
-        try:
-            with open(self.stack.log_dir / "host.log", "rb") as f:
-                for line in f:
-                    m = pattern.search(line)
-                    if m:
-                        counts[m.group(1).decode()] += 1
-        except OSError:
-            pass
+        with suppress(OSError), open(self.stack.log_dir / "host.log", "rb") as f:
+            counts.update(m.group(1).decode() for line in f if (m := pattern.search(line)))
         return dict(sorted(counts.items()))
 
     def started_pids(self) -> list[int]:
