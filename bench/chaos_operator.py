@@ -159,12 +159,9 @@ class Operator:
                 self.terminate(rec)
             elif action == "cancel":
                 self.cancel(rec)
-            elif action == "redrive":
+            else:  # redrive, restart: the order's own cause fixed first
                 self.fix_cause(rec)
-                self.retry(rec, "compensation-redriven")
-            else:
-                self.fix_cause(rec)
-                self.retry(rec, "restarted")
+                self.retry(rec, "compensation-redriven" if action == "redrive" else "restarted")
         except Exception as e:  # noqa: BLE001
             self.run.errors.append(f"operator {action} of {rec.order_id}: {type(e).__name__}: {e}")
         finally:
