@@ -511,22 +511,15 @@ class ChaosRun:
             self.errors.append(f"duplicate submission of {rec.key}: {err}")
 
     def post_all(self, start: float) -> None:
+        pool = ThreadPoolExecutor(max_workers=12, thread_name_prefix="post")
         try:
-            self._post_all(start)
+            self._paced_posts(pool, start, random.Random(f"{self.o.seed}:dup-submit"))
+            pool.shutdown(wait=True)
         except BaseException:
             self.stop.set()  # let the pool's retrying workers give up at once
-            raise
-
-    def _post_all(self, start: float) -> None:
-        dup_rng = random.Random(f"{self.o.seed}:dup-submit")
-        pool = ThreadPoolExecutor(max_workers=12, thread_name_prefix="post")
-        finished = False
-        try:
-            self._paced_posts(pool, start, dup_rng)
-            finished = True
-        finally:
             # on an abort, do not wait for POSTs in flight (they give up once self.stop is set)
-            pool.shutdown(wait=finished, cancel_futures=not finished)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
     def _paced_posts(self, pool: ThreadPoolExecutor, start: float, dup_rng: random.Random) -> None:
         pending_dups: list[tuple[float, OrderRec]] = []
