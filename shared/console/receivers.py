@@ -12,9 +12,9 @@ use and reused by every later view, as the app keeps its senders (``shared.runti
 * one that fails is closed and dropped; if it was kept from an earlier view (its link may have
   been detached since, or its client closed), the peek is tried once more on a new receiver,
   within what is left of the same time budget;
-* one not used for ``IDLE_CLOSE_SECONDS`` is closed by a sweeper thread (``close_idle``), so a
-  worker holds these connections while the console is in use (the overview refreshes every
-  10 s), not for its whole life.
+* one not used for ``IDLE_CLOSE_SECONDS`` is closed by the next peek (``close_idle``), inside
+  that invocation: no thread of its own, so a frozen or recycled instance leaves nothing half
+  done (the service drops a frozen instance's idle connections; the next peek builds anew).
 """
 
 from __future__ import annotations
@@ -43,20 +43,18 @@ class PeekReceivers:
     receivers it has built: each is a connection and its links."""
 
     def __init__(self, client: Any, *, idle_seconds: float = IDLE_CLOSE_SECONDS,
-                 clock: Callable[[], float] = time.monotonic, sweep: bool = True) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.idle_seconds = idle_seconds
         self._clock = clock
-        self._sweep = sweep
         self._lock = threading.Lock()
         self._slots: dict[tuple[str, bool], _Slot] = {}
-        self._sweeper: threading.Thread | None = None
-        self._closed = threading.Event()
         self.built = 0
 
     def peek(self, queue: str, count: int, sequence_number: int, *, dead_letter: bool, timeout: float) -> list[Any]:
         """Up to ``count`` messages of ``queue`` (or its dead-letter queue) from ``sequence_number``
         on: one peek request, on the kept receiver. Raises what the SDK raises."""
+        self.close_idle()
         slot = self._slot(queue, dead_letter)
         deadline = time.monotonic() + timeout
         with slot.lock:
@@ -94,8 +92,7 @@ class PeekReceivers:
         return self.open_count()
 
     def close(self) -> None:
-        """Close every receiver and stop the sweeper; a later peek builds them again."""
-        self._closed.set()
+        """Close every receiver; a later peek builds them again."""
         with self._lock:
             slots = list(self._slots.values())
         taken = []
@@ -120,7 +117,8 @@ class PeekReceivers:
 
             sub_queue = ServiceBusSubQueue.DEAD_LETTER if dead_letter else None
             slot.receiver = self.client.get_queue_receiver(queue, sub_queue=sub_queue)
-            self._built()
+            with self._lock:
+                self.built += 1
         slot.last_used = self._clock()
         try:
             return list(slot.receiver.peek_messages(max_message_count=count, sequence_number=sequence_number,
@@ -128,27 +126,6 @@ class PeekReceivers:
         except Exception:
             _close(slot)
             raise
-
-    def _built(self) -> None:
-        with self._lock:
-            self.built += 1
-            self._closed.clear()
-            if self._sweep and self._sweeper is None:
-                self._sweeper = threading.Thread(target=self._sweep_idle, name="console-peek-receivers", daemon=True)
-                self._sweeper.start()
-
-    def _sweep_idle(self) -> None:
-        """The sweeper: closes idle receivers every half ``idle_seconds``. It ends when none is
-        open or the pool is closed, deciding so under the pool's lock, which ``_built`` takes to
-        start the next one."""
-        while True:
-            self._closed.wait(self.idle_seconds / 2)  # returns at once when the pool is closed
-            if not self._closed.is_set():
-                self.close_idle()
-            with self._lock:
-                if self._closed.is_set() or not any(slot.receiver is not None for slot in self._slots.values()):
-                    self._sweeper = None
-                    return
 
 
 def _close(slot: _Slot) -> None:

@@ -1,6 +1,6 @@
 """shared.console.receivers: the console's peek receivers are built once per queue and dead-letter
 queue and kept from one view to the next, so a view opens no link once the worker has served one;
-a kept receiver that fails is replaced within the same peek; an idle one is closed. The client is
+a kept receiver that fails is replaced within the same peek; an idle one is closed by the next peek. The client is
 the stand-in of test_deadletters.py (the SDK's receiver API); the real thing is
 tests/integration/test_deadletters_servicebus.py."""
 
@@ -55,7 +55,7 @@ def test_each_client_has_its_own_receivers() -> None:
 
 def test_a_kept_receiver_that_fails_is_replaced_within_the_same_peek() -> None:
     client = FakeClient({("alerts", True): [Msg(3)]})
-    pool = PeekReceivers(client, sweep=False)
+    pool = PeekReceivers(client)
     assert [m.sequence_number for m in pool.peek("alerts", 5, 1, dead_letter=True, timeout=10)] == [3]
     kept = client.receivers[0]
     kept.fail_next = True  # e.g. Service Bus detached its idle link and the SDK could not recover
@@ -77,7 +77,7 @@ def test_a_new_receiver_that_fails_is_dropped_and_the_failure_raised() -> None:
 def test_a_receiver_unused_for_the_idle_time_is_closed() -> None:
     now = [1000.0]
     client = FakeClient()
-    pool = PeekReceivers(client, idle_seconds=300, clock=lambda: now[0], sweep=False)
+    pool = PeekReceivers(client, idle_seconds=300, clock=lambda: now[0])
     pool.peek("scheduler", 1, 1, dead_letter=False, timeout=10)
     pool.peek("scheduler", 1, 1, dead_letter=True, timeout=10)
     now[0] += 200
@@ -89,3 +89,14 @@ def test_a_receiver_unused_for_the_idle_time_is_closed() -> None:
     assert pool.built == 3 and pool.open_count() == 1
     pool.close()
     assert all(r.closed for r in client.receivers) and pool.open_count() == 0
+
+
+def test_the_next_peek_closes_the_idle_receivers_inside_its_own_call() -> None:
+    """No thread of its own: an instance frozen between views leaves nothing half done."""
+    now = [1000.0]
+    client = FakeClient()
+    pool = PeekReceivers(client, idle_seconds=300, clock=lambda: now[0])
+    pool.peek("scheduler", 1, 1, dead_letter=False, timeout=10)
+    now[0] += 300
+    pool.peek("alerts", 1, 1, dead_letter=True, timeout=10)
+    assert [r.closed for r in client.receivers] == [True, False] and pool.open_count() == 1
