@@ -445,12 +445,18 @@ def offered(scope: Any) -> set[str]:
     return {b.get_attribute("data-action") for b in scope.find_elements(By.CSS_SELECTOR, "button.action")}
 
 
-def answered(driver: Any, status: Any) -> str:
-    """The status line's text once the API answered: read once per poll (two reads can straddle
-    the click handler writing "sending…", the first seeing it empty and the second not)."""
+def answered(driver: Any, status: Any, before: str) -> str:
+    """The status line's text once the API answered the click made after it read ``before``: read
+    once per poll (two reads can straddle the click handler writing "sending…", the first seeing it
+    empty and the second not), and only once it has changed, since the line keeps the previous
+    action's outcome until the handler writes "sending…"."""
+    changed = False
+
     def text(_d: Any) -> str | bool:
+        nonlocal changed
         now = str(status.text)
-        return now if now.strip() and "sending" not in now else False
+        changed = changed or now != before
+        return now if changed and now.strip() and "sending" not in now else False
     return str(WebDriverWait(driver, 30).until(text))
 
 
@@ -495,9 +501,10 @@ def click_action(driver: Any, scope: Any, order_id: str, action: str) -> str:
         scope.find_element(By.CSS_SELECTOR, button).click()
     dialog = driver.find_element(By.ID, "confirm-dialog")
     WebDriverWait(driver, 10).until(lambda d: dialog.get_attribute("open") is not None)
-    dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
     status = by_testid(driver, "action-status")
-    return answered(driver, status)
+    before = str(status.text)
+    dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
+    return answered(driver, status, before)
 
 
 def test_the_actions_offered_are_those_the_api_accepts_in_every_state(seeded: Seeded, driver: Any) -> None:
@@ -820,9 +827,10 @@ def send_from_form(driver: Any, button: str) -> str:
     stable(driver, lambda d: d.find_element(By.CSS_SELECTOR, f"{EVENT_FORM} [data-testid='{button}']").click())
     dialog = driver.find_element(By.ID, "confirm-dialog")
     WebDriverWait(driver, 10).until(lambda d: dialog.get_attribute("open") is not None)
-    dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
     status = by_testid(driver, "action-status")
-    return answered(driver, status)
+    before = str(status.text)
+    dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
+    return answered(driver, status, before)
 
 
 def type_into_event_body(driver: Any, text: str) -> None:
@@ -1439,9 +1447,10 @@ def click_dead_letter_action(driver: Any, seq: int, action: str, before_confirm:
     assert "Keep the dead letter" in dialog.text and f"{action} dead letter {seq}" in dialog.text, dialog.text
     if before_confirm is not None:
         before_confirm()
-    dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
     status = by_testid(driver, "deadletter-status")
-    return answered(driver, status)
+    before = str(status.text)
+    dialog.find_element(By.CSS_SELECTOR, "[data-testid='confirm']").click()
+    return answered(driver, status, before)
 
 
 def dead_letter_seqs_shown(driver: Any) -> set[int]:
