@@ -74,6 +74,7 @@ from bench.chaos_outage import (
     render_outage,
 )
 from bench.chaos_records import ChaosOptions, OrderRec, is_held, is_terminal, post_until_answered
+from bench.poll import wait_for
 from bench.profiling import stat_fields
 from local.host import ncrontab
 from local.host.keys import ADMIN, FUNCTION
@@ -149,9 +150,7 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_gone(pids: list[int], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: not any(_alive(p) for p in pids), timeout, every=0.1)
     return [p for p in pids if _alive(p)]
 
 
@@ -383,14 +382,15 @@ class ChaosRun:
         self.faults["hostInstanceKills"] += 1
         self.event("kill", instance=k, pid=pid, ordersProcessing=inflight)
         self.say(f"  ! SIGKILL host instance {k} (pid {pid}) with {inflight} orders Processing")
-        deadline = t + 60
-        while time.monotonic() < deadline and not self.stop.is_set():
+
+        def restarted() -> int | None:
             new = self.host_instances().get(k)
-            if new is not None and new != pid and self._host_child(new):
-                self.event("instance-restarted", instance=k, pid=new, seconds=round(time.monotonic() - t, 2))
-                return
-            time.sleep(0.2)
-        if not self.stop.is_set():
+            return new if new is not None and new != pid and self._host_child(new) else None
+
+        new = wait_for(restarted, 60, every=0.2, stop=self.stop)
+        if new is not None:
+            self.event("instance-restarted", instance=k, pid=new, seconds=round(time.monotonic() - t, 2))
+        elif not self.stop.is_set():
             self.errors.append(f"host instance {k} (pid {pid}) was not restarted within 60s")
 
     # ---- component restarts ------------------------------------------------------------------------
@@ -752,13 +752,11 @@ class ChaosRun:
                 f" | pollErr {sum(self.poll_errors.values())}")
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return True
-            if self.stop.wait(0.5):
-                raise _Aborted()
-        return predicate()
+        if wait_for(predicate, timeout, stop=self.stop):
+            return True
+        if self.stop.is_set():
+            raise _Aborted()
+        return False
 
     # ---- main sequence ---------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from typing import Any
 import requests
 
 from bench.chaos_records import ChaosRunner, OrderRec, answer_of, failed_and_undone, post_until_answered
+from bench.poll import wait_for
 from local.host.keys import ADMIN
 from local.stack import demo_order
 from shared.core.workflows import DEFAULT_WORKFLOW
@@ -120,15 +121,6 @@ class Bulk:
         finally:
             self.finished = True
 
-    def _wait(self, predicate: Any, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return True
-            if self.run.stop.wait(0.5):
-                return False
-        return predicate()
-
     def _loop(self) -> None:
         run = self.run
         if not self.recs:
@@ -138,7 +130,8 @@ class Bulk:
             with run.lock:
                 return all(r.order_id and failed_and_undone(r.view) for r in self.recs)
 
-        if not self._wait(all_failed, (run.o.orders + len(self.recs)) / run.o.rate + FAIL_TIMEOUT):
+        if not wait_for(all_failed, (run.o.orders + len(self.recs)) / run.o.rate + FAIL_TIMEOUT,
+                        stop=run.stop):
             with run.lock:
                 left = [(r.order_id, r.state) for r in self.recs if not failed_and_undone(r.view)]
             raise RuntimeError(f"bulk orders not failed and undone in time: {left[:5]}")
@@ -153,7 +146,7 @@ class Bulk:
             matched = int(answer.get("matched") or 0) if status == 200 else matched
             return matched == len(self.recs)
 
-        if not self._wait(all_matched, MATCH_TIMEOUT):
+        if not wait_for(all_matched, MATCH_TIMEOUT, stop=run.stop):
             self.problems.append(f"the dry run matched {matched} of {len(self.recs)} bulk orders")
         run.say(f"  ! bulk retry of {len(self.recs)} orders (customer {self.customer}): POST /api/operations")
         with run.lock:
@@ -174,7 +167,7 @@ class Bulk:
                 self.operation = answer
             return bool(self.operation) and self.operation.get("state") == "done"  # type: ignore[union-attr]
 
-        ok = self._wait(done, DONE_TIMEOUT)
+        ok = wait_for(done, DONE_TIMEOUT, stop=run.stop)
         self.post["seconds"] = round(time.monotonic() - t_post, 2)
         killer.join(timeout=90)
         counts = {k: (self.operation or {}).get(k) for k in ("state", "matched", "succeeded", "failed")}
@@ -203,8 +196,7 @@ class Bulk:
             return
         for when in ("post", "ticks"):
             if when == "ticks":
-                while self.operation_id is None and not run.stop.is_set() and time.monotonic() < t_post + 60:
-                    run.stop.wait(0.1)
+                wait_for(lambda: self.operation_id, t_post + 60 - time.monotonic(), every=0.1, stop=run.stop)
                 if (self.operation or self.post.get("firstAnswer") or {}).get("state") != "running":
                     return
             progress = {k: (self.operation or self.post.get("firstAnswer") or {}).get(k)

@@ -25,6 +25,7 @@ from bench.load import phase_figures
 from bench.logline import log
 from bench.peer_dbos.venv import ensure_peer_venv
 from bench.peer_rig import PeerRig
+from bench.poll import wait_for
 from bench.profiling import cpu_seconds
 from local.procs import REPO_ROOT
 from local.remotes.client import RemotesClient
@@ -103,9 +104,8 @@ def phase_recovery(rig: PeerRig, orders: int, hang: float) -> dict[str, Any]:
     try:
         reserves0 = _reserves(rig.remotes)
         ids = [oid for oid in (r._post_one() for _ in range(orders)) if oid]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and _reserves(rig.remotes) < reserves0 + len(ids):
-            time.sleep(0.05)  # every order reserved: its charge is under way at the remote
+        # every order reserved: its charge is under way at the remote
+        wait_for(lambda: _reserves(rig.remotes) >= reserves0 + len(ids), 30, every=0.05)
         time.sleep(min(1.0, hang / 3))  # in the middle of the remote call
         rig.kill_peer()
         t_kill = time.time()

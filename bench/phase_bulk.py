@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from bench.logline import log
+from bench.poll import wait_for
 from local.host.keys import ADMIN, FUNCTION
 from local.stack import demo_order
 
@@ -82,15 +83,17 @@ def _fail_batch(bench: BenchState, n: int) -> float:
     if any(s != 202 for s in statuses):
         raise RuntimeError(f"batch posts not accepted: {sorted(set(statuses))}")
     dry = {"action": "retry", "filter": {"state": "attention", "customerId": CUSTOMER}, "dryRun": True}
-    deadline = time.monotonic() + FAIL_TIMEOUT
     matched = 0
-    while time.monotonic() < deadline:
+
+    def all_matched() -> bool:
+        nonlocal matched
         matched = int(_api(bench, "POST", "/operations", json=dry)[1].get("matched") or 0)
-        if matched == n:
-            bench.stack.remotes.reset_faults()  # the operator's fix: restocked
-            return round(time.monotonic() - t0, 1)
-        time.sleep(1.0)
-    raise RuntimeError(f"only {matched} of {n} batch orders in attention after {FAIL_TIMEOUT:g}s")
+        return matched == n
+
+    if not wait_for(all_matched, FAIL_TIMEOUT, every=1.0):
+        raise RuntimeError(f"only {matched} of {n} batch orders in attention after {FAIL_TIMEOUT:g}s")
+    bench.stack.remotes.reset_faults()  # the operator's fix: restocked
+    return round(time.monotonic() - t0, 1)
 
 
 def _load(bench: BenchState, name: str, rate: float, seconds: float) -> dict[str, Any]:
@@ -123,14 +126,14 @@ class _Operation:
             self.answered_at = time.time()
             if status != 202:
                 raise RuntimeError(f"POST /api/operations: {status} {self.first}")
-            deadline = time.monotonic() + DONE_TIMEOUT
-            while time.monotonic() < deadline:
+
+            def done() -> bool:
                 status, self.last = _api(self.bench, "GET", f"/operations/{self.first['operationId']}")
-                if status == 200 and self.last.get("state") == "done":
-                    self.done_at = time.time()
-                    return
-                time.sleep(0.5)
-            raise RuntimeError(f"not done after {DONE_TIMEOUT:g}s: {self.last}")
+                return status == 200 and self.last.get("state") == "done"
+
+            if not wait_for(done, DONE_TIMEOUT):
+                raise RuntimeError(f"not done after {DONE_TIMEOUT:g}s: {self.last}")
+            self.done_at = time.time()
         except Exception as e:  # noqa: BLE001
             self.error = repr(e)
 
@@ -178,11 +181,9 @@ def _all_processed(bench: BenchState, n: int, since: float) -> float | None:
     """Seconds from the POST until search lists every retried order Processed (None: not in time).
     The next phase must not meet them still running."""
     dry = {"action": "retry", "filter": {"state": "processed", "customerId": CUSTOMER}, "dryRun": True}
-    deadline = time.monotonic() + DONE_TIMEOUT
-    while time.monotonic() < deadline:
-        if int(_api(bench, "POST", "/operations", json=dry)[1].get("matched") or 0) >= n:
-            return round(time.time() - since, 1)
-        time.sleep(1.0)
+    if wait_for(lambda: int(_api(bench, "POST", "/operations", json=dry)[1].get("matched") or 0) >= n,
+                DONE_TIMEOUT, every=1.0):
+        return round(time.time() - since, 1)
     return None
 
 

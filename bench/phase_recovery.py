@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from bench.logline import log
+from bench.poll import wait_for
 
 if TYPE_CHECKING:
     from bench.bench_state import BenchState
@@ -22,13 +23,14 @@ if TYPE_CHECKING:
 def _kill_mid_call(bench: BenchState, oid: str, t0: float) -> tuple[int, int, float, float, int]:
     """Once ``agent_payment`` runs the order's charge: SIGKILL its instance, mid-call.
     (instance, pid, kill time, the step's CompleteBy, its attempt)."""
-    assert bench.hostlog is not None
-    deadline = time.monotonic() + 30
-    ex: list[tuple[int, float, str]] = []
-    while time.monotonic() < deadline and not ex:
-        bench.hostlog.poll()
-        ex = bench.hostlog.executing_of("agent_payment", since=t0 - 1)
-        time.sleep(0.05)
+    hostlog = bench.hostlog
+    assert hostlog is not None
+
+    def executing() -> list[tuple[int, float, str]]:
+        hostlog.poll()
+        return hostlog.executing_of("agent_payment", since=t0 - 1)
+
+    ex = wait_for(executing, 30, every=0.05)
     if not ex:
         raise RuntimeError("agent_payment never started")
     instance = ex[0][0]
@@ -43,14 +45,10 @@ def _kill_mid_call(bench: BenchState, oid: str, t0: float) -> tuple[int, int, fl
 
 def _step_done_at(bench: BenchState, oid: str, wait_s: float) -> float | None:
     """When the status queue said the order's charge-payment step was done (None: not in time)."""
-    assert bench.watcher is not None
-    wait_until = time.monotonic() + wait_s
-    while time.monotonic() < wait_until:
-        ev = bench.watcher.events.get(oid, {})
-        if "step-done:charge-payment" in ev:
-            return float(ev["step-done:charge-payment"])
-        time.sleep(0.05)
-    return None
+    watcher = bench.watcher
+    assert watcher is not None
+    at = wait_for(lambda: watcher.events.get(oid, {}).get("step-done:charge-payment"), wait_s, every=0.05)
+    return None if at is None else float(at)
 
 
 def _measure(bench: BenchState, oid: str, t0: float, r: Any) -> dict[str, Any]:
