@@ -1227,10 +1227,10 @@ def ledger_outcomes(ids: set[str], views: dict[str, tuple[int | None, dict[str, 
     failed_last_with_effects: set[str] = set()
     earlier, earlier_with_effects = 0, 0
     for oid in sorted(ids):
-        fx, steps = per_order[oid], steps_of.get(oid) or view_effects(None)
-        expected = expected_run(steps)
-        compensable = {(svc, op) for svc, op, comp in steps.values() if comp}
-        comp_multi += compensations_repeated(oid, fx, steps)
+        fx = per_order[oid]
+        expected = expected_run(fx.steps)
+        compensable = {(svc, op) for svc, op, comp in fx.steps.values() if comp}
+        comp_multi += compensations_repeated(oid, fx)
         last = last_gen.get(oid, 0)
         for g in sorted(fx.generations()):
             if g > last:
@@ -1239,7 +1239,7 @@ def ledger_outcomes(ids: set[str], views: dict[str, tuple[int | None, dict[str, 
         for g in range(last):  # earlier generations: each one failed, and was undone before the restart
             earlier += 1
             earlier_with_effects += any(fx.effects[g].get(e) for e in compensable)
-            undo.check_undone(oid, g, fx.effects[g], fx.tombstones[g], steps)
+            undo.check_undone(oid, fx, g)
         effects, tomb = fx.effects[last], fx.tombstones[last]
         if final_state.get(oid) == "Processed":
             if effects != expected or tomb:
@@ -1252,7 +1252,7 @@ def ledger_outcomes(ids: set[str], views: dict[str, tuple[int | None, dict[str, 
         if any(effects.get(e) for e in compensable):
             failed_last_with_effects.add(oid)
         if oid not in held:  # nothing is compensated while an operator decides
-            undo.check_undone(oid, last, effects, tomb, steps)
+            undo.check_undone(oid, fx, last)
     failed_with_effects = sorted(failed_last_with_effects | undo.orders_with_effects)
     missing = {m["orderId"] for m in undo.missing}
     restarted = [oid for oid in ids if last_gen.get(oid, 0) > 0]

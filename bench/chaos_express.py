@@ -26,12 +26,12 @@ a tombstone if not).
 from __future__ import annotations
 
 import random
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from bench.chaos_ledger import generations as history_generations
-from bench.chaos_ledger import parse_key, parse_time, view_effects
+from bench.chaos_ledger import parse_time, split_ledger, view_effects
 from shared.core.statemachine.groups import STOPPED_REASON
 from shared.core.states import TERMINATED_REASON
 from shared.core.workflows import Workflow, load_registry
@@ -147,41 +147,6 @@ class Express:
 # ---- the checks -------------------------------------------------------------------------------
 
 
-class _Ledger:
-    """One order's ledger entries by (generation, step, compensation): [(seq, kind)]."""
-
-    def __init__(self) -> None:
-        self.entries: dict[tuple[int, str, bool], list[tuple[int, str]]] = defaultdict(list)
-
-    def applied(self, g: int, step: str) -> int:
-        return sum(1 for _, kind in self.entries[(g, step, False)] if kind == "effect")
-
-    def undone(self, g: int, step: str) -> int:
-        return sum(1 for _, kind in self.entries[(g, step, True)] if kind == "effect")
-
-    def tombstones(self, g: int, step: str) -> int:
-        return sum(1 for _, kind in self.entries[(g, step, True)] if kind == "tombstone")
-
-    def undo_seq(self, g: int, step: str) -> int | None:
-        return next((seq for seq, kind in self.entries[(g, step, True)] if kind == "effect"), None)
-
-
-def _ledgers(ledger: Iterable[Mapping[str, Any]], ids: set[str],
-             effects_of: Mapping[str, Any]) -> dict[str, _Ledger]:
-    out: dict[str, _Ledger] = defaultdict(_Ledger)
-    for pos, e in enumerate(ledger):
-        oid = str(e.get("orderId"))
-        if oid not in ids:
-            continue
-        info = parse_key(oid, str(e.get("idempotencyKey")), effects_of[oid])
-        if info is None:
-            continue  # an unexpected key: the ledger's own check says so
-        seq = e.get("seq")
-        out[oid].entries[(info.generation, info.step, info.compensation)].append(
-            (int(seq) if isinstance(seq, int) else pos + 1, str(e.get("kind") or "effect")))
-    return out
-
-
 def express_outcomes(recs: list[OrderRec], views: Mapping[str, tuple[int | None, dict[str, Any] | None]],
                      ledger: list[dict[str, Any]],
                      histories: Mapping[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
@@ -191,7 +156,7 @@ def express_outcomes(recs: list[OrderRec], views: Mapping[str, tuple[int | None,
     express = [r for r in recs if r.workflow == EXPRESS_WORKFLOW and r.order_id]
     ids = {r.order_id for r in express if r.order_id}
     effects_of = {oid: view_effects(v if s == 200 else None) for oid, (s, v) in views.items() if oid in ids}
-    ledgers = _ledgers(ledger, ids, effects_of)
+    per_order, _ = split_ledger(ledger, effects_of)
     not_express, out_of_order, standing, by_key = [], [], [], []
     outcomes: Counter[str] = Counter()
     failed_at: Counter[str] = Counter()
@@ -211,7 +176,7 @@ def express_outcomes(recs: list[OrderRec], views: Mapping[str, tuple[int | None,
         wf: Workflow = registry.get(EXPRESS_WORKFLOW, int(named.get("version") or 1))
         branches = [s.name for s in wf.steps if s.group]
         effects = effects_of[oid]
-        fx = ledgers[oid]
+        fx = per_order[oid]
         state, outcome = view.get("processState"), view.get("outcome")
         comp = view.get("compensation") or {}
         settled = state == "Processed" or (state == "Error" and comp.get("state") != "running"
@@ -241,7 +206,7 @@ def express_outcomes(recs: list[OrderRec], views: Mapping[str, tuple[int | None,
             for b in branches:
                 row = rows.get(b) or {}
                 cstate = (row.get("compensation") or {}).get("state")
-                applied, undone, tombs = fx.applied(last, b), fx.undone(last, b), fx.tombstones(last, b)
+                applied, undone, tombs = fx.applied(last, b), fx.undone(last, b), fx.tombstoned(last, b)
                 reason = str(row.get("failureReason") or "")
                 fenced = row.get("state") == "Failed" and reason in (STOPPED_REASON, TERMINATED_REASON)
                 if fenced:
@@ -278,8 +243,8 @@ def express_outcomes(recs: list[OrderRec], views: Mapping[str, tuple[int | None,
                         if b == refused:
                             continue
                         tally["otherUndone"] += fx.undone(g, b)
-                        tally["otherTombstoned"] += fx.tombstones(g, b)
-                        if fx.undone(g, b) + fx.tombstones(g, b) != 1 or fx.undone(g, b) != fx.applied(g, b):
+                        tally["otherTombstoned"] += fx.tombstoned(g, b)
+                        if fx.undone(g, b) + fx.tombstoned(g, b) != 1 or fx.undone(g, b) != fx.applied(g, b):
                             problems.append(f"{b} not compensated once by its key")
                     if problems:
                         by_key.append({**who, "generation": g, "designed": cause, "problem": "; ".join(problems)})
@@ -297,7 +262,7 @@ def express_outcomes(recs: list[OrderRec], views: Mapping[str, tuple[int | None,
             reverse["notComparable"] += 1  # a compensation failed and was redriven later, or no finishedAt
             continue
         ended_at = {b: t for b, t in finished.items() if t is not None}
-        seqs = {b: seq for b in branches if (seq := fx.undo_seq(last, b)) is not None}
+        seqs = {b: seq for b in branches if (seq := fx.undone_at(last, b)) is not None}
         # each pair of branches that finished one after the other: the later one compensated first
         wrong = [(a, b) for a in branches for b in branches if ended_at[a] > ended_at[b] and seqs[a] > seqs[b]]
         if len(set(ended_at.values())) < len(branches):

@@ -103,13 +103,33 @@ def _entry_problem(entry: dict[str, Any], info: KeyInfo | None, effects: StepEff
 
 @dataclass
 class OrderEffects:
-    """One order's ledger entries: effects and tombstones per generation."""
+    """One order's ledger entries: effects and tombstones per generation, where each (generation,
+    effect) was first applied (its ledger ``seq``), and its workflow's steps to read them by."""
 
     effects: dict[int, Counter[Effect]] = field(default_factory=lambda: defaultdict(Counter))
     tombstones: dict[int, Counter[Effect]] = field(default_factory=lambda: defaultdict(Counter))
+    first_seq: dict[tuple[int, Effect], int] = field(default_factory=dict)
+    steps: StepEffects = field(default_factory=lambda: STEP_EFFECTS)
 
     def generations(self) -> set[int]:
         return {g for g, c in self.effects.items() if c} | {g for g, c in self.tombstones.items() if c}
+
+    def applied(self, g: int, step: str) -> int:
+        svc, op, _ = self.steps[step]
+        return self.effects[g][(svc, op)]
+
+    def undone(self, g: int, step: str) -> int:
+        svc, _, comp = self.steps[step]
+        return self.effects[g][(svc, comp)] if comp else 0
+
+    def tombstoned(self, g: int, step: str) -> int:
+        svc, _, comp = self.steps[step]
+        return self.tombstones[g][(svc, comp)] if comp else 0
+
+    def undone_at(self, g: int, step: str) -> int | None:
+        """The ledger ``seq`` of the step's compensation in generation g (None: not applied)."""
+        svc, _, comp = self.steps[step]
+        return self.first_seq.get((g, (svc, comp))) if comp else None
 
 
 def split_ledger(ledger: Iterable[dict[str, Any]], effects_of: Mapping[str, StepEffects] | None = None,
@@ -120,8 +140,9 @@ def split_ledger(ledger: Iterable[dict[str, Any]], effects_of: Mapping[str, Step
     An entry with an unexpected key still counts (as generation 0, or its parsed generation),
     so no other check is weakened by it."""
     orders: dict[str, OrderEffects] = defaultdict(OrderEffects)
+    orders.update({oid: OrderEffects(steps=steps) for oid, steps in (effects_of or {}).items()})
     unexpected: list[dict[str, Any]] = []
-    for e in ledger:
+    for pos, e in enumerate(ledger):
         oid, key = e["orderId"], str(e.get("idempotencyKey"))
         effects = (effects_of or {}).get(oid, STEP_EFFECTS)
         info = parse_key(oid, key, effects)
@@ -129,9 +150,13 @@ def split_ledger(ledger: Iterable[dict[str, Any]], effects_of: Mapping[str, Step
         if problem:
             unexpected.append({"orderId": oid, "service": e.get("service"), "operation": e.get("operation"),
                                "idempotencyKey": key, "problem": problem})
-        generation = info.generation if info else 0
-        bucket = orders[oid].tombstones if e.get("kind") == "tombstone" else orders[oid].effects
-        bucket[generation][(e["service"], e["operation"])] += 1
+        generation, effect = info.generation if info else 0, (e["service"], e["operation"])
+        if e.get("kind") == "tombstone":
+            orders[oid].tombstones[generation][effect] += 1
+            continue
+        orders[oid].effects[generation][effect] += 1
+        seq = e.get("seq")
+        orders[oid].first_seq.setdefault((generation, effect), seq if isinstance(seq, int) else pos + 1)
     return orders, unexpected
 
 
@@ -145,36 +170,30 @@ class UndoTally:
     shipped: list[dict[str, Any]] = field(default_factory=list)  # an effect with no compensation
     orders_with_effects: set[str] = field(default_factory=set)
 
-    def check_undone(self, oid: str, generation: int, effects: Counter[Effect], tombs: Counter[Effect],
-                     steps: StepEffects = STEP_EFFECTS) -> None:
-        """Every effect ``generation`` applied (a step of ``steps``) must be compensated exactly once."""
-        for name, (svc, op, comp) in steps.items():
-            if not effects.get((svc, op)):
+    def check_undone(self, oid: str, fx: OrderEffects, generation: int) -> None:
+        """Every effect ``generation`` applied (a step of the order's) must be compensated exactly once."""
+        for name, (_, _, comp) in fx.steps.items():
+            if not fx.applied(generation, name):
                 continue
             if comp is None:
                 self.shipped.append({"orderId": oid, "step": name, "generation": generation})
                 continue
             self.needed += 1
             self.orders_with_effects.add(oid)
-            if effects.get((svc, comp)) == 1:
+            if fx.undone(generation, name) == 1:
                 self.applied += 1
             else:
                 self.missing.append({"orderId": oid, "step": name, "generation": generation,
-                                     "compensation": f"{svc}/{comp}", "applied": effects.get((svc, comp), 0),
-                                     "tombstones": tombs.get((svc, comp), 0)})
+                                     "compensation": f"{fx.steps[name][0]}/{comp}",
+                                     "applied": fx.undone(generation, name),
+                                     "tombstones": fx.tombstoned(generation, name)})
 
 
-def compensations_repeated(oid: str, fx: OrderEffects, steps: StepEffects = STEP_EFFECTS) -> list[dict[str, Any]]:
+def compensations_repeated(oid: str, fx: OrderEffects) -> list[dict[str, Any]]:
     """A compensation applied (or tombstoned) more than once in one generation."""
-    out = []
-    for g in sorted(fx.generations()):
-        for svc, _, comp in steps.values():
-            if comp is None:
-                continue
-            n = fx.effects[g].get((svc, comp), 0) + fx.tombstones[g].get((svc, comp), 0)
-            if n > 1:
-                out.append({"orderId": oid, "effect": f"{svc}/{comp}", "generation": g, "times": n})
-    return out
+    return [{"orderId": oid, "effect": f"{svc}/{comp}", "generation": g, "times": n}
+            for g in sorted(fx.generations()) for name, (svc, _, comp) in fx.steps.items()
+            if (n := fx.undone(g, name) + fx.tombstoned(g, name)) > 1]
 
 
 def expected_run(steps: StepEffects = STEP_EFFECTS) -> Counter[Effect]:
