@@ -467,28 +467,16 @@ class ChaosRun:
     # ---- submissions --------------------------------------------------------------------------------
 
     def _post(self, rec: OrderRec) -> tuple[int | None, str | None, str | None]:
-        """POST rec's body with its Idempotency-Key, retrying failures that are not answers
-        (connection errors from a killed instance, 5xx during a restart). -> (status, id, error)."""
+        """POST rec's body with its Idempotency-Key until answered (``post_until_answered``: through
+        a killed instance or a restart). A 409 (the key reused with another body) is an answer
+        here, never asked again: a rejection the checks must see. -> (status, id, error)."""
         assert self.stack is not None
-        url = f"{self.stack.api_url}/orders"
-        deadline = time.monotonic() + self.o.post_retry_seconds
-        delay = 0.25
-        last = None
-        while not self.stop.is_set():
-            try:
-                r = self.session(FUNCTION).post(url, json=rec.body, headers={"Idempotency-Key": rec.key}, timeout=30)
-                if r.status_code in (200, 202):
-                    return r.status_code, str(r.json()["orderId"]), None
-                last = f"{r.status_code} {r.text[:300]}"
-                if r.status_code < 500 and r.status_code != 429:
-                    return r.status_code, None, last  # an answer: not retried
-            except (requests.RequestException, ValueError, KeyError) as e:
-                last = f"{type(e).__name__}: {e}"
-            if time.monotonic() > deadline:
-                break
-            self.stop.wait(delay)
-            delay = min(delay * 2, 2.0)
-        return None, None, last
+        status, body, lost = post_until_answered(self, f"{self.stack.api_url}/orders", FUNCTION,
+                                                 again=lambda *_: False, json=rec.body,
+                                                 headers={"Idempotency-Key": rec.key})
+        if status in (200, 202) and body.get("orderId"):
+            return status, str(body["orderId"]), None
+        return status, None, f"{status} {body}" if status else f"no answer ({lost} answers lost)"
 
     def submit(self, rec: OrderRec) -> None:
         status, oid, err = self._post(rec)

@@ -4,11 +4,13 @@ order against its own workflow's steps, and the checks on made-up outcomes of di
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from bench.chaos import (
     DIGITAL_WORKFLOW,
     SERVICES,
+    ChaosRun,
     evaluate,
     main,
     plan_workflows,
@@ -193,3 +195,39 @@ def test_a_restarted_digital_order_is_undone_generation_by_generation() -> None:
     assert _failing(recs, views, ledger) == set()
     kept = [e for e in ledger if not (e["orderId"] == "d4" and e["operation"] == "release-licence")]
     assert _failing(recs, views, kept) == {"failedOrdersFullyCompensatedPercent"}
+
+
+class _Answers:
+    """A session that answers each POST with the next (status, body), and records the calls."""
+
+    def __init__(self, *answers: tuple[int, dict[str, Any]]) -> None:
+        self.answers, self.calls = list(answers), 0
+
+    def post(self, url: str, **kw: Any) -> Any:
+        self.calls += 1
+        status, body = self.answers.pop(0)
+        return SimpleNamespace(status_code=status, json=lambda: body, text=str(body))
+
+
+def _submitting(session: _Answers) -> tuple[ChaosRun, OrderRec]:
+    run = ChaosRun(ChaosOptions(orders=1, seed=1, out=None))
+    run.o.post_retry_seconds = 5
+    run.stack = SimpleNamespace(api_url="http://api")  # type: ignore[assignment]
+    run.session = lambda level="function": session  # type: ignore[method-assign,assignment,misc]
+    return run, _rec(0, "")
+
+
+def test_a_submission_is_posted_again_through_a_restart_until_it_is_answered() -> None:
+    session = _Answers((503, {}), (202, {"orderId": "o-1"}))
+    run, rec = _submitting(session)
+    assert run._post(rec) == (202, "o-1", None) and session.calls == 2
+
+
+def test_a_submission_answered_409_is_not_posted_again() -> None:
+    """The key reused with another body: a rejection the checks count, not a pause to wait out
+    (an operator's action asks a 409 "conflict" again; a submission does not)."""
+    reuse = {"type": "https://errors/idempotency-key-reuse", "detail": "Idempotency-Key reused"}
+    session = _Answers((409, reuse), (202, {"orderId": "o-1"}))
+    run, rec = _submitting(session)
+    status, order_id, error = run._post(rec)
+    assert (status, order_id, session.calls) == (409, None, 1) and "idempotency-key-reuse" in str(error)
