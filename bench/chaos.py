@@ -703,7 +703,7 @@ class ChaosRun:
                         for r in due:
                             if (r.dup_delivery and not (r.request_copy_sent and r.reply_copy_sent)
                                     or self.operator.watching(r) or self.approvals.watching(r)
-                                    or self.express.watching(r) or self.bulk.watching(r)):
+                                    or self.bulk.watching(r)):
                                 r.poll_interval = 0.5
                             else:
                                 r.poll_interval = min(cap, max(2.0, r.poll_interval * 1.5))
@@ -793,9 +793,8 @@ class ChaosRun:
 
             threads.append(threading.Thread(target=progress, name="progress", daemon=True))
             threads.append(threading.Thread(target=self.poll_loop, name="poller", daemon=True))
-            threads.append(threading.Thread(target=self.operator.loop, name="operator", daemon=True))
-            threads.append(threading.Thread(target=self.approvals.loop, name="approvals", daemon=True))
-            threads.append(threading.Thread(target=self.bulk.loop, name="bulk", daemon=True))
+            threads += [threading.Thread(target=part.loop, name=part.name, daemon=True)
+                        for part in (self.operator, self.approvals, self.bulk)]
             for th in threads:
                 th.start()
 

@@ -38,11 +38,11 @@ from bench.chaos_records import (
     DUPLICATE,
     KEPT,
     REFUSED,
+    Actor,
     ApprovalPlan,
     ChaosRunner,
     EventSend,
     OrderRec,
-    act_loop,
     is_terminal,
     post_until_answered,
     problem_of,
@@ -114,12 +114,14 @@ def _key(rec: OrderRec, plan: ApprovalPlan, generation: int, suffix: str = "") -
     return f"{rec.key}:{plan.event}:g{generation}{suffix}"
 
 
-class Approvals:
+class Approvals(Actor):
     """Plans the approvals and sends them from a thread of its own (``loop``), and from the
     submission's thread for the early ones (``accepted``)."""
 
+    name = "approval"
+
     def __init__(self, run: ChaosRunner) -> None:
-        self.run = run
+        super().__init__(run)
         self.rng = random.Random(f"{run.o.seed}:approvals")
         self.lock = threading.Lock()
         self.timeouts: dict[str, int] = {}  # the wait steps' timeouts the stack serves
@@ -206,7 +208,7 @@ class Approvals:
     def due(self, rec: OrderRec, now: float) -> str | None:
         """The send the order is owed now, if any (``now``: inf asks whether one is still owed)."""
         plan = rec.approval
-        if plan is None or plan.busy or not rec.order_id:
+        if plan is None or not rec.order_id:
             return None
         g = self._generation(rec)
         if plan.kind == "early" and not plan.sent("early"):
@@ -223,12 +225,7 @@ class Approvals:
             return None
         return "decline" if g == 0 and plan.kind == "declined" else "approve"
 
-    def pending(self, rec: OrderRec) -> bool:
-        """Whether the runner still owes the order a send (the run is not settled)."""
-        plan = rec.approval
-        return plan is not None and (plan.busy or self.due(rec, float("inf")) is not None)
-
-    def _notice(self, rec: OrderRec, now: float) -> None:
+    def notice(self, rec: OrderRec, now: float) -> None:
         """An order seen waiting: note when (a late send counts from then); one waiting with no
         plan gets one (on time) so that the run ends, and a check counts it."""
         if rec.view is None or not (rec.view.get("awaiting") or {}).get("kind") == "event":
@@ -244,62 +241,42 @@ class Approvals:
 
     def accepted(self, rec: OrderRec) -> None:
         """Called by the submission right after the POST's 202: an early event goes now."""
-        run = self.run
-        with run.lock:
+        with self.run.lock:
             plan = rec.approval
-            if plan is None or plan.kind != "early" or self.due(rec, time.monotonic()) != "early":
+            if (plan is None or plan.kind != "early" or rec.index in self.busy
+                    or self.due(rec, time.monotonic()) != "early"):
                 return
-            plan.busy = True
-        self._act(rec, "early")
+            self.busy.add(rec.index)
+        self.take(rec, "early")
 
-    def loop(self) -> None:
-        def claim(r: OrderRec, now: float) -> str | None:
-            if not r.order_id:
-                return None
-            self._notice(r, now)
-            action = self.due(r, now)
-            if action is not None:
-                assert r.approval is not None
-                r.approval.busy = True
-            return action
-
-        act_loop(self.run, "approvals", claim, self._act)
-
-    def _act(self, rec: OrderRec, action: str) -> None:
+    def act(self, rec: OrderRec, action: str) -> None:
         plan = rec.approval
         assert plan is not None
-        try:
-            g = self._generation(rec)
-            if action == "early":
-                try:
-                    self._send(rec, EventSend("early", 0, _key(rec, plan, 0), _event_body(plan, True)))
-                finally:
-                    if plan.hold_sku:  # the reservation's next attempt goes through
-                        self.run.remove_remote_cause("hold", plan.hold_sku)
-                plan.handled.add(0)
-            elif action == "approve" and plan.kind == "twice" and g == 0:
-                self._approve_twice(rec, plan)
-                plan.handled.add(0)
-            elif action in ("approve", "decline"):
-                key = None if plan.kind == "twice" and plan.twice_by == "body" else _key(rec, plan, g)
-                self._send(rec, EventSend(action, g, key, _event_body(plan, action == "approve")))
-                plan.handled.add(g)
-            elif action == "copy":
-                first = next(s for s in plan.sends if s.what == "approve")
-                self._send(rec, EventSend("copy", first.generation, first.key, dict(first.body)))
-            elif action == "different":
-                first = next(s for s in plan.sends if s.what == "approve")
-                key = None if first.key is None else _key(rec, plan, first.generation, ":changed")
-                self._send(rec, EventSend("different", first.generation, key,
-                                          _event_body(plan, False, note="a different second event")))
-            elif action == "tooLate":
-                self._send(rec, EventSend("tooLate", 0, _key(rec, plan, 0), _event_body(plan, True, note="too late")))
-        except Exception as e:  # noqa: BLE001
-            self.run.errors.append(f"approval {action} of {rec.order_id}: {type(e).__name__}: {e}")
-        finally:
-            with self.run.lock:
-                plan.busy = False
-                rec.next_poll = 0.0  # see what it did
+        g = self._generation(rec)
+        if action == "early":
+            try:
+                self._send(rec, EventSend("early", 0, _key(rec, plan, 0), _event_body(plan, True)))
+            finally:
+                if plan.hold_sku:  # the reservation's next attempt goes through
+                    self.run.remove_remote_cause("hold", plan.hold_sku)
+            plan.handled.add(0)
+        elif action == "approve" and plan.kind == "twice" and g == 0:
+            self._approve_twice(rec, plan)
+            plan.handled.add(0)
+        elif action in ("approve", "decline"):
+            key = None if plan.kind == "twice" and plan.twice_by == "body" else _key(rec, plan, g)
+            self._send(rec, EventSend(action, g, key, _event_body(plan, action == "approve")))
+            plan.handled.add(g)
+        elif action == "copy":
+            first = next(s for s in plan.sends if s.what == "approve")
+            self._send(rec, EventSend("copy", first.generation, first.key, dict(first.body)))
+        elif action == "different":
+            first = next(s for s in plan.sends if s.what == "approve")
+            key = None if first.key is None else _key(rec, plan, first.generation, ":changed")
+            self._send(rec, EventSend("different", first.generation, key,
+                                      _event_body(plan, False, note="a different second event")))
+        elif action == "tooLate":
+            self._send(rec, EventSend("tooLate", 0, _key(rec, plan, 0), _event_body(plan, True, note="too late")))
 
     def _approve_twice(self, rec: OrderRec, plan: ApprovalPlan) -> None:
         """The event and its copy: one after the other (the copy is sent by ``due`` next), or both at once."""

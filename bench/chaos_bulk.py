@@ -46,6 +46,8 @@ DONE_TIMEOUT = 300.0  # for the operation to be done
 class Bulk:
     """Plans the bulk orders and runs the one bulk retry over them (``loop``)."""
 
+    name = "bulk"
+
     def __init__(self, run: ChaosRunner) -> None:
         self.run = run
         seed = run.o.seed

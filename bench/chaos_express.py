@@ -138,11 +138,6 @@ class Express:
         shipping service's for ``pivotCancel``."""
         return [r.express_hold_sku for r in self.run.recs if r.express_plan == plan and r.express_hold_sku]
 
-    @staticmethod
-    def watching(rec: OrderRec) -> bool:
-        """Polled closely (every 0.5 s): the operator acts on what it sees."""
-        return rec.express_plan is not None
-
 
 # ---- the checks -------------------------------------------------------------------------------
 

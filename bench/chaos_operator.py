@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from bench.chaos_express import at_pivot
-from bench.chaos_records import act_loop, failed_and_undone, is_held, post_until_answered, problem_of
+from bench.chaos_records import Actor, failed_and_undone, is_held, post_until_answered, problem_of
 
 if TYPE_CHECKING:
     from bench.chaos_records import ChaosRunner, OrderRec
@@ -63,11 +63,13 @@ def compensation_failed(view: dict[str, Any] | None) -> bool:
     return comp.get("state") == "failed" and not comp.get("pending")
 
 
-class Operator:
+class Operator(Actor):
     """Plans the operator's actions and takes them from a thread of its own (``loop``)."""
 
+    name = "operator"
+
     def __init__(self, run: ChaosRunner) -> None:
-        self.run = run
+        super().__init__(run)
         self.rng = random.Random(f"{run.o.seed}:operator")
 
     # ---- plan ---------------------------------------------------------------------------------
@@ -122,7 +124,7 @@ class Operator:
 
     def due(self, rec: OrderRec, now: float) -> str | None:
         """The action the operator owes ``rec`` now, if any."""
-        if rec.op_busy or not rec.order_id:
+        if not rec.order_id:
             return None
         if self.stall_to_stop(rec) and charging(rec.view):
             return "terminate"
@@ -141,32 +143,14 @@ class Operator:
             return "restart"
         return None
 
-    def pending(self, rec: OrderRec) -> bool:
-        """Whether the operator still has something to do for ``rec`` (the run is not settled)."""
-        return rec.op_busy or self.due(rec, float("inf")) is not None
-
-    def loop(self) -> None:
-        def claim(r: OrderRec, now: float) -> str | None:
-            action = self.due(r, now)
-            r.op_busy = r.op_busy or action is not None
-            return action
-
-        act_loop(self.run, "operator", claim, self._act)
-
-    def _act(self, rec: OrderRec, action: str) -> None:
-        try:
-            if action == "terminate":
-                self.terminate(rec)
-            elif action == "cancel":
-                self.cancel(rec)
-            else:  # redrive, restart: the order's own cause fixed first
-                self.fix_cause(rec)
-                self.retry(rec, "compensation-redriven" if action == "redrive" else "restarted")
-        except Exception as e:  # noqa: BLE001
-            self.run.errors.append(f"operator {action} of {rec.order_id}: {type(e).__name__}: {e}")
-        finally:
-            with self.run.lock:
-                rec.op_busy = False
+    def act(self, rec: OrderRec, action: str) -> None:
+        if action == "terminate":
+            self.terminate(rec)
+        elif action == "cancel":
+            self.cancel(rec)
+        else:  # redrive, restart: the order's own cause fixed first
+            self.fix_cause(rec)
+            self.retry(rec, "compensation-redriven" if action == "redrive" else "restarted")
 
     def fix_cause(self, rec: OrderRec) -> None:
         """Remove the order's own cause of failure: restock its SKU, raise the payment limit,

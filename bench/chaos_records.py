@@ -143,7 +143,6 @@ class OrderRec:
     redrives_tried: int = 0
     redrives_done: int = 0  # 202 "compensation-redriven"
     operator_actions: list[dict[str, Any]] = field(default_factory=list)
-    op_busy: bool = False
     approval: ApprovalPlan | None = None  # the order waits for an event: what the runner sends it (chaos_approvals)
     # express orders (bench.chaos_express): a designed path, and the SKU a remote hangs on for it
     express_plan: str | None = None  # "groupTerminate" | "pivotCancel"
@@ -246,7 +245,6 @@ class ApprovalPlan:
     sends: list[EventSend] = field(default_factory=list)
     handled: set[int] = field(default_factory=set)  # generations whose event was sent (or need none)
     seen: dict[int, float] = field(default_factory=dict)  # generation -> when the runner first saw it waiting
-    busy: bool = False
 
     def sent(self, what: str) -> bool:
         return any(s.what == what for s in self.sends)
@@ -325,15 +323,59 @@ def post_until_answered(run: ChaosRunner, url: str, level: str = ADMIN, *, timeo
     return None, {}, lost
 
 
-def act_loop(run: ChaosRunner, name: str, claim: Callable[[OrderRec, float], str | None],
-             act: Callable[[OrderRec, str], None]) -> None:
-    """Every 0.2 s until the run stops: ``claim`` (under the run's lock) the action each order is owed,
-    marking it busy, and ``act`` on them from a pool of 4 threads."""
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix=name) as pool:
-        while not run.stop.is_set():
-            now = time.monotonic()
-            with run.lock:
-                work = [(r, a) for r in run.recs if (a := claim(r, now)) is not None]
-            for r, a in work:
-                pool.submit(act, r, a)
-            run.stop.wait(0.2)
+class Actor:
+    """A part of the run that owes orders actions (the operator, the approvals). ``due`` says what
+    an order is owed now; ``loop`` takes it from a pool of 4 threads every 0.2 s until the run
+    stops, one action at a time per order, then polls the order at once to see what it did."""
+
+    name = "actor"  # (its threads' names, and its errors')
+
+    def __init__(self, run: ChaosRunner) -> None:
+        self.run = run
+        self.busy: set[int] = set()  # the orders (by index) an action is being taken for
+
+    def due(self, rec: OrderRec, now: float) -> str | None:
+        raise NotImplementedError
+
+    def act(self, rec: OrderRec, action: str) -> None:
+        raise NotImplementedError
+
+    def notice(self, rec: OrderRec, now: float) -> None:
+        """What the part notes of an order each round, before asking what it is owed."""
+
+    def pending(self, rec: OrderRec) -> bool:
+        """Whether the part still owes ``rec`` something (the run is not settled)."""
+        return rec.index in self.busy or self.due(rec, float("inf")) is not None
+
+    def claim(self, rec: OrderRec, now: float) -> str | None:
+        """(Under the run's lock.) The action ``rec`` is owed now, marked as being taken."""
+        if not rec.order_id:
+            return None
+        self.notice(rec, now)
+        if rec.index in self.busy:
+            return None
+        action = self.due(rec, now)
+        if action is not None:
+            self.busy.add(rec.index)
+        return action
+
+    def take(self, rec: OrderRec, action: str) -> None:
+        try:
+            self.act(rec, action)
+        except Exception as e:  # noqa: BLE001
+            self.run.errors.append(f"{self.name} {action} of {rec.order_id}: {type(e).__name__}: {e}")
+        finally:
+            with self.run.lock:
+                self.busy.discard(rec.index)
+                rec.next_poll = 0.0
+
+    def loop(self) -> None:
+        run = self.run
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix=self.name) as pool:
+            while not run.stop.is_set():
+                now = time.monotonic()
+                with run.lock:
+                    work = [(r, a) for r in run.recs if (a := self.claim(r, now)) is not None]
+                for r, a in work:
+                    pool.submit(self.take, r, a)
+                run.stop.wait(0.2)

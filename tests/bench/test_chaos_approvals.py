@@ -196,7 +196,7 @@ def test_when_each_kind_sends_its_events() -> None:
 
     late = _rec(run, "late")
     late.view = _waiting()
-    ap._notice(late, 100.0)
+    ap.notice(late, 100.0)
     wait = late.approval.late_seconds  # type: ignore[union-attr]
     assert ap.due(late, 100.0 + wait - 0.1) is None and ap.due(late, 100.0 + wait) == "approve"
     assert ap.pending(late)  # owed, later
@@ -240,7 +240,7 @@ def test_an_order_found_waiting_with_no_plan_is_approved_and_counted() -> None:
     run = _planned()
     rec = next(r for r in run.recs if r.approval is None)
     rec.order_id, rec.view = "x1", _waiting()
-    run.approvals._notice(rec, 0.0)
+    run.approvals.notice(rec, 0.0)
     assert rec.approval is not None and rec.approval.unplanned and rec.approval.kind == "onTime"
     assert run.approvals.due(rec, 0.0) == "approve"
 
