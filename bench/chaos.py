@@ -201,10 +201,10 @@ class ChaosRun:
         self._sb_senders: dict[str, Any] = {}
         self._host_log_pos = 0
         self._host_pids: dict[int, int] = {}
-        self.remote_profile: dict[str, dict[str, Any]] = {}
-        self._remote_lock = threading.Lock()  # the profile, and whether it is applied
-        self._remote_faults_on = False
+        self._remote_lock = threading.Lock()  # the remotes' faults: the causes, and what is on
         self._own_causes: dict[str, dict[str, Any]] = {}
+        self._chaos_on = False  # the chaos faults and the designed rejections
+        self._outage_on = False
         self._sb_stats_files: list[Path] = []
         self.operator = Operator(self)
         self.approvals = Approvals(self)
@@ -286,43 +286,49 @@ class ChaosRun:
     # ---- remote faults -------------------------------------------------------------------------
 
     def apply_remote_faults(self) -> None:
-        assert self.stack is not None
         o = self.o
-        base = {"transientRate": o.transient_rate, "lostResponseRate": o.lost_response_rate,
-                "hangRate": o.hang_rate, "hangSeconds": o.hang_seconds}
         own = self.operator.remote_causes()  # the causes of the orders the operator fixes
         # early approvals, and express orders terminated while their group runs: reservations held
         # until the event is answered, or until the terminate; express orders cancelled at their
         # shipment: shipments that never go (bench.chaos_express)
         held = [*self.approvals.held_skus(), *self.express.held_skus("groupTerminate")]
         unshipped = self.express.held_skus("pivotCancel")
-        # An order's own cause is no chaos fault: it stays until the operator (or the runner) removes it.
-        self._own_causes = {svc: {} for svc in SERVICES}
-        self._own_causes.update({"inventory": {"rejectSkus": [*own["restock"], *self.bulk.refused_skus()],
-                                               "hangSkus": held,
-                                               "hangSeconds": o.hang_seconds},
-                                 "payment": {"hangSkus": own["stall"], "hangSeconds": o.hang_seconds,
-                                             **({"rejectAmountOver": REJECT_AMOUNT_OVER} if own["limit"] else {})},
-                                 "shipping": {"hangSkus": unshipped, "hangSeconds": o.hang_seconds}})
-        # with the chaos faults, and the designed rejections (delivery: the chaos faults only)
-        self.remote_profile = {svc: {**base, **self._own_causes[svc]} for svc in SERVICES}
-        self.remote_profile["inventory"]["rejectSkus"] = [REJECT_SKU, *self._own_causes["inventory"]["rejectSkus"]]
-        self.remote_profile["payment"]["rejectAmountOver"] = REJECT_AMOUNT_OVER
-        remotes = self.stack.remotes
         with self._remote_lock:
-            for svc, faults in self.remote_profile.items():
-                remotes.set_faults(svc, **faults)
-            self._remote_faults_on = True
+            self._own_causes = {svc: {} for svc in SERVICES}
+            self._own_causes.update({"inventory": {"rejectSkus": [*own["restock"], *self.bulk.refused_skus()],
+                                                   "hangSkus": held, "hangSeconds": o.hang_seconds},
+                                     "payment": {"hangSkus": own["stall"], "hangSeconds": o.hang_seconds,
+                                                 **({"rejectAmountOver": REJECT_AMOUNT_OVER} if own["limit"] else {})},
+                                     "shipping": {"hangSkus": unshipped, "hangSeconds": o.hang_seconds}})
+            self._chaos_on = True
+            self._push(*SERVICES)
+
+    def _push(self, *services: str) -> None:
+        """(Under the remotes' lock.) Set each service to what it is owed now: the orders' own causes
+        (no chaos fault: each stays until the operator, or the runner, removes it); while the chaos
+        is on, its faults and the designed rejections too (delivery: the chaos faults only); during
+        the outage, shipping down."""
+        assert self.stack is not None
+        o = self.o
+        for svc in services:
+            faults = dict(self._own_causes.get(svc, {}))
+            if self._chaos_on:
+                faults |= {"transientRate": o.transient_rate, "lostResponseRate": o.lost_response_rate,
+                           "hangRate": o.hang_rate, "hangSeconds": o.hang_seconds}
+                if svc == "inventory":
+                    faults["rejectSkus"] = [REJECT_SKU, *faults["rejectSkus"]]
+                if svc == "payment":
+                    faults.setdefault("rejectAmountOver", REJECT_AMOUNT_OVER)
+                if svc == OUTAGE_SERVICE and self._outage_on:
+                    faults["down"] = True
+            self.stack.remotes.set_faults(svc, **faults)
 
     def remote_faults_off(self) -> None:
         """Every fault off (every field back to its default), but for the causes of orders the
         operator has not fixed yet."""
-        assert self.stack is not None
-        remotes = self.stack.remotes
         with self._remote_lock:
-            self._remote_faults_on = False
-            for svc in SERVICES:
-                remotes.set_faults(svc, **self._own_causes.get(svc, {}))
+            self._chaos_on = False
+            self._push(*SERVICES)
         self.event("remote-faults-off")
 
     def remove_remote_cause(self, cause: str, sku: str | None) -> None:
@@ -330,17 +336,15 @@ class ChaosRun:
         payment limit (under the designed rejections), or stop the payment service hanging on it;
         or the runner's release of a hold on a reservation (inventory hangs on its SKU: an early
         approval's, or an express order's that the operator terminates while its group runs)."""
-        assert self.stack is not None
         svc, field_name = {"restock": ("inventory", "rejectSkus"), "stall": ("payment", "hangSkus"),
                            "limit": ("payment", "rejectAmountOver"), "hold": ("inventory", "hangSkus")}[cause]
         with self._remote_lock:
-            for faults in (self.remote_profile[svc], self._own_causes[svc]):
-                if cause == "limit":
-                    faults[field_name] = RAISED_LIMIT
-                else:
-                    faults[field_name] = [s for s in faults.get(field_name, []) if s != sku]
-            self.stack.remotes.set_faults(svc, **(self.remote_profile[svc] if self._remote_faults_on
-                                                  else self._own_causes[svc]))
+            causes = self._own_causes[svc]
+            if cause == "limit":
+                causes[field_name] = RAISED_LIMIT
+            else:
+                causes[field_name] = [s for s in causes.get(field_name, []) if s != sku]
+            self._push(svc)
 
     # ---- host instances ---------------------------------------------------------------------------
 
@@ -425,19 +429,14 @@ class ChaosRun:
             self._drop_sb_client()
 
     def outage(self, on: bool) -> None:
-        assert self.stack is not None
-        remotes = self.stack.remotes
+        with self._remote_lock:
+            self._outage_on = on
+            self._push(OUTAGE_SERVICE)
+        self.event("outage-start" if on else "outage-end", service=OUTAGE_SERVICE)
         if on:
-            with self._remote_lock:
-                remotes.set_faults(OUTAGE_SERVICE, **{**self.remote_profile[OUTAGE_SERVICE], "down": True})
             self.faults["shippingOutageWindows"] += 1
-            self.event("outage-start", service=OUTAGE_SERVICE)
             self.say(f"  ! {OUTAGE_SERVICE} service down for {self.o.outage_seconds:g}s")
         else:
-            with self._remote_lock:
-                if self._remote_faults_on:  # (the run may have turned every fault off already)
-                    remotes.set_faults(OUTAGE_SERVICE, **self.remote_profile[OUTAGE_SERVICE])
-            self.event("outage-end", service=OUTAGE_SERVICE)
             self.say(f"  ! {OUTAGE_SERVICE} service back")
 
     def run_events(self, events: list[tuple[float, str]], start: float) -> None:
