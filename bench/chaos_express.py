@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.chaos_ledger import generations as history_generations
 from bench.chaos_ledger import parse_time, split_ledger, view_effects
+from bench.chaos_records import is_held, is_terminal
 from shared.core.statemachine.groups import STOPPED_REASON
 from shared.core.states import TERMINATED_REASON
 from shared.core.workflows import Workflow, load_registry
@@ -173,11 +174,8 @@ def express_outcomes(recs: list[OrderRec], views: Mapping[str, tuple[int | None,
         effects = effects_of[oid]
         fx = per_order[oid]
         state, outcome = view.get("processState"), view.get("outcome")
-        comp = view.get("compensation") or {}
-        settled = state == "Processed" or (state == "Error" and comp.get("state") != "running"
-                                           and not comp.get("pending"))
-        held = state == "Error" and outcome == "held"
-        failed = settled and state == "Error" and not held
+        settled = is_terminal(view)
+        failed = settled and state == "Error" and not is_held(view)
         last = int(view.get("generation") or 0)
         outcomes[str(outcome or state)] += 1
         if state == "Error" and view.get("failedStep"):
@@ -211,7 +209,7 @@ def express_outcomes(recs: list[OrderRec], views: Mapping[str, tuple[int | None,
                 problem = None
                 if (fenced or row.get("state") == "Done") and cstate != "Done":
                     problem = f"{row.get('state')} ({reason or 'done'}), its compensation {cstate}"
-                elif cstate == "Done" and (undone + tombs != 1 or undone != applied):
+                elif cstate == "Done" and not fx.compensated_once(last, b):
                     problem = "compensation Done, not once by its key"
                 elif cstate is None and (applied or undone or tombs):
                     problem = "no compensation, yet the ledger has its effect or compensation"
@@ -239,7 +237,7 @@ def express_outcomes(recs: list[OrderRec], views: Mapping[str, tuple[int | None,
                             continue
                         tally["otherUndone"] += fx.undone(g, b)
                         tally["otherTombstoned"] += fx.tombstoned(g, b)
-                        if fx.undone(g, b) + fx.tombstoned(g, b) != 1 or fx.undone(g, b) != fx.applied(g, b):
+                        if not fx.compensated_once(g, b):
                             problems.append(f"{b} not compensated once by its key")
                     if problems:
                         by_key.append({**who, "generation": g, "designed": cause, "problem": "; ".join(problems)})

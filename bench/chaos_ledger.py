@@ -126,6 +126,11 @@ class OrderEffects:
         svc, _, comp = self.steps[step]
         return self.tombstones[g][(svc, comp)] if comp else 0
 
+    def compensated_once(self, g: int, step: str) -> bool:
+        """The step's effect in generation g undone exactly once by its key: a compensation if it
+        was applied, a tombstone if not."""
+        return self.undone(g, step) + self.tombstoned(g, step) == 1 and self.undone(g, step) == self.applied(g, step)
+
     def undone_at(self, g: int, step: str) -> int | None:
         """The ledger ``seq`` of the step's compensation in generation g (None: not applied)."""
         svc, _, comp = self.steps[step]
