@@ -1,0 +1,110 @@
+"""The agent with its remote's rate limit (``shared.agent.limiter``), two instances on one
+MemoryStore and a scripted HTTP remote: the instances together hand out one slot per interval;
+a call whose slot is near waits for it here, a later one is reserved and the step waits as on an
+open breaker (a ``waiting`` reply claiming the wake-up at the slot, nothing registered); the
+request sent again at its slot calls without taking another; a 429 pauses every instance."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from shared.agent import AgentRuntime
+from shared.agent.limiter import RateGate
+from shared.agent.parsing import parse_request
+from shared.core.breaker.waiting import probe_tag
+from shared.core.messages import ReplyMessage
+from shared.core.workflows.ratelimits import RateLimit
+from shared.storage.memory import MemoryStore
+from shared.storage.ratelimits import read_rate
+from shared.storage.waiting import waiting_steps
+from tests.unit.agent import test_runtime
+from tests.unit.agent.test_runtime import FAST, Replies, Scripted, make_request, mid_for
+from tests.unit.agent.test_runtime import request_body as _request_body
+
+remote = test_runtime.remote  # the scripted HTTP remote (a fixture)
+EIGHT = RateLimit(8)
+
+
+class Clock:
+    """The limiter's clock. A sleep is recorded and does not move it: the requests of a test
+    arrive at once, as a burst does on many threads."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+        self.slept: list[float] = []
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+def instances(remote: Scripted, store: MemoryStore, bus: Replies, clock: Clock, n: int = 2) -> list[AgentRuntime]:
+    out = []
+    for _ in range(n):
+        gate = RateGate(store, "inventory", EIGHT, now=clock)
+        out.append(AgentRuntime("inventory", remote.base, bus, policy=FAST, rate=gate, sleep=clock.sleep))
+    return out
+
+
+def request_body(**kw: Any) -> dict[str, Any]:
+    return _request_body(order_id=uuid.uuid4().hex, seconds=30, **kw)
+
+
+def test_two_instances_share_one_slot_per_interval_and_the_rest_wait_without_failing(remote: Scripted) -> None:
+    store, bus, clock = MemoryStore(), Replies(), Clock()
+    a, b = instances(remote, store, bus, clock)
+    results = [(a if i % 2 else b).handle(make_request(request_body())) for i in range(20)]
+    outcomes = [r.outcome for r in results]
+    # the first call goes at once, 8 more within the hold (1 s: slept here), the other 11 are reserved
+    assert outcomes.count("success") == 9 and outcomes.count("waiting") == 11
+    assert len(remote.requests) == 9 and clock.slept == [k / 8 for k in range(1, 9)]
+    sent = [json.loads(m.encoded()) for m in bus.take("replies")]
+    waits = [ReplyMessage.model_validate(r) for r in sent if r["outcome"] == "waiting"]
+    assert all(w.breaker == "inventory" and w.wake and w.until is not None for w in waits)  # each wakes itself
+    untils = sorted(w.until for w in waits if w.until is not None)
+    assert all(y - x == timedelta(seconds=1 / 8) for x, y in zip(untils, untils[1:], strict=False))  # own slots
+    assert waiting_steps(store, "inventory") == []  # no closer to resume them: nothing registered
+    assert read_rate(store, "inventory").tat == untils[-1] + timedelta(seconds=1 / 8)
+
+
+def test_the_request_sent_again_at_its_slot_calls_in_it_without_taking_another(remote: Scripted) -> None:
+    store, bus, clock = MemoryStore(), Replies(), Clock()
+    [a] = instances(remote, store, bus, clock, n=1)
+    for _ in range(10):
+        a.handle(make_request(request_body()))
+    before = read_rate(store, "inventory")
+    body = request_body()
+    slot = clock.now + timedelta(seconds=3)
+    again = parse_request(json.dumps(body).encode(), message_id=f"{mid_for(body)}:{probe_tag(slot)}",
+                          reply_to="replies", application_properties={}, agent="inventory")
+    clock.now = slot
+    result = a.handle(again)
+    assert result.outcome == "success" and result.calls == 1
+    assert read_rate(store, "inventory") == before  # no slot taken: it had its own
+
+
+def test_a_429_pauses_every_instance_for_its_retry_after(remote: Scripted) -> None:
+    store, bus, clock = MemoryStore(), Replies(), Clock()
+    a, b = instances(remote, store, bus, clock)
+    remote.script = [(429, {"error": "slow down"}, {"Retry-After": "5"}), (200, {"ok": True})]
+    first = a.handle(make_request(request_body()))
+    # the retry takes a slot after the pause: far, so the step waits (no FailureCount: a waiting reply)
+    assert first.outcome == "waiting" and first.statuses == (429,)
+    row = read_rate(store, "inventory")
+    assert row.throttled == 1 and row.paused_until is not None
+    other = b.handle(make_request(request_body()))
+    assert other.outcome == "waiting" and other.calls == 0  # the other instance honours it too
+    assert other.reply is not None and other.reply.until is not None and other.reply.until >= row.paused_until
+    assert len(remote.requests) == 1
+
+
+def test_without_a_limit_there_is_no_table_request(remote: Scripted) -> None:
+    store, bus = MemoryStore(), Replies()
+    rt = AgentRuntime("inventory", remote.base, bus, policy=FAST)
+    assert rt.handle(make_request(request_body())).outcome == "success"
+    assert store.writes == 0 and read_rate(store, "inventory").tat is None
