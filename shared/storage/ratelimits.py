@@ -15,7 +15,8 @@ from shared.core.ratelimit.bucket import RATE_PARTITION, RateDecision, RateRow
 from shared.core.rows import Op
 from shared.storage.store import Conflict, Store
 
-MAX_ROUNDS = 5  # read-decide-write rounds before giving up (each lost round: another instance took a slot)
+MAX_ROUNDS = 20  # read-decide-write rounds before giving up (each lost round: another instance took a slot;
+# an instance that wrote last writes without a read, so a loser may lose several rounds in a row)
 
 
 class RateBusy(RuntimeError):
