@@ -27,6 +27,7 @@ from shared.agent.limiter import RateGate
 from shared.core.breaker.state import BreakerDecision, BreakerPolicy
 from shared.core.breaker.waiting import WaitingStep
 from shared.core.messages import Bus
+from shared.core.ratelimit.bucket import wake_time
 from shared.runtime.resume import resume_waiting
 from shared.storage.store import Store
 from shared.storage.waiting import forget_waiting, register_waiting
@@ -90,8 +91,11 @@ class CallGuard:
             decision = rate.take(left)
             if decision.admission == "wait":
                 assert decision.slot is not None
-                raise RateWait(rate.remote, decision.slot, decision.verdict)
+                raise RateWait(rate.remote, wake_time(decision.slot), decision.verdict)
             reserved = decision.slot if decision.admission == "sleep" else None
+        elif rate.paused_after(reserved):
+            self._take_slot(rate)  # a 429 this instance saw paused the remote past the slot: a new one
+            return
         if reserved is not None and reserved > now:
             self.sleep((reserved - now).total_seconds())  # a slot within the hold (or one sent early)
 

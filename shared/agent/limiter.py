@@ -62,6 +62,13 @@ class RateGate:
             held.add(1, {"remote": self.remote, "how": decision.admission})
         return decision
 
+    def paused_after(self, slot: datetime) -> bool:
+        """Whether the row this instance last wrote pauses the remote past ``slot`` (a reserved
+        slot's call then takes a new one; no table request: what another instance wrote since is
+        not seen, its 429 is)."""
+        known = self._known
+        return known is not None and known.paused_until is not None and known.paused_until > slot
+
     def throttled(self, retry_after: float | None) -> None:
         """The remote answered 429: pause every instance for its Retry-After."""
         throttled_calls.add(1, {"remote": self.remote})

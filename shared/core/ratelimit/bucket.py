@@ -14,6 +14,10 @@ from shared.core.workflows.ratelimits import RateLimit
 
 RATE_PARTITION = "ratelimits"
 DEFAULT_HOLD = timedelta(seconds=1)  # a slot this close is waited for in the agent (a sleep), not on the bus
+# A step waiting for a reserved slot is woken this much before it: the request sent again then
+# arrives before its slot whatever the bus's delay (up to this much), and the agent sleeps until
+# the slot itself, so that the calls keep their spacing instead of their messages' jitter.
+WAKE_LEAD = timedelta(seconds=1.5)
 _PROBE_TAG = re.compile(r":probe-(\d{8}T\d{12})$")
 
 
@@ -63,10 +67,11 @@ def decide_take(row: RateRow, now: datetime, limit: RateLimit, *, hold: timedelt
     * ``call``: crash before the call -> the slot is spent unused (the rate is only undershot);
       the request is redelivered and takes a new slot.
     * ``sleep``: the same, after the sleep.
-    * ``wait``: the agent replies ``waiting`` (until = slot, claiming the wake-up). A crash before
-      the reply: the request is redelivered and takes another slot (the reserved one goes unused);
-      after it: the scheduler records the wait (a copy of the reply is a duplicate, its wake-up
-      has the same message id and is dropped) and sends the request again at the slot.
+    * ``wait``: the agent replies ``waiting`` (until = :func:`wake_time` of the slot, claiming the
+      wake-up). A crash before the reply: the request is redelivered and takes another slot (the
+      reserved one goes unused); after it: the scheduler records the wait (a copy of the reply is
+      a duplicate, its wake-up has the same message id and is dropped) and sends the request
+      again at the wake time; the agent sleeps from its arrival until the slot.
     """
     paused = row.paused_until if row.paused_until and row.paused_until > now else now
     base = max(row.tat or now, now, paused)
@@ -95,12 +100,17 @@ def decide_throttled(row: RateRow, now: datetime, retry_after: timedelta | None,
                         replace(row, paused_until=until, throttled=row.throttled + 1))
 
 
+def wake_time(slot: datetime) -> datetime:
+    """When the step waiting for ``slot`` is woken (``WAKE_LEAD`` before it): its reply's ``until``."""
+    return slot - WAKE_LEAD
+
+
 def reserved_slot(message_id: str | None) -> datetime | None:
-    """The slot a request was sent again for (its message id ends in ``:probe-{slot}``), or None."""
+    """The slot a request was sent again for (its message id ends in ``:probe-{wake time}``), or None."""
     match = _PROBE_TAG.search(message_id or "")
     if match is None:
         return None
-    return datetime.strptime(match.group(1) + "+0000", "%Y%m%dT%H%M%S%f%z")
+    return datetime.strptime(match.group(1) + "+0000", "%Y%m%dT%H%M%S%f%z") + WAKE_LEAD
 
 
 def _time(value: Any) -> datetime | None:

@@ -16,6 +16,7 @@ from shared.agent.limiter import RateGate
 from shared.agent.parsing import parse_request
 from shared.core.breaker.waiting import probe_tag
 from shared.core.messages import ReplyMessage
+from shared.core.ratelimit.bucket import WAKE_LEAD, wake_time
 from shared.core.workflows.ratelimits import RateLimit
 from shared.storage.memory import MemoryStore
 from shared.storage.ratelimits import read_rate
@@ -60,16 +61,17 @@ def test_two_instances_share_one_slot_per_interval_and_the_rest_wait_without_fai
     a, b = instances(remote, store, bus, clock)
     results = [(a if i % 2 else b).handle(make_request(request_body())) for i in range(20)]
     outcomes = [r.outcome for r in results]
-    # the first call goes at once, 8 more within the hold (1 s: slept here), the other 11 are reserved
-    assert outcomes.count("success") == 9 and outcomes.count("waiting") == 11
-    assert len(remote.requests) == 9 and clock.slept == [k / 8 for k in range(1, 9)]
+    # the first call goes at once, 7 more within the hold (1 s: slept here), the other 12 are reserved
+    assert outcomes.count("success") == 8 and outcomes.count("waiting") == 12
+    assert len(remote.requests) == 8 and clock.slept == [(k * EIGHT.interval).total_seconds() for k in range(1, 8)]
     sent = [json.loads(m.encoded()) for m in bus.take("replies")]
     waits = [ReplyMessage.model_validate(r) for r in sent if r["outcome"] == "waiting"]
     assert all(w.breaker == "inventory" and w.wake and w.until is not None for w in waits)  # each wakes itself
     untils = sorted(w.until for w in waits if w.until is not None)
-    assert all(y - x == timedelta(seconds=1 / 8) for x, y in zip(untils, untils[1:], strict=False))  # own slots
+    assert all(y - x == EIGHT.interval for x, y in zip(untils, untils[1:], strict=False))  # own slots
     assert waiting_steps(store, "inventory") == []  # no closer to resume them: nothing registered
-    assert read_rate(store, "inventory").tat == untils[-1] + timedelta(seconds=1 / 8)
+    # each wakes WAKE_LEAD before its slot; the row's next slot follows the last one reserved
+    assert read_rate(store, "inventory").tat == untils[-1] + WAKE_LEAD + EIGHT.interval
 
 
 def test_the_request_sent_again_at_its_slot_calls_in_it_without_taking_another(remote: Scripted) -> None:
@@ -80,11 +82,12 @@ def test_the_request_sent_again_at_its_slot_calls_in_it_without_taking_another(r
     before = read_rate(store, "inventory")
     body = request_body()
     slot = clock.now + timedelta(seconds=3)
-    again = parse_request(json.dumps(body).encode(), message_id=f"{mid_for(body)}:{probe_tag(slot)}",
+    again = parse_request(json.dumps(body).encode(), message_id=f"{mid_for(body)}:{probe_tag(wake_time(slot))}",
                           reply_to="replies", application_properties={}, agent="inventory")
-    clock.now = slot
+    clock.now = wake_time(slot) + timedelta(seconds=0.25)  # woken before its slot, the bus's delay after
     result = a.handle(again)
     assert result.outcome == "success" and result.calls == 1
+    assert clock.slept[-1] == 1.25  # it waited here for its slot itself
     assert read_rate(store, "inventory") == before  # no slot taken: it had its own
 
 
@@ -99,7 +102,8 @@ def test_a_429_pauses_every_instance_for_its_retry_after(remote: Scripted) -> No
     assert row.throttled == 1 and row.paused_until is not None
     other = b.handle(make_request(request_body()))
     assert other.outcome == "waiting" and other.calls == 0  # the other instance honours it too
-    assert other.reply is not None and other.reply.until is not None and other.reply.until >= row.paused_until
+    assert other.reply is not None and other.reply.until is not None
+    assert other.reply.until + WAKE_LEAD >= row.paused_until  # its slot is after the pause
     assert len(remote.requests) == 1
 
 
