@@ -13,9 +13,10 @@ algorithm's theoretical arrival time ``Tat``, and ``PausedUntil``, the end of th
   ``tolerance = (burst - 1) / perSecond`` (``burst`` calls may go at once after a quiet spell);
 * the slot is now -> ``call``; within ``hold`` (and the step's time) -> ``sleep`` until it, then
   call; later -> ``wait``: the slot is RESERVED in the row and the step waits as it does on an
-  open breaker (a ``waiting`` reply that claims the wake-up at the slot). The request the wake-up
-  sends again is named after the slot (``probe-{slot}``, ``shared.core.breaker.waiting.probe_tag``):
-  :func:`reserved_slot` reads it back, and that call goes in its slot without taking another.
+  open breaker (a ``waiting`` reply that claims the wake-up ``WAKE_LEAD`` before the slot). The
+  request the wake-up sends again is named after that time (``probe-{until}``,
+  ``shared.core.breaker.waiting.probe_tag``): :func:`bucket.reserved_slot` reads the slot back
+  from it, and the agent sleeps until the slot and calls in it without taking another.
 
 Nothing here does I/O (like ``shared.core.statemachine``): each ``decide_*`` returns a
 :class:`RateDecision`, the row to write (``None``: write nothing) and the effect to run ONLY once
