@@ -9,8 +9,9 @@ the agent's name, every write ETag-conditioned, like a breaker's): the generic c
 algorithm's theoretical arrival time ``Tat``, and ``PausedUntil``, the end of the last
 ``Retry-After`` a remote answered with a 429. A call takes the next free slot:
 
-* ``slot = max(now, Tat - tolerance, PausedUntil)``, ``Tat' = max(Tat, now, PausedUntil) + 1/perSecond``,
-  ``tolerance = (burst - 1) / perSecond`` (``burst`` calls may go at once after a quiet spell);
+* ``slot = max(now, Tat - tolerance, PausedUntil)``, ``Tat' = max(Tat, now, PausedUntil) + interval``,
+  ``interval = 1.05 / perSecond`` (5% under the rate told), ``tolerance = (burst - 1) * interval``
+  (``burst`` calls may go at once after a quiet spell);
 * the slot is now -> ``call``; within ``hold`` (and the step's time) -> ``sleep`` until it, then
   call; later -> ``wait``: the slot is RESERVED in the row and the step waits as it does on an
   open breaker (a ``waiting`` reply that claims the wake-up ``WAKE_LEAD`` before the slot). The
