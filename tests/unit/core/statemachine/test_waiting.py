@@ -460,3 +460,21 @@ def test_a_supervisor_crashing_while_it_resends_a_wake_up_resends_it_at_the_next
             break
         k += 1
     assert k >= 2
+
+
+def test_a_compensation_whose_rate_wake_up_was_never_sent_is_woken_by_the_supervisor() -> None:
+    rt, agents, oid = refund_in_flight()
+    until = rt.clock() + timedelta(seconds=10)
+    assert handle_reply(rt, waiting_reply(oid, 1, kind="compensation", step="charge-payment", wake=True,
+                                          until=until.isoformat())) == "waiting"
+    assert steps(rt, oid)["charge-payment"]["WakeAt"]
+    _never_sent(rt)
+    agents.hang.clear()
+    rt.clock.advance(30)
+    sweep(rt)
+    [wake] = [m for m in membus(rt).peek("scheduler") if m.body["kind"] == "resume"]
+    assert (wake.body["for"], wake.body["why"]) == ("compensation", "probe")
+    drive(rt, oid, agents)
+    st = state(rt, oid)
+    assert (st["Mode"], st["CompensationState"]) == ("finished", "completed"), st
+    assert st["CompFailureCount"] == 0 and steps(rt, oid)["charge-payment"]["CompensationAttempt"] == 1
