@@ -44,6 +44,7 @@ from decimal import Decimal
 from shared.core.sealed import MIN_KEY_BYTES, Keys
 from shared.core.workflows.catalog import AGENTS
 from shared.core.workflows.lanes import FAST_LANES, LANED_QUEUES
+from shared.core.workflows.ratelimits import RateLimit, RateLimitError, effective_limits
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("BreakerCacheSeconds", "1",
                 "How long an instance reuses a breaker row it read closed with no failure counted (0: read "
                 "it on every call); another instance's opening is seen up to this much later"),
+    SettingSpec("RemoteRateLimits", "",
+                "Calls per second per remote, shared by every instance, over workflows/agents.json's rateLimit: "
+                "NAME=N/s or NAME=off, comma-separated (payment=8/s,shipping=20/s); empty: the declared limits"),
     SettingSpec("BulkOrdersPerTick", "100",
                 "Orders a bulk operation acts on per Supervisor tick (its pace: live traffic keeps its latency)"),
     SettingSpec("BulkMaxInFlight", "5",
@@ -274,9 +278,20 @@ class Settings:
         if missing:
             raise MissingSettingError(missing)
         parse_token_keys(values[TOKEN_KEYS])  # a bad key stops the start, naming the setting
+        remote_rate_limits(values)  # so does a rate limit that is not NAME=N/s or NAME=off
         service_bus = _maybe(lambda: read_connection(env, SERVICE_BUS_CONNECTION, "fullyQualifiedNamespace"))
         state_storage = _maybe(lambda: read_connection(env, STATE_STORAGE_CONNECTION, "tableServiceUri"))
         return cls(values=values, service_bus=service_bus, state_storage=state_storage)
+
+
+def remote_rate_limits(values: Mapping[str, str]) -> dict[str, RateLimit]:
+    """Each limited remote's limit: ``RemoteRateLimits`` over workflows/agents.json's ``rateLimit``.
+    Raises :class:`InvalidSettingError` naming the setting and the item that is wrong."""
+    declared = {a.name: a.rate_limit for a in AGENTS}
+    try:
+        return effective_limits(declared, values.get("RemoteRateLimits", ""))
+    except RateLimitError as e:
+        raise InvalidSettingError("RemoteRateLimits", e.reason) from None
 
 
 def _maybe(fn):  # type: ignore[no-untyped-def]

@@ -380,6 +380,12 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'BreakerCacheSeconds'
           value: '1'
         }
+        // Calls per second per remote over workflows/agents.json's rateLimit (shared/core/ratelimit):
+        // empty, the declared limits (none by default). E.g. 'payment=8/s,shipping=20/s'.
+        {
+          name: 'RemoteRateLimits'
+          value: ''
+        }
         // A bulk operation's pace: orders acted on per Supervisor tick (shared/runtime/bulk.py).
         {
           name: 'BulkOrdersPerTick'

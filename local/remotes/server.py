@@ -54,6 +54,12 @@ Contract: docs/contracts.md, "Remote services". Behaviour worth knowing:
                         stored answer: the effect happened, the caller does not know. A retry
                         with the same key gets the stored answer.
 
+  ``ratePerSecond``     the service's published rate limit (``null``: none). A call that would
+                        be the (N+1)th one accepted within the last second gets 429 with
+                        ``Retry-After`` (whole seconds, at least 1) and no effect, before any
+                        other fault; ``/_stats`` counts it under status ``429`` and
+                        ``injected.rateLimited``. A refused call does not use up the rate.
+
   The random draws come from one ``random.Random`` per service, seeded from ``--seed``.
 """
 
@@ -61,6 +67,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import random
 import socket
 import struct
@@ -68,7 +75,7 @@ import sys
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -95,6 +102,7 @@ FAULT_DEFAULTS: dict[str, Any] = {
     "rejectSkus": [],
     "rejectAmountOver": None,
     "down": False,
+    "ratePerSecond": None,
 }
 
 MAX_BODY_BYTES = 1 << 20
@@ -151,6 +159,13 @@ def _non_negative(value: Any, name: str) -> float:
     return v
 
 
+def _positive(value: Any, name: str) -> float:
+    v = _non_negative(value, name)
+    if v == 0:
+        raise BadRequest(f"{name} must be > 0 (null: no limit)")
+    return v
+
+
 def validate_faults(raw: Any) -> dict[str, Any]:
     """Validate a ``PUT /_faults/{service}`` body; return the full fault set (defaults filled)."""
     if not isinstance(raw, dict):
@@ -173,6 +188,8 @@ def validate_faults(raw: Any) -> dict[str, Any]:
             f[name] = list(skus)
     if raw.get("rejectAmountOver") is not None:
         f["rejectAmountOver"] = str(_decimal(raw["rejectAmountOver"], "rejectAmountOver"))
+    if raw.get("ratePerSecond") is not None:
+        f["ratePerSecond"] = _positive(raw["ratePerSecond"], "ratePerSecond")
     if "down" in raw:
         down = raw["down"]
         if down in (True, "503", 503):
@@ -223,6 +240,7 @@ class Outcome:
     status: int
     body: dict[str, Any] | None  # None with RESET
     reset: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -255,6 +273,7 @@ class Simulator:
         self._applied: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._tombstones: set[tuple[str, str]] = set()
         self._stats = _Stats()
+        self._accepted: dict[str, deque[float]] = defaultdict(deque)  # ratePerSecond: calls let through
         self._journal = CallJournal()  # every call received, with the fault injected (GET /_calls)
         self._down = DownWindows()  # each period a service was down, and the calls it received then
         self.reset_faults()
@@ -318,6 +337,7 @@ class Simulator:
             self._stats = _Stats()
             self._journal.clear()
             self._down.clear()
+            self._accepted.clear()
         self.reset_faults()
 
     def count(self, service: str, operation: str, status: int | str) -> None:
@@ -333,6 +353,11 @@ class Simulator:
             return Outcome(400, {"error": "the Idempotency-Key header is required"})
         with self._lock:
             faults = copy.deepcopy(self._faults[service])
+            throttled = self._throttled(service, faults["ratePerSecond"], time.monotonic())
+            if throttled is not None:
+                self._stats.injected[service]["rateLimited"] += 1
+                self._journal.record(datetime.now(UTC), service, operation, key, "rateLimited")
+                return throttled
             rng = self._rngs[service]
             # Draw all three every time: the sequence depends only on the seed and call order.
             hang, transient, lost = (rng.random() < faults["hangRate"],
@@ -391,6 +416,21 @@ class Simulator:
                 journaled["fault"] = "lostResponse"
             return Outcome(503, {"error": f"{service} response lost (injected; the effect was applied)"})
         return Outcome(status, result)
+
+    def _throttled(self, service: str, rate: float | None, now: float) -> Outcome | None:
+        """The ``ratePerSecond`` fault (under the lock): 429 + Retry-After for a call over the rate
+        within the last second, else None (and the call is counted in the window)."""
+        if rate is None:
+            return None
+        window = self._accepted[service]
+        while window and window[0] <= now - 1.0:
+            window.popleft()
+        if len(window) >= rate:
+            retry_after = max(1, math.ceil(window[0] + 1.0 - now))
+            return Outcome(429, {"error": f"{service}: over {rate:g} calls per second (injected)"},
+                           headers={"Retry-After": str(retry_after)})
+        window.append(now)
+        return None
 
     def _apply(self, service: str, operation: str, key: str, body: Any,
                faults: dict[str, Any]) -> dict[str, Any]:
@@ -624,10 +664,12 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return self.rfile.read(length) if length else b""
 
-    def _send(self, status: int, body: Any) -> None:
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body, default=_json_default).encode()
         try:
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -679,7 +721,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reset()
             return
         sim.count(service, operation, outcome.status)
-        self._send(outcome.status, outcome.body)
+        self._send(outcome.status, outcome.body, outcome.headers)
 
     def do_GET(self) -> None:  # noqa: N802
         path, query = self._route()

@@ -198,6 +198,9 @@ class RemotePost:
             raise DeadlineReached("before the next call", "completeBy reached before the next call")
         if self.guard is not None:
             self.guard.before_call()  # raises BreakerWait: no call (not retried: not a TransientFault)
+            left = self.time_left()  # it may have waited for the rate limit's slot
+            if left < self.policy.min_call_seconds:
+                raise DeadlineReached("before the next call", "completeBy reached before the next call")
         read_timeout = min(self.policy.max_call_timeout, left)
         connect_timeout = min(self.policy.connect_timeout, left)
         try:
@@ -214,8 +217,8 @@ class RemotePost:
             raise TransientFault(f"{type(cause).__name__}: {cause}") from None
         try:
             answer = _answer(reply, self.now())
-        except TransientFault:
-            self._record(reply.status, final=not 200 <= reply.status < 300)
+        except TransientFault as fault:
+            self._record(reply.status, final=not 200 <= reply.status < 300, retry_after=fault.retry_after)
             raise
         self._record(reply.status)
         return answer
@@ -240,10 +243,11 @@ class RemotePost:
                 response.release_conn()
         return _Reply(response.status, response.headers, data)
 
-    def _record(self, status: int | str, *, final: bool = True, cut_by_deadline: bool = False) -> None:
+    def _record(self, status: int | str, *, final: bool = True, cut_by_deadline: bool = False,
+                retry_after: float | None = None) -> None:
         self.statuses.append(status)
         if self.guard is not None:
-            self.guard.after_call(status, final=final, cut_by_deadline=cut_by_deadline)
+            self.guard.after_call(status, final=final, cut_by_deadline=cut_by_deadline, retry_after=retry_after)
 
 
 class _BrokenBody(HTTPError):

@@ -5,6 +5,9 @@
   getting the answer only after completeBy: send nothing.
 * The remote's circuit breaker is open (``shared.agent.guard``): no call; a ``waiting`` reply
   (the breaker, when it is looked at again, and whether this step is the one woken then).
+* The remote's rate limit (``shared.agent.limiter``) has no slot soon enough: the slot is
+  reserved and the step waits for it the same way (a ``waiting`` reply that claims the wake-up
+  at the slot); the request sent again then is named after the slot and calls in it.
 * A 2xx -> a ``success`` reply with the result; a permanent rejection (any other 4xx:
   400/404/409/422 ...) -> an ``error`` reply with the reason from the body's ``error`` field.
   (409 ``compensated``: the step's key was tombstoned by its compensation; the late original
@@ -30,11 +33,13 @@ import urllib3
 
 from shared.agent.gate import BreakerGate
 from shared.agent.guard import BreakerWait, CallGuard
+from shared.agent.limiter import RateGate
 from shared.agent.parsing import ReceivedRequest, Workflows, as_registry, parse_request, step_of
 from shared.agent.remote import DeadlineReached, RemoteAnswer, RemotePost, RetriesExhausted, RetryPolicy, pool_for
 from shared.agent.replies import Outcome, build_reply, reply_message
 from shared.core.breaker.waiting import WaitingStep
 from shared.core.messages import Bus, ReplyMessage
+from shared.core.ratelimit.bucket import reserved_slot
 from shared.core.times import iso
 from shared.observability import telemetry
 from shared.observability.logs import log_event
@@ -92,7 +97,9 @@ class AgentRuntime:
         sleep: Callable[[float], None] = time.sleep,
         workflow: Workflows = None,
         breaker: BreakerGate | None = None,
+        rate: RateGate | None = None,
     ) -> None:
+        self.rate = rate  # the remote's rate limit, shared by every instance (None: none)
         self.breaker = breaker  # the remote's circuit breaker, shared by every instance (None: none)
         self.agent = agent
         self.workflow = as_registry(workflow)  # every workflow a request may name (its route, its policy)
@@ -130,8 +137,10 @@ class AgentRuntime:
             return AgentResult("expired", detail="past completeBy on arrival")
 
         guard = None
-        if self.breaker is not None:
-            guard = CallGuard(self.breaker, WaitingStep(request.order_id, request.attempt, request.step, request.kind))
+        if self.breaker is not None or self.rate is not None:
+            guard = CallGuard(self.breaker, WaitingStep(request.order_id, request.attempt, request.step, request.kind),
+                              rate=self.rate, sleep=self._sleep, time_left=lambda: self._time_left(request),
+                              reserved=reserved_slot(request.envelope.message_id) if self.rate else None)
         post = RemotePost.for_request(request, self.base_url, self.pool, self.policy_for(request),
                                       lambda: self._time_left(request), self._now, guard)
         try:

@@ -23,6 +23,9 @@ dead-letters a ``PoisonMessage``):
 * **An open circuit breaker** (the remote's, shared by every instance: ``shared.agent.guard``):
   no call; the runtime replies ``waiting`` and the message completes. The step is re-dispatched
   when the breaker closes.
+* **A rate-limited remote** (``shared.agent.limiter``): a call whose slot is more than a second
+  away is not made; its slot is reserved, the runtime replies ``waiting`` and the message completes.
+  The step is sent again at its slot.
 * **Transient failures** are retried inside the invocation until completeBy (tenacity, in the
   runtime); running out of time means the step is the Supervisor's and nothing is sent. If the
   runtime gives up while time is still left (``exhausted``: an attempt cap) or the reply cannot
@@ -43,6 +46,7 @@ from typing import Any
 
 from shared.agent.board import BreakerBoard
 from shared.agent.guard import breaker_for
+from shared.agent.limiter import RateGate
 from shared.agent.parsing import ReceivedRequest, parse_request
 from shared.agent.runtime import AgentResult, AgentRuntime, TransientFailure
 from shared.core.messages import PoisonMessage
@@ -54,7 +58,7 @@ from shared.observability.logs import log_event
 from shared.observability.telemetry import valid_traceparent
 from shared.runtime import Runtime, get_runtime
 from shared.runtime.clients import get_clients
-from shared.settings import instance_id
+from shared.settings import instance_id, remote_rate_limits
 from shared.storage.views import current_view
 
 _lock = threading.Lock()
@@ -79,7 +83,11 @@ def runtime_for(agent: Agent) -> AgentRuntime:
             if _board is None:
                 _board = BreakerBoard(store)
             gate = breaker_for(agent.name, store, bus, clients.settings, instance_id(), board=_board)
-            rt = AgentRuntime(agent.name, clients.settings[agent.service_url_setting], bus, breaker=gate)
+            # the remote's rate limit (declared in workflows/agents.json, RemoteRateLimits over it): a row
+            # in the state table, shared by every instance; none by default (no table request per call)
+            limit = remote_rate_limits(clients.settings.values).get(agent.name)
+            rate = RateGate(store, agent.name, limit) if limit is not None else None
+            rt = AgentRuntime(agent.name, clients.settings[agent.service_url_setting], bus, breaker=gate, rate=rate)
             _runtimes[agent.name] = rt
         return rt
 

@@ -175,7 +175,8 @@ class AgentSim:
     compensation_bodies: list[dict[str, Any]] = field(default_factory=list)
     pending_replies: list[OutMessage] = field(default_factory=list)
     # step name (or 'step:compensate') -> how many more requests find its remote's breaker open:
-    # the agent makes no call and replies ``waiting`` (wake-up at now + 5 s).
+    # the agent makes no call and replies ``waiting`` (wake-up at now + 5 s, on the breaker's first
+    # opening, as a gate tells it: without ``opening`` the reply would be a rate limit's).
     breaker_open: dict[str, int] = field(default_factory=dict)
     # Echo each request's fencing token in its reply, like the real agent (shared.agent.replies);
     # False plays an agent from before tokens: every reply is decided on a read.
@@ -207,7 +208,7 @@ class AgentSim:
         if self.breaker_open.get(key, 0) > 0:
             self.breaker_open[key] -= 1
             self._reply(req, {"outcome": "waiting", "breaker": "remote-of-" + body["step"],
-                              "until": (now + timedelta(seconds=5)).isoformat(), "wake": True})
+                              "until": (now + timedelta(seconds=5)).isoformat(), "wake": True, "opening": 1})
             return
         idem = body["idempotencyKey"]
         target = (body.get("compensates") or {}).get("idempotencyKey")

@@ -168,6 +168,9 @@ class StepRow(Row):
     waiting_on: str | None = None
     waiting_since: datetime | None = None
     waiting_opening: int | None = None
+    # A rate limit's wait (``shared.core.ratelimit``): the wake-up the scheduler owes the waiting attempt
+    # (its reply's ``until``), which the Supervisor sends again once overdue; cleared when the wait ends.
+    wake_at: datetime | None = None
     # A wait step's event (``shared.core.statemachine.events``): its body, when it arrived (kept
     # if it came before the step started) and what makes a copy of it a copy (its Idempotency-Key,
     # else the body's hash).
@@ -193,7 +196,7 @@ StepRow.PROPS = props_of(StepRow, {
     "compensation_finished_at": ("CompensationFinishedAt", TIME),
     "compensation_result": ("CompensationResult", JSON), "compensation_reason": ("CompensationReason", TEXT),
     "waiting_on": ("WaitingOn", TEXT), "waiting_since": ("WaitingSince", TIME),
-    "waiting_opening": ("WaitingOpening", OPTIONAL_INT),
+    "waiting_opening": ("WaitingOpening", OPTIONAL_INT), "wake_at": ("WakeAt", TIME),
     "event_body": ("EventBody", JSON), "event_at": ("EventAt", TIME), "event_key": ("EventKey", TEXT),
 })
 

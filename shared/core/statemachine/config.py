@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from shared.core.workflows import (
+    AGENTS,
     AGENTS_BY_NAME,
     DEFAULT_WORKFLOW,
     LEGACY_VERSION,
@@ -19,6 +20,7 @@ from shared.core.workflows import (
     load_registry,
 )
 from shared.core.workflows.lanes import lane_of
+from shared.core.workflows.ratelimits import RateLimit, effective_limits
 
 
 def _default_steps() -> tuple[Step, ...]:
@@ -48,6 +50,8 @@ class Config:
     breaker_max_wait_seconds: float = 300.0  # longest a step waits on an open breaker (BreakerMaxWaitSeconds)
     bulk_slice: int = 100  # orders a bulk operation acts on per Supervisor tick (BulkOrdersPerTick)
     bulk_max_in_flight: int = 5  # a bulk operation puts no order in flight past this many in all (BulkMaxInFlight)
+    # each limited remote's rate (workflows/agents.json's rateLimit, RemoteRateLimits over it)
+    rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: Any, workflow: tuple[Step, ...] | None = None,
@@ -74,6 +78,7 @@ class Config:
             breaker_max_wait_seconds=float(settings.int("BreakerMaxWaitSeconds")),
             bulk_slice=max(1, settings.int("BulkOrdersPerTick")),
             bulk_max_in_flight=max(1, settings.int("BulkMaxInFlight")),
+            rate_limits=effective_limits({a.name: a.rate_limit for a in AGENTS}, settings["RemoteRateLimits"]),
         )
 
     @property

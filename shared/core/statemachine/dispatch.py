@@ -66,7 +66,7 @@ def dispatch(view: View, step: StepRow, state: StateRow, ctx: Ctx) -> tuple[list
 def _running(step: StepRow, state: StateRow, ctx: Ctx) -> StepRow:
     return replace(step, state=StepState.RUNNING, attempt=step.attempt + 1, complete_by=deadline(step, state, ctx),
                    started_at=ctx.now, finished_at=None, waiting_on=None, waiting_since=None,
-                   waiting_opening=None)
+                   waiting_opening=None, wake_at=None)
 
 
 def deadline(step: StepRow, state: StateRow, ctx: Ctx) -> datetime:
@@ -182,7 +182,7 @@ def dispatch_compensation(step: StepRow, state: StateRow, ctx: Ctx) -> tuple[Ste
     running = replace(step, compensation=CompensationState.RUNNING, compensation_attempt=attempt,
                       compensation_complete_by=complete_by, compensation_started_at=ctx.now,
                       compensation_finished_at=None, waiting_on=None, waiting_since=None,
-                      waiting_opening=None)
+                      waiting_opening=None, wake_at=None)
     return running, replace(state, comp_index=step.index, complete_by=complete_by,
                             lease=Lease.for_compensation(step.name, attempt), updated_at=ctx.now)
 

@@ -27,6 +27,7 @@ from shared.core.statemachine.history import EventKind, commit, event
 from shared.core.statemachine.outbox import alert, log
 from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
+from shared.core.statemachine.waiting import rewake
 from shared.core.states import CompensationState, ProcessState, StepState
 
 
@@ -92,6 +93,9 @@ def _lost_wait(view: View, step: StepRow, ctx: Ctx, *, compensation: bool = Fals
 def _step_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
     if ctx.config.spec(step.name).kind != "call":  # a wait or a delay: no agent, no redrive
         return waited_out(view, step, ctx)
+    woken = rewake(view, step, ctx)  # a rate limit's wake-up overdue: sent again, no failure
+    if woken is not None:
+        return woken
     return _attempt_expired(view, state, [step], ctx).then(*_lost_wait(view, step, ctx))
 
 
@@ -149,6 +153,9 @@ def _attempt_expired(view: View, state: StateRow, steps: list[StepRow], ctx: Ctx
 
 
 def _compensation_expired(view: View, state: StateRow, step: StepRow, ctx: Ctx) -> Decision:
+    woken = rewake(view, step, ctx, compensation=True)
+    if woken is not None:
+        return woken
     return _compensation_attempt_expired(view, state, step, ctx).then(*_lost_wait(view, step, ctx, compensation=True))
 
 

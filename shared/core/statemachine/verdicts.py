@@ -44,7 +44,7 @@ class Verdict(StrEnum):
     WORKFLOW_UNKNOWN = "workflow-unknown"  # the order's workflow is gone and the order is stopped already
     # The Supervisor
     REDRIVEN = "redriven"  # an overdue step sent again (same idempotency key, next attempt)
-    RESCHEDULED = "rescheduled"  # a lost schedule notice sent again
+    RESCHEDULED = "rescheduled"  # a lost schedule notice sent again, or a rate limit's overdue wake-up
     COMPENSATION_REDRIVEN = "compensation-redriven"  # an overdue (or, by an operator, failed) compensation again
     NOT_DUE = "not-due"  # the order moved on meanwhile: its deadline is ahead, a later index row covers it
     OBSOLETE = "obsolete"  # nothing is due on the order (its state changed, or the row was left over)

@@ -19,6 +19,11 @@ Resumes (:func:`decide_resume`) are of two kinds:
   request again too: its ``waiting`` reply may be behind this resume, and a wait recorded that
   late ends with that request's reply.
 
+A rate limit's wait (``shared.core.ratelimit``: a ``waiting`` reply that claims its wake-up with
+no breaker opening) is the same wait, with no breaker to watch it: the step row keeps the wake-up
+it is owed (``WakeAt``) and the order's deadline is that wake-up's (:func:`wake_deadline`), so a
+wake-up lost in a crash is sent again by the Supervisor (:func:`rewake`), not failed.
+
 A reply of the waiting attempt (done, or an error) ends the wait as well (:func:`end_wait`): its
 probe got an answer. Past the longest wait, the Supervisor fails the step for good
 (``shared.core.statemachine.expiry``), and a terminate stops it. Each end of a wait forgets the
@@ -29,15 +34,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from shared.core.breaker.waiting import WaitingStep, closed_opening, probe_tag, resume_message
+from shared.core.breaker.watch import WAKE_GRACE
 from shared.core.effects import Effect, ForgetWaiting, Send
 from shared.core.jsonio import present
 from shared.core.lease import Lease
 from shared.core.messages import ReplyMessage, ResumeMessage
 from shared.core.rows import StateRow, StepRow
 from shared.core.statemachine.config import Ctx
+from shared.core.statemachine.deadlines import cover
 from shared.core.statemachine.dispatch import compensation_request, step_request
 from shared.core.statemachine.history import Event, EventKind, commit, event
 from shared.core.statemachine.outbox import info, log
@@ -53,7 +60,10 @@ def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> D
     assert state is not None and reply.breaker is not None
     compensation = reply.kind == "compensation"
     wake = _wake(view, step, reply, ctx)
+    rate = rate_wake(reply)
     if step.waiting_on is not None:
+        if rate is not None and (step.wake_at is None or rate > step.wake_at):
+            return _rewaited(view, step, reply, rate, wake, ctx)
         # Recorded already (a copy of the reply, or the reply of a probe that failed): only the
         # next wake-up, if this reply claimed it.
         return Decision(Verdict.WAITING_DUPLICATE, [*wake, info("step.waiting_duplicate", view, step=step.name,
@@ -67,20 +77,20 @@ def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> D
     since = step.waiting_since or ctx.now
     complete_by = max(since + timedelta(seconds=ctx.config.breaker_max_wait_seconds), ctx.now)
     opening = reply.opening or step.waiting_opening
-    if compensation:
-        waiting = replace(step, waiting_on=reply.breaker, waiting_since=since, waiting_opening=opening,
-                          compensation_complete_by=complete_by)
-    else:
-        waiting = replace(step, waiting_on=reply.breaker, waiting_since=since, waiting_opening=opening,
-                          complete_by=complete_by)
-    new_state = replace(state, complete_by=complete_by, updated_at=ctx.now)
+    waiting = _with_end(replace(step, waiting_on=reply.breaker, waiting_since=since, waiting_opening=opening,
+                                wake_at=rate), compensation, complete_by)
+    # A rate limit's wait: the order's deadline is its wake-up's (the Supervisor sends it again once
+    # overdue); the step's own stays the longest wait's.
+    deadline = complete_by if rate is None else wake_deadline(rate, complete_by, ctx)
+    new_state = replace(state, complete_by=deadline, updated_at=ctx.now)
     detail = {"breaker": reply.breaker, "until": iso(reply.until) if reply.until else None,
               "since": iso(since), "completeBy": iso(complete_by), "compensation": compensation or None}
     return Decision(Verdict.WAITING, [
         # No index write: the order's deadline row fires at the old CompleteBy or earlier, and the
         # Supervisor then finds the later CompleteBy and moves it.
         # Crash after this: the wake-up below is not sent; the Supervisor sends it for an open
-        # breaker whose wake time has passed (and the closer resumes every waiting step anyway).
+        # breaker whose wake time has passed (and the closer resumes every waiting step anyway);
+        # for a rate limit's wait, at the order's deadline (``rewake``).
         commit(view, new_state, [waiting.replacing(step)],
                [event(EventKind.STEP_WAITING, step.name, reply.attempt,
                       **present(detail))],
@@ -95,12 +105,87 @@ def _wake(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> list[Effe
     """The probe resume, at ``until``, of the one step that wakes the breaker up."""
     if not reply.wake or reply.until is None or reply.breaker is None:
         return []
-    target = WaitingStep(view.order_id, reply.attempt, step.name, reply.kind)
-    not_before = reply.until if reply.until > ctx.now else None
+    return [_wake_send(view, WaitingStep(view.order_id, reply.attempt, step.name, reply.kind), reply.breaker,
+                       reply.until, ctx)]
+
+
+def _wake_send(view: View, target: WaitingStep, remote: str, until: datetime, ctx: Ctx) -> Send:
+    """The resume that wakes ``target`` at ``until`` (one id per wake-up: a copy of it is dropped)."""
+    not_before = until if until > ctx.now else None
     priority = view.order.priority if view.order is not None else None
     queue = ctx.config.lane_queue("SchedulerQueue", priority)  # the order's lane (shared.core.workflows.lanes)
-    return [Send(resume_message(target, queue, remote=reply.breaker, why="probe", tag=probe_tag(reply.until),
-                                not_before=not_before), what="resume (probe)")]
+    return Send(resume_message(target, queue, remote=remote, why="probe", tag=probe_tag(until),
+                               not_before=not_before), what="resume (probe)")
+
+
+def rate_wake(reply: ReplyMessage) -> datetime | None:
+    """The wake-up a rate limit's ``waiting`` reply claims (``wake`` and no breaker opening:
+    docs/contracts.md), or None (a breaker's wait)."""
+    return reply.until if reply.wake and reply.opening is None else None
+
+
+def wake_deadline(until: datetime, end: datetime, ctx: Ctx) -> datetime:
+    """The order's deadline while a rate limit's wake-up at ``until`` is owed: ``WAKE_GRACE``
+    after it, never sooner than the index floor (the order's deadline row covers it, ``deadlines``)
+    and never later than the longest wait's ``end``."""
+    return min(max(until + WAKE_GRACE, ctx.now + ctx.config.index_floor()), end)
+
+
+def _with_end(step: StepRow, compensation: bool, end: datetime) -> StepRow:
+    return replace(step, compensation_complete_by=end) if compensation else replace(step, complete_by=end)
+
+
+def _wait_end(step: StepRow, compensation: bool) -> datetime | None:
+    return step.compensation_complete_by if compensation else step.complete_by
+
+
+def _rewaited(view: View, step: StepRow, reply: ReplyMessage, until: datetime, wake: list[Effect],
+              ctx: Ctx) -> Decision:
+    """A later slot for a step that waits already (its woken call was retried, or a 429 paused the
+    remote past its slot): its wake-up recorded as the one owed, then sent."""
+    state = view.state
+    end = _wait_end(step, reply.kind == "compensation")
+    assert state is not None and end is not None and reply.breaker is not None
+    new_state = replace(state, complete_by=wake_deadline(until, end, ctx), updated_at=ctx.now)
+    return Decision(Verdict.WAITING_DUPLICATE, [
+        # Crash after this: the redelivered reply finds this wake-up recorded (a copy: it sends it),
+        # and the Supervisor sends it at the order's deadline anyway (``rewake``).
+        commit(view, new_state, [replace(step, wake_at=until).replacing(step)],
+               [event(EventKind.STEP_WAITING, step.name, reply.attempt, breaker=reply.breaker, until=iso(until),
+                      again=True, compensation=(reply.kind == "compensation") or None)],
+               ctx, note="a waiting step's next slot", waiting_on=step.waiting_on),
+        *wake,
+        info("step.waiting_again", view, step=step.name, attempt=reply.attempt, until=until),
+    ])
+
+
+def rewake(view: View, step: StepRow, ctx: Ctx, *, compensation: bool = False) -> Decision | None:
+    """The Supervisor at the deadline of an order whose step waits for a rate limit's wake-up
+    (``wake_at``): the wake-up sent again, the deadline moved on (None: no wake-up owed, or the
+    longest wait is over). The scheduler may have died between the wait's commit and its send; a
+    copy of a wake-up that was sent has its id and is dropped, and a copy that comes anyway
+    (after the queue's duplicate window) finds the wait ended, or sends the request of that slot
+    again under that slot's id."""
+    state = view.state
+    end = _wait_end(step, compensation)
+    if state is None or step.waiting_on is None or step.wake_at is None or end is None or end <= ctx.now:
+        return None
+    attempt = step.compensation_attempt if compensation else step.attempt
+    target = WaitingStep(view.order_id, attempt, step.name, "compensation" if compensation else "step")
+    new_state = replace(state, complete_by=wake_deadline(ctx.now, end, ctx), updated_at=ctx.now)
+    assert new_state.complete_by is not None
+    return Decision(Verdict.RESCHEDULED, [
+        # Crash after this: the overdue row is still there; the next sweep redoes this.
+        cover(view.order_id, new_state.complete_by, ctx, note="wake-up overdue"),
+        # ETag-conditional: two Supervisors send it once. Crash after this (wake-up not sent):
+        # the new deadline falls due and the next sweep sends it.
+        commit(view, new_state, [], [event(EventKind.RESCHEDULED, step.name, attempt, breaker=step.waiting_on,
+                                           wakeUp=iso(step.wake_at), compensation=compensation or None)],
+               ctx, note="wake-up sent again", waiting_on=step.waiting_on),
+        _wake_send(view, target, step.waiting_on, step.wake_at, ctx),
+        log(logging.WARNING, "supervisor.wake_resent", view, step=step.name, attempt=attempt,
+            breaker=step.waiting_on, wakeUp=step.wake_at),
+    ])
 
 
 def decide_resume(view: View, msg: ResumeMessage, ctx: Ctx) -> Decision:
@@ -149,7 +234,7 @@ def end_wait(view: View, step: StepRow) -> tuple[StepRow, list[Event], list[Effe
     if step.waiting_on is None:
         return step, [], []
     compensation = step.compensation is CompensationState.RUNNING
-    return replace(step, waiting_on=None), _resumed(step, compensation), forget_wait(view.order_id, step)
+    return replace(step, waiting_on=None, wake_at=None), _resumed(step, compensation), forget_wait(view.order_id, step)
 
 
 def forget_wait(order_id: str, step: StepRow) -> list[Effect]:
@@ -194,10 +279,7 @@ def _ended(step: StepRow, state: StateRow, compensation: bool, closed: int | Non
     or before it is then stale."""
     complete_by = ctx.now + ctx.config.timeout(ctx.config.spec(step.name))
     opening = max(closed, step.waiting_opening or 0) if closed is not None else step.waiting_opening
-    if compensation:
-        ended = replace(step, waiting_on=None, waiting_opening=opening, compensation_complete_by=complete_by)
-    else:
-        ended = replace(step, waiting_on=None, waiting_opening=opening, complete_by=complete_by)
+    ended = _with_end(replace(step, waiting_on=None, waiting_opening=opening, wake_at=None), compensation, complete_by)
     return ended, replace(state, complete_by=complete_by, updated_at=ctx.now)
 
 

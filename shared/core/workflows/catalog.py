@@ -13,6 +13,13 @@ The file is JSON (Bicep reads it with ``loadJsonContent``)::
       {"name": "inventory", "queueSetting": "InventoryQueue", "serviceUrlSetting": "InventoryServiceUrl"}
     ]}
 
+An agent may declare its remote's published rate limit, shared by every instance
+(``shared.core.ratelimit``; the app setting ``RemoteRateLimits`` overrides it)::
+
+      {"name": "payment", ..., "rateLimit": {"perSecond": 8, "burst": 1}}
+
+The default files declare none: a limit costs table requests on every call (docs/workflows.md).
+
 It is loaded and validated (pydantic) when this module is imported, that is when the app starts:
 a broken file raises :class:`CatalogError` naming the file, the path inside it
 (``agents[1].queueSetting``) and the reason.
@@ -28,6 +35,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from shared.core.workflows.ratelimits import RateLimit
+
 APP_ROOT = Path(__file__).resolve().parents[3]  # where function_app.py and workflows/ are
 AGENTS_FILE = APP_ROOT / "workflows" / "agents.json"
 QUEUE_PREFIX = "agent-"  # the queue of agent NAME is agent-NAME (infra/servicebus-config.json)
@@ -38,6 +47,7 @@ class Agent:
     name: str
     queue_setting: str  # app setting naming the agent's request queue (%InventoryQueue%)
     service_url_setting: str  # app setting holding the remote service's base URL
+    rate_limit: RateLimit | None = None  # declared calls per second to the remote (``RemoteRateLimits`` overrides)
 
     @property
     def default_queue(self) -> str:
@@ -57,12 +67,20 @@ class CatalogError(ValueError):
 _AGENT_NAME = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
 
 
+class _RateLimitDeclaration(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel)
+
+    per_second: Annotated[float, Field(gt=0, le=100_000, allow_inf_nan=False)]
+    burst: Annotated[int, Field(ge=1, le=10_000)] = 1
+
+
 class _AgentDeclaration(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel)
 
     name: Annotated[str, Field(pattern=_AGENT_NAME, max_length=40)]
     queue_setting: Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]*Queue$")]
     service_url_setting: Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]*ServiceUrl$")]
+    rate_limit: _RateLimitDeclaration | None = None
 
 
 class _Catalog(BaseModel):
@@ -113,7 +131,9 @@ def load_agents(file: Path = AGENTS_FILE) -> tuple[Agent, ...]:
                 raise CatalogError(shown, f"agents[{i}].{key}",
                                    f"{value!r} is already declared by agents[{seen[(key, value)]}]")
             seen[(key, value)] = i
-    return tuple(Agent(d.name, d.queue_setting, d.service_url_setting) for d in catalog.agents)
+    return tuple(Agent(d.name, d.queue_setting, d.service_url_setting,
+                       RateLimit(d.rate_limit.per_second, d.rate_limit.burst) if d.rate_limit else None)
+                 for d in catalog.agents)
 
 
 AGENTS: tuple[Agent, ...] = load_agents()

@@ -20,7 +20,7 @@ def test_faults_default_and_replace(client: RemotesClient) -> None:
     assert set(faults) == {"inventory", "payment", "shipping", "delivery"}
     assert faults["payment"] == {"latencyMs": 0, "transientRate": 0.0, "hangRate": 0.0, "hangSeconds": 30,
                                  "hangSkus": [], "lostResponseRate": 0.0, "rejectSkus": [], "rejectAmountOver": None,
-                                 "down": False}
+                                 "down": False, "ratePerSecond": None}
     client.set_faults("payment", transient_rate=0.5, latency_ms=10)  # snake_case works in the client
     assert client.faults()["payment"]["transientRate"] == 0.5
     # A PUT replaces: latency goes back to 0 when not given.
@@ -34,6 +34,7 @@ def test_faults_default_and_replace(client: RemotesClient) -> None:
 @pytest.mark.parametrize("body", [
     {"transientRate": 1.5}, {"transientRate": "x"}, {"latencyMs": -1}, {"nope": 1},
     {"rejectSkus": "SKU-1"}, {"rejectAmountOver": "lots"}, {"down": "maybe"},
+    {"ratePerSecond": 0}, {"ratePerSecond": -2}, {"ratePerSecond": "8/s"},
 ])
 def test_invalid_faults_are_400(client: RemotesClient, body: dict[str, object]) -> None:
     r = requests.put(f"{client.base_url}/_faults/payment", json=body, timeout=5)
@@ -177,3 +178,22 @@ def test_each_injected_fault_is_counted_exactly(client: RemotesClient) -> None:
     assert call(client.base_url, "inventory", "reserve", "o-5", "ok-1").status_code == 200  # no fault: not counted
     assert client.stats()["injected"] == {"inventory": {"transient": 3, "hang": 1},
                                           "payment": {"lostResponse": 1}, "shipping": {"down": 1}}
+
+
+def test_rate_per_second_answers_429_with_retry_after_and_counts_it(client: RemotesClient) -> None:
+    """Above ``ratePerSecond`` calls within a second: 429 + Retry-After, no effect; /_stats counts
+    them under 429. Counted, not timed: a burst of 12 at once against a rate of 2."""
+    client.set_faults("payment", ratePerSecond=2)
+    keys = [f"o-{i}:charge-payment" for i in range(12)]
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        answers = list(pool.map(lambda k: call(client.base_url, "payment", "charge", k.split(":")[0], k), keys))
+    refused = [r for r in answers if r.status_code == 429]
+    accepted = [r for r in answers if r.status_code == 200]
+    assert len(refused) + len(accepted) == 12 and refused and accepted
+    assert all(int(r.headers["Retry-After"]) >= 1 for r in refused)
+    assert len(client.ledger(service="payment")) == len(accepted)  # a 429 applies nothing
+    stats = client.stats()
+    assert stats["requests"]["payment"]["charge"]["429"] == len(refused)
+    assert stats["injected"]["payment"]["rateLimited"] == len(refused)
+    assert client.faults()["inventory"]["ratePerSecond"] is None  # other services are not limited
+    client.reset_faults()

@@ -463,3 +463,82 @@ def test_a_crash_around_a_suspension_converges(trigger: str) -> None:
             break
         k += 1
     assert k >= 1
+
+
+# ---- a wait for a rate limit's slot ---------------------------------------------------------------
+def _rate_waiting(rt: CrashRuntime, agents: AgentSim) -> tuple[str, str, Callable[[], Any]]:
+    """The shipping step in flight and its agent's ``waiting`` reply for a rate limit's slot 40 s
+    away (``wake``, no breaker opening: docs/contracts.md), ready to deliver; and its wake-up time."""
+    from datetime import timedelta
+
+    from tests.unit.core.statemachine.test_waiting import waiting_reply
+
+    s = "create-shipment"
+    agents.hang.add(s)
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, agents, until=lambda st: st.get("LeaseKey") == f"{s}:1")
+    agents.hang.clear()
+    until = (rt.clock() + timedelta(seconds=40)).isoformat()
+    return oid, until, lambda: handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until))
+
+
+@pytest.mark.parametrize("redeliver", [True, False], ids=["redelivered", "lost"])
+def test_a_crash_around_a_rate_wait_still_wakes_the_step_without_a_failure(redeliver: bool) -> None:
+    """The scheduler dies after each effect of recording a rate limit's wait, among them right
+    after the wait's commit and before its wake-up is sent; its reply comes again, or never (then
+    nothing but the Supervisor knows the step waits: no breaker is open, none watches it). The
+    step is woken within a sweep of its deadline (the wake-up + WAKE_GRACE) and the order settles
+    Processed: attempt 1, FailureCount 0, one ``stepWaiting``, the shipment made once. A copy of
+    the wake-up (the scheduler's and the Supervisor's, or one past the queue's duplicate window)
+    does no harm."""
+    from datetime import timedelta
+
+    from shared.core.breaker.waiting import WaitingStep, probe_tag, resume_message
+    from shared.core.times import parse_iso
+    from tests.unit.core.statemachine.test_operator import kinds
+
+    k, crashed_before_send = 0, False
+    while True:
+        rt = make_runtime()
+        agents = AgentSim(rt)
+        oid, until, deliver = _rate_waiting(rt, agents)
+        rt.crash_at = k
+        with pytest.raises(Crash):
+            deliver()
+        recorded = steps(rt, oid)["create-shipment"].get("WaitingOn") == "shipping"
+        woken = [m for m in rt.bus.sent.get("scheduler", []) if m.body.get("kind") == "resume"]  # type: ignore[attr-defined]
+        if recorded and not woken:
+            crashed_before_send = True  # the gap: the wait recorded, its wake-up never sent
+            assert state(rt, oid)["FailureCount"] == 0
+        if redeliver:
+            deliver()
+        waits = recorded or redeliver
+        if not waits:  # died before the wait's commit, the reply lost for good: as any lost reply
+            st = drive(rt, oid, agents)  # the attempt times out and is redriven
+            assert st["ProcessState"] == "Processed" and st["FailureCount"] <= 1, st
+            k += 1
+            continue
+        assert parse_iso(state(rt, oid)["CompleteBy"]) <= parse_iso(until) + timedelta(seconds=5)  # not 300 s
+        rt.clock.advance(60)  # type: ignore[attr-defined]  # past the wake-up and its grace: one sweep
+        sweep(rt)
+        wakes = [m for m in rt.bus.take("scheduler") if m.body.get("kind") == "resume"]  # type: ignore[attr-defined]
+        assert len(wakes) == 1, wakes  # the scheduler's, or the Supervisor's: one id, one message
+        for _ in range(2):  # it comes twice (past duplicate detection): the step probes, same request id
+            assert handle_schedule(rt, json.dumps(wakes[0].body).encode(), message_id=wakes[0].message_id) == "probing"
+        st = drive(rt, oid, agents)
+        assert (st["ProcessState"], st["Outcome"]) == ("Processed", "processed"), st
+        assert steps(rt, oid)["create-shipment"]["Attempt"] == 1 and st["FailureCount"] == 0, st
+        history = kinds(rt, oid)
+        assert history.count("stepWaiting") == 1, history
+        assert not steps(rt, oid)["create-shipment"].get("WakeAt")
+        # a copy of the wake-up, past duplicate detection: the wait is over, nothing happens
+        copy = resume_message(WaitingStep(oid, 1, "create-shipment"), "scheduler", remote="shipping", why="probe",
+                              tag=probe_tag(parse_iso(until)))
+        assert handle_schedule(rt, json.dumps(copy.body).encode(), message_id=copy.message_id) == "stale"
+        drive(rt, oid, agents)
+        mine = [c for c in agents.calls if c[0] == oid]
+        assert [c[2] for c in mine] == ["reserve", "charge", "ship"], mine
+        if rt.crash_exhausted:
+            break
+        k += 1
+    assert crashed_before_send and k >= 2

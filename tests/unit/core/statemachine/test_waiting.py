@@ -378,3 +378,103 @@ def test_a_step_that_waits_again_while_the_last_closer_is_at_work_keeps_its_row(
     assert waiting_steps(rt.store, "shipping") == [step]  # left for opening 2's closer
     assert resume_waiting(rt.store, rt.bus, "scheduler", "shipping", 2) == 1
     assert waiting_steps(rt.store, "shipping") == []
+
+
+# ---- a rate limit's wait: no breaker watches it, the order's deadline does ------------------------
+def test_a_rate_wait_owes_its_wake_up_and_the_order_is_due_then_while_a_breaker_wait_is_not() -> None:
+    from shared.core.times import parse_iso
+
+    rt, _agents, oid = shipping_in_flight()
+    until = rt.clock() + timedelta(seconds=40)
+    assert handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until.isoformat())) == "waiting"
+    st, step = state(rt, oid), steps(rt, oid)[S]
+    assert parse_iso(step["WakeAt"]) == until
+    assert parse_iso(st["CompleteBy"]) == until + timedelta(seconds=5)  # the wake-up's deadline
+    assert parse_iso(step["CompleteBy"]) == rt.clock() + timedelta(seconds=300)  # the longest wait's
+    # a copy of the reply: nothing written; a later slot (the woken call retried): its wake-up recorded
+    assert handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until.isoformat())) == "waiting-duplicate"
+    later = until + timedelta(seconds=30)
+    assert handle_reply(rt, waiting_reply(oid, 1, wake=True, until=later.isoformat())) == "waiting-duplicate"
+    assert parse_iso(steps(rt, oid)[S]["WakeAt"]) == later
+    assert parse_iso(state(rt, oid)["CompleteBy"]) == later + timedelta(seconds=5)
+    seq = state(rt, oid)["EventSeq"]
+    assert handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until.isoformat())) == "waiting-duplicate"
+    assert state(rt, oid)["EventSeq"] == seq and parse_iso(steps(rt, oid)[S]["WakeAt"]) == later  # older: no write
+    # a breaker's wait (an opening): no wake-up owed, the order's deadline is the longest wait's
+    rt, _agents, oid = shipping_in_flight()
+    handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until.isoformat(), opening=1))
+    assert not steps(rt, oid)[S].get("WakeAt")
+    assert parse_iso(state(rt, oid)["CompleteBy"]) == rt.clock() + timedelta(seconds=300)
+
+
+def _never_sent(rt: Any) -> list[Any]:
+    """The scheduler's wake-up, as if it died before sending it (unsent: no id for the queue's
+    duplicate detection to remember either)."""
+    taken = membus(rt).take("scheduler")
+    for m in taken:
+        rt.bus.seen.discard((m.queue, m.message_id))
+    return taken
+
+
+def test_the_supervisor_resends_an_overdue_wake_up_until_the_longest_wait_then_fails_the_step() -> None:
+    rt, _agents, oid = shipping_in_flight()
+    until = rt.clock() + timedelta(seconds=10)
+    handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until.isoformat()))
+    [wake] = _never_sent(rt)
+    for n in range(3):  # each overdue deadline: the same wake-up again, no failure
+        sends = rt.bus.sent_count
+        rt.clock.advance(30)
+        sweep(rt)
+        resent = [m for m in membus(rt).take("scheduler") if m.body["kind"] == "resume"]
+        assert rt.bus.sent_count == sends + 1  # sent each time; its copies dropped by duplicate detection
+        assert [m.message_id for m in resent] == ([wake.message_id] if n == 0 else [])
+        assert state(rt, oid)["FailureCount"] == 0 and steps(rt, oid)[S]["WaitingOn"] == "shipping"
+    assert kinds(rt, oid).count("rescheduled") == 3 and kinds(rt, oid).count("stepWaiting") == 1
+    rt.clock.advance(300)  # past the longest wait: it fails for good, as a breaker's wait does
+    sweep(rt)
+    assert steps(rt, oid)[S]["State"] == "Failed" and not membus(rt).take("scheduler")
+
+
+def test_a_supervisor_crashing_while_it_resends_a_wake_up_resends_it_at_the_next_sweep() -> None:
+    k = 0
+    while True:
+        rt, agents, oid = shipping_in_flight()
+        until = rt.clock() + timedelta(seconds=10)
+        handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until.isoformat()))
+        _never_sent(rt)
+        rt.clock.advance(30)
+        rt.crash_at = k
+        try:
+            sweep(rt)
+        except Crash:
+            pass
+        rt.crash_at = None
+        sent = [m for m in membus(rt).take("scheduler") if m.body["kind"] == "resume"]
+        if not sent:
+            rt.clock.advance(30)
+            sweep(rt)
+        st = drive(rt, oid, agents)
+        assert st["ProcessState"] == "Processed" and st["FailureCount"] == 0, st
+        assert steps(rt, oid)[S]["Attempt"] == 1
+        if rt.crash_exhausted:
+            break
+        k += 1
+    assert k >= 2
+
+
+def test_a_compensation_whose_rate_wake_up_was_never_sent_is_woken_by_the_supervisor() -> None:
+    rt, agents, oid = refund_in_flight()
+    until = rt.clock() + timedelta(seconds=10)
+    assert handle_reply(rt, waiting_reply(oid, 1, kind="compensation", step="charge-payment", wake=True,
+                                          until=until.isoformat())) == "waiting"
+    assert steps(rt, oid)["charge-payment"]["WakeAt"]
+    _never_sent(rt)
+    agents.hang.clear()
+    rt.clock.advance(30)
+    sweep(rt)
+    [wake] = [m for m in membus(rt).peek("scheduler") if m.body["kind"] == "resume"]
+    assert (wake.body["for"], wake.body["why"]) == ("compensation", "probe")
+    drive(rt, oid, agents)
+    st = state(rt, oid)
+    assert (st["Mode"], st["CompensationState"]) == ("finished", "completed"), st
+    assert st["CompFailureCount"] == 0 and steps(rt, oid)["charge-payment"]["CompensationAttempt"] == 1

@@ -92,7 +92,8 @@ def test_the_app_does_not_start_with_a_broken_catalog(tmp_path: Path) -> None:
     root = REPO_ROOT
     for folder in (app / "shared", app / "shared" / "core", package):
         (folder / "__init__.py").write_text("")
-    (package / "catalog.py").write_text((root / "shared" / "core" / "workflows" / "catalog.py").read_text())
+    for module in ("catalog.py", "ratelimits.py"):  # the catalog and the rate limits it declares
+        (package / module).write_text((root / "shared" / "core" / "workflows" / module).read_text())
     (app / "workflows" / "agents.json").write_text(json.dumps({"agents": [{**GOOD, "serviceUrlSetting": 7}]}))
     script = "import sys; sys.path.insert(0, '.'); import shared.core.workflows.catalog"
     proc = subprocess.run([sys.executable, "-I", "-c", script], cwd=app, capture_output=True, text=True, timeout=60)
