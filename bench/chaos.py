@@ -87,6 +87,7 @@ REJECT_SKU = "SKU-OOS"  # the inventory service answers 422 "out of stock" for i
 REJECT_AMOUNT_OVER = "50000"  # the payment service answers 422 for a larger charge
 REJECT_UNIT_PRICE = 60000  # one of these makes an order's total exceed REJECT_AMOUNT_OVER
 OUTAGE_SERVICE = "shipping"
+BURST_CUSTOMER = "c-burst"  # the customer of --burst-orders
 
 _INSTANCE_LINE = re.compile(r"\binstance (\d+) pid (\d+)\b")
 SB_STATS_ENV = "LOCAL_SERVICEBUS_STATS_FILE"  # the emulator writes its per-queue counters there
@@ -265,6 +266,17 @@ class ChaosRun:
                 workflow=workflows[i],
             ))
 
+    def plan_burst(self) -> None:
+        """--burst-orders orders of one customer, planned last (no other plan picks them, and the
+        rest of a seed's plan does not change with them) and posted mid-run, at once."""
+        o, rng = self.o, random.Random(f"{self.o.seed}:burst")
+        first = max((r.index for r in self.recs), default=-1) + 1  # after the bulk's own
+        burst = [OrderRec(index=first + k, key=f"chaos-{o.seed}-burst-{k}",
+                          body={**demo_order(rng), "customerId": BURST_CUSTOMER}, reject=None,
+                          dup_submit=False, dup_delivery=False, burst=True) for k in range(o.burst_orders)]
+        middle = len(self.recs) // 2
+        self.recs[middle:middle] = burst
+
     def plan_events(self) -> list[tuple[float, str]]:
         """(seconds after the first POST, kind) for process faults and the outage window."""
         o, rng = self.o, self.rng
@@ -312,6 +324,8 @@ class ChaosRun:
         o = self.o
         for svc in services:
             faults = dict(self._own_causes.get(svc, {}))
+            if svc == "payment" and o.payment_rate:
+                faults["ratePerSecond"] = o.payment_rate  # its published limit: on to the end
             if self._chaos_on:
                 faults |= {"transientRate": o.transient_rate, "lostResponseRate": o.lost_response_rate,
                            "hangRate": o.hang_rate, "hangSeconds": o.hang_seconds}
@@ -510,8 +524,10 @@ class ChaosRun:
 
     def _paced_posts(self, pool: ThreadPoolExecutor, start: float, dup_rng: random.Random) -> None:
         pending_dups: list[tuple[float, OrderRec]] = []
-        for i, rec in enumerate(self.recs):
-            due = start + i / self.o.rate
+        slot = 0  # the orders are posted at --rate, but the burst's all at once, at the slot it starts in
+        for rec in self.recs:
+            due = start + slot / self.o.rate
+            slot += 0 if rec.burst else 1
             while True:
                 now = time.monotonic()
                 ready = [(t, r) for t, r in pending_dups if t <= now and r.order_id]
@@ -759,6 +775,7 @@ class ChaosRun:
         self.express.plan(events)
         self.approvals.plan()
         self.recs[:0] = self.bulk.plan()  # posted first: they fail while the others run, then are retried
+        self.plan_burst()
         assert o.state_dir is not None  # set by ChaosOptions.resolved()
         # The run's own workflows: a wait of a day would not end within it (bench.chaos_approvals).
         workflows_dir = o.state_dir / "workflows"
@@ -773,6 +790,10 @@ class ChaosRun:
         }
         if o.bulk_orders:
             overrides["BulkOrdersPerTick"] = str(o.bulk_per_tick)
+        if o.payment_rate:
+            overrides["RemoteRateLimits"] = f"payment={o.payment_rate:g}/s"
+        if o.customer_max_in_flight:
+            overrides["CustomerMaxInFlight"] = str(o.customer_max_in_flight)
         self.stack = Stack(o.state_dir, persistent=True, instances=o.instances, settings_overrides=overrides,
                            remotes_seed=o.seed or 0, echo=o.echo)
         threads: list[threading.Thread] = []
@@ -842,6 +863,7 @@ class ChaosRun:
         report["durations"] = self.durations
         orphans = _wait_gone(pids, 10.0)
         report["appObserved"] = self.app_events()
+        report["limits"] = limits_section(self.o, self.recs, report["remotes"]["stats"], report["appObserved"])
         report["faults"]["serviceBus"] = self.servicebus_counts()
         report["processes"] = {"started": pids, "aliveAfterStop": orphans}
         report["checks"]["orphanProcesses"] = {"value": len(orphans), "expected": 0, "ok": not orphans}
@@ -1347,6 +1369,30 @@ def operator_outcomes(accepted: list[OrderRec],
 # ---- printing -------------------------------------------------------------------------------------
 
 
+def limits_section(o: ChaosOptions, recs: list[OrderRec], stats: dict[str, Any],
+                   app: dict[str, int]) -> dict[str, Any]:
+    """The rate-limited remote (--payment-rate) and the bursting customer (--burst-orders,
+    --customer-max-in-flight): what they held back. The orders they held are checked as every
+    order is (none lost, doubled or stuck: the waits ended)."""
+    charges = stats.get("requests", {}).get("payment", {}).get("charge", {})
+    burst = [r for r in recs if r.burst]
+    return {"paymentRate": o.payment_rate or None, "chargeCalls": sum(charges.values()),
+            "charges429": charges.get("429", 0), "callsWaitedOnTheBus": app.get("agent.waiting", 0),
+            "burstOrders": len(burst), "burstEnded": sum(1 for r in burst if is_terminal(r.view)),
+            "customerMaxInFlight": o.customer_max_in_flight or None,
+            "ordersWaitedForRoom": app.get("order.waiting_room", 0), "admitted": app.get("order.admitted", 0)}
+
+
+def render_limits(limits: dict[str, Any]) -> list[str]:
+    if not limits.get("paymentRate") and not limits.get("burstOrders"):
+        return []
+    return [f"  limits: payment at {limits['paymentRate'] or 'no limit'}/s: {limits['charges429']} of "
+            f"{limits['chargeCalls']} charges answered 429, calls waited on the bus {limits['callsWaitedOnTheBus']}; "
+            f"a burst of {limits['burstOrders']} orders of one customer ({limits['burstEnded']} ended), "
+            f"CustomerMaxInFlight {limits['customerMaxInFlight'] or 'none'}: {limits['ordersWaitedForRoom']} "
+            f"waited for room, {limits['admitted']} admitted"]
+
+
 def render_summary(report: dict[str, Any]) -> str:
     c, f, orders = report["checks"], report["faults"], report["orders"]
     mark = lambda ok: "ok " if ok else "FAIL"  # noqa: E731
@@ -1372,6 +1418,7 @@ def render_summary(report: dict[str, Any]) -> str:
         *render_approvals(report.get("approvals") or {}, (report.get("approvals") or {}).get("timeoutSeconds")),
         *render_express(report.get("express") or {}),
         *render_bulk(report.get("bulk") or {}),
+        *render_limits(report.get("limits") or {}),
         "  faults injected:",
         f"    host instance SIGKILLs {f['hostInstanceKills']}, Service Bus emulator restarts "
         f"{f['serviceBusEmulatorRestarts']}, Azurite restarts {f['azuriteRestarts']}, "

@@ -27,6 +27,7 @@ from bench.chaos_ledger import STEP_EFFECTS, parse_key, step_key
 from bench.chaos_records import ApprovalPlan, ChaosOptions, EventSend, OrderRec
 
 CI_SEED = int(os.environ.get("CHAOS_SEED", "20261122"))
+BURST = 30  # the bursting customer's orders, besides the 200
 
 
 def _print_evidence(printed: str, state_dir: Path, lines: int = 150) -> None:
@@ -63,6 +64,9 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
         terminate_rate=0.05, terminate_within=4.0, operator_restarts=True, fixable_rate=0.015,
         digital_share=0.3,  # both workflows (issue 13), each order checked against its own steps
         express_share=0.15,  # and express's parallel step (issue 29)
+        # payment limited to 12 calls a second (the app told so), and one customer posting 30 orders at
+        # once mid-run with at most 10 in flight (issue 45): their waits end like every other
+        payment_rate=12.0, burst_orders=BURST, customer_max_in_flight=10,
     )
     out = io.StringIO()
     try:
@@ -85,8 +89,17 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert checks["doubleEffects"]["value"] == 0
     assert checks["failedOrdersFullyCompensatedPercent"]["value"] == 100.0
     assert checks["compensationsAppliedMoreThanOnce"]["value"] == 0
-    assert report["orders"]["accepted"] == 200
-    assert report["orders"]["workflows"] == {"order": 110, "digital": 60, "express": 30}, report["orders"]
+    assert report["orders"]["accepted"] == 200 + BURST
+    assert report["orders"]["workflows"] == {"order": 110 + BURST, "digital": 60, "express": 30}, report["orders"]
+
+    # The rate-limited remote and the bursting customer (issue 45): every burst order ended (the
+    # checks above hold for them too: none lost, doubled or stuck), some of them waited for their
+    # customer's room, and payment was called under its limit (its 429s are printed, not asserted:
+    # how many depends on timing).
+    limits = report["limits"]
+    assert limits["burstOrders"] == limits["burstEnded"] == BURST, limits
+    assert limits["paymentRate"] == 12.0 and limits["chargeCalls"] >= 200, limits
+    assert limits["ordersWaitedForRoom"] >= 1 and limits["admitted"] >= limits["ordersWaitedForRoom"], limits
 
     # The shipping outage (issue 14): its breaker opened, steps waited instead of failing, and
     # after the first cool-down the dead service got probes only (the calls in flight when it
