@@ -436,3 +436,19 @@ def test_the_watch_due_is_a_window_every_waiter_of_it_shares() -> None:
     due = watch_due(T0 + timedelta(seconds=5))
     assert due == watch_due(T0 + timedelta(seconds=29)) == T0 + 2 * WATCH_PERIOD
     assert watch_of(watch_row_key("room-abc", due)) == "room-abc" and watch_of("breaker:x:1:2") is None
+
+
+def test_a_replay_that_took_a_slot_for_an_order_that_needs_none_gives_it_back() -> None:
+    """The client sends an order again with its Idempotency-Key after it ended (or from before the
+    cap): the door gives the replay a slot before the create finds the order there; the replay gives
+    it back. A replay of an order that holds its slot keeps it (one holder, not two)."""
+    rt = make_runtime(customer_max_in_flight=2)
+    ended = order_of(rt, A, key="ended")["orderId"]
+    drive(rt, ended, AgentSim(rt))
+    running = order_of(rt, A, key="running")["orderId"]
+    before = make_runtime(store=rt.store, bus=rt.bus, clock=rt.clock, customer_max_in_flight=0)
+    uncapped = order_of(before, A, key="uncapped")["orderId"]
+    for key, oid in (("running", running), ("ended", ended), ("uncapped", uncapped)):
+        again = order_of(rt, A, key=key)
+        assert again["orderId"] == oid
+    assert set(room(rt)[0].holders) == {running}
