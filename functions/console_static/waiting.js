@@ -1,5 +1,5 @@
-// Steps that wait on a remote's open circuit breaker: which remote, since when, and when its next
-// probe is due. The API's `waiting` (a step's {remote, since, breaker, nextProbeAt}; an order's adds
+// Steps that wait on a remote: on its open circuit breaker (which remote, since when, and when its
+// next probe is due), or on its rate limit (`for` "rate": the slot reserved for the call, `wakeAt`). The API's `waiting` (a step's {remote, since, breaker, nextProbeAt}; an order's adds
 // `step`; a search result's is {step, remote, giveUpAt, breaker, nextProbeAt}) is used when present;
 // an API without it has only a step's `waitingOn` and `waitingSince`, and its state Running.
 
@@ -50,11 +50,28 @@ export function nextProbe(waiting, now = Date.now()) {
   return "next probe time not known";
 }
 
-/** "Waiting on shipping — next probe in 4 s (08:30:24Z) · since 08:29:50Z (34 s ago)". */
+/** Whether the wait is for the remote's rate limit (a slot reserved), not its breaker. */
+export function isRateWait(waiting) {
+  return waiting.for === "rate";
+}
+
+/** "call sent again in 2 s (08:30:24Z)": when a rate limit's wait ends. */
+export function wakeUp(waiting, now = Date.now()) {
+  const at = waiting.wakeAt;
+  if (!at) return "slot time not known";
+  const when = relative(at, now);
+  return `call sent again ${when.endsWith(" ago") ? `(due ${when})` : when} (${clock(at)})`;
+}
+
+/**
+ * "Waiting on shipping — next probe in 4 s (08:30:24Z) · since 08:29:50Z (34 s ago)", or for a rate
+ * limit "Waiting on payment's rate limit — call sent again in 2 s (08:30:24Z) · since ...".
+ */
 export function waitingText(waiting, now = Date.now()) {
   const since = waiting.since ? ` · since ${clock(waiting.since)} (${relative(waiting.since, now)})` : "";
-  const breaker = waiting.breaker ? ` · breaker ${waiting.breaker}` : "";
   const giveUp = waiting.giveUpAt ? ` · gives up ${relative(waiting.giveUpAt, now)} (${clock(waiting.giveUpAt)})` : "";
+  if (isRateWait(waiting)) return `Waiting on ${waiting.remote}'s rate limit — ${wakeUp(waiting, now)}${since}`;
+  const breaker = waiting.breaker ? ` · breaker ${waiting.breaker}` : "";
   return `Waiting on ${waiting.remote} — ${nextProbe(waiting, now)}${since}${breaker}${giveUp}`;
 }
 
@@ -62,6 +79,6 @@ export function waitingText(waiting, now = Date.now()) {
 export function waitingBadge(waiting) {
   if (!waiting) return null;
   const title = `${waiting.step ? `${waiting.step}: ` : ""}${waitingText(waiting)}`;
-  return h("span", { class: "state state-Waiting", title, dataset: { testid: "waiting" } },
-    `Waiting on ${waiting.remote}`);
+  return h("span", { class: "state state-Waiting", title, dataset: { testid: "waiting", for: waiting.for || "breaker" } },
+    isRateWait(waiting) ? `Waiting on ${waiting.remote}'s rate` : `Waiting on ${waiting.remote}`);
 }

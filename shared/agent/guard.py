@@ -27,7 +27,7 @@ from shared.agent.limiter import RateGate
 from shared.core.breaker.state import BreakerDecision, BreakerPolicy
 from shared.core.breaker.waiting import WaitingStep
 from shared.core.messages import Bus
-from shared.core.ratelimit.bucket import wake_time
+from shared.core.ratelimit.bucket import missed, wake_time
 from shared.runtime.resume import resume_waiting
 from shared.storage.store import Store
 from shared.storage.waiting import forget_waiting, register_waiting
@@ -86,6 +86,10 @@ class CallGuard:
     def _take_slot(self, rate: RateGate) -> None:
         reserved, self.reserved = self.reserved, None
         now = rate.now()
+        if reserved is not None and (rate.paused_after(reserved) or missed(reserved, now)):
+            # a 429 this instance saw paused the remote past the slot, or the request came after
+            # it: a new one (a late call would bunch up with the calls in the slots after it)
+            reserved = None
         if reserved is None:
             left = timedelta(seconds=self.time_left()) if self.time_left is not None else None
             decision = rate.take(left)
@@ -93,9 +97,6 @@ class CallGuard:
                 assert decision.slot is not None
                 raise RateWait(rate.remote, wake_time(decision.slot), decision.verdict)
             reserved = decision.slot if decision.admission == "sleep" else None
-        elif rate.paused_after(reserved):
-            self._take_slot(rate)  # a 429 this instance saw paused the remote past the slot: a new one
-            return
         if reserved is not None and reserved > now:
             self.sleep((reserved - now).total_seconds())  # a slot within the hold (or one sent early)
 

@@ -29,10 +29,14 @@ def next_probe(breaker: BreakerRow | None) -> dict[str, Any]:
 
 
 def _waiting(step: StepRow, breakers: Mapping[str, BreakerRow]) -> dict[str, Any] | None:
-    """The wait of the step's attempt in flight (or its compensation's) on a breaker, or None."""
+    """The wait of the step's attempt in flight (or its compensation's) on a remote, or None.
+    ``for``: ``breaker`` (its open breaker; ``nextProbeAt``) or ``rate`` (its rate limit: the slot
+    reserved for it, ``wakeAt``, when the scheduler sends the call again)."""
     if step.waiting_on is None:
         return None
-    return {"remote": step.waiting_on, "since": _time(step.waiting_since), **next_probe(breakers.get(step.waiting_on))}
+    return {"remote": step.waiting_on, "since": _time(step.waiting_since),
+            "for": "rate" if step.wake_at is not None else "breaker", "wakeAt": _time(step.wake_at),
+            **next_probe(breakers.get(step.waiting_on))}
 
 
 def _kind_view(step: StepRow, spec: Step | None, created_at: datetime) -> dict[str, Any]:

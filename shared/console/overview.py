@@ -55,7 +55,8 @@ def get_overview(rt: Runtime, *, queue_depths: QueueDepths = _default_queue_dept
     hours = merged_by_stamp(rt.store, "h", hour_stamp(now - timedelta(hours=DAY_HOURS - 1)),
                             hour_stamp(now + timedelta(hours=1)))
     queues, queues_error = _queues(rt, queue_depths)
-    breakers, breakers_error = remotes_overview(rt.store, remote_names() if remotes is None else remotes)
+    breakers, breakers_error = remotes_overview(rt.store, remote_names() if remotes is None else remotes,
+                                                rt.config.rate_limits)
     body = {
         "asOf": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "live": {"inFlight": _live(rt.store, Category.IN_FLIGHT), "attention": _live(rt.store, Category.ATTENTION)},

@@ -3,9 +3,10 @@
 Reads, per remote of ``workflows/agents.json`` (four today): one point read of its breaker row
 (state table, partition ``breakers``; a missing row is a closed breaker) and one RowKey-only
 query of its waiting steps (partition ``waiting-{remote}``), counted up to
-``WAITING_COUNT_CAP`` (over the cap: ``waitingCapped``). So 2 requests per remote, whatever the
-load. If any of them fails, ``remotes`` is empty and ``remotesError`` says why: the rest of the
-overview is still given (like ``queues``/``queuesError``).
+``WAITING_COUNT_CAP`` (over the cap: ``waitingCapped``); for a remote with a rate limit, one
+point read of its limiter row too (partition ``ratelimits``). So 2 requests per remote, 3 for a
+limited one, whatever the load. If any of them fails, ``remotes`` is empty and ``remotesError``
+says why: the rest of the overview is still given (like ``queues``/``queuesError``).
 
 The metric of the breakers is the counter ``orders.breaker.transitions{remote,state}`` the gate
 emits on every transition it wins (``shared.agent.gate``), with ``orders.breaker.held_back
@@ -17,14 +18,17 @@ this status API's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from shared.core.breaker.state import BreakerRow
 from shared.core.breaker.waiting import waiting_partition
+from shared.core.ratelimit.bucket import RateRow
+from shared.core.workflows.ratelimits import RateLimit
 from shared.observability.logs import log_event
 from shared.storage.breakers import read_breaker
+from shared.storage.ratelimits import read_rate
 from shared.storage.store import Store
 
 WAITING_COUNT_CAP = 100
@@ -37,20 +41,32 @@ def remote_names() -> list[str]:
     return [agent.name for agent in AGENTS]
 
 
-def remotes_overview(store: Store, names: Iterable[str]) -> tuple[list[dict[str, Any]], str | None]:
-    """(one entry per remote, None), or ([], why) if reading the breakers failed."""
+def remotes_overview(store: Store, names: Iterable[str], limits: Mapping[str, RateLimit] | None = None,
+                     ) -> tuple[list[dict[str, Any]], str | None]:
+    """(one entry per remote, None), or ([], why) if reading the breakers failed. ``limits``: the
+    limited remotes' rates (``Config.rate_limits``)."""
     try:
-        return [remote_entry(store, name) for name in names], None
+        return [remote_entry(store, name, (limits or {}).get(name)) for name in names], None
     except Exception as exc:  # noqa: BLE001 - a store hiccup: the rest of the overview still renders
         log_event(logging.WARNING, "overview.remotes_failed", error=repr(exc))
         return [], str(exc) or type(exc).__name__
 
 
-def remote_entry(store: Store, name: str) -> dict[str, Any]:
-    """One remote's breaker and the count of steps waiting on it (2 requests)."""
+def remote_entry(store: Store, name: str, limit: RateLimit | None = None) -> dict[str, Any]:
+    """One remote's breaker and the count of steps waiting on it (2 requests), and its rate limit
+    if it has one (``rateLimit``, null otherwise: a third request, the limiter's row)."""
     row = read_breaker(store, name)
     waiting, capped = waiting_count(store, name)
-    return breaker_json(row) | {"waiting": waiting, "waitingCapped": capped}
+    rate = rate_json(read_rate(store, name), limit) if limit is not None else None
+    return breaker_json(row) | {"waiting": waiting, "waitingCapped": capped, "rateLimit": rate}
+
+
+def rate_json(row: RateRow, limit: RateLimit) -> dict[str, Any]:
+    """A limited remote's rate and limiter row: the rate told, a 429's pause every instance honours
+    (``pausedUntil``, past or not: the console compares it with ``asOf``), the 429s counted, and the
+    next free slot (``nextSlotAt``: the row's theoretical arrival time)."""
+    return {"perSecond": limit.per_second, "burst": limit.burst, "pausedUntil": _utc(row.paused_until),
+            "throttled": row.throttled, "nextSlotAt": _utc(row.tat)}
 
 
 def waiting_count(store: Store, name: str, cap: int = WAITING_COUNT_CAP) -> tuple[int, bool]:

@@ -26,7 +26,11 @@ FAST = {"SupervisorSchedule": "*/2 * * * * *", "StepTimeoutSeconds": "5", "Uncla
         "BackoffBaseSeconds": "1",
         # a remote taken down (``PUT /_faults/shipping {"down": true}``) opens its breaker at its first
         # attempt's second failure, and its waiting step is probed every 10 s (no seeded order fails so)
-        "BreakerFailureThreshold": "2", "BreakerCoolDownSeconds": "10"}
+        "BreakerFailureThreshold": "2", "BreakerCoolDownSeconds": "10",
+        # delivery (the digital workflow's pivot, which no seeded order reaches) is called at most
+        # once every 10.5 s by every instance together: of digital orders posted at once, all but
+        # the first wait for their slot
+        "RemoteRateLimits": "delivery=0.1/s"}
 SCREENSHOTS = REPO_ROOT / ".local" / "screenshots"
 ORDINARY = 8
 OUT_OF_STOCK = {"sku": SOLD_OUT_SKU, "quantity": 2, "unitPrice": "5.00"}

@@ -785,6 +785,48 @@ EVENT_FORM = "[data-testid='event-form']"
 MUTED = "rgba(89, 99, 110, 1)"  # console.css --muted
 
 
+def test_a_call_held_by_its_remotes_rate_limit_shows_its_slot_and_the_rate(seeded: Seeded, driver: Any) -> None:
+    """Delivery is limited to 0.1 calls a second (``FAST``): of three digital orders posted at once,
+    the later ones wait for their slot. The API says what the wait is for (``rate``) and when the
+    call goes again; the order page says the same in words, next to the order's state too; the
+    overview's delivery chip shows the rate. Then every one is Processed, with no failure counted."""
+    step, remote = "deliver", "delivery"
+    body = order_body("c-rate", [{"sku": "SKU-1", "quantity": 1, "unitPrice": "9.99"}], workflow="digital")
+    session = seeded.stack.session()
+    orders = [seeded.stack.post_order(body, session=session) for _ in range(3)]
+
+    def rate_waits() -> list[dict[str, Any]]:
+        waits = [api_step(seeded.stack.get_order(o, session=session), step)["waiting"] for o in orders]
+        return [w | {"orderId": o} for o, w in zip(orders, waits, strict=True) if w and w["for"] == "rate"]
+
+    wait_until("a deliver call waiting for its slot", lambda: bool(rate_waits()), timeout=60, every=0.2)
+    last = max(rate_waits(), key=lambda w: w["wakeAt"])  # the longest wait: time to look at it
+    assert last["remote"] == remote and last["wakeAt"], last
+    open_view(driver, seeded, f"/orders/{last['orderId']}")
+    step_css = f"[data-testid='steps'] tbody tr[data-step='{step}']"
+    waiting = until_text(driver, f"{step_css} [data-testid='step-waiting']", lambda t: "rate limit" in t,
+                         "the step's rate wait shown", timeout=15)
+    assert waiting.startswith(f"Waiting on {remote}'s rate limit — call sent again "), waiting
+    assert f"({shown_time(last['wakeAt'])[11:]})" in waiting, (waiting, last["wakeAt"])  # dom.js clock()
+    until_text(driver, f"{HEADLINE} [data-testid='waiting'][data-for='rate']",
+               lambda t: t == f"Waiting on {remote}'s rate", "the wait next to the order's state", timeout=15)
+
+    open_view(driver, seeded, "/")
+    rate = until_text(driver, f"[data-testid='remote-rate-{remote}']", lambda t: t.startswith("rate "),
+                      "the delivery chip's rate", timeout=15)
+    assert rate.startswith("rate 0.1/s"), rate
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='remote-rate-payment']"), "payment has no limit"
+    [api] = [r for r in seeded.api("/overview")["remotes"] if r["name"] == remote]
+    assert api["rateLimit"]["perSecond"] == 0.1 and api["rateLimit"]["nextSlotAt"], api
+
+    def processed() -> bool:
+        states = [seeded.stack.get_order(o, session=session) for o in orders]
+        return all(s["processState"] == "Processed" for s in states)
+
+    wait_until("the three digital orders Processed", processed, timeout=90)
+    assert [seeded.stack.get_order(o, session=session)["failureCount"] for o in orders] == [0, 0, 0]
+
+
 def order_body(customer: str, items: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
     return {"customerId": customer, "currency": "EUR", "priority": "normal", "statusQueue": None, "items": items,
             **more}

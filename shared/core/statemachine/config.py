@@ -11,6 +11,7 @@ from typing import Any
 
 from shared.core.room import customer_cap
 from shared.core.workflows import (
+    AGENTS,
     AGENTS_BY_NAME,
     DEFAULT_WORKFLOW,
     LEGACY_VERSION,
@@ -20,6 +21,7 @@ from shared.core.workflows import (
     load_registry,
 )
 from shared.core.workflows.lanes import lane_of
+from shared.core.workflows.ratelimits import RateLimit, effective_limits
 
 
 def _default_steps() -> tuple[Step, ...]:
@@ -51,6 +53,8 @@ class Config:
     bulk_max_in_flight: int = 5  # a bulk operation puts no order in flight past this many in all (BulkMaxInFlight)
     # a customer's orders past submission and not yet ended, at most (CustomerMaxInFlight; 0: no cap)
     customer_max_in_flight: int = 0
+    # each limited remote's rate (workflows/agents.json's rateLimit, RemoteRateLimits over it)
+    rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: Any, workflow: tuple[Step, ...] | None = None,
@@ -78,6 +82,7 @@ class Config:
             bulk_slice=max(1, settings.int("BulkOrdersPerTick")),
             bulk_max_in_flight=max(1, settings.int("BulkMaxInFlight")),
             customer_max_in_flight=customer_cap(settings["CustomerMaxInFlight"]),
+            rate_limits=effective_limits({a.name: a.rate_limit for a in AGENTS}, settings["RemoteRateLimits"]),
         )
 
     @property

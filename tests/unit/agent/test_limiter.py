@@ -16,7 +16,7 @@ from shared.agent.limiter import RateGate
 from shared.agent.parsing import parse_request
 from shared.core.breaker.waiting import probe_tag
 from shared.core.messages import ReplyMessage
-from shared.core.ratelimit.bucket import WAKE_LEAD, wake_time
+from shared.core.ratelimit.bucket import SLOT_LATENESS, WAKE_LEAD, wake_time
 from shared.core.workflows.ratelimits import RateLimit
 from shared.storage.memory import MemoryStore
 from shared.storage.ratelimits import read_rate
@@ -89,6 +89,36 @@ def test_the_request_sent_again_at_its_slot_calls_in_it_without_taking_another(r
     assert result.outcome == "success" and result.calls == 1
     assert clock.slept[-1] == 1.25  # it waited here for its slot itself
     assert read_rate(store, "inventory") == before  # no slot taken: it had its own
+
+
+def test_a_request_sent_again_that_comes_after_its_slot_takes_a_new_one(remote: Scripted) -> None:
+    """Its slot is gone: called now, it would bunch up with the calls in the slots after it (a
+    remote counting in a sliding second answers the last of them 429). Within SLOT_LATENESS it
+    still calls in its own slot; later, it takes the next free slot, which is here far off (40
+    slots reserved from the start): the step waits again, with no call and no failure."""
+    store, bus, clock = MemoryStore(), Replies(), Clock()
+    [a] = instances(remote, store, bus, clock, n=1)
+    for _ in range(40):
+        a.handle(make_request(request_body()))
+    calls = len(remote.requests)
+
+    def sent_again(late: timedelta) -> Any:
+        before = read_rate(store, "inventory")
+        body = request_body()
+        slot = clock.now + timedelta(seconds=0.1)  # a slot of a wait that began before the 40
+        again = parse_request(json.dumps(body).encode(), message_id=f"{mid_for(body)}:{probe_tag(wake_time(slot))}",
+                              reply_to="replies", application_properties={}, agent="inventory")
+        clock.now = slot + late
+        return a.handle(again), before
+
+    on_time, before = sent_again(SLOT_LATENESS)
+    assert on_time.outcome == "success" and read_rate(store, "inventory") == before  # its own slot
+    late, before = sent_again(SLOT_LATENESS + timedelta(milliseconds=1))
+    assert late.outcome == "waiting" and late.calls == 0 and late.reply is not None
+    assert before.tat is not None and before.tat > clock.now + timedelta(seconds=1)  # the next free slot is far
+    assert read_rate(store, "inventory").tat == before.tat + EIGHT.interval  # it took it
+    assert late.reply.until == wake_time(before.tat)
+    assert len(remote.requests) == calls + 1  # the late one made no call
 
 
 def test_a_429_pauses_every_instance_for_its_retry_after(remote: Scripted) -> None:

@@ -36,7 +36,8 @@ def test_a_waiting_step_shows_its_remote_and_the_next_probe_everywhere() -> None
     since, give_up = iso(rt.clock()), iso(rt.clock() + timedelta(seconds=300))
     body = get_order(rt, oid).body
     [step] = [s for s in body["steps"] if s["name"] == S]
-    waiting = {"remote": "shipping", "since": since, "breaker": "open", "nextProbeAt": iso(retry_at)}
+    waiting = {"remote": "shipping", "since": since, "for": "breaker", "wakeAt": None, "breaker": "open",
+               "nextProbeAt": iso(retry_at)}
     assert step["state"] == "Waiting" and step["waiting"] == waiting and step["attempt"] == 1
     assert step["waitingOn"] == "shipping" and step["waitingSince"] == since
     assert body["waiting"] == {"step": S, **waiting}
@@ -55,6 +56,24 @@ def test_a_waiting_step_shows_its_remote_and_the_next_probe_everywhere() -> None
     [step] = [s for s in body["steps"] if s["name"] == S]
     assert body["waiting"] is None and step["state"] == "Running" and step["waiting"] is None
     assert found(rt, oid)["waiting"] is None
+
+
+def test_a_step_waiting_for_its_remotes_rate_shows_when_its_call_goes_again() -> None:
+    """A rate limit's wait (a ``waiting`` reply claiming its wake-up, with no breaker opening):
+    ``for`` says so, ``wakeAt`` is the wake-up the scheduler owes it; once woken and answered,
+    nothing waits any more."""
+    rt, _agents, oid = shipping_in_flight()
+    until = rt.clock() + timedelta(seconds=4)
+    assert handle_reply(rt, waiting_reply(oid, 1, wake=True, until=iso(until))) == "waiting"
+    body = get_order(rt, oid).body
+    [step] = [s for s in body["steps"] if s["name"] == S]
+    assert step["state"] == "Waiting" and body["failureCount"] == 0
+    assert {k: step["waiting"][k] for k in ("remote", "since", "for", "wakeAt")} == {
+        "remote": "shipping", "since": iso(rt.clock()), "for": "rate", "wakeAt": iso(until)}
+    assert body["waiting"]["for"] == "rate" and body["waiting"]["step"] == S
+    assert resume(rt, oid, 1) == "resumed"
+    [step] = [s for s in get_order(rt, oid).body["steps"] if s["name"] == S]
+    assert step["waiting"] is None and step["state"] == "Running"
 
 
 def test_a_waiting_compensation_shows_waiting_in_its_compensation() -> None:

@@ -13,10 +13,13 @@ from shared.console.overview import get_overview
 from shared.console.remotes import WAITING_COUNT_CAP, breaker_json
 from shared.core.breaker.state import BreakerPolicy, BreakerRow, BreakerState, decide_admit, decide_failure
 from shared.core.breaker.waiting import WaitingStep, waiting_partition
+from shared.core.ratelimit.bucket import RATE_PARTITION, decide_take, decide_throttled
 from shared.core.workflows.catalog import AGENTS
+from shared.core.workflows.ratelimits import RateLimit
 from shared.observability.figures import minute_stamp
 from shared.storage.breakers import BREAKER_PARTITION, read_breaker, write_breaker
 from shared.storage.memory import MemoryStore
+from shared.storage.ratelimits import apply
 from shared.storage.waiting import register_waiting
 from tests.unit.console.test_overview import NOW, no_queues, put
 from tests.unit.harness import Clock, make_runtime
@@ -24,7 +27,8 @@ from tests.unit.harness import Clock, make_runtime
 POLICY = BreakerPolicy()
 NAMES = [agent.name for agent in AGENTS]
 CLOSED = {"state": "closed", "failures": 0, "windowStart": None, "openedAt": None, "retryAt": None,
-          "probeUntil": None, "opens": 0, "lastFault": None, "changedAt": None, "waiting": 0, "waitingCapped": False}
+          "probeUntil": None, "opens": 0, "lastFault": None, "changedAt": None, "waiting": 0, "waitingCapped": False,
+          "rateLimit": None}
 
 
 def overview(rt: Any) -> dict[str, Any]:
@@ -70,7 +74,7 @@ def test_an_open_breaker_and_its_waiting_steps() -> None:
                         "windowStart": "2026-11-22T08:30:15.000000Z", "openedAt": "2026-11-22T08:30:19.000000Z",
                         "retryAt": "2026-11-22T08:30:24.000000Z", "probeUntil": None, "opens": 1,
                         "lastFault": "503 from shipping #4", "changedAt": "2026-11-22T08:30:19.000000Z",
-                        "waiting": 3, "waitingCapped": False}
+                        "waiting": 3, "waitingCapped": False, "rateLimit": None}
     others = {name: remote for name, remote in by_name(overview(rt)).items() if name != "shipping"}
     assert all(remote["state"] == "closed" and remote["waiting"] == 0 for remote in others.values())
 
@@ -104,6 +108,26 @@ def test_two_requests_per_remote_and_no_order_partition() -> None:
     overview(rt)
     state_reads = sorted(partition for table, partition in rt.store.reads if table == "state")
     assert state_reads == sorted([BREAKER_PARTITION] * len(NAMES) + [waiting_partition(n) for n in NAMES])
+
+
+def test_a_limited_remote_shows_its_rate_its_pause_and_its_next_slot_for_one_request_more() -> None:
+    """Only a remote with a rate limit (``Config.rate_limits``) has ``rateLimit``, read from its
+    limiter row (partition ``ratelimits``): one point read more, for it alone."""
+    limit = RateLimit(8, burst=2)
+    rt = make_runtime(clock=Clock(NOW), rate_limits={"payment": limit})
+    assert by_name(overview(rt))["payment"]["rateLimit"] == {
+        "perSecond": 8, "burst": 2, "pausedUntil": None, "throttled": 0, "nextSlotAt": None}  # never taken
+    apply(rt.store, "payment", lambda row: decide_take(row, NOW, limit))
+    apply(rt.store, "payment", lambda row: decide_throttled(row, NOW, timedelta(seconds=3), limit))
+    rt.store.reads.clear()
+    remotes = by_name(overview(rt))
+    assert remotes["payment"]["rateLimit"] == {
+        "perSecond": 8, "burst": 2, "pausedUntil": "2026-11-22T08:30:23.000000Z", "throttled": 1,
+        "nextSlotAt": "2026-11-22T08:30:20.131250Z"}  # NOW + 1.05/8 s
+    assert all(remote["rateLimit"] is None for name, remote in remotes.items() if name != "payment")
+    state_reads = sorted(partition for table, partition in rt.store.reads if table == "state")
+    assert state_reads == sorted([BREAKER_PARTITION] * len(NAMES) + [waiting_partition(n) for n in NAMES]
+                                 + [RATE_PARTITION])
 
 
 class BreakersDown(MemoryStore):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.core.statemachine.config import Config
 from shared.core.workflows.catalog import AGENTS, CatalogError, load_agents
 from shared.core.workflows.ratelimits import RateLimit, RateLimitError, effective_limits, parse_limits
 from shared.settings import InvalidSettingError, Settings, remote_rate_limits
@@ -56,6 +57,8 @@ def test_settings_refuse_a_bad_limit_at_start() -> None:
     assert caught.value.name == "RemoteRateLimits" and "payment=fast" in str(caught.value)
     env["RemoteRateLimits"] = "payment=8/s"
     assert remote_rate_limits(Settings.from_env(env).values) == {"payment": RateLimit(8)}
+    # the decisions' config has them too (the console's overview shows them)
+    assert Config.from_settings(Settings.from_env(env)).rate_limits == {"payment": RateLimit(8)}
 
 
 def _agents_file(tmp_path: Path, rate_limit: object) -> Path:
