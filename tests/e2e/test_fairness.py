@@ -6,7 +6,10 @@ B posts 5. B's slowest order must end within 30% of the time A's burst takes to 
 wait for A's 10 in flight, not for A's 140 waiting behind them.
 
 Asserted: every order Processed, no FailureCount, never more than 10 of A's orders in flight (the
-history's ``admitted`` and end times), and the 30%.
+history's ``admitted`` and end times), and the 30% as an order of events, not a time: when B's
+slowest order ended, at most 30% of A's orders had ended (A drains at the rate's pace, so the share
+of A ended is the share of its drain gone by). Times are printed, not asserted: this machine's
+speed drifts, the order of the ends does not with it.
 ``FAIRNESS_ORDERS`` sets a smaller burst for a quick run (the 30% is asserted from 100 up);
 ``FAIRNESS_CAP=0`` runs the same with no cap, to measure what the cap changes (nothing asserted but
 that every order is Processed); ``FAIRNESS_RATE=0`` with no rate limit (the 30% not asserted).
@@ -24,7 +27,7 @@ from typing import Any
 import pytest
 
 from local.stack import Stack
-from tests.hostile.stackutil import GOOD_BODY, Tables, send, start_stack, submit, wait_settled
+from tests.hostile.stackutil import GOOD_BODY, Tables, send, start_stack, submit, wait_all_settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -65,7 +68,7 @@ def test_a_customers_burst_does_not_hold_up_another_customers_orders(stack: Stac
         b = [submit(stack, {**GOOD_BODY, "customerId": "steady-b"}) for _ in range(5)]
         tables = Tables(stack)
         try:
-            states = {oid: wait_settled(tables, oid, timeout=300)["state"] for oid in [*b, *a]}
+            states = dict(zip([*b, *a], wait_all_settled(tables, [*b, *a], timeout=300), strict=True))
         finally:
             tables.close()
     finally:
@@ -90,12 +93,15 @@ def test_a_customers_burst_does_not_hold_up_another_customers_orders(stack: Stac
         in_flight += step
         peak = max(peak, in_flight)
     statuses = stack.remotes.stats()["requests"].get("payment", {}).get("charge", {})
+    b_last = max(_time(states[o]["FinishedAt"]) for o in b)
+    a_before_b = sum(1 for o in a if _time(states[o]["FinishedAt"]) <= b_last)
     print(f"\nA: {ORDERS} orders drained in {a_drain:.1f} s ({len(admitted)} waited for a slot); "
           f"B: 5 orders, the slowest ended {b_slowest:.1f} s after B posted "
-          f"({b_slowest / a_drain:.0%} of A's drain); A's peak in flight {peak}; charge statuses {statuses}")
+          f"({b_slowest / a_drain:.0%} of A's drain), when {a_before_b} of A's had ended; "
+          f"A's peak in flight {peak}; charge statuses {statuses}")
     assert stack.remotes.duplicate_effects() == []
     if CAP == 0:
         return  # the baseline: no cap
     assert peak <= CAP, peak
     if ORDERS >= 100 and RATE:
-        assert b_slowest <= 0.3 * a_drain, (b_slowest, a_drain)
+        assert a_before_b <= 0.3 * ORDERS, (a_before_b, b_slowest, a_drain)
