@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from shared.core.room import CapError, customer_cap
 from shared.core.sealed import MIN_KEY_BYTES, Keys
 from shared.core.workflows.catalog import AGENTS
 from shared.core.workflows.lanes import FAST_LANES, LANED_QUEUES
@@ -114,6 +115,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("RemoteRateLimits", "",
                 "Calls per second per remote, shared by every instance, over workflows/agents.json's rateLimit: "
                 "NAME=N/s or NAME=off, comma-separated (payment=8/s,shipping=20/s); empty: the declared limits"),
+    SettingSpec("CustomerMaxInFlight", "0",
+                "Orders of one customer past submission and not yet ended, at most; the others are accepted and "
+                "wait for a slot, in submission order (a whole number up to 400; 0 or empty: no cap)"),
     SettingSpec("BulkOrdersPerTick", "100",
                 "Orders a bulk operation acts on per Supervisor tick (its pace: live traffic keeps its latency)"),
     SettingSpec("BulkMaxInFlight", "5",
@@ -279,6 +283,7 @@ class Settings:
             raise MissingSettingError(missing)
         parse_token_keys(values[TOKEN_KEYS])  # a bad key stops the start, naming the setting
         remote_rate_limits(values)  # so does a rate limit that is not NAME=N/s or NAME=off
+        customer_max_in_flight(values)  # and a cap that is not a whole number up to 400
         service_bus = _maybe(lambda: read_connection(env, SERVICE_BUS_CONNECTION, "fullyQualifiedNamespace"))
         state_storage = _maybe(lambda: read_connection(env, STATE_STORAGE_CONNECTION, "tableServiceUri"))
         return cls(values=values, service_bus=service_bus, state_storage=state_storage)
@@ -292,6 +297,14 @@ def remote_rate_limits(values: Mapping[str, str]) -> dict[str, RateLimit]:
         return effective_limits(declared, values.get("RemoteRateLimits", ""))
     except RateLimitError as e:
         raise InvalidSettingError("RemoteRateLimits", e.reason) from None
+
+
+def customer_max_in_flight(values: Mapping[str, str]) -> int:
+    """``CustomerMaxInFlight`` (0: no cap). Raises :class:`InvalidSettingError` naming the setting."""
+    try:
+        return customer_cap(values.get("CustomerMaxInFlight", ""))
+    except CapError as e:
+        raise InvalidSettingError("CustomerMaxInFlight", e.reason) from None
 
 
 def _maybe(fn):  # type: ignore[no-untyped-def]

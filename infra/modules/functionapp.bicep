@@ -386,6 +386,12 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'RemoteRateLimits'
           value: ''
         }
+        // Orders of one customer in flight at most (shared/core/room.py); 0: no cap. The others wait,
+        // accepted, and start in submission order when one of the customer's orders ends.
+        {
+          name: 'CustomerMaxInFlight'
+          value: '0'
+        }
         // A bulk operation's pace: orders acted on per Supervisor tick (shared/runtime/bulk.py).
         {
           name: 'BulkOrdersPerTick'

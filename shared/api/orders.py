@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -41,13 +42,15 @@ from shared.core.orders import (
     order_id_for_key,
     validation_errors,
 )
+from shared.core.room import room_partition
 from shared.core.rows import STATE_ROW
 from shared.core.statemachine import Ctx, bound, plan_replay, plan_submission
 from shared.core.statemachine.actions import allowed_actions
+from shared.core.statemachine.forward import replay_room
 from shared.core.workflows import UnknownWorkflow
 from shared.observability import metrics, telemetry
 from shared.observability.logs import log_event
-from shared.runtime import Runtime
+from shared.runtime import Runtime, rooms
 from shared.storage.breakers import read_breaker
 from shared.storage.views import read_view
 
@@ -105,9 +108,10 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
     workflow = rt.config.registry.latest(order.workflow_name)  # a new order runs the highest version
     ctx = rt.ctx()
     ctx = replace(ctx, config=ctx.config.bound(workflow.name, workflow.version))
-    effects = plan_submission(order_id, canonical, total=format(order.total, "f"), body_hash=body_hash,
-                              idempotency_key=key, traceparent=traceparent, ctx=ctx)
     try:
+        room, waiting = _at_the_door(rt, order.customerId, order_id, ctx.now)
+        effects = plan_submission(order_id, canonical, total=format(order.total, "f"), body_hash=body_hash,
+                                  idempotency_key=key, traceparent=traceparent, ctx=ctx, room=room, waiting=waiting)
         outcome = rt.run(effects)
     except Exception as exc:  # store unavailable: nothing (or only an orphan index row) was written
         log_event(logging.ERROR, "order.store_failed", order_id=order_id, traceparent=traceparent, error=repr(exc))
@@ -115,18 +119,32 @@ def _submit(rt: Runtime, body: bytes | None, h: dict[str, str], *, max_bytes: in
         result.headers["Retry-After"] = "5"
         return result
     if outcome.lost_race:  # the create conflicted: this order id exists already
-        return _replay(rt, order_id, body_hash, key, effects)
+        return _replay(rt, order_id, body_hash, key, effects, holds=room if not waiting else None)
     metrics.submitted.add(1)
     log_event(logging.INFO, "order.accepted", order_id=order_id, traceparent=traceparent,
               items=len(order.items), total=format(order.total, "f"), idempotent=key is not None,
               workflow=workflow.label)
-    return HttpResult(202, {"orderId": order_id, "processState": "Processing"},
-                      headers={"Location": f"/api/orders/{order_id}"})
+    accepted: dict[str, Any] = {"orderId": order_id, "processState": "Pending" if waiting else "Processing"}
+    if waiting:
+        accepted["waitingFor"] = "customer"  # over CustomerMaxInFlight: it starts when a slot frees, in its turn
+    return HttpResult(202, accepted, headers={"Location": f"/api/orders/{order_id}"})
 
 
-def _replay(rt: Runtime, order_id: str, body_hash: str, key: str | None, submitted: list[Effect]) -> HttpResult:
+def _at_the_door(rt: Runtime, customer_id: str, order_id: str, now: datetime) -> tuple[str | None, bool]:
+    """The customer's room when ``CustomerMaxInFlight`` caps it (``shared.core.room``), and whether
+    the order waits there (False: it holds a slot, taken here before its order is written)."""
+    cap = rt.config.customer_max_in_flight
+    if cap <= 0:
+        return None, False
+    partition = room_partition(customer_id)
+    return partition, not rooms.enter(rt.store, partition, order_id, cap, now)
+
+
+def _replay(rt: Runtime, order_id: str, body_hash: str, key: str | None, submitted: list[Effect], *,
+            holds: str | None = None) -> HttpResult:
     """The order exists: the same order again (200, and what its first submission may not have
-    sent, sent: ``plan_replay``), or another body under the same key (409)."""
+    sent, sent: ``plan_replay``), or another body under the same key (409). ``holds``: the room
+    where this request took a slot at the door (``replay_room``)."""
     view = read_view(rt.store, order_id)
     order, state = view.order, view.state
     if order is None or state is None or key is None:
@@ -136,7 +154,7 @@ def _replay(rt: Runtime, order_id: str, body_hash: str, key: str | None, submitt
         ctx: Ctx | None = bound(view, rt.ctx())
     except UnknownWorkflow:  # nothing to re-send: the next message or sweep holds the order
         ctx = None
-    rt.run(plan_replay(view, submitted, ctx, same_body=same_body))
+    rt.run([*plan_replay(view, submitted, ctx, same_body=same_body), *replay_room(view, holds, rt.ctx())])
     if not same_body:
         return problem(409, "idempotency-key-reuse", "Idempotency-Key reused",
                        "this Idempotency-Key was used for a different order body", orderId=order_id)

@@ -140,6 +140,9 @@ def order_view(view: View, breakers: Mapping[str, BreakerRow] | None = None,
         "waiting": {"step": current["name"], **current["waiting"]} if current else None,
         # the step in flight is a wait for an event, or a delay's timer: what it waits for, until when
         "awaiting": _awaiting(view, spec_of),
+        # accepted over its customer's CustomerMaxInFlight: it starts when a slot frees, in submission order
+        "waitingFor": ({"kind": "customer", "customerId": order.customer_id, "since": _time(order.created_at)}
+                       if state.waits_for_room else None),
         "steps": steps,
         "compensation": {
             "state": state.compensation_state or OrderCompensation.NONE,

@@ -12,6 +12,8 @@ One class per kind; ``Effect`` is their union:
 * :class:`Transact`: an ETag-conditioned transaction of :class:`Op` on one order's partition.
 * :class:`Reindex`: the order's search index rows, after the state write they reflect.
 * :class:`ForgetWaiting`: a step's row in its remote's waiting list, once its wait has ended.
+* :class:`JoinRoom`, :class:`LeaveRoom`: an order waiting for its customer's room, an order
+  leaving it (``shared.core.room``).
 * :class:`Send`: a message; :class:`Alert`: an operator alert; :class:`Log`: a log line.
 """
 
@@ -121,6 +123,36 @@ class ForgetWaiting:
 
 
 @dataclass(frozen=True)
+class JoinRoom:
+    """Put the order in its customer's room's queue of waiters (``shared.core.room``), after the
+    state write that says it waits: the room's watch row first (the Supervisor's cover while the
+    room has waiters), then the waiter row (a copy finds it there), then, if a slot is free by
+    now and it is among the oldest, its admission. A failure keeps the order's deadline row (the
+    ``DeleteIndex`` after it is skipped): the Supervisor joins it when that row falls due."""
+
+    partition: str
+    order_id: str
+    row_key: str  # the waiter's (``waiter_key``: submission order)
+    queue: str  # the scheduler queue of the order's lane, where its admission goes
+    cap: int  # CustomerMaxInFlight as the decision saw it (a room row never written has none)
+    at: datetime  # the decision's time: the watch's due time is reckoned from it
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaveRoom:
+    """Give the order's slot in its customer's room back (and drop its waiter row if it waited), and
+    admit the oldest waiters into the free slots, after the state write that ended the order. A
+    failure keeps the order's deadline row: the Supervisor leaves when that row falls due (and
+    the room's watch frees slots of ended orders)."""
+
+    partition: str
+    order_id: str
+    row_key: str | None  # its waiter row, if it was waiting still (deleted if there)
+    at: datetime | None  # the decision's time (an admitted waiter's slot is from then)
+
+
+@dataclass(frozen=True)
 class Send:
     """A message to send. ``critical``: a failure raises (the trigger's message is redelivered);
     otherwise it is logged and the rest goes on."""
@@ -157,6 +189,6 @@ class Log:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Effect = PutIndex | DeleteIndex | Transact | Reindex | ForgetWaiting | Send | Alert | Log
+Effect = PutIndex | DeleteIndex | Transact | Reindex | ForgetWaiting | JoinRoom | LeaveRoom | Send | Alert | Log
 
 

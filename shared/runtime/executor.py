@@ -21,6 +21,9 @@ Failure handling per effect:
   vouched for, the request goes without one (the reply path then reads).
 * Non-critical ``Send`` (status, schedule notices that an index row backs up), ``Alert``,
   ``DeleteIndex`` and ``ForgetWaiting``: a failure is logged and the rest goes on.
+* ``JoinRoom`` / ``LeaveRoom`` (a customer's room, ``shared.runtime.rooms``, after the state write):
+  a failure is logged and the ``DeleteIndex`` effects after it are skipped, as after a ``Reindex``'s:
+  the order's deadline row is kept, and the Supervisor joins or leaves for it when it falls due.
 """
 
 from __future__ import annotations
@@ -30,12 +33,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from shared.core import fence
-from shared.core.effects import Alert, DeleteIndex, Effect, ForgetWaiting, Log, PutIndex, Reindex, Send, Transact
+from shared.core.effects import (
+    Alert,
+    DeleteIndex,
+    Effect,
+    ForgetWaiting,
+    JoinRoom,
+    LeaveRoom,
+    Log,
+    PutIndex,
+    Reindex,
+    Send,
+    Transact,
+)
 from shared.core.messages import Bus
 from shared.core.sealed import Keys
 from shared.observability import metrics, telemetry
 from shared.observability.figures import record_committed
 from shared.observability.logs import log_event
+from shared.runtime import rooms
 from shared.storage.store import Conflict, Store
 from shared.storage.waiting import forget_rows
 
@@ -94,6 +110,17 @@ class _Run:
         except Exception as exc:  # a stale resume or the closer forgets it later
             log_event(logging.WARNING, "waiting.forget_failed", remote=eff.remote, row=eff.row_key, error=repr(exc))
 
+    def room(self, eff: JoinRoom | LeaveRoom) -> None:
+        try:
+            if isinstance(eff, JoinRoom):
+                rooms.join(self.store, self.bus, eff)
+            else:
+                rooms.leave(self.store, self.bus, eff)
+        except Exception as exc:  # the order's deadline row is kept: the Supervisor does it
+            self.out.index_failed = True
+            log_event(logging.WARNING, "room.move_failed", order_id=eff.order_id, room=eff.partition,
+                      move=type(eff).__name__, error=repr(exc))
+
     def send(self, eff: Send) -> None:
         message = eff.message if eff.fence is None else fence.fenced(self.keys, eff.message, eff.fence, self.written)
         try:
@@ -139,6 +166,8 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, keys: Keys, li
                 run.reindex(eff)
             case ForgetWaiting():
                 run.forget_waiting(eff)
+            case JoinRoom() | LeaveRoom():
+                run.room(eff)
             case Send():
                 run.send(eff)
             case Alert():

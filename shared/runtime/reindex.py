@@ -14,16 +14,17 @@ from __future__ import annotations
 
 from shared.core.effects import Reindex
 from shared.core.statemachine import Category, category_of, index_rows
-from shared.core.statemachine.search_index import category_key
+from shared.core.statemachine.search_index import category_key, leave_room
 from shared.runtime import Runtime
 from shared.storage.views import read_view
 
 CHANGING = (Category.IN_FLIGHT, Category.ATTENTION)  # the categories an order leaves
 
 
-def reindex_from_state(rt: Runtime, order_id: str, listed: Category | None = None) -> bool:
+def reindex_from_state(rt: Runtime, order_id: str, listed: Category | None = None, *, leave: bool = False) -> bool:
     """Write the order's index rows as its state says (True also when the order is gone);
-    False: the write failed."""
+    False: the write failed. ``leave`` (the Supervisor, on an ended order's deadline row): it
+    leaves its customer's room too (``leave_room``)."""
     view = read_view(rt.store, order_id)
     if view.order is None or view.state is None:
         return True
@@ -33,4 +34,7 @@ def reindex_from_state(rt: Runtime, order_id: str, listed: Category | None = Non
     known = category_key(listed, view.order.created_at, order_id) if listed is not None else None
     deletes = tuple(k for k in others if k == known)
     stale = tuple(k for k in others if k != known)
-    return not rt.run([Reindex(order_id, rows, deletes, stale)]).index_failed
+    # an ended order leaves its customer's room again (a copy changes nothing): the crash may have
+    # been between its index write and that
+    to_leave = leave_room(view.order, view.state) if leave else []
+    return not rt.run([Reindex(order_id, rows, deletes, stale), *to_leave]).index_failed

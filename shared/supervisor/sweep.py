@@ -41,6 +41,7 @@ from typing import Any
 from shared.core.breaker.watch import Watch
 from shared.core.effects import PutIndex, due_bound
 from shared.core.operations import OperationWatch
+from shared.core.room import watch_of
 from shared.core.rows import STATE_ROW
 from shared.core.statemachine import (
     KEEP_TELEMETRY,
@@ -48,10 +49,12 @@ from shared.core.statemachine import (
     IndexVerdict,
     StateRow,
     Verdict,
+    bound,
     decide_expired,
     decide_for_order,
     index_verdict,
 )
+from shared.core.statemachine.forward import join_room
 from shared.core.workflows.catalog import AGENTS
 from shared.observability import metrics, telemetry
 from shared.observability.figures import record_sweep
@@ -59,6 +62,7 @@ from shared.observability.logs import log_event
 from shared.runtime import Runtime
 from shared.runtime.bulk import handle_watch as handle_operation
 from shared.runtime.reindex import reindex_from_state
+from shared.runtime.rooms import reconcile
 from shared.storage.views import read_view
 from shared.supervisor.breakers import full_pass, handle_watch
 
@@ -139,6 +143,34 @@ def _handle_watch(rt: Runtime, watch: Watch, now: datetime, report: SweepReport)
     report.count_breaker(verdict.value)
 
 
+def _joined(rt: Runtime, order_id: str, report: SweepReport) -> bool:
+    """An order accepted over its customer's cap whose submission died before (or while) it joined
+    the waiters: joined now (a copy finds its row there); its deadline row may then go (the room's
+    watch covers it). False: the row stays for the next sweep."""
+    view = read_view(rt.store, order_id)
+    if view.state is None or not view.state.waits_for_room:
+        report.count("kept")  # it moved on meanwhile: the next sweep sees it as it is
+        return False
+    if rt.run([join_room(view, bound(view, rt.ctx()))]).index_failed:
+        report.count("kept")
+        return False
+    report.count("acted", "joinedRoom")
+    return True
+
+
+def _handle_room_watch(rt: Runtime, partition: str, row: IndexRow, now: datetime, report: SweepReport) -> None:
+    """A due room watch: the room reconciled (the next watch put first, if it still has waiters),
+    then this row deleted. Crash before the delete: the row stays due, and the next sweep
+    reconciles again (nothing to do twice)."""
+    if row.due is not None and row.due > now:
+        report.count("kept")
+        return
+    lane_queue = partial(rt.config.lane_queue, "SchedulerQueue")
+    verdict = reconcile(rt.store, rt.bus, partition, rt.config.customer_max_in_flight, lane_queue, now)
+    report.count("acted", f"room.{verdict}")
+    rt.store.delete_index(row.bucket, row.row_key)
+
+
 def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> SweepReport:
     now = rt.ctx().now
     report = SweepReport()
@@ -175,6 +207,10 @@ def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepRepo
     if watch is not None:
         _handle_watch(rt, watch, now, report)
         return
+    room = watch_of(row.row_key)
+    if room is not None:  # a customer's room with waiters (``shared.runtime.rooms.reconcile``)
+        _handle_room_watch(rt, room, row, now, report)
+        return
     operation = OperationWatch.from_row(row.row_key, row.due)
     if operation is not None:  # a bulk operation's next slice (``shared.runtime.bulk``)
         report.count_operation(handle_operation(rt, operation, now))
@@ -195,9 +231,11 @@ def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepRepo
     if verdict is IndexVerdict.DELETE and state is not None:
         # The order ended (or is held) but its row is still here: the index write of its last
         # transition may have been lost with it (it runs before the row's delete). Redo it.
-        if not reindex_from_state(rt, row.order_id):
+        if not reindex_from_state(rt, row.order_id, leave=True):
             report.count("kept")  # the rewrite failed too: the row stays for the next sweep
             return
+    if verdict is IndexVerdict.JOIN and not _joined(rt, row.order_id, report):
+        return
     if verdict is IndexVerdict.MOVE:
         # The order is slower than its row: a later row covers its deadline (put first;
         # ``now`` is the sweep's start, before the read, so the row is never too late).

@@ -109,11 +109,20 @@ class StateRow(Row):
     # (``shared.core.statemachine.suspend``); a retry or restart runs it unsuspended.
     suspended: bool = False
     operations: str | None = None  # the bulk operations that acted on it, newest last (``shared.core.operations``)
+    # The customer's room it entered (``shared.core.room``; None: submitted with no cap), and whether
+    # it waits there for a slot (Pending, unclaimed, no deadline) rather than holding one.
+    room: str | None = None
+    waiting_room: bool = False
     etag: str | None = None
 
     @property
     def row_key(self) -> str:
         return STATE_ROW
+
+    @property
+    def waits_for_room(self) -> bool:
+        """Accepted, waiting for a slot in its customer's room (no step dispatched yet)."""
+        return self.waiting_room and self.mode is Mode.FORWARD and self.process_state is ProcessState.PENDING
 
     @property
     def claimed(self) -> bool:
@@ -137,6 +146,7 @@ StateRow.PROPS = props_of(StateRow, {
     "retried_at": ("RetriedAt", TIME), "cancelled_at": ("CancelledAt", TIME),
     "terminated_at": ("TerminatedAt", TIME), "event_seq": ("EventSeq", INT), "generation": ("Generation", INT),
     "waiting_on": ("WaitingOn", TEXT), "suspended": ("Suspended", FLAG), "operations": ("Operations", TEXT),
+    "room": ("Room", TEXT), "waiting_room": ("WaitingRoom", FLAG),
 })
 
 

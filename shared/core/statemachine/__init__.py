@@ -39,6 +39,8 @@ States (state row):
 ProcessState   Mode       lease                meaning
 =============  =========  ===================  ===========================================
 Pending        forward    unclaimed            redriven or retried; waits for a claim
+Pending        forward    unclaimed            ``WaitingRoom``: over its customer's CustomerMaxInFlight,
+                                               waits for a slot (``shared.core.room``), no deadline
 Processing     forward    STEP:N               step dispatched (attempt N), claim held; a
                                                new order starts here
 Pending        forward    none                 suspended by an operator, nothing in flight

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
+from shared.core.room import customer_cap
 from shared.core.workflows import (
     AGENTS,
     AGENTS_BY_NAME,
@@ -50,6 +51,8 @@ class Config:
     breaker_max_wait_seconds: float = 300.0  # longest a step waits on an open breaker (BreakerMaxWaitSeconds)
     bulk_slice: int = 100  # orders a bulk operation acts on per Supervisor tick (BulkOrdersPerTick)
     bulk_max_in_flight: int = 5  # a bulk operation puts no order in flight past this many in all (BulkMaxInFlight)
+    # a customer's orders past submission and not yet ended, at most (CustomerMaxInFlight; 0: no cap)
+    customer_max_in_flight: int = 0
     # each limited remote's rate (workflows/agents.json's rateLimit, RemoteRateLimits over it)
     rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
 
@@ -78,6 +81,7 @@ class Config:
             breaker_max_wait_seconds=float(settings.int("BreakerMaxWaitSeconds")),
             bulk_slice=max(1, settings.int("BulkOrdersPerTick")),
             bulk_max_in_flight=max(1, settings.int("BulkMaxInFlight")),
+            customer_max_in_flight=customer_cap(settings["CustomerMaxInFlight"]),
             rate_limits=effective_limits({a.name: a.rate_limit for a in AGENTS}, settings["RemoteRateLimits"]),
         )
 

@@ -55,6 +55,7 @@ class IndexVerdict(StrEnum):
     DELETE = "delete"  # the order has no deadline: finished, held, or never came to exist
     MOVE = "move"  # the order is slower than the row: cover its deadline with a later row
     ACT = "act"  # the deadline has passed: the Supervisor decides
+    JOIN = "join"  # the order waits for its customer's room: joined to its waiters (again), then deleted
 
 
 def index_verdict(state: StateRow | None, due: datetime, now: datetime) -> IndexVerdict:
@@ -63,6 +64,8 @@ def index_verdict(state: StateRow | None, due: datetime, now: datetime) -> Index
         return IndexVerdict.KEEP
     if state is None:
         return IndexVerdict.DELETE if due < now - ORPHAN_INDEX_AGE else IndexVerdict.KEEP
+    if state.waits_for_room:
+        return IndexVerdict.JOIN
     if state.complete_by is None or state.lease is None:
         return IndexVerdict.DELETE
     return IndexVerdict.MOVE if state.complete_by > now else IndexVerdict.ACT

@@ -57,6 +57,8 @@ class EventKind(StrEnum):
     UNSUSPENDED = "unsuspended"  # an operator resumed a suspended order
     EVENT_RECEIVED = "eventReceived"  # a wait step's event came (``kept``: before the step started)
     WAIT_TIMED_OUT = "waitTimedOut"  # a wait step's event did not come in time: its onTimeout applies
+    WAITING_ROOM = "waitingRoom"  # accepted over its customer's CustomerMaxInFlight: waits for a slot
+    ADMITTED = "admitted"  # a slot in its customer's room freed: the order starts (its first step dispatched)
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,9 @@ def commit(view: View, new_state: StateRow, ops: Iterable[Op], events: Sequence[
     assert 0 < len(events) <= MAX_EVENTS_PER_WRITE, "every state change is recorded"
     old = view.state
     first = (old.event_seq if old is not None else new_state.event_seq) + 1
-    stamped = replace(new_state, event_seq=first + len(events) - 1, waiting_on=waiting_on)
+    # An order waits for its customer's room only while Pending forward: any end (or retry) clears it.
+    stamped = replace(new_state, event_seq=first + len(events) - 1, waiting_on=waiting_on,
+                      waiting_room=new_state.waits_for_room)
     trace = view.trace_id
     by = {"by": ctx.actor} if ctx.actor is not None else {}  # who asked: an operator, or a system's event
     if ctx.operation is not None:  # a bulk operation: said on its events, kept on the row (acted once)

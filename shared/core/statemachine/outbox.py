@@ -18,6 +18,7 @@ from shared.core.messages import (
     ScheduleMessage,
     StatusMessage,
 )
+from shared.core.room import ROOM_SEQ
 from shared.core.statemachine.config import Ctx
 from shared.core.statemachine.view import View
 
@@ -38,6 +39,17 @@ def schedule_message(order_id: str, seq: int, ctx: Ctx, traceparent: str | None,
                       body=ScheduleMessage(kind="schedule", orderId=order_id, seq=seq).to_body(),
                       message_id=message_id, correlation_id=order_id, subject="schedule",
                       scheduled_enqueue_time=not_before if not_before and not_before > ctx.now else None,
+                      application_properties=trace_properties(traceparent, "schedule"))
+
+
+def admission_message(order_id: str, queue: str, traceparent: str | None, again: str = "") -> OutMessage:
+    """An order's admission to its customer's room (``shared.core.room``): the schedule message of
+    sequence ``ROOM_SEQ`` on the scheduler queue of its lane. Its id is the same whoever gives the
+    slot (a copy is dropped, a late one finds the order claimed); ``again``: the room's watch sending
+    it once more, under an id of that watch (an admission lost after it was sent is not a copy)."""
+    message_id = f"{order_id}:schedule:{ROOM_SEQ}" + (f":{again}" if again else "")
+    return OutMessage(queue=queue, body=ScheduleMessage(kind="schedule", orderId=order_id, seq=ROOM_SEQ).to_body(),
+                      message_id=message_id, correlation_id=order_id, subject="schedule",
                       application_properties=trace_properties(traceparent, "schedule"))
 
 

@@ -35,7 +35,8 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
-from shared.core.effects import Reindex
+from shared.core.effects import LeaveRoom, Reindex
+from shared.core.room import waiter_key
 from shared.core.rows import OrderRow, SearchRow, StateRow
 from shared.core.states import Category, Mode, OrderCompensation, Outcome
 
@@ -99,8 +100,10 @@ def index_rows(order: OrderRow, state: StateRow) -> list[SearchRow]:
     return rows
 
 
-def reindex(order: OrderRow | None, old: StateRow | None, new: StateRow) -> list[Reindex]:
-    """The index write after a change from ``old`` to ``new``: none unless the category changed."""
+def reindex(order: OrderRow | None, old: StateRow | None, new: StateRow) -> list[Reindex | LeaveRoom]:
+    """The index write after a change from ``old`` to ``new``: none unless the category changed.
+    An order that leaves ``inFlight`` (it ended: processed, failed, cancelled, terminated, or held for
+    an operator) also leaves its customer's room, after its index write: :func:`leave_room`."""
     if order is None:
         return []
     before = category_of(old) if old is not None else None
@@ -108,4 +111,16 @@ def reindex(order: OrderRow | None, old: StateRow | None, new: StateRow) -> list
     if before is after:
         return []
     drop = (category_key(before, order.created_at, new.order_id),) if before is not None else ()
-    return [Reindex(new.order_id, tuple(index_rows(order, new)), drop)]
+    leave = leave_room(order, new) if before is Category.IN_FLIGHT else []
+    return [Reindex(new.order_id, tuple(index_rows(order, new)), drop), *leave]
+
+
+def leave_room(order: OrderRow, state: StateRow) -> list[LeaveRoom]:
+    """An order out of ``inFlight`` with a room (``shared.core.room``) gives its slot back, or its
+    place among the waiters. Crash before it: the order's deadline row is kept (its delete comes
+    after), and the Supervisor leaves for it when that row falls due; the room's watch, if the room
+    has waiters, frees the slot of an ended order too."""
+    if state.room is None or category_of(state) is Category.IN_FLIGHT:
+        return []
+    waited = waiter_key(order.created_at, state.order_id) if state.waiting_room else None
+    return [LeaveRoom(state.room, state.order_id, waited, state.updated_at)]

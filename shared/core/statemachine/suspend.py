@@ -34,6 +34,9 @@ def decide_suspend(view: View, ctx: Ctx) -> Decision:
             or state.suspended):
         raise Rejected(why_not(state, "suspend", "only an order running its steps, not suspended yet, can be suspended"
                                                  + ("; this one is suspended: resume it" if state.suspended else "")))
+    if state.waits_for_room:
+        raise Rejected(why_not(state, "suspend", "an order waiting for its customer's room has nothing in flight; "
+                                                 "cancel it to give its place up"))
     if state.waiting_for_claim:
         # Handed to a scheduler but not claimed: take it back, so that no claim dispatches its
         # step. Nothing is in flight, so nothing has a deadline: the index row is dropped.

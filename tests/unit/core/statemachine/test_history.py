@@ -43,7 +43,8 @@ from tests.unit.harness import WORKFLOW, AgentSim, Crash, CrashRuntime, drive, m
 CONTRACT_EVENTS = {"accepted", "dispatched", "stepDone", "stepFailed", "redriven", "rescheduled", "alert",
                    "compensationDispatched", "compensationDone", "compensationFailed", "compensationRedriven",
                    "held", "processed", "failed", "compensated", "retried", "restarted", "cancelled", "terminated",
-                   "stepWaiting", "resumed", "suspended", "unsuspended", "eventReceived", "waitTimedOut"}
+                   "stepWaiting", "resumed", "suspended", "unsuspended", "eventReceived", "waitTimedOut",
+                   "waitingRoom", "admitted"}
 R, C, S = "reserve-inventory", "charge-payment", "create-shipment"
 
 
@@ -112,6 +113,18 @@ def _retried_with_a_lost_notice() -> tuple[CrashRuntime, str]:
     membus(rt).fail.clear()
     drive(rt, oid, agents)
     return rt, oid
+
+
+def _waited_for_its_room() -> tuple[CrashRuntime, str]:
+    """CustomerMaxInFlight 1: the customer's second order waits for the first to end, then runs."""
+    rt = make_runtime(customer_max_in_flight=1)
+    first = post(rt).body["orderId"]
+    r = post(rt)
+    assert r.status == 202 and r.body["waitingFor"] == "customer", r.body
+    agents = AgentSim(rt)
+    drive(rt, first, agents)
+    drive(rt, r.body["orderId"], agents)
+    return rt, r.body["orderId"]
 
 
 def _restarted() -> tuple[CrashRuntime, str]:
@@ -239,6 +252,9 @@ PATHS: dict[str, Path] = {
     "compensation-retried": (_compensation_retried, [
         *REFUND_REFUSED, ("retried", None, None), ("compensationDispatched", C, 2), ("compensationDone", C, 2),
         ("compensated", None, None)]),
+    "waited-for-its-room": (_waited_for_its_room, [
+        ("accepted", None, None), ("waitingRoom", R, None), ("admitted", None, None), *FORWARD[1:],
+        ("dispatched", S, 1), ("stepDone", S, 1), ("processed", None, None)]),
     "waited-on-a-breaker": (_waited_on_a_breaker, [
         *FORWARD, ("dispatched", S, 1), ("stepWaiting", S, 1), ("resumed", S, 1), ("stepDone", S, 1),
         ("processed", None, None)]),

@@ -113,13 +113,32 @@ def check_rows(rt: Any, oid: str) -> None:
         assert not any(s["State"] == "Running" for s in steps), (state, steps)
     if state["ProcessState"] == "Processed":
         assert all(s["State"] == "Done" for s in steps) and not state.get("LockedBy")
+    if state.get("WaitingRoom") and state["ProcessState"] == "Pending" and state["Mode"] == "forward":
+        check_waiting_room(rt, oid, state)
+        return
     # the index covers whatever is in flight: a row of the order due no later than its deadline
     if state.get("LeaseKey"):
         from shared.core.times import parse_iso
 
-        dues = [parse_iso(r["Due"]) for r in rt.store.index_rows() if r["OrderId"] == oid]
+        dues = [parse_iso(r["Due"]) for r in rt.store.index_rows() if r.get("OrderId") == oid]  # (a watch: none)
         deadline = parse_iso(state["CompleteBy"])
         assert deadline is not None and any(d is not None and d <= deadline for d in dues), (state, dues)
+
+
+def check_waiting_room(rt: Any, oid: str, state: dict[str, Any]) -> None:
+    """An order waiting for its customer's room has nothing in flight and no deadline: it is covered
+    by its own deadline row (until it has joined the waiters), or by its waiter row (or the slot it
+    was given) and the room's watch row."""
+    from shared.core.room import WATCH_PREFIX
+    from shared.runtime.rooms import read_room
+
+    rows = rt.store.index_rows()
+    own = [r for r in rows if r.get("OrderId") == oid]
+    room, waiters = read_room(rt.store, state["Room"], 100)
+    joined = oid in room.holders or any(w.order_id == oid for w in waiters)
+    watched = any(str(r["RowKey"]).startswith(f"{WATCH_PREFIX}{state['Room']}:") for r in rows)
+    assert own or (joined and watched), (state, own, joined, watched)
+    assert state["LeaseKey"] == "unclaimed" and not state.get("LockedBy") and not state.get("CompleteBy")
 
 
 def _applied_order(step: dict[str, Any]) -> tuple[int, float, int]:
@@ -478,3 +497,73 @@ def test_random_events_and_timers_settle_and_never_run_a_step_twice(
                 {"reserve": "release", "charge": "refund"}[op] for op in reversed(applied)], ops
         event(f"events ({on_timeout}): final {final['ProcessState']}/{final.get('Outcome')}, "
               f"event {'none' if body is None else body['approved']}")
+
+
+# ---- a customer over its CustomerMaxInFlight ------------------------------------------------------
+ROOM_ACTIONS = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 7)), min_size=5, max_size=80)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=ROOM_ACTIONS, reject=st.sampled_from([{}, {}, {"charge-payment": "declined"}]))
+def test_random_faults_never_pass_a_customers_cap_and_every_waiter_runs(actions: list[tuple[int, int]],
+                                                                         reject: dict[str, str]) -> None:
+    """``CustomerMaxInFlight`` 2 and six orders of one customer (four wait), one of another: messages
+    (admissions among them) delivered late, twice or never, handlers crashing between writes (the
+    slot given, not yet told; the order ended, its slot not yet given back), time jumping, the
+    Supervisor sweeping, an operator cancelling a waiting order. After every action no more than 2
+    of the customer's orders are past submission and not ended; once the faults stop, every order
+    settles, each remote effect was applied once, and the room is empty (no slot leaked, no waiter
+    left)."""
+    from shared.api.operator import cancel_order
+    from shared.core.room import room_partition
+    from shared.runtime.rooms import read_room
+
+    rt = make_runtime(max_failures=4, customer_max_in_flight=2)
+    agents = AgentSim(rt, reject=dict(reject))
+    mine = []
+    for _ in range(6):
+        rt.clock.advance(0.001)
+        mine.append(post(rt, {**BODY, "customerId": "burst"}).body["orderId"])
+    other = post(rt, {**BODY, "customerId": "other"}).body["orderId"]
+    queues = ["scheduler", "agent-inventory", "agent-payment", "agent-shipping"]
+
+    def in_flight() -> int:
+        n = 0
+        for oid in mine:
+            st_ = state(rt, oid)
+            waits = st_.get("WaitingRoom") and st_["ProcessState"] == "Pending" and st_["Mode"] == "forward"
+            n += st_["Mode"] in ("forward", "compensate") and not waits
+        return n
+
+    for action, arg in actions:
+        if action in (0, 1):
+            deliver(rt, queues[arg % len(queues)], None, action == 1, lambda msg: agents._handle(msg, rt.clock()))
+        elif action in (2, 3):
+            reply(rt, agents, None, keep=action == 3)
+        elif action == 4:
+            q = queues[arg % len(queues)]
+            if rt.bus.sent.get(q):
+                rt.bus.sent[q].pop(0)  # lost (dead-lettered)
+        elif action == 5:
+            rt.clock.advance(arg * 8)
+        elif action == 6:
+            sweep(rt)
+        elif action == 7:
+            deliver(rt, "scheduler", arg, False, lambda msg: None)  # crash after arg effects
+        elif action == 8:
+            reply(rt, agents, arg, keep=False)
+        else:
+            cancel_order(rt, mine[arg % len(mine)])  # 409 unless it waits (or is otherwise cancellable)
+        rt.crash_at = None
+        assert in_flight() <= 2
+        for oid in [*mine, other]:
+            check_rows(rt, oid)
+    for oid in [*mine, other]:
+        drive(rt, oid, agents, max_rounds=600)
+        assert in_flight() <= 2
+    calls = [c for c in agents.calls]
+    assert len(calls) == len(set(calls))
+    room, waiters = read_room(rt.store, room_partition("burst"), 100)
+    assert (dict(room.holders), waiters) == ({}, [])
+    finals = [state(rt, oid) for oid in mine]
+    event("waited and ran: " + str(sum(1 for f in finals if f["ProcessState"] == "Processed")))
