@@ -1377,7 +1377,7 @@ def limits_section(o: ChaosOptions, recs: list[OrderRec], stats: dict[str, Any],
     charges = stats.get("requests", {}).get("payment", {}).get("charge", {})
     burst = [r for r in recs if r.burst]
     return {"paymentRate": o.payment_rate or None, "chargeCalls": sum(charges.values()),
-            "charges429": charges.get("429", 0), "callsWaitedOnTheBus": app.get("agent.waiting", 0),
+            "charges429": charges.get("429", 0), "waitingReplies": app.get("agent.waiting", 0),
             "burstOrders": len(burst), "burstEnded": sum(1 for r in burst if is_terminal(r.view)),
             "customerMaxInFlight": o.customer_max_in_flight or None,
             "ordersWaitedForRoom": app.get("order.waiting_room", 0), "admitted": app.get("order.admitted", 0)}
@@ -1387,7 +1387,8 @@ def render_limits(limits: dict[str, Any]) -> list[str]:
     if not limits.get("paymentRate") and not limits.get("burstOrders"):
         return []
     return [f"  limits: payment at {limits['paymentRate'] or 'no limit'}/s: {limits['charges429']} of "
-            f"{limits['chargeCalls']} charges answered 429, calls waited on the bus {limits['callsWaitedOnTheBus']}; "
+            f"{limits['chargeCalls']} charges answered 429, waiting replies (a rate's or a breaker's) "
+            f"{limits['waitingReplies']}; "
             f"a burst of {limits['burstOrders']} orders of one customer ({limits['burstEnded']} ended), "
             f"CustomerMaxInFlight {limits['customerMaxInFlight'] or 'none'}: {limits['ordersWaitedForRoom']} "
             f"waited for room, {limits['admitted']} admitted"]
