@@ -104,13 +104,12 @@ def test_clients_are_created_once_under_concurrency() -> None:
             return object()
 
     clients._table_service = FakeService()
-    results: list[object] = []
+    results: list[tuple[object, object]] = []  # one (table, sender) per thread: two appends would interleave
     barrier = threading.Barrier(16)
 
     def worker() -> None:
         barrier.wait()
-        results.append(clients.table("StateTable"))
-        results.append(clients.sender("q1"))
+        results.append((clients.table("StateTable"), clients.sender("q1")))
 
     threads = [threading.Thread(target=worker) for _ in range(16)]
     for t in threads:
@@ -118,8 +117,9 @@ def test_clients_are_created_once_under_concurrency() -> None:
     for t in threads:
         t.join()
     assert created == ["t1"]
-    assert len({id(r) for r in results[::2]}) == 1
-    assert len({id(r) for r in results[1::2]}) == 1
+    assert len(results) == 16
+    assert len({id(table) for table, _ in results}) == 1
+    assert len({id(sender) for _, sender in results}) == 1
     clients.close()
 
 
