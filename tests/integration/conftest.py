@@ -39,6 +39,21 @@ def table_store(table_service: Any) -> Iterator[TableStore]:
     table_service.delete_table(f"orderindex{suffix}")
 
 
+@pytest.fixture(params=["rest", "sdk"])
+def path_store(request: pytest.FixtureRequest, table_service: Any) -> Iterator[TableStore]:
+    """A store on fresh tables reached by the path the parameter names (the store's own REST path,
+    or the SDK's)."""
+    suffix = uuid.uuid4().hex[:10]
+    tables = [f"orders{suffix}", f"deadlines{suffix}", f"orderindex{suffix}"]
+    store = TableStore.of(*(table_service.create_table_if_not_exists(t) for t in tables), rest=request.param == "rest")
+    try:
+        assert store.path == request.param
+        yield store
+    finally:
+        for t in tables:
+            table_service.delete_table(t)
+
+
 @pytest.fixture
 def table_runtime(table_store: TableStore) -> Callable[..., CrashRuntime]:
     """Runtimes over the same tables (and, unless given, the same bus and clock)."""

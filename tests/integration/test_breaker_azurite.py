@@ -4,8 +4,6 @@ races between instances (threads here, each deciding on the row it read) as in t
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -28,20 +26,6 @@ pytestmark = pytest.mark.integration
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 POLICY = BreakerPolicy(threshold=3, cool_down=timedelta(seconds=5), probe_lease=timedelta(seconds=10))
 RACERS = 5  # each racer writes at most once, so it loses at most RACERS-1 rounds (< MAX_ROUNDS)
-
-
-@pytest.fixture(params=["rest", "sdk"])
-def table_store(request: pytest.FixtureRequest, table_service: Any) -> Iterator[TableStore]:
-    suffix = uuid.uuid4().hex[:10]
-    state = table_service.create_table_if_not_exists(f"orders{suffix}")
-    deadlines = table_service.create_table_if_not_exists(f"deadlines{suffix}")
-    store = TableStore.of(state, deadlines, rest=request.param == "rest")
-    try:
-        assert store.path == request.param
-        yield store
-    finally:
-        table_service.delete_table(f"orders{suffix}")
-        table_service.delete_table(f"deadlines{suffix}")
 
 
 class FirstReadTogether:
@@ -71,78 +55,78 @@ def race(store: TableStore, decide: Any) -> list[Any]:
                              range(RACERS)))
 
 
-def test_the_row_is_created_then_replaced_on_its_etag(table_store: TableStore) -> None:
-    fresh = read_breaker(table_store, "shipping")
+def test_the_row_is_created_then_replaced_on_its_etag(path_store: TableStore) -> None:
+    fresh = read_breaker(path_store, "shipping")
     assert fresh.state is BreakerState.CLOSED and fresh.etag is None
     first = decide_failure(fresh, T0, POLICY, "HTTP 503")
     second = decide_failure(fresh, T0, POLICY, "timeout")
     assert first.row is not None and second.row is not None
-    write_breaker(table_store, first.row)
+    write_breaker(path_store, first.row)
     with pytest.raises(Conflict):  # created by another instance first: 409
-        write_breaker(table_store, second.row)
-    stored = read_breaker(table_store, "shipping")
+        write_breaker(path_store, second.row)
+    stored = read_breaker(path_store, "shipping")
     assert stored.failures == 1 and stored.window_start == T0 and stored.etag
     counted = decide_failure(stored, T0, POLICY, "timeout")
     assert counted.row is not None
-    write_breaker(table_store, counted.row)
+    write_breaker(path_store, counted.row)
     with pytest.raises(Conflict):  # decided on the row before that write: 412
-        write_breaker(table_store, counted.row)
-    assert read_breaker(table_store, "shipping").failures == 2
+        write_breaker(path_store, counted.row)
+    assert read_breaker(path_store, "shipping").failures == 2
 
 
-def test_racing_failures_open_it_once(table_store: TableStore) -> None:
-    decisions = race(table_store, lambda row, i: decide_failure(row, T0, POLICY, f"fault {i}"))
+def test_racing_failures_open_it_once(path_store: TableStore) -> None:
+    decisions = race(path_store, lambda row, i: decide_failure(row, T0, POLICY, f"fault {i}"))
     assert sum(Effect.OPENED in d.effects for d in decisions) == 1
-    row = read_breaker(table_store, "shipping")
+    row = read_breaker(path_store, "shipping")
     assert row.state is BreakerState.OPEN and row.opens == 1 and row.failures == POLICY.threshold
 
 
-def test_racing_instances_send_one_probe_and_its_success_closes_it(table_store: TableStore) -> None:
+def test_racing_instances_send_one_probe_and_its_success_closes_it(path_store: TableStore) -> None:
     for _ in range(POLICY.threshold):
-        apply(table_store, "shipping", lambda row: decide_failure(row, T0, POLICY, "HTTP 503"))
+        apply(path_store, "shipping", lambda row: decide_failure(row, T0, POLICY, "HTTP 503"))
     after = T0 + POLICY.cool_down
-    decisions = race(table_store, lambda row, i: decide_admit(row, after, POLICY, f"instance-{i}"))
+    decisions = race(path_store, lambda row, i: decide_admit(row, after, POLICY, f"instance-{i}"))
     probes = [d for d in decisions if d.admission == "probe"]
     assert len(probes) == 1 and all(d.admission == "wait" for d in decisions if d not in probes)
-    row = read_breaker(table_store, "shipping")
+    row = read_breaker(path_store, "shipping")
     assert row.state is BreakerState.HALF_OPEN and row.probe_id == probes[0].probe_id
-    closed = apply(table_store, "shipping", lambda r: decide_success(r, after, probes[0].probe_id))
+    closed = apply(path_store, "shipping", lambda r: decide_success(r, after, probes[0].probe_id))
     assert closed.effects == (Effect.CLOSED,)
-    assert read_breaker(table_store, "shipping").state is BreakerState.CLOSED
+    assert read_breaker(path_store, "shipping").state is BreakerState.CLOSED
 
 
-def test_the_waiting_index_registers_lists_and_forgets_on_table_storage(table_store: TableStore) -> None:
+def test_the_waiting_index_registers_lists_and_forgets_on_table_storage(path_store: TableStore) -> None:
     steps = [WaitingStep(f"{i:032x}", 1, "ship") for i in range(120)]
     for step in steps:
-        register_waiting(table_store, "shipping", step, T0)
-    register_waiting(table_store, "shipping", steps[0], T0)  # again: a 409 taken as done
-    assert waiting_steps(table_store, "shipping") == steps
-    assert waiting_steps(table_store, "payment") == []
+        register_waiting(path_store, "shipping", step, T0)
+    register_waiting(path_store, "shipping", steps[0], T0)  # again: a 409 taken as done
+    assert waiting_steps(path_store, "shipping") == steps
+    assert waiting_steps(path_store, "payment") == []
     # more than one transaction holds, one row never registered: chunks, then one by one
-    forget_waiting(table_store, "shipping", steps[:110] + [WaitingStep("f" * 32, 9, "gone")])
-    assert waiting_steps(table_store, "shipping") == steps[110:]
+    forget_waiting(path_store, "shipping", steps[:110] + [WaitingStep("f" * 32, 9, "gone")])
+    assert waiting_steps(path_store, "shipping") == steps[110:]
 
 
-def test_one_query_reads_every_breaker_with_the_etag_its_writes_are_conditioned_on(table_store: TableStore) -> None:
+def test_one_query_reads_every_breaker_with_the_etag_its_writes_are_conditioned_on(path_store: TableStore) -> None:
     """``read_breakers`` on Table Storage: one query of the partition, each row as a point read
     shows it (a row never written: closed, no ETag), and an instance's gates refreshed by it
     (``shared.agent.board``): the clean ones served from their copies, the open one decided on
     its own read."""
 
     for i in range(3):
-        apply(table_store, "shipping", lambda row, i=i: decide_failure(row, T0 + timedelta(seconds=i), POLICY, "503"))
-    apply(table_store, "payment", lambda row: decide_failure(row, T0, POLICY, "503"))
-    rows = read_breakers(table_store, ["inventory", "payment", "shipping"])
+        apply(path_store, "shipping", lambda row, i=i: decide_failure(row, T0 + timedelta(seconds=i), POLICY, "503"))
+    apply(path_store, "payment", lambda row: decide_failure(row, T0, POLICY, "503"))
+    rows = read_breakers(path_store, ["inventory", "payment", "shipping"])
     assert rows["inventory"].etag is None and rows["inventory"].state is BreakerState.CLOSED
     for remote in ("payment", "shipping"):
-        assert rows[remote] == read_breaker(table_store, remote) and rows[remote].etag
+        assert rows[remote] == read_breaker(path_store, remote) and rows[remote].etag
     assert rows["shipping"].state is BreakerState.OPEN and rows["payment"].failures == 1
-    write_breaker(table_store, replace(rows["payment"], failures=0))  # conditioned on the query's ETag: it wins
+    write_breaker(path_store, replace(rows["payment"], failures=0))  # conditioned on the query's ETag: it wins
     with pytest.raises(Conflict):
-        write_breaker(table_store, replace(rows["payment"], failures=0))
+        write_breaker(path_store, replace(rows["payment"], failures=0))
 
-    board = BreakerBoard(table_store)
-    gates = {r: BreakerGate(table_store, r, replace(POLICY, cache=timedelta(seconds=60)), "a", MemoryBus(), "alerts",
+    board = BreakerBoard(path_store)
+    gates = {r: BreakerGate(path_store, r, replace(POLICY, cache=timedelta(seconds=60)), "a", MemoryBus(), "alerts",
                             now=lambda: T0 + timedelta(seconds=3), board=board) for r in rows}
     decisions = {r: g.admit() for r, g in gates.items()}
     assert decisions["inventory"] == decisions["payment"] == CACHED_CALL

@@ -4,11 +4,8 @@ with its own threads) taking slots at once hand out every slot once, one interva
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -23,21 +20,8 @@ T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 EIGHT = RateLimit(8)
 
 
-@pytest.fixture(params=["rest", "sdk"])
-def table_store(request: pytest.FixtureRequest, table_service: Any) -> Iterator[TableStore]:
-    suffix = uuid.uuid4().hex[:10]
-    state = table_service.create_table_if_not_exists(f"orders{suffix}")
-    deadlines = table_service.create_table_if_not_exists(f"deadlines{suffix}")
-    store = TableStore.of(state, deadlines, rest=request.param == "rest")
-    try:
-        yield store
-    finally:
-        table_service.delete_table(f"orders{suffix}")
-        table_service.delete_table(f"deadlines{suffix}")
-
-
-def test_two_instances_racing_take_every_slot_once(table_store: TableStore) -> None:
-    gates = [RateGate(table_store, "payment", EIGHT, now=lambda: T0) for _ in range(2)]
+def test_two_instances_racing_take_every_slot_once(path_store: TableStore) -> None:
+    gates = [RateGate(path_store, "payment", EIGHT, now=lambda: T0) for _ in range(2)]
     takes = 40
     with ThreadPoolExecutor(max_workers=8) as pool:  # 4 threads per instance
         decisions = list(pool.map(lambda i: gates[i % 2].take(), range(takes)))
@@ -47,17 +31,17 @@ def test_two_instances_racing_take_every_slot_once(table_store: TableStore) -> N
     assert unknown == []  # none lost MAX_ROUNDS races in a row (it would call unlimited: fail open)
     # every slot handed out once, one interval apart: the instances together keep the rate
     assert slots == [T0 + k * EIGHT.interval for k in range(len(slots))]
-    assert read_rate(table_store, "payment").tat == T0 + len(slots) * EIGHT.interval
+    assert read_rate(path_store, "payment").tat == T0 + len(slots) * EIGHT.interval
     admissions = [d.admission for d in decisions if d.slot is not None]
     assert admissions.count("call") == 1 and admissions.count("sleep") == 7  # 7 slots within the 1 s hold
 
 
-def test_a_pause_written_by_one_instance_holds_the_other(table_store: TableStore) -> None:
-    a = RateGate(table_store, "payment", EIGHT, now=lambda: T0)
-    b = RateGate(table_store, "payment", EIGHT, now=lambda: T0)
+def test_a_pause_written_by_one_instance_holds_the_other(path_store: TableStore) -> None:
+    a = RateGate(path_store, "payment", EIGHT, now=lambda: T0)
+    b = RateGate(path_store, "payment", EIGHT, now=lambda: T0)
     assert b.take().admission == "call"  # b keeps the row it wrote: its next take starts from it
     a.throttled(5.0)
     after = b.take()  # b's kept row is stale: its write loses, it reads the pause and decides again
     assert after.admission == "wait" and after.slot == T0 + timedelta(seconds=5)
-    row = read_rate(table_store, "payment")
+    row = read_rate(path_store, "payment")
     assert row.throttled == 1 and row.paused_until == T0 + timedelta(seconds=5)
