@@ -9,7 +9,7 @@ transaction's history events feed the metrics and the console's figures; alerts 
 
 Failure handling per effect:
 
-* ``PutIndex`` / ``Transact`` / critical ``Send``: an exception propagates (the trigger's
+* ``PutIndex`` / ``PutWatch`` / ``Transact`` / critical ``Send``: an exception propagates (the trigger's
   message is abandoned and redelivered; the handler is idempotent and resumes from the store).
 * ``Transact`` losing its ETag condition (``Conflict``): a lost race. Nothing after it runs;
   the outcome says so.
@@ -30,7 +30,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from shared.core import fence
-from shared.core.effects import Alert, DeleteIndex, Effect, ForgetWaiting, Log, PutIndex, Reindex, Send, Transact
+from shared.core.effects import (
+    Alert,
+    DeleteIndex,
+    Effect,
+    ForgetWaiting,
+    Log,
+    PutIndex,
+    PutWatch,
+    Reindex,
+    Send,
+    Transact,
+)
 from shared.core.messages import Bus
 from shared.core.sealed import Keys
 from shared.observability import metrics, telemetry
@@ -133,6 +144,8 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, keys: Keys, li
                     return run.out
             case PutIndex():
                 run.put_index(eff)
+            case PutWatch():
+                store.put_index(eff.row)
             case DeleteIndex():
                 run.delete_index(eff)
             case Reindex():

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
+from shared.core.webhooks import DEFAULT_SCHEDULE, parse_schedule
 from shared.core.workflows import (
     AGENTS_BY_NAME,
     DEFAULT_WORKFLOW,
@@ -48,6 +49,9 @@ class Config:
     breaker_max_wait_seconds: float = 300.0  # longest a step waits on an open breaker (BreakerMaxWaitSeconds)
     bulk_slice: int = 100  # orders a bulk operation acts on per Supervisor tick (BulkOrdersPerTick)
     bulk_max_in_flight: int = 5  # a bulk operation puts no order in flight past this many in all (BulkMaxInFlight)
+    webhooks: bool = False  # WebhookUrl is set: an ending writes a delivery (shared.core.webhooks)
+    # the delays after each failed try of a webhook (WebhookRetrySchedule)
+    webhook_schedule: tuple[float, ...] = field(default_factory=lambda: parse_schedule(DEFAULT_SCHEDULE))
 
     @classmethod
     def from_settings(cls, settings: Any, workflow: tuple[Step, ...] | None = None,
@@ -74,6 +78,8 @@ class Config:
             breaker_max_wait_seconds=float(settings.int("BreakerMaxWaitSeconds")),
             bulk_slice=max(1, settings.int("BulkOrdersPerTick")),
             bulk_max_in_flight=max(1, settings.int("BulkMaxInFlight")),
+            webhooks=bool(settings["WebhookUrl"].strip()),
+            webhook_schedule=parse_schedule(settings["WebhookRetrySchedule"]),
         )
 
     @property

@@ -1,0 +1,270 @@
+"""Webhooks when an order ends, end to end on the in-memory store and bus: every ending is told,
+at least once, with the same webhook-id on every try; a crash at any point between the writes
+loses nothing (the delivery's watch, the Supervisor's cover, sends it again); a delivery that gives
+up is listed and can be sent again; with no WebhookUrl nothing is written or sent."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from shared.api.operator import terminate_order
+from shared.api.webhooks import list_failed, resend_delivery
+from shared.core import webhooks
+from shared.core.webhooks import HOOK_PREFIX, HookRow, HookWatch
+from shared.runtime.webhooks import handle_delivery
+from shared.settings import WebhookTarget
+from shared.supervisor import sweep
+from tests.unit.harness import AgentSim, Crash, CrashRuntime, drive, make_runtime, post, state
+
+KEY = b"tests: webhook signing key 32 b!"
+TARGET = WebhookTarget("https://hooks.example/orders", KEY)
+SCHEDULE = (5.0, 60.0, 600.0)  # 4 tries
+
+
+def _rt(**overrides: Any) -> CrashRuntime:
+    rt = make_runtime(webhooks=True, webhook_schedule=SCHEDULE, **overrides)
+    rt.webhook = TARGET
+    return rt
+
+
+class Receiver:
+    """The webhook receiver: ``fail_first`` fails each webhook-id's first try; ``down`` fails all."""
+
+    def __init__(self, *, fail_first: bool = False, down: bool = False) -> None:
+        self.fail_first, self.down = fail_first, down
+        self.tries: list[tuple[str, str, int]] = []  # (webhook-id, body, timestamp)
+        self.told: dict[str, dict[str, Any]] = {}  # webhook-id -> the event, once a try succeeded
+
+    def __call__(self, target: WebhookTarget, msg_id: str, body: str, now: datetime) -> str | None:
+        assert target is TARGET
+        seen = any(t[0] == msg_id for t in self.tries)
+        self.tries.append((msg_id, body, int(now.timestamp())))
+        if self.down or (self.fail_first and not seen):
+            return "HTTP 503"
+        self.told[msg_id] = json.loads(body)
+        return None
+
+
+def deliver(rt: CrashRuntime, receiver: Receiver) -> list[str]:
+    """Handle the webhooks queue's due messages (a scheduled one waits for its time)."""
+    now = rt.clock()
+    out = []
+    for m in rt.bus.take("webhooks"):  # type: ignore[attr-defined]
+        if m.scheduled_enqueue_time and m.scheduled_enqueue_time > now:
+            rt.bus.sent["webhooks"].append(m)  # type: ignore[attr-defined]
+            continue
+        out.append(handle_delivery(rt, json.loads(json.dumps(m.body)), send=receiver))
+    return out
+
+
+def settle_webhooks(rt: CrashRuntime, receiver: Receiver, *, rounds: int = 400, tick: float = 15.0) -> None:
+    """Deliver, sweep and let time pass until nothing is pending and no watch is left."""
+    for _ in range(rounds):
+        deliver(rt, receiver)
+        if not _pending(rt) and not _watches(rt):
+            return
+        rt.clock.advance(tick)  # type: ignore[attr-defined]
+        sweep(rt)
+    raise AssertionError(f"webhooks did not settle: {_pending(rt)} {_watches(rt)}")
+
+
+def hooks(rt: CrashRuntime, order_id: str) -> list[HookRow]:
+    rows = rt.store.read_rows(order_id, 1000)
+    return [HookRow.from_entity(e) for k, e in rows.items() if k.startswith(HOOK_PREFIX)]
+
+
+def _pending(rt: CrashRuntime) -> list[str]:
+    snap = rt.store.snapshot()  # type: ignore[attr-defined]
+    return [rk for (t, _pk, rk), e in snap.items() if t == "state" and rk.startswith(HOOK_PREFIX)
+            and e.get("Status") == webhooks.PENDING]
+
+
+def _watches(rt: CrashRuntime) -> list[str]:
+    return [e["RowKey"] for e in rt.store.index_rows() if str(e["RowKey"]).startswith("webhook:")]  # type: ignore[attr-defined]
+
+
+def processed(rt: CrashRuntime) -> str:
+    oid = post(rt).body["orderId"]
+    drive(rt, oid, AgentSim(rt))
+    return str(oid)
+
+
+def test_no_webhook_url_writes_and_sends_nothing() -> None:
+    rt = make_runtime()
+    oid = processed(rt)
+    assert hooks(rt, oid) == [] and _watches(rt) == [] and rt.bus.peek("webhooks") == []  # type: ignore[attr-defined]
+
+
+def test_a_processed_order_is_told_once_signed_after_a_failed_first_try() -> None:
+    rt = _rt()
+    receiver = Receiver(fail_first=True)
+    oid = processed(rt)
+    [hook] = hooks(rt, oid)
+    assert (hook.type, hook.status, hook.attempt) == ("order.processed", "pending", 1)
+    assert _watches(rt) == [HookWatch(oid, hook.key, hook.cover_at).row.row_key]  # type: ignore[arg-type]
+    assert deliver(rt, receiver) == ["retry"]
+    rt.clock.advance(5)
+    assert deliver(rt, receiver) == ["delivered"]
+    [event] = receiver.told.values()
+    assert event["type"] == "order.processed" and event["data"]["orderId"] == oid
+    assert event["data"]["processState"] == "Processed" and event["data"]["customerId"] == "c-1"
+    # the same webhook-id and body on both tries; the watches are gone
+    assert len({(t[0], t[1]) for t in receiver.tries}) == 1 and len(receiver.tries) == 2
+    assert _watches(rt) == []
+    [hook] = hooks(rt, oid)
+    assert (hook.status, hook.tries) == ("delivered", 2)
+
+
+def test_a_copy_of_a_try_is_stale() -> None:
+    rt = _rt()
+    receiver = Receiver()
+    oid = processed(rt)
+    [msg] = rt.bus.peek("webhooks")  # type: ignore[attr-defined]
+    assert deliver(rt, receiver) == ["delivered"]
+    assert handle_delivery(rt, msg.body, send=receiver) == "stale"
+    assert len(receiver.tries) == 1
+    assert hooks(rt, oid)[0].status == "delivered"
+
+
+def test_failed_held_and_terminated_orders_are_told() -> None:
+    rt = _rt()
+    receiver = Receiver()
+    failed = post(rt).body["orderId"]
+    drive(rt, failed, AgentSim(rt, reject={"charge-payment": "declined"}))
+    held_rt = _rt(workflow=tuple(replace(s, on_failure="hold") if s.name == "charge-payment" else s
+                                 for s in rt.config.workflow))
+    held = post(held_rt).body["orderId"]
+    drive(held_rt, held, AgentSim(held_rt, reject={"charge-payment": "declined"}))
+    stopped = post(rt).body["orderId"]
+    agents = AgentSim(rt, hang={"charge-payment"})
+    drive(rt, stopped, agents, until=lambda st: st.get("StepName") == "charge-payment")
+    assert terminate_order(rt, stopped).status == 202
+    drive(rt, stopped, agents)
+    settle_webhooks(rt, receiver)
+    settle_webhooks(held_rt, receiver)
+    kinds = {e["data"]["orderId"]: e["type"] for e in receiver.told.values()}
+    assert kinds == {failed: "order.failed", held: "order.held", stopped: "order.terminated"}
+    assert state(rt, failed)["Outcome"] == "failed"
+
+
+def test_a_delivery_that_gives_up_is_listed_and_sent_again_with_the_same_id() -> None:
+    rt = _rt()
+    receiver = Receiver(down=True)
+    oid = processed(rt)
+    settle_webhooks(rt, receiver)
+    [hook] = hooks(rt, oid)
+    assert (hook.status, hook.tries) == ("failed", len(SCHEDULE) + 1)
+    listed = list_failed(rt, {})
+    assert listed.status == 200
+    [shown] = listed.body["deliveries"]
+    assert (shown["orderId"], shown["webhookId"], shown["lastError"]) == (oid, hook.webhook_id, "HTTP 503")
+    receiver.down = False
+    again = resend_delivery(rt, oid, shown["delivery"])
+    assert again.status == 202 and again.body["round"] == 2
+    settle_webhooks(rt, receiver)
+    assert list(receiver.told) == [hook.webhook_id]
+    assert hooks(rt, oid)[0].status == "delivered"
+    assert list_failed(rt, {}).body["deliveries"] == []
+    assert resend_delivery(rt, oid, "hook-99999999").status == 404
+    assert resend_delivery(rt, oid, "nope").status == 400
+    assert list_failed(rt, {"state": "pending"}).status == 400
+
+
+# ---- crash points ---------------------------------------------------------------------------------
+
+def _last_reply(rt: CrashRuntime) -> tuple[str, Callable[[], Any]]:
+    """An order whose last step's reply is next: its handling is the ending decision."""
+    from tests.unit.core.statemachine.test_crash_points import _reply_trigger
+
+    oid = post(rt).body["orderId"]
+    agents = AgentSim(rt)
+    return str(oid), _reply_trigger(rt, agents, rt.config.workflow[-1].name)
+
+
+@pytest.mark.parametrize("redeliver", [True, False], ids=["redelivered", "lost"])
+def test_a_crash_anywhere_in_the_ending_loses_no_webhook(redeliver: bool) -> None:
+    """The ending decision (the last reply) dies after each of its effects; its reply is then
+    redelivered, or lost for good. The order ends, and its webhook is told, once per ending."""
+    k = 0
+    while True:
+        rt = _rt()
+        receiver = Receiver()
+        oid, trigger = _last_reply(rt)
+        rt.crash_at = k
+        with pytest.raises(Crash):
+            trigger()
+        if rt.crash_exhausted:
+            break
+        if redeliver:
+            trigger()
+        drive(rt, oid, AgentSim(rt))
+        settle_webhooks(rt, receiver)
+        assert state(rt, oid)["ProcessState"] == "Processed", k
+        assert [e["type"] for e in receiver.told.values()] == ["order.processed"], k
+        assert [h.status for h in hooks(rt, oid)] == ["delivered"], k
+        k += 1
+    assert k >= 5  # cover, commit, ..., the send of try 1, the index row's delete
+
+
+@pytest.mark.parametrize("step", ["try", "watch"])
+def test_a_crash_anywhere_in_a_failed_try_or_a_watch_loses_no_webhook(step: str) -> None:
+    """A failed try's effects (next watch, row, next message, old watch's delete), or a due
+    watch's (new watch, row, re-send, delete), cut after each one; the message is redelivered
+    (the try) or the sweep runs again (the watch). The receiver is told."""
+    k = 0
+    while True:
+        rt = _rt()
+        receiver = Receiver(fail_first=True)
+        oid = processed(rt)
+        if step == "watch":
+            rt.bus.take("webhooks")  # type: ignore[attr-defined]  # try 1's message is lost
+            rt.clock.advance(webhooks.COVER.total_seconds() + 1)
+            rt.crash_at = k
+            with pytest.raises(Crash):
+                sweep(rt)
+        else:
+            [msg] = rt.bus.peek("webhooks")  # type: ignore[attr-defined]
+            rt.crash_at = k
+            with pytest.raises(Crash):
+                handle_delivery(rt, msg.body, send=receiver)
+        if rt.crash_exhausted:
+            break
+        settle_webhooks(rt, receiver)  # the message is still there (redelivered), or the watch stays due
+        assert [e["data"]["orderId"] for e in receiver.told.values()] == [oid], (step, k)
+        assert [h.status for h in hooks(rt, oid)] == ["delivered"], (step, k)
+        k += 1
+    assert k >= 3
+
+
+def test_an_ending_that_lost_its_race_leaves_only_a_watch_which_goes() -> None:
+    rt = _rt()
+    receiver = Receiver()
+    oid, trigger = _last_reply(rt)
+    rt.crash_at = 1  # the watch put, the ending's transaction never run
+    with pytest.raises(Crash):
+        trigger()
+    assert len(_watches(rt)) == 1 and hooks(rt, oid) == []
+    rt.clock.advance(webhooks.COVER.total_seconds() + 1)
+    report = sweep(rt)
+    assert report.webhooks == {"deleted": 1}
+    assert _watches(rt) == [] and receiver.tries == []
+
+
+def test_the_message_is_read_from_its_bytes_and_a_stranger_is_poison() -> None:
+    from shared.core.messages import PoisonMessage
+
+    rt = _rt()
+    receiver = Receiver()
+    oid = processed(rt)
+    [msg] = rt.bus.take("webhooks")  # type: ignore[attr-defined]
+    assert handle_delivery(rt, json.dumps(msg.body).encode(), send=receiver) == "delivered"
+    assert hooks(rt, oid)[0].status == "delivered"
+    for stranger in (b"not json", b'{"kind": "status"}', {"kind": "webhook", "orderId": oid}):
+        with pytest.raises(PoisonMessage):
+            handle_delivery(rt, stranger, send=receiver)
