@@ -268,3 +268,69 @@ def test_the_message_is_read_from_its_bytes_and_a_stranger_is_poison() -> None:
     for stranger in (b"not json", b'{"kind": "status"}', {"kind": "webhook", "orderId": oid}):
         with pytest.raises(PoisonMessage):
             handle_delivery(rt, stranger, send=receiver)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_schedules_of_tries_copies_losses_and_crashes_tell_every_ending(seed: int) -> None:
+    """Six orders end (processed, failed); then, at random: a try's message is handled, handled
+    twice, lost (dead-lettered), or its handler dies after a random number of effects; the
+    receiver fails at random; the Supervisor sweeps; time passes. Every ending is told, none is left
+    pending, no watch is left, and a delivery's tries all carry its one webhook-id and body."""
+    import random
+
+    rng = random.Random(seed)
+    rt = _rt()
+
+    class Flaky(Receiver):
+        flaky = True
+
+        def __call__(self, target: WebhookTarget, msg_id: str, body: str, now: datetime) -> str | None:
+            self.down = self.flaky and rng.random() < 0.4
+            return super().__call__(target, msg_id, body, now)
+
+    receiver = Flaky()
+    orders = []
+    for n in range(6):
+        oid = post(rt).body["orderId"]
+        drive(rt, oid, AgentSim(rt, reject={"charge-payment": "declined"} if n % 3 == 0 else {}))
+        orders.append(oid)
+    for _ in range(300):
+        now = rt.clock()
+        queued = rt.bus.take("webhooks")  # type: ignore[attr-defined]
+        later = [m for m in queued if m.scheduled_enqueue_time and m.scheduled_enqueue_time > now]
+        rt.bus.sent["webhooks"].extend(later)  # type: ignore[attr-defined]
+        for m in (m for m in queued if m not in later):
+            fate = rng.random()
+            if fate < 0.1:
+                continue  # lost: dead-lettered after its deliveries, or never sent
+            copies = 2 if fate > 0.85 else 1
+            for _copy in range(copies):
+                if rng.random() < 0.15:
+                    rt.crash_at = rng.randrange(0, 6)
+                    try:
+                        handle_delivery(rt, m.body, send=receiver)
+                    except Crash:
+                        rt.bus.sent["webhooks"].append(m)  # type: ignore[attr-defined]  # redelivered later
+                    rt.crash_at = None
+                else:
+                    handle_delivery(rt, m.body, send=receiver)
+        if rng.random() < 0.5:
+            sweep(rt)
+        rt.clock.advance(rng.choice([1, 5, 15, 60]))
+        if not _pending(rt) and not _watches(rt):
+            break
+    settle_webhooks(rt, receiver)  # whatever is left: the schedule's remaining tries, the watches
+    assert not _pending(rt) and not _watches(rt), seed
+    # A delivery that gave up (every try failed) is listed; sent again to a receiver that answers, it is told.
+    failed = list_failed(rt, {}).body["deliveries"]
+    assert {d["orderId"] for d in failed} == {o for o in orders for h in hooks(rt, o) if h.status == "failed"}
+    receiver.flaky = False
+    for d in failed:
+        assert resend_delivery(rt, d["orderId"], d["delivery"]).status == 202
+    settle_webhooks(rt, receiver)
+    assert {e["data"]["orderId"] for e in receiver.told.values()} == set(orders), seed
+    if failed:
+        print(f"seed {seed}: {len(failed)} gave up, sent again and told")
+    for o in orders:
+        [hook] = hooks(rt, o)
+        assert {(t[0], t[1]) for t in receiver.tries if t[0] == hook.webhook_id} <= {(hook.webhook_id, hook.body)}
