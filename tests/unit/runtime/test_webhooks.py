@@ -334,3 +334,50 @@ def test_random_schedules_of_tries_copies_losses_and_crashes_tell_every_ending(s
     for o in orders:
         [hook] = hooks(rt, o)
         assert {(t[0], t[1]) for t in receiver.tries if t[0] == hook.webhook_id} <= {(hook.webhook_id, hook.body)}
+
+
+def _counted(rt: CrashRuntime) -> tuple[int, int, int]:
+    """(table writes, table reads, messages sent) so far."""
+    store = rt.store
+    return store.writes, len(store.reads), rt.bus.sent_count  # type: ignore[attr-defined]
+
+
+def test_the_price_per_ended_order_is_what_docs_cost_md_says() -> None:
+    """docs/cost.md, "Webhooks": an ending costs 1 table request more (the watch; the delivery row
+    rides in the ending's transaction) and 1 message; a delivered try 1 read and 2 writes (the row's
+    replace, the watch's delete), no message; a failed try 1 read, 3 writes (the next watch, the row,
+    the old watch's delete) and 1 message. With no WebhookUrl, not one more request."""
+    off, on = make_runtime(), _rt()
+    for rt in (off, on):
+        oid = post(rt).body["orderId"]
+        drive(rt, oid, AgentSim(rt))
+    w_off, r_off, s_off = _counted(off)
+    w_on, r_on, s_on = _counted(on)
+    assert (w_on - w_off, r_on - r_off, s_on - s_off) == (1, 0, 1)
+    [msg] = on.bus.take("webhooks")  # type: ignore[attr-defined]
+    before = _counted(on)
+    assert handle_delivery(on, msg.body, send=Receiver(down=True)) == "retry"
+    after = _counted(on)
+    assert tuple(a - b for a, b in zip(after, before, strict=True)) == (3, 1, 1)
+    on.clock.advance(SCHEDULE[0])
+    [msg] = on.bus.take("webhooks")  # type: ignore[attr-defined]
+    before = _counted(on)
+    assert handle_delivery(on, msg.body, send=Receiver()) == "delivered"
+    after = _counted(on)
+    assert tuple(a - b for a, b in zip(after, before, strict=True)) == (2, 1, 0)
+
+
+def test_a_copy_of_the_last_reply_decided_on_its_token_leaves_one_delivery() -> None:
+    """The last reply handled twice: the copy is decided on its token's rows first (no read), which
+    the order has left. Its watch is put, its transaction loses the race, and the read finds the
+    reply a duplicate: one delivery, told once; the copy's watch, due, finds no delivery of its own."""
+    rt = _rt()
+    receiver = Receiver()
+    oid, trigger = _last_reply(rt)
+    trigger()
+    rt.clock.advance(1)  # the copy decides at another instant: its watch is another row
+    trigger()
+    assert len(hooks(rt, oid)) == 1 and len(_watches(rt)) == 2
+    settle_webhooks(rt, receiver)
+    assert [e["data"]["orderId"] for e in receiver.told.values()] == [oid]
+    assert len(receiver.tries) == 1 and _watches(rt) == []
