@@ -74,7 +74,7 @@ def hold_unknown_workflow(view: View, missing: UnknownWorkflow, ctx: Ctx) -> Dec
         commit(view, new_state, (*ops, *told.ops), [recorded], ctx, note="workflow not deployed, stopped"),
         log(logging.ERROR, "order.workflow_unknown", view, reason=reason),
         *reindex(view.order, state, new_state),
-        *told.sends,  # try 1 of the ending's webhook (after the index: it may be quick); lost, its watch sends it
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])
 

@@ -146,6 +146,6 @@ def _compensated(view: View, step: StepRow, ended: StepRow, state_now: StateRow,
         info("order.compensated", view, outcome=state.outcome, anyFailed=any_failed),
         # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
         *reindex(view.order, state, new_state),
-        *told.sends,  # try 1 of the ending's webhook (after the index: it may be quick); lost, its watch sends it
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])

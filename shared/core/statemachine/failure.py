@@ -108,7 +108,7 @@ def _hold(view: View, step: StepRow, written: dict[int, StepRow], base: StateRow
         *tail,
         # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
         *reindex(view.order, state, new_state),
-        *told.sends,  # try 1 of the ending's webhook (after the index: it may be quick); lost, its watch sends it
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])
 
@@ -129,7 +129,7 @@ def _fail_final(view: View, step: StepRow, written: dict[int, StepRow], base: St
                ctx, note="step failed, final"),
         *tail,
         *reindex(view.order, state, new_state),
-        *told.sends,  # try 1 of the ending's webhook (after the index: it may be quick); lost, its watch sends it
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])
 

@@ -335,7 +335,7 @@ def _processed(d: _Done) -> Decision:
         info("order.processed", d.view, step=d.step.name),
         # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
         *reindex(d.view.order, d.state, new_state),
-        *told.sends,  # try 1 of the ending's webhook (after the index: it may be quick); lost, its watch sends it
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(d.state),
     ])
 

@@ -152,10 +152,10 @@ def decide_cancel(view: View, ctx: Ctx) -> Decision:
             *told.cover,
             # Crash after this: final. A schedule message still in flight finds nothing to claim.
             commit(view, new_state, told.ops, [recorded], ctx, note="operator cancel"),
-                *status_sends(view, "cancelled", ctx, processState=ProcessState.ERROR),
+            *status_sends(view, "cancelled", ctx, processState=ProcessState.ERROR),
             log(logging.WARNING, "operator.cancel", view, compensations=0),
             *reindex(view.order, state, new_state),
-            *told.sends,  # try 1 of the ending's webhook (after the index: it may be quick); lost, its watch sends it
+            *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
             *drop_index(state),
         ])
     return compensate_all(view, base, comps, recorded, Verdict.CANCELLING, ctx, needs_cover=state.lease is None,

@@ -74,7 +74,7 @@ def _terminate(view: View, state: StateRow, targets: list[StepRow], ctx: Ctx) ->
         *status_sends(view, "terminated", ctx, processState=ProcessState.ERROR),
         log(logging.WARNING, "operator.terminated", view, compensations=0),
         *reindex(view.order, state, new_state),
-        *told.sends,  # try 1 of the ending's webhook (after the index: it may be quick); lost, its watch sends it
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])
 
@@ -108,6 +108,6 @@ def _hold(view: View, base: StateRow, fenced: StepRow, changed: list[StepRow], c
         *status_sends(view, "held", ctx, step=fenced.name, processState=ProcessState.ERROR),
         log(logging.WARNING, "operator.terminate_held", view, step=fenced.name),
         *reindex(view.order, state, new_state),
-        *told.sends,  # try 1 of the ending's webhook (after the index: it may be quick); lost, its watch sends it
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])
