@@ -1,6 +1,6 @@
 """Issue 45's webhook target through the whole local stack (Azurite, the Service Bus emulator, the
-local Functions host, the remote-services simulator): with a receiver that fails every first try,
-every one of 10 ended orders (3 failed, 7 processed) is told, with a valid signature.
+local Functions host with two instances, the remote-services simulator): with a receiver that fails
+every first try, every one of 10 ended orders (3 failed, 7 processed) is told, with a valid signature.
 
 The receiver runs in the test, on 127.0.0.1 (``WebhookUrl``: an http URL is allowed for this host
 only). It checks each signature with the Standard Webhooks algorithm written here, apart from the
@@ -97,8 +97,8 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[Stack]:
-    s = start_stack(tmp_path_factory.mktemp("webhooks-stack"), WebhookUrl=receiver.url, WebhookSecret=SECRET,
-                    WebhookRetrySchedule="2s,5s,10s,30s")
+    s = start_stack(tmp_path_factory.mktemp("webhooks-stack"), instances=2, WebhookUrl=receiver.url,
+                    WebhookSecret=SECRET, WebhookRetrySchedule="2s,5s,10s,30s")
     try:
         yield s
     finally:
