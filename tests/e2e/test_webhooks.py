@@ -54,6 +54,8 @@ class Receiver(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.lock = threading.Lock()
         self.tries: list[dict[str, Any]] = []
+        self.hold_first = 0.0  # seconds a first try is held before its 503 (a test kills instances meanwhile)
+        self.holding = 0  # first tries being held now
 
     @property
     def url(self) -> str:
@@ -76,9 +78,18 @@ class _Handler(BaseHTTPRequestHandler):
             status = 503 if first else 204
             self.server.tries.append({"id": headers.get("webhook-id"), "valid": valid(headers, body), "body": body,
                                       "event": json.loads(body), "status": status})
-        self.send_response(status)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+            hold = self.server.hold_first if first else 0.0
+            self.server.holding += 1 if hold else 0
+        if hold:
+            time.sleep(hold)
+            with self.server.lock:
+                self.server.holding -= 1
+        try:
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        except OSError:
+            pass  # the instance that sent it was killed meanwhile
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -140,3 +151,48 @@ def test_every_ended_order_is_told_with_a_valid_signature_though_every_first_try
     # Nothing gave up: the operator's list of failed deliveries is empty.
     r = send(stack, "GET", "/api/webhooks?state=failed")
     assert r.status == 200 and r.json() == {"deliveries": []}, r.body
+
+
+def test_no_ending_is_lost_when_the_instances_die_in_the_middle_of_their_tries(stack: Stack,
+                                                                                 receiver: Receiver) -> None:
+    """Each first try is held 4 s by the receiver; while some are held, both host instances are
+    killed (SIGKILL). The tries they were making die with them: each comes again (its message
+    redelivered once its lock expires, or sent again by its watch), and every ended order is told."""
+    receiver.hold_first = 4.0
+    seen_before = set(receiver.told())
+    stack.remotes.set_faults("inventory", rejectSkus=[SOLD_OUT])
+    try:
+        good = [submit(stack, GOOD_BODY) for _ in range(8)]
+        bad = [submit(stack, {**GOOD_BODY, "customerId": "c-failing",
+                              "items": [{"sku": SOLD_OUT, "quantity": 1, "unitPrice": 5}]}) for _ in range(2)]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and receiver.holding < 3:
+            time.sleep(0.05)
+        held = receiver.holding
+        assert held >= 3, "no first try was being held: nothing to kill in the middle of"
+        killed = [stack.kill_host_instance(k) for k in sorted(stack.host_instances())]
+        for instance, pid in killed:
+            stack.wait_host_instance_replaced(instance, pid)
+        tables = Tables(stack)
+        try:
+            states = {oid: wait_settled(tables, oid, timeout=180)["state"] for oid in good + bad}
+        finally:
+            tables.close()
+    finally:
+        stack.remotes.set_faults("inventory")
+        receiver.hold_first = 0.0
+    assert [states[o]["ProcessState"] for o in good] == ["Processed"] * 8
+    assert [states[o]["ProcessState"] for o in bad] == ["Error"] * 2
+
+    deadline = time.monotonic() + 180  # a try cut short comes again after its lock (1 min) or its watch
+    while time.monotonic() < deadline and len(set(receiver.told()) - seen_before) < 10:
+        time.sleep(0.5)
+    told = {i: e for i, e in receiver.told().items() if i not in seen_before}
+    by_order = {e["data"]["orderId"]: e["type"] for e in told.values()}
+    assert by_order == {**{o: "order.processed" for o in good}, **{o: "order.failed" for o in bad}}, by_order
+    with receiver.lock:
+        tries = [t for t in receiver.tries if t["id"] in told]
+    assert all(t["valid"] for t in tries)
+    for webhook_id in told:
+        assert len({t["body"] for t in tries if t["id"] == webhook_id}) == 1
+    print(f"\n{held} first tries held when {len(killed)} instances were killed; 10 orders told in {len(tries)} tries")
