@@ -6,7 +6,7 @@ up is listed and can be sent again; with no WebhookUrl nothing is written or sen
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -16,10 +16,15 @@ import pytest
 from shared.api.operator import terminate_order
 from shared.api.webhooks import list_failed, resend_delivery
 from shared.core import webhooks
+from shared.core.rows import STATE_ROW, Op, StateRow
+from shared.core.statemachine.webhook import event_type
 from shared.core.webhooks import HOOK_PREFIX, HookRow, HookWatch
 from shared.runtime.webhooks import handle_delivery
 from shared.settings import WebhookTarget
+from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
+from tests.unit.core.statemachine.test_crash_points import SCENARIOS as CRASH_SCENARIOS
+from tests.unit.core.statemachine.test_operator_crash_points import SCENARIOS as OPERATOR_SCENARIOS
 from tests.unit.harness import AgentSim, Crash, CrashRuntime, drive, make_runtime, post, state
 
 KEY = b"tests: webhook signing key 32 b!"
@@ -381,3 +386,90 @@ def test_a_copy_of_the_last_reply_decided_on_its_token_leaves_one_delivery() -> 
     settle_webhooks(rt, receiver)
     assert [e["data"]["orderId"] for e in receiver.told.values()] == [oid]
     assert len(receiver.tries) == 1 and _watches(rt) == []
+
+
+class TellingStore(MemoryStore):
+    """Checks, on every committed transaction, that one which ends an order (its state row to
+    finished or held, from a state that was neither that nor finished) creates a delivery row, and
+    that no other transaction does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.endings: list[tuple[str, str]] = []  # (order id, webhook type) of each committed ending
+
+    def transact(self, order_id: str, ops: Sequence[Op]) -> dict[str, str]:
+        state_op = next((op for op in ops if op.row_key == STATE_ROW and op.kind != "delete"), None)
+        old = self.peek_partition(order_id).get(STATE_ROW)
+        etags = super().transact(order_id, ops)
+        if state_op is not None:
+            new_mode, old_mode = state_op.row.get("Mode"), (old or {}).get("Mode")
+            ends = new_mode in ("finished", "held") and old_mode not in ("finished", new_mode)
+            hooked = any(op.kind == "create" and op.row_key.startswith(HOOK_PREFIX) for op in ops)
+            assert hooked == ends, (order_id, old_mode, new_mode, [op.row_key for op in ops])
+            if ends:
+                self.endings.append((order_id, str(event_type(StateRow.from_entity(state_op.row)))))
+        return etags
+
+
+@pytest.mark.parametrize("sc", OPERATOR_SCENARIOS, ids=lambda sc: sc.name)
+def test_every_ending_an_operator_action_leads_to_writes_its_delivery_and_is_told(sc: Any) -> None:
+    """The operator crash-point scenarios (retry, cancel, terminate, in every state they take),
+    run with webhooks on and no crash: every transaction that ends an order writes its delivery (the
+    store checks each one), and every ending is told once, with the type of how it ended."""
+    rt = _rt(store=TellingStore())
+    agents = AgentSim(rt)
+    oid, action = sc.setup(rt, agents)
+    action()
+    agents.reject.clear()
+    agents.hang.clear()
+    drive(rt, oid, agents)
+    receiver = Receiver()
+    settle_webhooks(rt, receiver)
+    endings = rt.store.endings  # type: ignore[attr-defined]
+    assert endings and {o for o, _ in endings} == {oid}, sc.name
+    in_order = sorted(hooks(rt, oid), key=lambda h: h.key)  # by the seq of the ending's first event
+    assert [receiver.told[h.webhook_id]["type"] for h in in_order] == [t for _, t in endings], sc.name
+    assert all(e["data"]["orderId"] == oid for e in receiver.told.values())
+
+
+@pytest.mark.parametrize("redeliver", [True, False], ids=["redelivered", "lost"])
+@pytest.mark.parametrize("sc", CRASH_SCENARIOS, ids=lambda sc: sc.name)
+def test_the_crash_point_scenarios_with_webhooks_on_converge_and_tell_every_ending(sc: Any, redeliver: bool) -> None:
+    """tests/unit/core/statemachine/test_crash_points.py's scenarios (claims, replies, redrives,
+    timeouts, compensations, operator actions), each cut after every effect of its handler, with
+    webhooks on: the order still converges as there, every transaction that ends it writes its
+    delivery (the store checks), and every ending is told, in order, with its type."""
+    from tests.unit.core.statemachine.test_crash_points import HELD as HELD_STATE
+
+    k = 0
+    while True:
+        rt = _rt(store=TellingStore(), workflow=sc.workflow)
+        agents = AgentSim(rt, reject=dict(sc.reject or {}), hang=set(sc.hang or ()), lost=set(sc.lost or ()))
+        oid, trigger = sc.setup(rt, agents)
+        rt.crash_at = k
+        with pytest.raises(Crash):
+            trigger()
+        if sc.heal:
+            agents.hang.clear()
+        expect = sc.expect
+        if redeliver:
+            trigger()
+        elif sc.name.startswith("operator-") and state(rt, oid)["Mode"] == "held":
+            expect = HELD_STATE
+        st = drive(rt, oid, agents)
+        assert {key: st.get(key) for key in expect} == expect, (sc.name, k)
+        mine = [c for c in agents.calls if c[0] == oid]
+        assert len(mine) == len(set(mine)), mine  # each remote effect once (per idempotency key)
+        receiver = Receiver(fail_first=True)
+        settle_webhooks(rt, receiver)
+        for _ in range(40):  # the order's own deadline rows go too (lazily, by the sweep)
+            rt.clock.advance(30)
+            sweep(rt)
+        assert rt.store.index_rows() == [], (sc.name, k)  # type: ignore[attr-defined]
+        endings = [t for o, t in rt.store.endings if o == oid]  # type: ignore[attr-defined]
+        in_order = sorted(hooks(rt, oid), key=lambda h: h.key)
+        assert [receiver.told[h.webhook_id]["type"] for h in in_order] == endings, (sc.name, k)
+        assert all(h.status == "delivered" for h in in_order), (sc.name, k)
+        if rt.crash_exhausted:
+            break
+        k += 1
