@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shared.api.operator import terminate_order
 from shared.api.webhooks import list_failed, resend_delivery
@@ -25,6 +27,8 @@ from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
 from tests.unit.core.statemachine.test_crash_points import SCENARIOS as CRASH_SCENARIOS
 from tests.unit.core.statemachine.test_operator_crash_points import SCENARIOS as OPERATOR_SCENARIOS
+from tests.unit.core.statemachine.test_random_schedules import LOST as RANDOM_LOST
+from tests.unit.core.statemachine.test_random_schedules import REJECT as RANDOM_REJECT
 from tests.unit.harness import AgentSim, Crash, CrashRuntime, drive, make_runtime, post, state
 
 KEY = b"tests: webhook signing key 32 b!"
@@ -473,3 +477,66 @@ def test_the_crash_point_scenarios_with_webhooks_on_converge_and_tell_every_endi
         if rt.crash_exhausted:
             break
         k += 1
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 7)), min_size=5, max_size=60),
+       reject=RANDOM_REJECT, lost=RANDOM_LOST)
+def test_random_interleavings_with_webhooks_tell_every_ending_once_in_order(
+        actions: list[tuple[int, int]], reject: dict[str, str], lost: set[str]) -> None:
+    """test_random_schedules.py's interleavings (messages late, twice or never, handlers cut short,
+    time jumping, sweeps) over an order of each shipped workflow, with webhooks on and webhook tries
+    among them (handled, lost, cut short). Every transaction that ends an order writes its delivery
+    (the store checks); once the faults stop, every order settles and each of its endings is told,
+    in order, with its type."""
+    from shared.core.workflows import Registry, Workflow, load_registry
+    from tests.unit.core.statemachine.test_random_schedules import QUEUES, deliver, reply
+    from tests.unit.harness import BODY, WORKFLOW
+
+    registry = Registry.of([Workflow("order", 1, WORKFLOW), load_registry().get("digital", 1),
+                            load_registry().get("express", 1)])
+    rt = _rt(store=TellingStore(), max_failures=4, registry=registry)
+    agents = AgentSim(rt, reject=dict(reject), lost=set(lost))
+    orders = [post(rt).body["orderId"], post(rt, {**BODY, "workflow": "digital"}).body["orderId"],
+              post(rt, {**BODY, "workflow": "express"}).body["orderId"]]
+    receiver = Receiver(fail_first=True)
+    for action, arg in actions:
+        queue = QUEUES[arg % len(QUEUES)]
+        if action in (0, 1):
+            deliver(rt, queue, None, action == 1, lambda msg: agents._handle(msg, rt.clock()))
+        elif action in (2, 3):
+            reply(rt, agents, None, action == 3)
+        elif action == 4:
+            if rt.bus.sent.get(queue):  # type: ignore[attr-defined]
+                rt.bus.sent[queue].pop(0)  # type: ignore[attr-defined]  # lost
+            elif agents.pending_replies:
+                agents.pending_replies.pop(0)
+        elif action == 5:
+            rt.clock.advance(arg * 6)
+        elif action == 6:
+            sweep(rt)
+        elif action == 7:
+            deliver(rt, "scheduler", arg, False, lambda msg: None)
+        elif action == 8:
+            reply(rt, agents, arg, False)
+        elif action == 9 and rt.bus.sent.get("webhooks"):  # type: ignore[attr-defined]
+            rt.bus.sent["webhooks"].pop(0)  # type: ignore[attr-defined]  # a try's message lost
+        elif action in (10, 11) and rt.bus.sent.get("webhooks"):  # type: ignore[attr-defined]
+            msg = rt.bus.sent["webhooks"].pop(0)  # type: ignore[attr-defined]
+            rt.crash_at = arg if action == 11 else None
+            try:
+                handle_delivery(rt, msg.body, send=receiver)
+            except Crash:
+                rt.bus.sent["webhooks"].append(msg)  # type: ignore[attr-defined]  # redelivered later
+        elif action == 12:
+            rt.clock.advance(arg * 60)
+        rt.crash_at = None
+    for oid in orders:
+        drive(rt, oid, agents, max_rounds=400)
+    settle_webhooks(rt, receiver)
+    endings = rt.store.endings  # type: ignore[attr-defined]
+    for oid in orders:
+        in_order = sorted(hooks(rt, oid), key=lambda h: h.key)
+        assert [receiver.told[h.webhook_id]["type"] for h in in_order] == [t for o, t in endings if o == oid]
+        assert in_order and all(h.status == "delivered" for h in in_order)
+    assert len(receiver.told) == len(endings)
