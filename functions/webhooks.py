@@ -1,5 +1,5 @@
 """Webhook functions: the delivery function (the ``WebhooksQueue`` trigger: one try of one
-delivery) and the operator's routes (the failed deliveries, a resend). Thin adapters over
+delivery) and the operator's routes (the failed deliveries or one order's, a resend). Thin adapters over
 ``shared.runtime.webhooks`` and ``shared.api.webhooks``. Settlement as the other queue triggers
 (``functions.settlement``): the host completes on return and abandons on a transient failure (the
 try is made again; its watch covers a message dead-lettered after too many)."""
@@ -12,7 +12,7 @@ from functions.http import to_response
 from functions.operator_auth import LEVEL as OPERATOR
 from functions.operator_auth import operator_only, reader_only
 from functions.settlement import received, settle
-from shared.api.webhooks import list_failed, resend_delivery
+from shared.api.webhooks import list_deliveries, resend_delivery
 from shared.runtime import get_runtime
 from shared.runtime.webhooks import handle_delivery
 from shared.settings import SERVICE_BUS_CONNECTION
@@ -31,7 +31,7 @@ def deliver(msg: servicebus.ServiceBusReceivedMessage, message_actions: serviceb
 @bp.route(route="webhooks", methods=["GET"], auth_level=OPERATOR)
 @reader_only
 def failures(req: func.HttpRequest) -> func.HttpResponse:
-    return to_response(list_failed(get_runtime(), dict(req.params)))
+    return to_response(list_deliveries(get_runtime(), dict(req.params)))
 
 
 @bp.function_name("webhook_resend")

@@ -1,7 +1,7 @@
 // Webhooks (#/webhooks): the deliveries that gave up (every try of WebhookRetrySchedule failed),
 // from GET /api/webhooks?state=failed; an operator may send each again (POST
 // /api/orders/{id}/webhooks/{delivery}/resend: a new round of tries, the same webhook-id and body),
-// a viewer is offered nothing.
+// a viewer is offered nothing. An order's page shows its own deliveries (`orderDeliveries`).
 
 import { confirmDialog } from "./actions.js";
 import { api, callerMayAct } from "./api.js";
@@ -33,6 +33,28 @@ async function resend(button, delivery, status, onDone) {
   }
 }
 
+function resendButton(delivery, status, onDone) {
+  return h("button", { type: "button", class: "action", dataset: { testid: "webhook-resend" },
+    onclick: (event) => resend(event.currentTarget, delivery, status, onDone) }, "Resend");
+}
+
+/** The status of a delivery, and when its next try is due while it is pending. */
+function statusText(d) {
+  if (d.status === "pending" && d.nextTryAt) return `pending · try ${d.attempt} at ${fmtTime(d.nextTryAt)}`;
+  return d.round > 1 ? `${d.status} (round ${d.round})` : d.status;
+}
+
+/** An order's deliveries (GET /api/webhooks?orderId=), for its page: null when it has none. */
+export function orderDeliveries(deliveries, status, onDone) {
+  if (!deliveries || !deliveries.length) return null;
+  const mayAct = callerMayAct();
+  return table(["Event", "Status", "Tries", "Last error", "Webhook id", ...(mayAct ? ["Actions"] : [])],
+    deliveries.map((d) => ({ attrs: { dataset: { status: d.status } }, cells: [
+      d.type, statusText(d), String(d.tries), d.lastError || "—", h("span", { class: "mono" }, d.webhookId),
+      ...(mayAct ? [d.status === "failed" ? resendButton(d, status, onDone) : "—"] : []),
+    ] })), { dataset: { testid: "order-webhooks" } });
+}
+
 export function render(main, ctx) {
   const list = h("div", { dataset: { testid: "webhooks" } });
   const status = h("p", { class: "status", role: "status", "aria-live": "polite",
@@ -55,9 +77,7 @@ export function render(main, ctx) {
     if (!ctx.alive()) return;
     const rows = data.deliveries.map((d) => [
       orderLink(d.orderId), d.type, h("span", { class: "mono" }, d.webhookId), String(d.tries),
-      d.lastError || "—", fmtTime(d.updatedAt),
-      ...(mayAct ? [h("button", { type: "button", class: "action", dataset: { testid: "webhook-resend" },
-        onclick: (event) => resend(event.currentTarget, d, status, load) }, "Resend")] : []),
+      d.lastError || "—", fmtTime(d.updatedAt), ...(mayAct ? [resendButton(d, status, load)] : []),
     ]);
     setChildren(list, rows.length
       ? table(["Order", "Event", "Webhook id", "Tries", "Last error", "Gave up", ...(mayAct ? ["Actions"] : [])], rows)

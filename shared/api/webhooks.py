@@ -1,5 +1,5 @@
-"""The operator's routes of webhook deliveries (``shared.runtime.webhooks``): the failed ones
-(``GET /api/webhooks``), and sending one again (``POST /api/orders/{id}/webhooks/{delivery}/resend``)."""
+"""The operator's routes of webhook deliveries (``shared.runtime.webhooks``): the failed ones, or one
+order's (``GET /api/webhooks``), and sending one again (``POST /api/orders/{id}/webhooks/{delivery}/resend``)."""
 
 from __future__ import annotations
 
@@ -8,24 +8,35 @@ from collections.abc import Mapping
 from shared.api.http import HttpResult, problem, resolve_id, unknown_query
 from shared.core.webhooks import HOOK_PREFIX
 from shared.runtime import Runtime
-from shared.runtime.webhooks import failed_deliveries, resend
+from shared.runtime.webhooks import failed_deliveries, order_deliveries, resend
 
 MAX_LIMIT = 200
 
 
-def list_failed(rt: Runtime, params: Mapping[str, str]) -> HttpResult:
-    """``?state=failed`` (the only state listed: the others need nobody) and ``limit`` (1 to 200)."""
-    bad = unknown_query(params, ("state", "limit"), "Invalid webhook query")
+def list_deliveries(rt: Runtime, params: Mapping[str, str]) -> HttpResult:
+    """``?state=failed`` (the default): the deliveries that gave up, every order's; ``?orderId=``:
+    that order's deliveries, whatever their status (``state=failed``: its failed ones); ``limit``
+    (1 to 200)."""
+    bad = unknown_query(params, ("state", "orderId", "limit"), "Invalid webhook query")
     if bad is not None:
         return bad
-    if params.get("state", "failed") != "failed":
-        return problem(400, "invalid-query", "Invalid webhook query", "state: only failed deliveries are listed",
+    state = params.get("state")
+    if state not in (None, "failed"):
+        return problem(400, "invalid-query", "Invalid webhook query", "state: only failed is a state to list by",
                        errors=[{"field": "state", "message": "must be failed"}])
     raw = params.get("limit", "50")
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 3 and 1 <= int(raw) <= MAX_LIMIT):
         return problem(400, "invalid-query", "Invalid webhook query", f"limit: 1 to {MAX_LIMIT}",
                        errors=[{"field": "limit", "message": f"must be 1 to {MAX_LIMIT}"}])
-    return HttpResult(200, {"deliveries": failed_deliveries(rt, int(raw))})
+    if "orderId" not in params:
+        return HttpResult(200, {"deliveries": failed_deliveries(rt, int(raw))})
+    order_id = resolve_id(params["orderId"])
+    if isinstance(order_id, HttpResult):
+        return order_id
+    deliveries = order_deliveries(rt, order_id, int(raw))
+    if state == "failed":
+        deliveries = [d for d in deliveries if d["status"] == "failed"]
+    return HttpResult(200, {"deliveries": deliveries})
 
 
 def resend_delivery(rt: Runtime, raw_id: str | None, delivery: str | None) -> HttpResult:

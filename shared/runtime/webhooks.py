@@ -104,6 +104,12 @@ def failed_deliveries(rt: Runtime, limit: int = 100) -> list[dict[str, Any]]:
     return out
 
 
+def order_deliveries(rt: Runtime, order_id: str, limit: int = 100) -> list[dict[str, Any]]:
+    """Every delivery of one order (one range query of its partition), its latest ending first."""
+    rows = rt.store.read_range(order_id, webhooks.HOOK_PREFIX, webhooks.HOOK_END, limit)
+    return [view_of(order_id, HookRow.from_entity(e)) for _k, e in sorted(rows.items(), reverse=True)]
+
+
 def _forget(rt: Runtime, key: str) -> None:
     try:
         rt.store.write_index((), (), stale=(key,))

@@ -1,6 +1,7 @@
 """The console's Webhooks view in a real browser (Debian's Chromium) against the local stack: a
 receiver that is down makes every delivery give up; the view lists each failed delivery, its nav
-tab is highlighted, and an operator's Resend (confirmed) starts the delivery again."""
+tab is highlighted, and an operator's Resend (confirmed) starts the delivery again. An ended order's
+page shows its deliveries."""
 
 from __future__ import annotations
 
@@ -70,3 +71,19 @@ def test_the_failed_deliveries_are_listed_and_one_is_sent_again(stack: tuple[Sta
     # The receiver is still down: it gives up again, round 2, and is listed again.
     wait_until("the resent delivery to give up again",
                lambda: sorted(d["round"] for d in _failed(s)) == [1, 2], timeout=60)
+
+
+def test_an_orders_page_shows_its_deliveries(stack: tuple[Stack, list[str]], driver: Any) -> None:
+    """An ended order's page has a Webhooks panel: its delivery, failed, with its tries, its last
+    error and its webhook-id, and Resend for an operator."""
+    s, orders = stack
+    assert s.keys is not None
+    order_id = orders[1]
+    [delivery] = [d for d in _failed(s) if d["orderId"] == order_id]
+    driver.get(console_url(s.api_url, f"/orders/{order_id}", code=s.keys.master))
+    panel = WebDriverWait(driver, 30).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, "[data-testid='order-webhooks']"))
+    [row] = panel.find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert row.get_attribute("data-status") == "failed"
+    assert "order.processed" in row.text and delivery["webhookId"] in row.text and str(delivery["tries"]) in row.text
+    assert row.find_elements(By.CSS_SELECTOR, "[data-testid='webhook-resend']")

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.api.operator import terminate_order
-from shared.api.webhooks import list_failed, resend_delivery
+from shared.api.webhooks import list_deliveries, resend_delivery
 from shared.core import webhooks
 from shared.core.rows import STATE_ROW, Op, StateRow
 from shared.core.statemachine.webhook import event_type
@@ -169,7 +169,7 @@ def test_a_delivery_that_gives_up_is_listed_and_sent_again_with_the_same_id() ->
     settle_webhooks(rt, receiver)
     [hook] = hooks(rt, oid)
     assert (hook.status, hook.tries) == ("failed", len(SCHEDULE) + 1)
-    listed = list_failed(rt, {})
+    listed = list_deliveries(rt, {})
     assert listed.status == 200
     [shown] = listed.body["deliveries"]
     assert (shown["orderId"], shown["webhookId"], shown["lastError"]) == (oid, hook.webhook_id, "HTTP 503")
@@ -179,10 +179,17 @@ def test_a_delivery_that_gives_up_is_listed_and_sent_again_with_the_same_id() ->
     settle_webhooks(rt, receiver)
     assert list(receiver.told) == [hook.webhook_id]
     assert hooks(rt, oid)[0].status == "delivered"
-    assert list_failed(rt, {}).body["deliveries"] == []
+    assert list_deliveries(rt, {}).body["deliveries"] == []
+    # one order's deliveries, whatever their status (its failed ones with state=failed)
+    [mine] = list_deliveries(rt, {"orderId": oid}).body["deliveries"]
+    assert (mine["webhookId"], mine["status"], mine["round"], mine["tries"]) == (hook.webhook_id, "delivered", 2,
+                                                                                 len(SCHEDULE) + 2)
+    assert list_deliveries(rt, {"orderId": oid, "state": "failed"}).body["deliveries"] == []
+    assert list_deliveries(rt, {"orderId": "nope"}).status == 400
+    assert list_deliveries(rt, {"limit": "0"}).status == 400 and list_deliveries(rt, {"limit": "x"}).status == 400
     assert resend_delivery(rt, oid, "hook-99999999").status == 404
     assert resend_delivery(rt, oid, "nope").status == 400
-    assert list_failed(rt, {"state": "pending"}).status == 400
+    assert list_deliveries(rt, {"state": "pending"}).status == 400
 
 
 # ---- crash points ---------------------------------------------------------------------------------
@@ -331,7 +338,7 @@ def test_random_schedules_of_tries_copies_losses_and_crashes_tell_every_ending(s
     settle_webhooks(rt, receiver)  # whatever is left: the schedule's remaining tries, the watches
     assert not _pending(rt) and not _watches(rt), seed
     # A delivery that gave up (every try failed) is listed; sent again to a receiver that answers, it is told.
-    failed = list_failed(rt, {}).body["deliveries"]
+    failed = list_deliveries(rt, {}).body["deliveries"]
     assert {d["orderId"] for d in failed} == {o for o in orders for h in hooks(rt, o) if h.status == "failed"}
     receiver.flaky = False
     for d in failed:
