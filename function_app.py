@@ -1,10 +1,22 @@
 """The one FunctionApp: registers the blueprints of functions/ (orders, scheduler, agents,
-supervisor, retention, the operator console, bulk operations, the OpenAPI document of the HTTP API, and the fallback
-route that answers every other request under /api). All logic lives in shared/."""
+supervisor, retention, the operator console, bulk operations, webhook deliveries, the OpenAPI document
+of the HTTP API, and the fallback route that answers every other request under /api). All logic lives
+in shared/."""
 
 import azure.functions as func
 
-from functions import agents, console, fallback, openapi, operations, orders, retention, scheduler, supervisor
+from functions import (
+    agents,
+    console,
+    fallback,
+    openapi,
+    operations,
+    orders,
+    retention,
+    scheduler,
+    supervisor,
+    webhooks,
+)
 from shared.core.workflows import load_registry
 from shared.observability import telemetry
 from shared.settings import Settings
@@ -27,9 +39,10 @@ app.register_functions(retention.bp)
 app.register_functions(openapi.bp)
 app.register_functions(console.bp)
 app.register_functions(operations.bp)
+app.register_functions(webhooks.bp)
 # A path under /api that no function above takes, or a method its route does not take: 404 or
 # 405 problem+json (functions/fallback.py), from the routes of the blueprints registered above
 # (all of them: tests/unit/functions/test_fallback.py fails when a route is left out).
 unmatched_routes = fallback.blueprint([orders.bp, scheduler.bp, agents.bp, supervisor.bp, retention.bp, openapi.bp,
-                                       console.bp, operations.bp], app.auth_level)
+                                       console.bp, operations.bp, webhooks.bp], app.auth_level)
 app.register_functions(unmatched_routes)

@@ -67,6 +67,12 @@ param operatorRole string = ''
 @description('ViewerRole: in the appService mode, if set, a role (or group id) that may only read.')
 param viewerRole string = ''
 
+@description('WebhookUrl: the https URL told when an order ends (a signed POST, Standard Webhooks; docs/operating.md, Webhooks). Empty: no webhooks. Its secret is the WebhookSecret secret of the Key Vault, set by an operator.')
+param webhookUrl string = ''
+
+@description('WebhookRetrySchedule: the delay after each failed try of a webhook (N s, m or h, comma-separated).')
+param webhookRetrySchedule string = '5s,5m,30m,2h,5h,10h,10h'
+
 @description('Most instances the Flex Consumption plan scales out to.')
 @minValue(40)
 @maxValue(1000)
@@ -124,6 +130,7 @@ var storageAccountName = take('st${toLower(replace(appName, '-', ''))}${suffix}'
 var keyVaultName = take('kv-${appName}-${suffix}', 24)
 // The secret an operator sets in that vault (versionless: the app follows its latest version).
 var tokenKeysSecretName = 'TokenKeys'
+var webhookSecretName = 'WebhookSecret'
 var deploymentContainerName = 'app-package-${take(suffix, 8)}'
 
 module identity 'modules/identity.bicep' = {
@@ -204,6 +211,9 @@ module functionApp 'modules/functionapp.bicep' = {
     serviceBusFullyQualifiedNamespace: serviceBus.outputs.fullyQualifiedNamespace
     appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
     tokenKeysSecretUri: '${keyVault.outputs.vaultUri}secrets/${tokenKeysSecretName}'
+    webhookSecretUri: '${keyVault.outputs.vaultUri}secrets/${webhookSecretName}'
+    webhookUrl: webhookUrl
+    webhookRetrySchedule: webhookRetrySchedule
     agents: agents
     fastLanes: fastLanes
     serviceUrls: serviceUrls
@@ -240,3 +250,4 @@ output identityClientId string = identity.outputs.clientId
 output identityPrincipalId string = identity.outputs.principalId
 output keyVaultName string = keyVault.outputs.name
 output tokenKeysSecretName string = tokenKeysSecretName
+output webhookSecretName string = webhookSecretName

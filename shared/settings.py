@@ -43,6 +43,7 @@ from decimal import Decimal
 
 from shared.core.room import CapError, customer_cap
 from shared.core.sealed import MIN_KEY_BYTES, Keys
+from shared.core.webhooks import DEFAULT_SCHEDULE, WebhookSettingError, parse_schedule, parse_secret
 from shared.core.workflows.catalog import AGENTS
 from shared.core.workflows.lanes import FAST_LANES, LANED_QUEUES
 from shared.core.workflows.ratelimits import RateLimit, RateLimitError, effective_limits
@@ -68,6 +69,8 @@ class SettingSpec:
 SERVICE_BUS_CONNECTION = "ServiceBusConnection"
 STATE_STORAGE_CONNECTION = "StateStorage"
 TOKEN_KEYS = "TokenKeys"
+WEBHOOK_URL = "WebhookUrl"
+WEBHOOK_SECRET = "WebhookSecret"
 
 SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(SERVICE_BUS_CONNECTION, None, "Service Bus connection (string or identity prefix)", "connection"),
@@ -82,6 +85,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("AlertsQueue", "alerts", "Operator alerts queue", "queue"),
     SettingSpec("StatusQueue", "order-status",
                 "The status queue the deployment provides (status goes only to a statusQueue an order names)", "queue"),
+    SettingSpec("WebhooksQueue", "webhooks", "Webhook deliveries: each try of each delivery (shared.core.webhooks)",
+                "queue"),
     SettingSpec("StateTable", "orders", "Table holding order and state rows", "table"),
     SettingSpec("DeadlineTable", "deadlines", "Deadline index the Supervisor sweeps", "table"),
     SettingSpec("OrderIndexTable", "orderindex", "Search index of orders (by time, customer, category, finish day)",
@@ -89,6 +94,13 @@ SETTINGS: tuple[SettingSpec, ...] = (
     *(SettingSpec(a.service_url_setting, None, f"{a.name.capitalize()} service base URL") for a in AGENTS),
     SettingSpec(TOKEN_KEYS, None, "MAC keys of the continuation and fencing tokens: <current>[,<previous>], "
                 "each base64 of at least 32 random bytes (a Key Vault reference in Azure)", "secret"),
+    SettingSpec(WEBHOOK_URL, "", "The URL told when an order ends (a signed POST, Standard Webhooks); https outside "
+                "local dev; empty: no webhook (nothing written, nothing sent)"),
+    SettingSpec(WEBHOOK_SECRET, "", "The webhooks' signing secret: whsec_ + the base64 of at least 16 random bytes "
+                "(a Key Vault reference in Azure); read only when WebhookUrl is set", "secret"),
+    SettingSpec("WebhookRetrySchedule", DEFAULT_SCHEDULE,
+                "The delay after each failed try of a webhook (N s, m or h, comma-separated); a try more than "
+                "delays, then the delivery is failed (listed for an operator, who may send it again)"),
     SettingSpec("SupervisorSchedule", "*/15 * * * * *", "NCRONTAB schedule of the Supervisor timer"),
     SettingSpec("MaxFailureCount", "3", "FailureCount at which a step goes to Error"),
     SettingSpec("BackoffThreshold", "1", "FailureCount after which the Supervisor delays the redrive"),
@@ -254,6 +266,11 @@ class Settings:
         return Decimal(self[name])
 
     @property
+    def webhook(self) -> WebhookTarget | None:
+        """Where the webhooks go, or None (checked by ``from_env``)."""
+        return webhook_target(self.values)
+
+    @property
     def token_keys(self) -> Keys:
         """The MAC keys of ``TokenKeys`` (checked by ``from_env``)."""
         return parse_token_keys(self[TOKEN_KEYS])
@@ -284,6 +301,7 @@ class Settings:
         parse_token_keys(values[TOKEN_KEYS])  # a bad key stops the start, naming the setting
         remote_rate_limits(values)  # so does a rate limit that is not NAME=N/s or NAME=off
         customer_max_in_flight(values)  # and a cap that is not a whole number up to 400
+        webhook_target(values)  # and a webhook URL, secret or schedule the app cannot use
         service_bus = _maybe(lambda: read_connection(env, SERVICE_BUS_CONNECTION, "fullyQualifiedNamespace"))
         state_storage = _maybe(lambda: read_connection(env, STATE_STORAGE_CONNECTION, "tableServiceUri"))
         return cls(values=values, service_bus=service_bus, state_storage=state_storage)
@@ -305,6 +323,45 @@ def customer_max_in_flight(values: Mapping[str, str]) -> int:
         return customer_cap(values.get("CustomerMaxInFlight", ""))
     except CapError as e:
         raise InvalidSettingError("CustomerMaxInFlight", e.reason) from None
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """Where the webhooks go (``WebhookUrl``) and their signing key (``WebhookSecret``)."""
+
+    url: str
+    key: bytes
+
+
+# Local dev (the local stack, tests): an http URL of this host is allowed; anything else is https.
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def webhook_target(values: Mapping[str, str]) -> WebhookTarget | None:
+    """The webhook target, or None when ``WebhookUrl`` is empty (then ``WebhookSecret`` is not read:
+    a Key Vault reference to a secret never set does no harm). Raises :class:`InvalidSettingError`
+    naming the setting (never the secret's value). The URL comes from this setting only: never from
+    an order (no server-side request forgery)."""
+    try:
+        parse_schedule(values.get("WebhookRetrySchedule", ""))
+    except WebhookSettingError as e:
+        raise InvalidSettingError("WebhookRetrySchedule", str(e)) from None
+    url = (values.get(WEBHOOK_URL) or "").strip()
+    if not url:
+        return None
+    scheme, _, rest = url.partition("://")
+    host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+    host = host if host.startswith("[") else host.split(":", 1)[0]
+    if scheme not in ("https", "http") or not host:
+        raise InvalidSettingError(WEBHOOK_URL, "expected an absolute https:// URL")
+    if scheme == "http" and host not in _LOCAL_HOSTS:
+        raise InvalidSettingError(WEBHOOK_URL, "an http URL is only for local dev (127.0.0.1, localhost): "
+                                  "use https")
+    try:
+        key = parse_secret((values.get(WEBHOOK_SECRET) or "").strip())
+    except WebhookSettingError as e:
+        raise InvalidSettingError(WEBHOOK_SECRET, f"{e} (it is required when WebhookUrl is set)") from None
+    return WebhookTarget(url, key)
 
 
 def _maybe(fn):  # type: ignore[no-untyped-def]

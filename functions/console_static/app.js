@@ -10,6 +10,7 @@ import { errorBox, h, setChildren } from "./dom.js";
 import * as order from "./order.js";
 import * as overview from "./overview.js";
 import * as search from "./search.js";
+import * as webhooks from "./webhooks.js";
 
 const ROUTES = [
   [/^\/$/, overview.render, "overview"],
@@ -17,6 +18,7 @@ const ROUTES = [
   [/^\/search$/, search.render, "search"],
   [/^\/orders\/([^/]+)$/, order.render, null],
   [/^\/deadletters\/([^/]+)$/, deadletters.render, "deadletters"],
+  [/^\/webhooks$/, webhooks.render, "webhooks"],
 ];
 // Paths that name a section but not one of its pages: the address is replaced by its first page.
 const SECTIONS = { "/deadletters": "/deadletters/scheduler", "/orders": "/search" };

@@ -7,6 +7,7 @@ import { errorBox, fmtMoney, fmtTime, h, setChildren, table } from "./dom.js";
 import { branchNote, branchesOf, currentStepText, groupHeader, groupOf, shownState } from "./parallel.js";
 import { buildTimeline, renderGantt, renderTrace } from "./timeline.js";
 import { compensationState, orderWaiting, stepWaiting, waitingBadge, waitingText, waitsIn } from "./waiting.js";
+import { orderDeliveries } from "./webhooks.js";
 
 const REFRESH_MS = 3000; // while the order is in flight
 const HISTORY_PAGE = 1000;
@@ -38,13 +39,14 @@ export function render(main, ctx, query, orderId) {
       if (ctx.alive()) setChildren(body, errorBox(`GET /api${path}`, error));
       return;
     }
+    const webhooks = order.category === "inFlight" ? null : await deliveries(orderId); // an ended order's
     if (!ctx.alive()) return;
     if (auto && busy()) { // it became busy while the order was read
       timer = window.setTimeout(() => load(true), REFRESH_MS);
       return;
     }
     const focused = focusOf(body);
-    setChildren(body, page(order, history, status, load, path, drafts));
+    setChildren(body, page(order, history, status, load, path, drafts, webhooks));
     refocus(body, focused); // a refresh keeps the keyboard where it was
     if (order.category === "inFlight") timer = window.setTimeout(() => load(true), REFRESH_MS);
   }
@@ -70,6 +72,25 @@ function refocus(root, focused) {
   if (target) target.focus({ preventScroll: true });
 }
 
+/** The order's webhook deliveries (GET /api/webhooks?orderId=): a list, or the error that kept them (the
+ * page goes on without them). */
+async function deliveries(orderId) {
+  try {
+    return (await api("/webhooks", { params: { orderId } })).deliveries;
+  } catch (error) {
+    return error;
+  }
+}
+
+/** The Webhooks panel of an order that was told (or failed to be): none when it has no delivery. */
+function webhooksPanel(webhooks, status, reload) {
+  if (webhooks instanceof Error) {
+    return h("section", { class: "panel" }, h("h2", {}, "Webhooks"), errorBox("GET /api/webhooks", webhooks));
+  }
+  const list = orderDeliveries(webhooks, status, () => reload());
+  return list ? h("section", { class: "panel" }, h("h2", {}, "Webhooks"), list) : null;
+}
+
 /** The history's first page (in the order) and every further page, up to a limit; `more` is the token left. */
 async function fullHistory(path, order) {
   const events = [...order.history];
@@ -82,7 +103,7 @@ async function fullHistory(path, order) {
   return { events, more: token };
 }
 
-function page(order, history, status, reload, path, drafts) {
+function page(order, history, status, reload, path, drafts, webhooks) {
   const actions = allowedActions(order);
   const outcome = outcomeText(order);
   const timeline = buildTimeline(history.events, order.category === "inFlight", Date.now(), order.steps);
@@ -105,6 +126,7 @@ function page(order, history, status, reload, path, drafts) {
     h("div", { class: "columns" },
       h("section", { class: "panel" }, h("h2", {}, "State"), summary(order)),
       h("section", { class: "panel" }, h("h2", {}, "The order"), orderDetails(order.order))),
+    webhooks ? webhooksPanel(webhooks, status, reload) : null,
     h("section", { class: "panel" }, h("h2", {}, "Trace"), renderTrace(history.events)),
     h("section", { class: "panel" }, h("h2", {}, `History (${history.events.length} events)`),
       historyTable(history.events), history.more ? moreHistory(path, history) : null),

@@ -39,6 +39,15 @@ param appInsightsConnectionString string
 @description('URI of the TokenKeys secret in Key Vault, without a version (the app follows its latest version).')
 param tokenKeysSecretUri string
 
+@description('URI of the WebhookSecret secret in Key Vault, without a version. Read only when webhookUrl is set.')
+param webhookSecretUri string
+
+@description('WebhookUrl: the https URL told when an order ends (Standard Webhooks). Empty: no webhooks.')
+param webhookUrl string = ''
+
+@description('WebhookRetrySchedule: the delay after each failed try of a webhook.')
+param webhookRetrySchedule string = '5s,5m,30m,2h,5h,10h,10h'
+
 @description('The agents of workflows/agents.json: name, queueSetting, serviceUrlSetting.')
 param agents array
 
@@ -304,6 +313,10 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
           name: 'StatusQueue'
           value: 'order-status'
         }
+        {
+          name: 'WebhooksQueue'
+          value: 'webhooks'
+        }
         // Tables: created by storage.bicep (main.bicep tableNames).
         {
           name: 'StateTable'
@@ -423,6 +436,20 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'TokenKeys'
           value: '@Microsoft.KeyVault(SecretUri=${tokenKeysSecretUri})'
+        }
+        // Webhooks when an order ends (shared/core/webhooks.py): the URL, and its signing secret from Key
+        // Vault (an unresolved reference does no harm while WebhookUrl is empty: it is not read).
+        {
+          name: 'WebhookUrl'
+          value: webhookUrl
+        }
+        {
+          name: 'WebhookSecret'
+          value: '@Microsoft.KeyVault(SecretUri=${webhookSecretUri})'
+        }
+        {
+          name: 'WebhookRetrySchedule'
+          value: webhookRetrySchedule
         }
         // Then each agent's queue and service URL settings (the loops above).
       ], agentQueueSettings, agentServiceUrlSettings, laneQueueSettings)

@@ -8,7 +8,8 @@ Supervisor to show that the state converges.
 
 One class per kind; ``Effect`` is their union:
 
-* :class:`PutIndex`, :class:`DeleteIndex`: a deadline index row (the Supervisor's cover).
+* :class:`PutIndex`, :class:`DeleteIndex`: a deadline index row (the Supervisor's cover);
+  :class:`PutWatch`: a watch row of that index (a webhook delivery's).
 * :class:`Transact`: an ETag-conditioned transaction of :class:`Op` on one order's partition.
 * :class:`Reindex`: the order's search index rows, after the state write they reflect.
 * :class:`ForgetWaiting`: a step's row in its remote's waiting list, once its wait has ended.
@@ -80,6 +81,15 @@ class PutIndex:
     @property
     def row(self) -> IndexRow:
         return IndexRow(self.bucket, self.row_key, self.order_id, self.due)
+
+
+@dataclass(frozen=True)
+class PutWatch:
+    """Upsert a deadline index row that is not an order's deadline: a watch the Supervisor acts on
+    when it falls due (a webhook delivery's, ``shared.core.webhooks``). Written BEFORE the write it covers."""
+
+    row: IndexRow
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -189,6 +199,7 @@ class Log:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Effect = PutIndex | DeleteIndex | Transact | Reindex | ForgetWaiting | JoinRoom | LeaveRoom | Send | Alert | Log
+Effect = (PutIndex | PutWatch | DeleteIndex | Transact | Reindex | ForgetWaiting | JoinRoom | LeaveRoom | Send | Alert
+          | Log)
 
 

@@ -21,7 +21,7 @@ from shared.core.sealed import Keys
 from shared.core.statemachine import Config, Ctx
 from shared.messaging import ServiceBusBus
 from shared.runtime.executor import Outcome, execute
-from shared.settings import Settings, instance_id
+from shared.settings import Settings, WebhookTarget, instance_id
 from shared.storage.store import Store
 from shared.storage.table_store import TableStore
 
@@ -39,6 +39,7 @@ class Runtime:
     instance_id: str = "local"
     clock: Callable[[], datetime] = field(default=utcnow)
     service_bus: Callable[[], Any] | None = None  # the ServiceBusClient the dead-letter routes peek with
+    webhook: WebhookTarget | None = None  # where the webhooks go (WebhookUrl, WebhookSecret), or none
 
     def ctx(self, actor: str | None = None, operation: str | None = None) -> Ctx:
         """A decision's context; ``actor``: who asked (an operator route's caller), recorded as ``by``;
@@ -58,7 +59,7 @@ def runtime_from_settings(settings: Settings, clients: object | None = None) -> 
                           transport=c.transport)
     config = Config.from_settings(settings)
     return Runtime(store=store, bus=ServiceBusBus(c.sender), config=config, keys=settings.token_keys,
-                   instance_id=instance_id(), service_bus=c.service_bus)
+                   instance_id=instance_id(), service_bus=c.service_bus, webhook=settings.webhook)
 
 
 @once

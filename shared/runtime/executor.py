@@ -9,7 +9,7 @@ transaction's history events feed the metrics and the console's figures; alerts 
 
 Failure handling per effect:
 
-* ``PutIndex`` / ``Transact`` / critical ``Send``: an exception propagates (the trigger's
+* ``PutIndex`` / ``PutWatch`` / ``Transact`` / critical ``Send``: an exception propagates (the trigger's
   message is abandoned and redelivered; the handler is idempotent and resumes from the store).
 * ``Transact`` losing its ETag condition (``Conflict``): a lost race. Nothing after it runs;
   the outcome says so.
@@ -42,6 +42,7 @@ from shared.core.effects import (
     LeaveRoom,
     Log,
     PutIndex,
+    PutWatch,
     Reindex,
     Send,
     Transact,
@@ -160,6 +161,8 @@ def execute(effects: Sequence[Effect], store: Store, bus: Bus, *, keys: Keys, li
                     return run.out
             case PutIndex():
                 run.put_index(eff)
+            case PutWatch():
+                store.put_index(eff.row)
             case DeleteIndex():
                 run.delete_index(eff)
             case Reindex():

@@ -30,7 +30,7 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
-from shared.core.effects import Effect, Log, Transact
+from shared.core.effects import Effect, Log, PutWatch, Transact
 from shared.core.jsonio import loads
 from shared.core.messages import PoisonMessage, ReplyMessage, ResumeMessage, ScheduleMessage
 from shared.core.statemachine import (
@@ -174,10 +174,12 @@ def _decide_reply(rt: Runtime, sourced: SourcedView, reply: ReplyMessage, messag
 
 
 def _writes_first(effects: list[Effect]) -> bool:
-    """Whether the decision's write comes before anything else it does (log lines aside)."""
+    """Whether the decision's write comes before anything else it does (log lines aside, and a
+    webhook delivery's watch: put on rows the order has left, its transaction loses the race and the
+    watch, due, finds no delivery row of its own and goes; nothing else acts on it)."""
     for eff in effects:
         if isinstance(eff, Transact):
             return True
-        if not isinstance(eff, Log):
+        if not isinstance(eff, Log | PutWatch):
             return False
     return False

@@ -91,6 +91,11 @@ class MemoryStore:
             props, etag = hit
             return {**props, "PartitionKey": order_id, "RowKey": row_key, ETAG: etag}
 
+    def read_range(self, partition: str, low: str, high: str, limit: int) -> dict[str, Entity]:
+        with self._lock:
+            self.reads.append(("state", partition))
+            return dict(itertools.islice(self._partition(partition, low, high).items(), limit))
+
     def read_rows(self, partition: str, limit: int) -> dict[str, Entity]:
         with self._lock:
             self.reads.append(("state", partition))

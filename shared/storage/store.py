@@ -119,6 +119,9 @@ class StateTable(Protocol):
         query (``shared.storage.breakers.read_breakers``: every breaker an agent instance holds)."""
     def read_history(self, order_id: str, after: int, limit: int) -> list[EventRow]:
         """Up to ``limit`` history events after event ``after``, oldest first."""
+    def read_range(self, partition: str, low: str, high: str, limit: int) -> dict[str, Entity]:
+        """Up to ``limit`` rows of ``partition`` whose RowKey is in ``[low, high)``, by RowKey: ONE
+        query (an order's webhook deliveries, ``hook-*``, which sort apart from its live rows)."""
     def partition_keys(self, partition: str, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` (RowKey, ETag) of every row of the partition (retention, waiting steps)."""
     def transact(self, partition: str, ops: Sequence[Op]) -> dict[str, str]:

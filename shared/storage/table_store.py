@@ -78,6 +78,10 @@ class TableStore:
                                 limit=limit).rows
         return [EventRow.from_entity(e) for e in rows]
 
+    def read_range(self, partition: str, low: str, high: str, limit: int) -> dict[str, Entity]:
+        rows = self.state.query(RANGE, {"pk": partition, "low": low, "high": high}, limit=limit).rows
+        return {str(e["RowKey"]): e for e in rows}
+
     def partition_keys(self, partition: str, limit: int) -> list[tuple[str, str]]:
         rows = self.state.query("PartitionKey eq @pk", {"pk": partition}, limit=limit, select=["RowKey"]).rows
         return [(str(e["RowKey"]), str(e[ETAG])) for e in rows]

@@ -55,6 +55,7 @@ from shared.core.statemachine import (
     index_verdict,
 )
 from shared.core.statemachine.forward import join_room
+from shared.core.webhooks import HookWatch
 from shared.core.workflows.catalog import AGENTS
 from shared.observability import metrics, telemetry
 from shared.observability.figures import record_sweep
@@ -63,6 +64,7 @@ from shared.runtime import Runtime
 from shared.runtime.bulk import handle_watch as handle_operation
 from shared.runtime.reindex import reindex_from_state
 from shared.runtime.rooms import reconcile
+from shared.runtime.webhooks import handle_watch as handle_webhook_watch
 from shared.storage.views import read_view
 from shared.supervisor.breakers import full_pass, handle_watch
 
@@ -83,11 +85,16 @@ class SweepReport:
     deferred: int = 0  # due rows left for the next tick (time budget spent)
     breakers: dict[str, int] = field(default_factory=dict)  # due breaker watches, by verdict
     operations: dict[str, int] = field(default_factory=dict)  # due bulk operation watches, by what was done
+    webhooks: dict[str, int] = field(default_factory=dict)  # due webhook delivery watches, by what was done
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def count_breaker(self, verdict: str) -> None:
         with self._lock:
             self.breakers[verdict] = self.breakers.get(verdict, 0) + 1
+
+    def count_webhook(self, verdict: str) -> None:
+        with self._lock:
+            self.webhooks[verdict] = self.webhooks.get(verdict, 0) + 1
 
     def count_operation(self, verdict: str) -> None:
         with self._lock:
@@ -195,25 +202,41 @@ def _sweep(rt: Runtime, limit: int, workers: int, budget_seconds: float) -> Swee
             futures.append(pool.submit(contextvars.copy_context().run, handle, row))  # in the sweep's span
     for f in futures:
         f.result()  # handle() keeps ordinary errors; anything else (an abort) propagates as before
-    if report.acted or report.errors or report.lost_races or report.deferred or report.breakers or report.operations:
+    if (report.acted or report.errors or report.lost_races or report.deferred or report.breakers or report.operations
+            or report.webhooks):
         log_event(logging.INFO, "supervisor.sweep", seen=report.seen, acted=report.acted, deleted=report.deleted,
-                  moved=report.moved, breakers=report.breakers, operations=report.operations,
+                  moved=report.moved, breakers=report.breakers, operations=report.operations, webhooks=report.webhooks,
                   lostRaces=report.lost_races, errors=report.errors, deferred=report.deferred)
     return report
 
 
-def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepReport) -> None:
+def _handled_as_watch(rt: Runtime, row: IndexRow, now: datetime, report: SweepReport) -> bool:
+    """A watch row (a breaker's, a customer's room's, a webhook delivery's, a bulk operation's
+    next slice) handled; False for any other row (an order's deadline)."""
     watch = Watch.from_row(row.row_key, row.due)
     if watch is not None:
         _handle_watch(rt, watch, now, report)
-        return
+        return True
     room = watch_of(row.row_key)
     if room is not None:  # a customer's room with waiters (``shared.runtime.rooms.reconcile``)
         _handle_room_watch(rt, room, row, now, report)
-        return
+        return True
+    hook = HookWatch.from_row(row.row_key, row.due)
+    if hook is not None:  # a webhook delivery's watch (``shared.runtime.webhooks``)
+        if row.due is not None and row.due > now:
+            report.count("kept")
+        else:
+            report.count_webhook(handle_webhook_watch(rt, hook, now))
+        return True
     operation = OperationWatch.from_row(row.row_key, row.due)
     if operation is not None:  # a bulk operation's next slice (``shared.runtime.bulk``)
         report.count_operation(handle_operation(rt, operation, now))
+        return True
+    return False
+
+
+def _handle_due_row(rt: Runtime, row: IndexRow, now: datetime, report: SweepReport) -> None:
+    if _handled_as_watch(rt, row, now, report):
         return
     if not row.order_id or row.due is None:
         rt.store.delete_index(row.bucket, row.row_key)

@@ -50,6 +50,7 @@ EXPECTED: dict[tuple[str, str], str] = {
 # not there, the event order v2 waits for, a file the console serves, a path no route takes.
 UNKNOWN_ID = uuid.uuid4().hex
 PARAMS = {"id": UNKNOWN_ID, "queue": "scheduler", "sequenceNumber": str(2**63 - 1), "name": "approval",
+          "delivery": "hook-00000001",
           "path": "no-such-route"}
 PARAMS_BY_ROUTE = {"console/assets/{name}": {"name": "app.js"}}
 HOST_STATUS = "/admin/host/status"

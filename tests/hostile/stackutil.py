@@ -246,6 +246,8 @@ ROUTE_LEVELS: tuple[tuple[str, str, str], ...] = (
     ("GET", "deadletters", ADMIN),
     ("POST", "deadletters/{queue}/{sequenceNumber}/resubmit", ADMIN),
     ("POST", "deadletters/{queue}/{sequenceNumber}/discard", ADMIN),
+    ("GET", "webhooks", ADMIN),
+    ("POST", "orders/{id}/webhooks/{delivery}/resend", ADMIN),
 )
 # The host's own routes (no prefix): its status takes the master key.
 HOST_ROUTE_LEVELS: tuple[tuple[str, str, str], ...] = (("GET", "admin/host/status", ADMIN),)

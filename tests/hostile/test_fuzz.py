@@ -157,7 +157,8 @@ def test_openapi_document_is_valid() -> None:
                    ("GET", "/console/caller"),
                    ("POST", "/deadletters/{queue}/{sequenceNumber}/resubmit"),
                    ("POST", "/deadletters/{queue}/{sequenceNumber}/discard"),
-                   ("GET", "/workflows"), ("POST", "/operations"), ("GET", "/operations/{id}")}
+                   ("GET", "/workflows"), ("POST", "/operations"), ("GET", "/operations/{id}"),
+                   ("GET", "/webhooks"), ("POST", "/orders/{id}/webhooks/{delivery}/resend")}
     post = raw["paths"]["/orders"]["post"]
     assert {"202", "400", "409", "413", "415", "422"} <= set(post["responses"])
     for path in ("/orders/{id}/retry", "/orders/{id}/cancel", "/orders/{id}/terminate", "/orders/{id}/suspend",

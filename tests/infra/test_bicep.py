@@ -135,3 +135,14 @@ def test_token_keys_come_from_key_vault_by_the_apps_identity() -> None:
     assert "tokenKeysSecretUri: '${keyVault.outputs.vaultUri}secrets/${tokenKeysSecretName}'" in main
     assert re.search(r"^var tokenKeysSecretName = 'TokenKeys'$", main, re.M)
     assert "keyVaultName: keyVault.outputs.name" in main
+
+
+def test_the_webhook_secret_comes_from_the_same_key_vault() -> None:
+    """WebhookSecret is a Key Vault reference to the versionless secret WebhookSecret of the same vault
+    (an operator sets it, as TokenKeys); WebhookUrl is a parameter, empty by default: no webhooks."""
+    main = strip_comments(bicep_text("main.bicep"))
+    assert "webhookSecretUri: '${keyVault.outputs.vaultUri}secrets/${webhookSecretName}'" in main
+    assert re.search(r"^var webhookSecretName = 'WebhookSecret'$", main, re.M)
+    assert re.search(r"^param webhookUrl string = ''$", main, re.M)
+    functionapp = strip_comments(bicep_text("modules/functionapp.bicep"))
+    assert "value: '@Microsoft.KeyVault(SecretUri=${webhookSecretUri})'" in functionapp

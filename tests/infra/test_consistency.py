@@ -24,6 +24,7 @@ from shared.settings import (
     TABLE_SETTINGS,
     TOKEN_KEYS,
     parse_token_keys,
+    webhook_target,
 )
 from tests.indexed import indexed_functions
 
@@ -417,14 +418,18 @@ def test_the_secret_settings_are_key_vault_references_in_bicep_and_valid_locally
     """A secret setting (TokenKeys) has no value in any template or parameter: Bicep sets it to a
     Key Vault reference; the example's local value is one the app accepts (and no deployment gets)."""
     secrets = [s for s in SETTINGS if s.kind == "secret"]
-    assert [s.name for s in secrets] == [TOKEN_KEYS]
+    assert [s.name for s in secrets] == [TOKEN_KEYS, "WebhookSecret"]
     bicep = bicep_app_settings()
     values = example_values()
+    uris = {TOKEN_KEYS: "tokenKeysSecretUri", "WebhookSecret": "webhookSecretUri"}
     for spec in secrets:
-        assert bicep[spec.name] == "'@Microsoft.KeyVault(SecretUri=${tokenKeysSecretUri})'", bicep[spec.name]
+        assert bicep[spec.name] == f"'@Microsoft.KeyVault(SecretUri=${{{uris[spec.name]}}})'", bicep[spec.name]
         assert spec.name not in (INFRA / "main.parameters.json").read_text()
     keys = parse_token_keys(values[TOKEN_KEYS])
     assert keys.current == b"local only: not a key for Azure!" and keys.previous is None
+    # No webhook locally by default: the secret is not read (a Key Vault reference to a secret never
+    # set does no harm in Azure either, while WebhookUrl is empty).
+    assert values["WebhookUrl"] == "" and webhook_target(values) is None
 
 
 def test_local_settings_example_has_nothing_that_nothing_reads() -> None:

@@ -175,6 +175,12 @@ def check_history_is_apart_from_live_rows(store: Store) -> None:
     assert {k for k, _e in keys} == {"order", "state", *(history_row_key(n) for n in range(1, 8))}
     assert all(etag for _k, etag in keys)
     assert len(store.partition_keys(pk, 4)) == 4
+    # a key range apart from both (an order's webhook deliveries, hook-*), by RowKey, with ETags
+    store.transact(pk, [Op("create", {"RowKey": f"hook-{n:08d}", "Seq": n}) for n in (9, 3)])
+    hooks = store.read_range(pk, "hook-", "hook.", 100)
+    assert list(hooks) == ["hook-00000003", "hook-00000009"] and all(e[ETAG] for e in hooks.values())
+    assert list(store.read_range(pk, "hook-", "hook.", 1)) == ["hook-00000003"]
+    assert set(store.read_partition(pk)) == {"order", "state"} and len(store.read_history(pk, 0, 100)) == 7
 
 
 def check_search_index(store: Store) -> None:

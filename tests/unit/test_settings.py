@@ -120,3 +120,43 @@ def test_the_workers_clients_fail_on_a_bad_token_key(monkeypatch: pytest.MonkeyP
     with pytest.raises(InvalidSettingError, match="TokenKeys"):
         clients_module.get_clients()
     assert clients_module.get_clients.value is None
+
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def test_no_webhook_url_no_webhook_and_the_secret_is_not_read() -> None:
+    """A deployment with no WebhookUrl starts whatever WebhookSecret holds (in Azure, a Key Vault
+    reference to a secret nobody set is passed on as it is)."""
+    reference = "@Microsoft.KeyVault(SecretUri=https://kv.vault.azure.net/secrets/WebhookSecret)"
+    env = {**REQUIRED, "WebhookSecret": reference}
+    assert Settings.from_env(env).webhook is None
+
+
+def test_a_webhook_target_is_read() -> None:
+    env = {**REQUIRED, "WebhookUrl": "https://hooks.example/orders", "WebhookSecret": SECRET}
+    target = Settings.from_env(env).webhook
+    assert target is not None and target.url == "https://hooks.example/orders" and len(target.key) == 24
+    local = Settings.from_env({**REQUIRED, "WebhookUrl": "http://127.0.0.1:8080/h", "WebhookSecret": SECRET}).webhook
+    assert local is not None
+
+
+@pytest.mark.parametrize(("values", "name", "reason"), [
+    ({"WebhookUrl": "https://hooks.example/h"}, "WebhookSecret", "does not start with whsec_"),
+    ({"WebhookUrl": "https://hooks.example/h", "WebhookSecret": "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, "WebhookSecret",
+     "does not start with whsec_"),
+    ({"WebhookUrl": "https://hooks.example/h", "WebhookSecret": "whsec_not*base64"}, "WebhookSecret", "not base64"),
+    ({"WebhookUrl": "https://hooks.example/h", "WebhookSecret": "whsec_QUJD"}, "WebhookSecret", "fewer than 16"),
+    ({"WebhookUrl": "https://hooks.example/h",
+      "WebhookSecret": "@Microsoft.KeyVault(SecretUri=https://kv.vault.azure.net/secrets/WebhookSecret)"},
+     "WebhookSecret", "Key Vault reference was not resolved"),
+    ({"WebhookUrl": "http://hooks.example/h", "WebhookSecret": SECRET}, "WebhookUrl", "use https"),
+    ({"WebhookUrl": "hooks.example/h", "WebhookSecret": SECRET}, "WebhookUrl", "absolute https"),
+    ({"WebhookRetrySchedule": "5s,soon"}, "WebhookRetrySchedule", "not a delay"),
+])
+def test_a_bad_webhook_setting_stops_the_start_naming_it_never_the_secret(values: dict[str, str], name: str,
+                                                                          reason: str) -> None:
+    with pytest.raises(InvalidSettingError) as e:
+        Settings.from_env({**REQUIRED, **values})
+    assert e.value.name == name and reason in str(e.value)
+    assert "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" not in str(e.value)

@@ -27,6 +27,7 @@ from shared.core.statemachine.outbox import alert, log
 from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
+from shared.core.statemachine.webhook import tell
 from shared.core.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
 from shared.core.workflows import UnknownWorkflow
 
@@ -64,12 +65,16 @@ def hold_unknown_workflow(view: View, missing: UnknownWorkflow, ctx: Ctx) -> Dec
     else:
         verdict, new_state, ops, recorded = _hold(view, state, reason, ctx)
     key = f"workflow:{missing.name}:v{missing.version}"
+    told = tell(view, new_state, ctx)
     return Decision(verdict, [
         alert(view, recorded.step, reason, state.failure_count, key, ctx),
+        # Crash after this: the ending did not commit; its webhook watch finds no delivery and goes.
+        *told.cover,
         # Crash after this: stopped; nothing in flight. Crash before: the next message or sweep stops it.
-        commit(view, new_state, ops, [recorded], ctx, note="workflow not deployed, stopped"),
+        commit(view, new_state, (*ops, *told.ops), [recorded], ctx, note="workflow not deployed, stopped"),
         log(logging.ERROR, "order.workflow_unknown", view, reason=reason),
         *reindex(view.order, state, new_state),
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])
 

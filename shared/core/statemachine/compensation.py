@@ -32,6 +32,7 @@ from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import end_wait, waiting_reply
+from shared.core.statemachine.webhook import tell
 from shared.core.states import CompensationState, Mode, OrderCompensation
 
 
@@ -133,14 +134,18 @@ def _compensated(view: View, step: StepRow, ended: StepRow, state_now: StateRow,
     new_state = replace(state_now, mode=Mode.FINISHED, locked_by=None, claim_token=None,
                         complete_by=None, lease=None, compensation_state=summary, updated_at=ctx.now,
                         finished_at=ctx.now)
+    told = tell(view, new_state, ctx)
     return Decision(Verdict.COMPENSATED, head + [
+        # Crash after this: the ending did not commit; its webhook watch finds no delivery and goes.
+        *told.cover,
         # Crash after this: final; only best-effort status is missing.
-        commit(view, new_state, [ended.replacing(step)],
+        commit(view, new_state, [ended.replacing(step), *told.ops],
                [*events, event(EventKind.COMPENSATED, outcome=state.outcome, compensation=summary)], ctx,
                note="last compensation ended"),
         *status_sends(view, "compensated", ctx, outcome=state.outcome, compensation=summary),
         info("order.compensated", view, outcome=state.outcome, anyFailed=any_failed),
         # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
         *reindex(view.order, state, new_state),
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])

@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from shared.core.room import customer_cap
+from shared.core.webhooks import DEFAULT_SCHEDULE, parse_schedule
 from shared.core.workflows import (
     AGENTS,
     AGENTS_BY_NAME,
@@ -55,6 +56,9 @@ class Config:
     customer_max_in_flight: int = 0
     # each limited remote's rate (workflows/agents.json's rateLimit, RemoteRateLimits over it)
     rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
+    webhooks: bool = False  # WebhookUrl is set: an ending writes a delivery (shared.core.webhooks)
+    # the delays after each failed try of a webhook (WebhookRetrySchedule)
+    webhook_schedule: tuple[float, ...] = field(default_factory=lambda: parse_schedule(DEFAULT_SCHEDULE))
 
     @classmethod
     def from_settings(cls, settings: Any, workflow: tuple[Step, ...] | None = None,
@@ -83,6 +87,8 @@ class Config:
             bulk_max_in_flight=max(1, settings.int("BulkMaxInFlight")),
             customer_max_in_flight=customer_cap(settings["CustomerMaxInFlight"]),
             rate_limits=effective_limits({a.name: a.rate_limit for a in AGENTS}, settings["RemoteRateLimits"]),
+            webhooks=bool(settings["WebhookUrl"].strip()),
+            webhook_schedule=parse_schedule(settings["WebhookRetrySchedule"]),
         )
 
     @property

@@ -37,6 +37,7 @@ from shared.core.statemachine.outbox import alert, status_sends
 from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
+from shared.core.statemachine.webhook import tell
 from shared.core.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
 
 
@@ -96,14 +97,18 @@ def _hold(view: View, step: StepRow, written: dict[int, StepRow], base: StateRow
     state = view.state
     assert state is not None
     new_state = replace(_released(base), mode=Mode.HELD, outcome=Outcome.HELD)
+    told = tell(view, new_state, ctx)
     return Decision(Verdict.HELD, [
         *head,
+        # Crash after this: the ending did not commit; its webhook watch finds no delivery and goes.
+        *told.cover,
         # Crash after this: held in Error for an operator; nothing in flight.
-        commit(view, new_state, _ops(view, written), [*events, event(EventKind.HELD, step.name)], ctx,
+        commit(view, new_state, (*_ops(view, written), *told.ops), [*events, event(EventKind.HELD, step.name)], ctx,
                note="step failed, held"),
         *tail,
         # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
         *reindex(view.order, state, new_state),
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])
 
@@ -114,13 +119,17 @@ def _fail_final(view: View, step: StepRow, written: dict[int, StepRow], base: St
     assert state is not None
     new_state = replace(_released(base), mode=Mode.FINISHED, outcome=Outcome.FAILED,
                         compensation_state=OrderCompensation.NONE, finished_at=ctx.now)
+    told = tell(view, new_state, ctx)
     return Decision(Verdict.FAILED, [
         *head,
+        # Crash after this: the ending did not commit; its webhook watch finds no delivery and goes.
+        *told.cover,
         # Crash after this: final state; only best-effort messages are missing.
-        commit(view, new_state, _ops(view, written), [*events, event(EventKind.FAILED, step.name)], ctx,
-               note="step failed, final"),
+        commit(view, new_state, (*_ops(view, written), *told.ops), [*events, event(EventKind.FAILED, step.name)],
+               ctx, note="step failed, final"),
         *tail,
         *reindex(view.order, state, new_state),
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])
 

@@ -33,6 +33,7 @@ from shared.core.statemachine.search_index import category_of, reindex
 from shared.core.statemachine.verdicts import Decision, Verdict
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import end_wait, waiting_reply
+from shared.core.statemachine.webhook import tell
 from shared.core.states import (
     TERMINATED_REASON,
     Category,
@@ -437,16 +438,20 @@ def _processed(d: _Done) -> Decision:
     new_state = replace(d.state, process_state=ProcessState.PROCESSED, mode=Mode.FINISHED,
                         outcome=Outcome.PROCESSED, locked_by=None, claim_token=None, complete_by=None, lease=None,
                         updated_at=now, finished_at=now)
+    told = tell(d.view, new_state, d.ctx)
     return Decision(Verdict.PROCESSED, [
+        # Crash after this: the ending did not commit; its webhook watch finds no delivery and goes.
+        *told.cover,
         # Crash after this: the order is Processed; status messages may be missing (best-effort);
         # its index row is deleted next (best effort), else lazily by the sweep.
-        commit(d.view, new_state, [d.row.replacing(d.step)], [*d.events, event(EventKind.PROCESSED)], d.ctx,
-               note="last step done"),
+        commit(d.view, new_state, [d.row.replacing(d.step), *told.ops], [*d.events, event(EventKind.PROCESSED)],
+               d.ctx, note="last step done"),
         *status_sends(d.view, "step-done", d.ctx, step=d.step.name),
         *status_sends(d.view, "processed", d.ctx, processState=ProcessState.PROCESSED),
         info("order.processed", d.view, step=d.step.name),
         # Crash before these: the deadline row is kept; the Supervisor re-indexes, then deletes it.
         *reindex(d.view.order, d.state, new_state),
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(d.state),
     ])
 

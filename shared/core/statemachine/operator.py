@@ -28,6 +28,7 @@ from shared.core.statemachine.outbox import log, status_sends
 from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.verdicts import Decision, Rejected, Verdict
 from shared.core.statemachine.view import View
+from shared.core.statemachine.webhook import tell
 from shared.core.states import CompensationState, Mode, OrderCompensation, Outcome, ProcessState, StepState
 
 
@@ -145,12 +146,16 @@ def decide_cancel(view: View, ctx: Ctx) -> Decision:
         new_state = replace(base, mode=Mode.FINISHED, complete_by=None, lease=None,
                             compensation_state=state.compensation_state or OrderCompensation.NONE,
                             finished_at=ctx.now)  # retention counts from the decision
+        told = tell(view, new_state, ctx)
         return Decision(Verdict.CANCELLED, [
+            # Crash after this: the ending did not commit; its webhook watch finds no delivery and goes.
+            *told.cover,
             # Crash after this: final. A schedule message still in flight finds nothing to claim.
-            commit(view, new_state, [], [recorded], ctx, note="operator cancel"),
+            commit(view, new_state, told.ops, [recorded], ctx, note="operator cancel"),
             *status_sends(view, "cancelled", ctx, processState=ProcessState.ERROR),
             log(logging.WARNING, "operator.cancel", view, compensations=0),
             *reindex(view.order, state, new_state),
+            *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
             *drop_index(state),
         ])
     return compensate_all(view, base, comps, recorded, Verdict.CANCELLING, ctx, needs_cover=state.lease is None,

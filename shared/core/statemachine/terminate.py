@@ -27,6 +27,7 @@ from shared.core.statemachine.search_index import reindex
 from shared.core.statemachine.verdicts import Decision, Rejected, Verdict
 from shared.core.statemachine.view import View
 from shared.core.statemachine.waiting import forget_wait
+from shared.core.statemachine.webhook import tell
 from shared.core.states import TERMINATED_REASON, Mode, OrderCompensation, Outcome, ProcessState, StepState
 
 
@@ -64,12 +65,16 @@ def _terminate(view: View, state: StateRow, targets: list[StepRow], ctx: Ctx) ->
     new_state = replace(base, mode=Mode.FINISHED, complete_by=None, lease=None,
                         compensation_state=OrderCompensation.NONE, finished_at=ctx.now)
     ops = view.replacing(changed)
+    told = tell(view, new_state, ctx)
     return Decision(Verdict.TERMINATED, [
+        # Crash after this: the ending did not commit; its webhook watch finds no delivery and goes.
+        *told.cover,
         # Crash after this: final; a late reply is stale (the lease moved on).
-        commit(view, new_state, ops, [recorded], ctx, note="operator terminate"),
+        commit(view, new_state, (*ops, *told.ops), [recorded], ctx, note="operator terminate"),
         *status_sends(view, "terminated", ctx, processState=ProcessState.ERROR),
         log(logging.WARNING, "operator.terminated", view, compensations=0),
         *reindex(view.order, state, new_state),
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])
 
@@ -92,13 +97,17 @@ def _hold(view: View, base: StateRow, fenced: StepRow, changed: list[StepRow], c
     reason = (f"terminated while {fenced.name} was in flight: its outcome is unknown and it cannot be "
               "compensated; retry it (its idempotency key is replayed) or cancel")
     new_state = replace(base, mode=Mode.HELD, outcome=Outcome.HELD, complete_by=None, lease=None, reason=reason)
+    told = tell(view, new_state, ctx)
     return Decision(Verdict.HELD, [
+        # Crash after this: the ending did not commit; its webhook watch finds no delivery and goes.
+        *told.cover,
         # Crash after this: held for an operator; a late reply is stale (the lease moved on).
-        commit(view, new_state, view.replacing(changed),
+        commit(view, new_state, (*view.replacing(changed), *told.ops),
                [event(EventKind.TERMINATED, fenced.name, fenced.attempt, held=True),
                 event(EventKind.HELD, fenced.name, reason=reason)], ctx, note="operator terminate, held"),
         *status_sends(view, "held", ctx, step=fenced.name, processState=ProcessState.ERROR),
         log(logging.WARNING, "operator.terminate_held", view, step=fenced.name),
         *reindex(view.order, state, new_state),
+        *told.sends,  # the webhook's try 1, after the index (a client told may search); lost: its watch sends it
         *drop_index(state),
     ])

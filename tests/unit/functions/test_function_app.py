@@ -53,6 +53,9 @@ def test_http_functions() -> None:
         (("POST",), "deadletters/{queue}/{sequenceNumber}/discard"): "ADMIN",
         # The fallback: every other request under /api (functions/fallback.py, tests/unit/functions/test_fallback.py).
         (("GET", "POST", "DELETE", "HEAD", "PATCH", "PUT", "OPTIONS"), "{*path}"): "ANONYMOUS",
+        # Webhook deliveries (functions/webhooks.py): the failed ones, and a resend.
+        (("GET",), "webhooks"): "ADMIN",
+        (("POST",), "orders/{id}/webhooks/{delivery}/resend"): "ADMIN",
     }
 
 
@@ -63,6 +66,7 @@ def test_service_bus_triggers_scheduler_and_one_per_agent_on_every_lane() -> Non
                     if _trigger(f)["type"] == "serviceBusTrigger")
     expected = sorted(f"%{lane.setting(s)}%" for lane in LANES
                       for s in ("SchedulerQueue", "RepliesQueue", *(a.queue_setting for a in AGENTS)))
+    expected = sorted([*expected, "%WebhooksQueue%"])  # the webhook deliveries' (not laned)
     assert "%SchedulerQueueHigh%" in expected
     assert queues == expected
     # workflows/agents.json declares four agents; each is one generated function on its queue.
