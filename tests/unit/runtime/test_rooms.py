@@ -508,3 +508,17 @@ def test_a_watch_that_frees_a_slot_still_watches_an_admitted_order_not_started_y
     pump(rt, agents, [third], cap=2)
     assert state(rt, third)["ProcessState"] == "Processed"
     assert_room_empty(rt)
+
+
+def test_a_key_reused_for_another_customer_gives_back_the_slot_it_took_at_that_customers_door() -> None:
+    """A's order waits under its Idempotency-Key; the key is sent again with a body of customer B
+    (409). The door gave the request a slot in B's room first: it is given back, not kept for an
+    order that waits in A's room (B's room has no waiter, hence no watch to free it)."""
+    rt = make_runtime(customer_max_in_flight=1)
+    order_of(rt, A)
+    waiting = order_of(rt, A, key="shared-key")
+    assert waiting["processState"] == "Pending"
+    r = post(rt, {**BODY, "customerId": B}, headers={"Idempotency-Key": "shared-key"})
+    assert r.status == 409
+    assert_room_empty(rt, B)
+    assert order_of(rt, B)["processState"] == "Processing"
