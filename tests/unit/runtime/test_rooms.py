@@ -24,7 +24,7 @@ from shared.core.room import (
     enter,
     room_partition,
 )
-from shared.core.rows import STATE_ROW, IndexRow
+from shared.core.rows import ORDER_ROW, STATE_ROW, IndexRow
 from shared.runtime import rooms
 from shared.scheduler import handle_reply, handle_schedule
 from shared.settings import InvalidSettingError, Settings
@@ -270,7 +270,8 @@ def test_a_crash_in_a_waiting_submission_loses_no_order(k: int, retried: bool) -
     the order's transaction, the index, the join, the log, the row's delete). The client retries
     with its Idempotency-Key (a replay joins it again), or does not: the Supervisor finds the
     order's deadline row and joins it. Either way it runs once its turn comes, and only once."""
-    rt = make_runtime(customer_max_in_flight=1)
+    bus = RecordingBus()
+    rt = make_runtime(bus=bus, customer_max_in_flight=1)
     first = order_of(rt, A)["orderId"]
     rt.crash_at = k
     with pytest.raises(Crash):
@@ -296,6 +297,10 @@ def test_a_crash_in_a_waiting_submission_loses_no_order(k: int, retried: bool) -
     started = {oid: kinds(rt, oid).index("admitted") if "admitted" in kinds(rt, oid) else -1
                for oid in (waiter, later)}
     assert started[waiter] >= 0 and started[later] >= 0
+    # in submission order: the later order did not pass the waiter (unless the waiter's first
+    # submission died before its order was written: then its retry is the later submission)
+    accepted = sorted((waiter, later), key=lambda o: rt.store.read_row(o, ORDER_ROW)["CreatedAt"])
+    assert sorted(accepted, key=bus.admissions.index) == accepted
     assert_room_empty(rt)
 
 
