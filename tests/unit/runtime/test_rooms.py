@@ -527,3 +527,29 @@ def test_a_key_reused_for_another_customer_gives_back_the_slot_it_took_at_that_c
     assert r.status == 409
     assert_room_empty(rt, B)
     assert order_of(rt, B)["processState"] == "Processing"
+
+
+def test_a_waiting_order_whose_workflow_is_gone_is_still_joined_then_held_once_admitted() -> None:
+    """A waiting order's submission died before it joined, and its workflow version was then
+    dropped (unsafe, but survivable: docs/workflows.md). Joining needs no workflow: the Supervisor
+    joins it (not an error on every sweep, the order never joined); once admitted it is held with
+    the reason, and gives its slot back."""
+    from shared.core.workflows import Registry, load_registry
+
+    rt = make_runtime(registry=load_registry(), customer_max_in_flight=1)
+    first = order_of(rt, A)["orderId"]
+    rt.crash_at = 2  # its deadline row and the order's transaction: accepted, not joined
+    rt.clock.advance(0.001)
+    with pytest.raises(Crash):
+        post(rt, {**BODY, "customerId": A, "workflow": "digital"}, headers={"Idempotency-Key": "d"})
+    waiter = next(pk for (table, pk, rk) in rt.store.snapshot()
+                  if table == "state" and rk == STATE_ROW and pk != first)
+    gone = make_runtime(store=rt.store, bus=rt.bus, clock=rt.clock, customer_max_in_flight=1,
+                        registry=Registry.of([wf for wf in load_registry().all() if wf.name != "digital"]))
+    gone.clock.advance(gone.config.index_floor().total_seconds() + 1)
+    report = sweep(gone)
+    assert not report.errors and report.acted.get("joinedRoom") == 1
+    assert [w.order_id for w in room(gone)[1]] == [waiter]
+    pump(gone, AgentSim(gone), [first, waiter], cap=1)
+    assert state(gone, first)["ProcessState"] == "Processed" and state(gone, waiter)["Mode"] == "held"
+    assert_room_empty(gone)
