@@ -140,7 +140,8 @@ def reconcile(store: Store, bus: Bus, partition: str, cap: int, lane_queue: Call
               now: datetime) -> str:
     """The room's watch: a slot whose order ended (or never came, after ``ORPHAN_HOLDER_AGE``) is
     freed, an admitted order still waiting is told again, the free slots go to the oldest waiters;
-    while waiters remain, the next watch is put. ``cap``: the setting (0: none, every waiter is
+    while waiters remain or a holder has not started (one it admitted among them), the next watch
+    is put. ``cap``: the setting (0: none, every waiter is
     admitted). Returns what it did (for the sweep's report)."""
     room, waiters = read_room(store, partition)
     leaving: list[str] = []
