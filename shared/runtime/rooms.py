@@ -140,18 +140,20 @@ def reconcile(store: Store, bus: Bus, partition: str, cap: int, lane_queue: Call
               now: datetime) -> str:
     """The room's watch: a slot whose order ended (or never came, after ``ORPHAN_HOLDER_AGE``) is
     freed, an admitted order still waiting is told again, the free slots go to the oldest waiters;
-    while waiters remain, the next watch is put. ``cap``: the setting (0: none, every waiter is
+    while waiters remain or a holder has not started (one it admitted among them), the next watch
+    is put. ``cap``: the setting (0: none, every waiter is
     admitted). Returns what it did (for the sweep's report)."""
     room, waiters = read_room(store, partition)
     leaving: list[str] = []
     owed: list[Waiter] = []
-    unstarted = 0  # holders admitted and not started yet: watched until they start
+    unstarted = 0  # holders kept and not started yet (admitted, or their submission's): watched until they start
     for order_id, since in room.holders.items():
         state = _state(store, order_id)
-        if state is None:
-            unstarted += 1  # its submission's, perhaps still under way
+        if state is None:  # its submission's, perhaps still under way
             if now - since > ORPHAN_HOLDER_AGE:
                 leaving.append(order_id)
+            else:
+                unstarted += 1
         elif state.room != partition or category_of(state) is not Category.IN_FLIGHT:
             leaving.append(order_id)
         elif state.waits_for_room:
@@ -166,7 +168,9 @@ def reconcile(store: Store, bus: Bus, partition: str, cap: int, lane_queue: Call
     tell(bus, owed, again=f"w{now.strftime('%Y%m%dT%H%M%S')}")
     admitted = move(store, bus, partition, now, leaving=leaving, cap=cap or MAX_CAP)
     left = len(waiters) - len(admitted)
-    if left > 0 or unstarted > len(leaving) or len(waiters) >= READ_WAITERS:
+    # Watched again while a waiter is left or a holder has not started: one it kept, or one it just
+    # admitted (its admission's send may have failed: the next watch tells it again).
+    if left > 0 or unstarted > 0 or admitted or len(waiters) >= READ_WAITERS:
         put_watch(store, partition, now)
     verdict = "freed" if leaving else "admitted" if admitted else "resent" if owed else "idle"
     if leaving or admitted or owed:

@@ -49,7 +49,6 @@ from shared.core.statemachine import (
     IndexVerdict,
     StateRow,
     Verdict,
-    bound,
     decide_expired,
     decide_for_order,
     index_verdict,
@@ -158,7 +157,9 @@ def _joined(rt: Runtime, order_id: str, report: SweepReport) -> bool:
     if view.state is None or not view.state.waits_for_room:
         report.count("kept")  # it moved on meanwhile: the next sweep sees it as it is
         return False
-    if rt.run([join_room(view, bound(view, rt.ctx()))]).index_failed:
+    # Joining reads no workflow (its lane and the cap are settings): an order whose version is no
+    # longer loaded joins all the same, and is held with the reason once admitted.
+    if rt.run([join_room(view, rt.ctx())]).index_failed:
         report.count("kept")
         return False
     report.count("acted", "joinedRoom")

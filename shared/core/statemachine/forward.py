@@ -181,9 +181,10 @@ def plan_replay(view: View, submitted: Sequence[Effect], ctx: Ctx | None, *, sam
 def replay_room(view: View, holds: str | None, ctx: Ctx) -> list[Effect]:
     """A replayed submission that took a slot at the door (``holds``: the room) for an order that
     exists already: given back unless the order runs in that room (it held it already), or waits
-    there (its join, in ``plan_replay``, finds it a holder and admits it)."""
+    there (its join, in ``plan_replay`` or the Supervisor's, finds it a holder and admits it). An
+    order waiting in another room (its key reused with another customer's body) gives it back."""
     state = view.state
-    if holds is None or state is None or state.waits_for_room:
+    if holds is None or state is None or (state.waits_for_room and state.room == holds):
         return []
     if state.room == holds and category_of(state) is Category.IN_FLIGHT:
         return []

@@ -12,6 +12,7 @@ import pytest
 
 from shared.api.operator import cancel_order, suspend_order, terminate_order
 from shared.api.orders import get_order
+from shared.core.effects import LeaveRoom
 from shared.core.messages import OutMessage
 from shared.core.room import (
     ORPHAN_HOLDER_AGE,
@@ -23,7 +24,7 @@ from shared.core.room import (
     enter,
     room_partition,
 )
-from shared.core.rows import STATE_ROW
+from shared.core.rows import ORDER_ROW, STATE_ROW, IndexRow
 from shared.runtime import rooms
 from shared.scheduler import handle_reply, handle_schedule
 from shared.settings import InvalidSettingError, Settings
@@ -269,7 +270,8 @@ def test_a_crash_in_a_waiting_submission_loses_no_order(k: int, retried: bool) -
     the order's transaction, the index, the join, the log, the row's delete). The client retries
     with its Idempotency-Key (a replay joins it again), or does not: the Supervisor finds the
     order's deadline row and joins it. Either way it runs once its turn comes, and only once."""
-    rt = make_runtime(customer_max_in_flight=1)
+    bus = RecordingBus()
+    rt = make_runtime(bus=bus, customer_max_in_flight=1)
     first = order_of(rt, A)["orderId"]
     rt.crash_at = k
     with pytest.raises(Crash):
@@ -295,6 +297,10 @@ def test_a_crash_in_a_waiting_submission_loses_no_order(k: int, retried: bool) -
     started = {oid: kinds(rt, oid).index("admitted") if "admitted" in kinds(rt, oid) else -1
                for oid in (waiter, later)}
     assert started[waiter] >= 0 and started[later] >= 0
+    # in submission order: the later order did not pass the waiter (unless the waiter's first
+    # submission died before its order was written: then its retry is the later submission)
+    accepted = sorted((waiter, later), key=lambda o: rt.store.read_row(o, ORDER_ROW)["CreatedAt"])
+    assert sorted(accepted, key=bus.admissions.index) == accepted
     assert_room_empty(rt)
 
 
@@ -452,3 +458,98 @@ def test_a_replay_that_took_a_slot_for_an_order_that_needs_none_gives_it_back() 
         again = order_of(rt, A, key=key)
         assert again["orderId"] == oid
     assert set(room(rt)[0].holders) == {running}
+
+
+def test_an_admission_the_watch_itself_gives_and_fails_to_send_is_sent_by_the_next_watch() -> None:
+    """The watch frees an orphan slot and admits the waiter, but the admission's send fails (the
+    bus down for a moment): the admitted order holds a slot and waits, with no waiter left. The
+    watch puts its next row all the same (an admitted order not started is watched until it
+    starts), and that one sends the admission again."""
+    rt = make_runtime(customer_max_in_flight=1)
+    assert rooms.enter(rt.store, room_partition(A), "d" * 32, 1, rt.clock())  # a door's orphan slot
+    waiter = order_of(rt, A)["orderId"]
+    rt.clock.advance(ORPHAN_HOLDER_AGE.total_seconds() + WATCH_PERIOD.total_seconds() * 2)
+    rt.bus.fail.add("scheduler")
+    report = sweep(rt)
+    rt.bus.fail.clear()
+    assert report.acted.get("room.freed") == 1 and set(room(rt)[0].holders) == {waiter}
+    pump(rt, AgentSim(rt), [waiter], cap=1)
+    assert state(rt, waiter)["ProcessState"] == "Processed"
+    assert_room_empty(rt)
+
+
+def test_a_watch_that_frees_a_slot_still_watches_an_admitted_order_not_started_yet() -> None:
+    """Two holders ended: the first's leave was lost (its deadline row too); the second's leave
+    admits the waiter, whose admission's send fails. The watch, a second later, frees the first; the
+    waiter, admitted less than a watch period ago, is not told again yet: the watch must come back
+    for it (one slot freed does not cover one holder not started)."""
+    rt = make_runtime(customer_max_in_flight=2)
+    agents = AgentSim(rt)
+    first, second, third = (order_of(rt, A)["orderId"] for _ in range(3))
+    real = rt.store.transact
+
+    def refuse(partition: str, ops: Any) -> dict[str, str]:
+        if partition == room_partition(A):
+            raise Conflict("the room is busy")
+        return real(partition, ops)
+
+    rt.store.transact = refuse  # type: ignore[method-assign]
+    drive(rt, first, agents)
+    drive(rt, second, agents)  # both ended; their leaves failed
+    rt.store.transact = real  # type: ignore[method-assign]
+    for row in list(rt.store.index_rows()):  # their kept deadline rows, lost as well
+        if row.get("OrderId") in (first, second):
+            rt.store.delete_index(row["PartitionKey"], row["RowKey"])
+    [watch] = [IndexRow.from_entity(r) for r in rt.store.index_rows() if str(r["RowKey"]).startswith("room:")]
+    assert watch.due is not None and rt.clock() < watch.due - timedelta(seconds=1)
+    rt.clock.now = watch.due - timedelta(seconds=1)
+    rt.bus.fail.add("scheduler")
+    rooms.leave(rt.store, rt.bus, LeaveRoom(room_partition(A), second, None, rt.clock()))  # the second's leave
+    rt.bus.fail.clear()
+    assert set(room(rt)[0].holders) == {first, third} and not room(rt)[1]
+    rt.clock.advance(1)
+    assert sweep(rt).acted.get("room.freed") == 1  # the first's slot; the third admitted a second ago
+    assert set(room(rt)[0].holders) == {third}
+    pump(rt, agents, [third], cap=2)
+    assert state(rt, third)["ProcessState"] == "Processed"
+    assert_room_empty(rt)
+
+
+def test_a_key_reused_for_another_customer_gives_back_the_slot_it_took_at_that_customers_door() -> None:
+    """A's order waits under its Idempotency-Key; the key is sent again with a body of customer B
+    (409). The door gave the request a slot in B's room first: it is given back, not kept for an
+    order that waits in A's room (B's room has no waiter, hence no watch to free it)."""
+    rt = make_runtime(customer_max_in_flight=1)
+    order_of(rt, A)
+    waiting = order_of(rt, A, key="shared-key")
+    assert waiting["processState"] == "Pending"
+    r = post(rt, {**BODY, "customerId": B}, headers={"Idempotency-Key": "shared-key"})
+    assert r.status == 409
+    assert_room_empty(rt, B)
+    assert order_of(rt, B)["processState"] == "Processing"
+
+
+def test_a_waiting_order_whose_workflow_is_gone_is_still_joined_then_held_once_admitted() -> None:
+    """A waiting order's submission died before it joined, and its workflow version was then
+    dropped (unsafe, but survivable: docs/workflows.md). Joining needs no workflow: the Supervisor
+    joins it (not an error on every sweep, the order never joined); once admitted it is held with
+    the reason, and gives its slot back."""
+    from shared.core.workflows import Registry, load_registry
+
+    rt = make_runtime(registry=load_registry(), customer_max_in_flight=1)
+    first = order_of(rt, A)["orderId"]
+    rt.crash_at = 2  # its deadline row and the order's transaction: accepted, not joined
+    rt.clock.advance(0.001)
+    with pytest.raises(Crash):
+        post(rt, {**BODY, "customerId": A, "workflow": "digital"}, headers={"Idempotency-Key": "d"})
+    waiter = next(pk for (table, pk, rk) in rt.store.snapshot()
+                  if table == "state" and rk == STATE_ROW and pk != first)
+    gone = make_runtime(store=rt.store, bus=rt.bus, clock=rt.clock, customer_max_in_flight=1,
+                        registry=Registry.of([wf for wf in load_registry().all() if wf.name != "digital"]))
+    gone.clock.advance(gone.config.index_floor().total_seconds() + 1)
+    report = sweep(gone)
+    assert not report.errors and report.acted.get("joinedRoom") == 1
+    assert [w.order_id for w in room(gone)[1]] == [waiter]
+    pump(gone, AgentSim(gone), [first, waiter], cap=1)
+    assert state(gone, first)["ProcessState"] == "Processed" and state(gone, waiter)["Mode"] == "held"
+    assert_room_empty(gone)

@@ -500,7 +500,7 @@ def test_random_events_and_timers_settle_and_never_run_a_step_twice(
 
 
 # ---- a customer over its CustomerMaxInFlight ------------------------------------------------------
-ROOM_ACTIONS = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 7)), min_size=5, max_size=80)
+ROOM_ACTIONS = st.lists(st.tuples(st.integers(0, 10), st.integers(0, 7)), min_size=5, max_size=80)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -510,7 +510,8 @@ def test_random_faults_never_pass_a_customers_cap_and_every_waiter_runs(actions:
     """``CustomerMaxInFlight`` 2 and six orders of one customer (four wait), one of another: messages
     (admissions among them) delivered late, twice or never, handlers crashing between writes (the
     slot given, not yet told; the order ended, its slot not yet given back), time jumping, the
-    Supervisor sweeping, an operator cancelling a waiting order. After every action no more than 2
+    Supervisor sweeping, an operator cancelling a waiting order, the scheduler queue refusing the
+    admissions' sends for a while. After every action no more than 2
     of the customer's orders are past submission and not ended; once the faults stop, every order
     settles, each remote effect was applied once, and the room is empty (no slot leaked, no waiter
     left)."""
@@ -552,8 +553,14 @@ def test_random_faults_never_pass_a_customers_cap_and_every_waiter_runs(actions:
             deliver(rt, "scheduler", arg, False, lambda msg: None)  # crash after arg effects
         elif action == 8:
             reply(rt, agents, arg, keep=False)
-        else:
+        elif action == 9:
             cancel_order(rt, mine[arg % len(mine)])  # 409 unless it waits (or is otherwise cancellable)
+        else:  # the scheduler queue refusing sends meanwhile: admissions given (slots taken) but not sent
+            rt.bus.fail.add("scheduler")
+            try:
+                sweep(rt) if arg % 2 else reply(rt, agents, None, keep=False)
+            finally:
+                rt.bus.fail.discard("scheduler")
         rt.crash_at = None
         assert in_flight() <= 2
         for oid in [*mine, other]:
