@@ -93,13 +93,12 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert report["orders"]["workflows"] == {"order": 110 + BURST, "digital": 60, "express": 30}, report["orders"]
 
     # The rate-limited remote and the bursting customer (issue 45): every burst order ended (the
-    # checks above hold for them too: none lost, doubled or stuck), some of them waited for their
-    # customer's room, and payment was called under its limit (its 429s are printed, not asserted:
-    # how many depends on timing).
+    # checks above hold for them too: none lost, doubled or stuck) and some orders waited for their
+    # customer's room; payment's 429s are printed, not asserted (how many depends on timing).
     limits = report["limits"]
     assert limits["burstOrders"] == limits["burstEnded"] == BURST, limits
     assert limits["paymentRate"] == 12.0 and limits["chargeCalls"] >= 200, limits
-    assert limits["ordersWaitedForRoom"] >= 1 and limits["admitted"] >= limits["ordersWaitedForRoom"], limits
+    assert limits["ordersWaitedForRoom"] >= 1, limits  # (counted in the host log, which a SIGKILL may cut)
 
     # The shipping outage (issue 14): its breaker opened, steps waited instead of failing, and
     # after the first cool-down the dead service got probes only (the calls in flight when it
