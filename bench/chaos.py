@@ -740,6 +740,19 @@ class ChaosRun:
                     and all(is_terminal(r.view) and not self.operator.pending(r) and not self.approvals.pending(r)
                             and not self.bulk.behind(r) for r in self.recs if r.order_id))
 
+    def say_unsettled(self, most: int = 5) -> None:
+        """Why the run is not settled: the first orders it waits for, and what each is owed."""
+        with self.lock:
+            waits = [(r, [why for why, owed in (("not terminal", not is_terminal(r.view)),
+                                                 ("operator", self.operator.pending(r)),
+                                                 ("approvals", self.approvals.pending(r)),
+                                                 ("bulk", self.bulk.behind(r))) if owed])
+                     for r in self.recs if r.order_id]
+            waits = [(r, why) for r, why in waits if why]
+        self.say(f"not settled: {len(waits)} orders" + (", bulk operation pending" if self.bulk.pending() else ""))
+        for r, why in waits[:most]:
+            self.say(f"  {r.order_id} ({(r.view or {}).get('processState')}, {r.workflow}): {', '.join(why)}")
+
     def progress_line(self) -> str:
         c = self.counts()
         acc = sum(c.values())
@@ -832,12 +845,12 @@ class ChaosRun:
             settled = self.wait_until(self.all_settled, o.settle_timeout)
             self.remote_faults_off()
             self.phase = "drain"
-            if not settled:
-                self.wait_until(self.all_settled, o.drain_timeout)
+            if not settled and not self.wait_until(self.all_settled, o.drain_timeout):
+                self.say_unsettled()
             if o.operator_retry:
                 self.phase = "operator"
-                if self.retry_held():
-                    self.wait_until(self.all_settled, o.drain_timeout)
+                if self.retry_held() and not self.wait_until(self.all_settled, o.drain_timeout):
+                    self.say_unsettled()
             self.durations["processSeconds"] = round(time.monotonic() - t_run, 2)
             self.phase = "verify"
             progress_stop.set()
