@@ -109,13 +109,20 @@ def _wake(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> list[Effe
                        reply.until, ctx)]
 
 
-def _wake_send(view: View, target: WaitingStep, remote: str, until: datetime, ctx: Ctx) -> Send:
-    """The resume that wakes ``target`` at ``until`` (one id per wake-up: a copy of it is dropped)."""
+def _wake_send(view: View, target: WaitingStep, remote: str, until: datetime, ctx: Ctx,
+               tag: str | None = None) -> Send:
+    """The resume that wakes ``target`` at ``until`` (one id per wake-up: a copy of it is dropped).
+    ``tag``: its own (default: the probe's at ``until``, which the request sent again is named after)."""
     not_before = until if until > ctx.now else None
     priority = view.order.priority if view.order is not None else None
     queue = ctx.config.lane_queue("SchedulerQueue", priority)  # the order's lane (shared.core.workflows.lanes)
-    return Send(resume_message(target, queue, remote=remote, why="probe", tag=probe_tag(until),
+    return Send(resume_message(target, queue, remote=remote, why="probe", tag=tag or probe_tag(until),
                                not_before=not_before), what="resume (probe)")
+
+
+def rewake_tag(at: datetime) -> str:
+    """The tag of the Supervisor's re-sent wake-up at ``at``: a new one each time."""
+    return f"rewake-{at:%Y%m%dT%H%M%S%f}"
 
 
 def rate_wake(reply: ReplyMessage) -> datetime | None:
@@ -161,11 +168,13 @@ def _rewaited(view: View, step: StepRow, reply: ReplyMessage, until: datetime, w
 
 def rewake(view: View, step: StepRow, ctx: Ctx, *, compensation: bool = False) -> Decision | None:
     """The Supervisor at the deadline of an order whose step waits for a rate limit's wake-up
-    (``wake_at``): the wake-up sent again, the deadline moved on (None: no wake-up owed, or the
-    longest wait is over). The scheduler may have died between the wait's commit and its send; a
-    copy of a wake-up that was sent has its id and is dropped, and a copy that comes anyway
-    (after the queue's duplicate window) finds the wait ended, or sends the request of that slot
-    again under that slot's id."""
+    (``wake_at``): a wake-up sent now, the deadline moved on (None: no wake-up owed, or the
+    longest wait is over). The scheduler may have died between the wait's commit and its send, or
+    the wake-up or the request it sent again may have been lost after it (expired, dead-lettered,
+    or its instance killed): so this one has ids of its own (``rewake_tag``), where one named
+    after the slot would be dropped as a copy of the lost one for the queue's duplicate window. Its
+    request names no slot: the agent takes a new one (the reserved one is past). If the step was
+    woken meanwhile, it finds the wait ended (or sends a request the agent answers as a copy)."""
     state = view.state
     end = _wait_end(step, compensation)
     if state is None or step.waiting_on is None or step.wake_at is None or end is None or end <= ctx.now:
@@ -182,7 +191,7 @@ def rewake(view: View, step: StepRow, ctx: Ctx, *, compensation: bool = False) -
         commit(view, new_state, [], [event(EventKind.RESCHEDULED, step.name, attempt, breaker=step.waiting_on,
                                            wakeUp=iso(step.wake_at), compensation=compensation or None)],
                ctx, note="wake-up sent again", waiting_on=step.waiting_on),
-        _wake_send(view, target, step.waiting_on, step.wake_at, ctx),
+        _wake_send(view, target, step.waiting_on, ctx.now, ctx, tag=rewake_tag(ctx.now)),
         log(logging.WARNING, "supervisor.wake_resent", view, step=step.name, attempt=attempt,
             breaker=step.waiting_on, wakeUp=step.wake_at),
     ])

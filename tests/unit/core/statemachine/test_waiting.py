@@ -15,6 +15,7 @@ import pytest
 from shared.core.breaker.state import BreakerRow, BreakerState
 from shared.core.breaker.waiting import WaitingStep, resume_message
 from shared.core.breaker.watch import Watch, WatchVerdict, opening_watch
+from shared.core.statemachine.waiting import rewake_tag
 from shared.scheduler import handle_reply, handle_schedule
 from shared.storage.breakers import read_breaker, write_breaker
 from shared.storage.waiting import register_waiting, waiting_steps
@@ -421,18 +422,44 @@ def test_the_supervisor_resends_an_overdue_wake_up_until_the_longest_wait_then_f
     until = rt.clock() + timedelta(seconds=10)
     handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until.isoformat()))
     [wake] = _never_sent(rt)
-    for n in range(3):  # each overdue deadline: the same wake-up again, no failure
-        sends = rt.bus.sent_count
+    ids = {wake.message_id}
+    for _ in range(3):  # each overdue deadline: a wake-up of its own (a copy of a lost one would be dropped)
         rt.clock.advance(30)
         sweep(rt)
-        resent = [m for m in membus(rt).take("scheduler") if m.body["kind"] == "resume"]
-        assert rt.bus.sent_count == sends + 1  # sent each time; its copies dropped by duplicate detection
-        assert [m.message_id for m in resent] == ([wake.message_id] if n == 0 else [])
+        [resent] = [m for m in membus(rt).take("scheduler") if m.body["kind"] == "resume"]
+        assert (resent.body["why"], resent.body["tag"]) == ("probe", rewake_tag(rt.clock()))
+        assert resent.message_id not in ids and resent.scheduled_enqueue_time is None  # now, not at the slot
+        ids.add(resent.message_id)
         assert state(rt, oid)["FailureCount"] == 0 and steps(rt, oid)[S]["WaitingOn"] == "shipping"
     assert kinds(rt, oid).count("rescheduled") == 3 and kinds(rt, oid).count("stepWaiting") == 1
     rt.clock.advance(300)  # past the longest wait: it fails for good, as a breaker's wait does
     sweep(rt)
     assert steps(rt, oid)[S]["State"] == "Failed" and not membus(rt).take("scheduler")
+
+
+@pytest.mark.parametrize("lost", ["wake-up", "request"])
+def test_a_rate_waits_wake_up_or_its_request_lost_after_it_was_sent_is_sent_anew(lost: str) -> None:
+    """Found by the chaos run: the request sent again at the slot expired on the bus while the
+    emulator restarted and its host instance was killed. Sent again under the same id (the slot's),
+    each copy was dropped by duplicate detection, and the refund waited out the longest wait. The
+    Supervisor's wake-up now has ids of its own, and its request names no slot: the agent takes a
+    new one and the step goes on, with no failure."""
+    rt, agents, oid = shipping_in_flight()
+    [original] = membus(rt).take("agent-shipping")  # the request the agent answers with this wait
+    until = rt.clock() + timedelta(seconds=10)
+    assert original.message_id == f"{oid}:{S}:1"
+    handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until.isoformat()))
+    rt.clock.advance(10)
+    if lost == "wake-up":
+        assert membus(rt).take("scheduler")  # sent, then lost: its id stays seen
+    else:
+        assert deliver_schedules(rt)  # the wake-up: the request sent again at the slot ...
+        requests = {q: [m for m in ms if ":probe-" in m.message_id] for q, ms in membus(rt).sent.items()}
+        [(queue, [request])] = [(q, ms) for q, ms in requests.items() if ms]
+        membus(rt).sent[queue].remove(request)  # ... expired on the bus: its id stays seen
+    st = drive(rt, oid, agents)
+    assert st["ProcessState"] == "Processed" and st["FailureCount"] == 0, st
+    assert steps(rt, oid)[S]["Attempt"] == 1 and kinds(rt, oid).count("rescheduled") >= 1, kinds(rt, oid)
 
 
 def test_a_supervisor_crashing_while_it_resends_a_wake_up_resends_it_at_the_next_sweep() -> None:
