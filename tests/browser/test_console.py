@@ -321,7 +321,7 @@ def api_calls(driver: Any) -> list[str]:
 
 def test_a_view_opened_fresh_reads_the_caller_and_only_its_own_data(seeded: Seeded, driver: Any) -> None:
     """Opened on a view other than the overview, the page learns who is looking from GET
-    /api/console/caller (no Service Bus operation) and never reads GET /api/overview (28 peeks);
+    /api/console/caller (no Service Bus operation) and never reads GET /api/overview (30 peeks);
     opened on the overview, it reads the overview once, not once for the caller and once to show."""
     api = urlsplit(seeded.stack.api_url).path
     views = [  # (route, a selector of the data it shows once its calls answered, calls it must make once)
