@@ -46,7 +46,7 @@ from shared.core.room import room_partition
 from shared.core.rows import STATE_ROW
 from shared.core.statemachine import Ctx, bound, plan_replay, plan_submission
 from shared.core.statemachine.actions import allowed_actions
-from shared.core.statemachine.forward import replay_room
+from shared.core.statemachine.admission import replay_room
 from shared.core.workflows import UnknownWorkflow
 from shared.observability import metrics, telemetry
 from shared.observability.logs import log_event

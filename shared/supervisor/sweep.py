@@ -53,7 +53,7 @@ from shared.core.statemachine import (
     decide_for_order,
     index_verdict,
 )
-from shared.core.statemachine.forward import join_room
+from shared.core.statemachine.admission import join_room
 from shared.core.webhooks import HookWatch
 from shared.core.workflows.catalog import AGENTS
 from shared.observability import metrics, telemetry
