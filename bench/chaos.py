@@ -324,8 +324,8 @@ class ChaosRun:
         o = self.o
         for svc in services:
             faults = dict(self._own_causes.get(svc, {}))
-            if svc == "payment" and o.payment_rate:
-                faults["ratePerSecond"] = o.payment_rate  # its published limit: on to the end
+            if svc in o.rates():
+                faults["ratePerSecond"] = o.rates()[svc]  # its published limit: on to the end
             if self._chaos_on:
                 faults |= {"transientRate": o.transient_rate, "lostResponseRate": o.lost_response_rate,
                            "hangRate": o.hang_rate, "hangSeconds": o.hang_seconds}
@@ -803,8 +803,8 @@ class ChaosRun:
         }
         if o.bulk_orders:
             overrides["BulkOrdersPerTick"] = str(o.bulk_per_tick)
-        if o.payment_rate:
-            overrides["RemoteRateLimits"] = f"payment={o.payment_rate:g}/s"
+        if o.rate_limits:
+            overrides["RemoteRateLimits"] = o.rate_limits
         if o.customer_max_in_flight:
             overrides["CustomerMaxInFlight"] = str(o.customer_max_in_flight)
         self.stack = Stack(o.state_dir, persistent=True, instances=o.instances, settings_overrides=overrides,
@@ -1384,24 +1384,29 @@ def operator_outcomes(accepted: list[OrderRec],
 
 def limits_section(o: ChaosOptions, recs: list[OrderRec], stats: dict[str, Any],
                    app: dict[str, int]) -> dict[str, Any]:
-    """The rate-limited remote (--payment-rate) and the bursting customer (--burst-orders,
+    """The rate-limited remotes (--rate-limits) and the bursting customer (--burst-orders,
     --customer-max-in-flight): what they held back. The orders they held are checked as every
     order is (none lost, doubled or stuck: the waits ended)."""
-    charges = stats.get("requests", {}).get("payment", {}).get("charge", {})
+    requests_of = stats.get("requests", {})
+    rates = {}
+    for remote, rate in o.rates().items():
+        statuses = Counter[str]()
+        for by_status in requests_of.get(remote, {}).values():
+            statuses.update(by_status)
+        rates[remote] = {"perSecond": rate, "calls": sum(statuses.values()), "answered429": statuses["429"]}
     burst = [r for r in recs if r.burst]
-    return {"paymentRate": o.payment_rate or None, "chargeCalls": sum(charges.values()),
-            "charges429": charges.get("429", 0), "waitingReplies": app.get("agent.waiting", 0),
+    return {"rateLimited": rates, "waitingReplies": app.get("agent.waiting", 0),
             "burstOrders": len(burst), "burstEnded": sum(1 for r in burst if is_terminal(r.view)),
             "customerMaxInFlight": o.customer_max_in_flight or None,
             "ordersWaitedForRoom": app.get("order.waiting_room", 0), "admitted": app.get("order.admitted", 0)}
 
 
 def render_limits(limits: dict[str, Any]) -> list[str]:
-    if not limits.get("paymentRate") and not limits.get("burstOrders"):
+    if not limits.get("rateLimited") and not limits.get("burstOrders"):
         return []
-    return [f"  limits: payment at {limits['paymentRate'] or 'no limit'}/s: {limits['charges429']} of "
-            f"{limits['chargeCalls']} charges answered 429, waiting replies (a rate's or a breaker's) "
-            f"{limits['waitingReplies']}; "
+    rates = "; ".join(f"{name} at {r['perSecond']:g}/s: {r['answered429']} of {r['calls']} calls answered 429"
+                      for name, r in limits["rateLimited"].items()) or "no rate limit"
+    return [f"  limits: {rates}; waiting replies (a rate's or a breaker's) {limits['waitingReplies']}; "
             f"a burst of {limits['burstOrders']} orders of one customer ({limits['burstEnded']} ended), "
             f"CustomerMaxInFlight {limits['customerMaxInFlight'] or 'none'}: {limits['ordersWaitedForRoom']} "
             f"waited for room, {limits['admitted']} admitted"]

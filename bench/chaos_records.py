@@ -72,14 +72,22 @@ class ChaosOptions:
     bulk_orders: int = _opt(0, "orders failed on a cause of their own, then retried by ONE bulk operation (POST "
                                "/api/operations) while a host instance is killed (0: none)")
     bulk_per_tick: int = _opt(1, "BulkOrdersPerTick of the stack with --bulk-orders (the POST acts on 25 itself)")
-    payment_rate: float = _opt(0.0, "payment's calls a second, enforced by the simulator (429 above it) and told "
-                                    "to the app (RemoteRateLimits) (0: no limit)")
+    rate_limits: str = _opt("", "remotes' calls a second, e.g. delivery=4/s: told to the app (RemoteRateLimits) and "
+                                "enforced by the simulator (429 above it)")
     burst_orders: int = _opt(0, "orders of one customer, besides --orders, posted at once mid-run (a bursting "
                                 "customer)")
     customer_max_in_flight: int = _opt(0, "CustomerMaxInFlight of the stack (0: no cap)")
     echo: bool = _opt(False, "echo the stack's output to stderr")
     progress_every: float = 2.0
     post_retry_seconds: float = 120.0  # how long one POST is retried (restarts, killed instances)
+
+    def rates(self) -> dict[str, float]:
+        """--rate-limits as {remote: calls a second} (the app's own parser: ValueError if malformed)."""
+        from shared.core.workflows.catalog import AGENTS
+        from shared.core.workflows.ratelimits import parse_limits
+
+        limits = parse_limits(self.rate_limits, tuple(a.name for a in AGENTS), "--rate-limits")
+        return {name: limit.per_second for name, limit in limits.items() if limit is not None}
 
     def resolved(self) -> ChaosOptions:
         o = ChaosOptions(**asdict(self))
@@ -95,8 +103,9 @@ class ChaosOptions:
             raise ValueError("--orders and --rate must be positive")
         if not (0 <= o.terminate_rate <= 1 and 0 <= o.fixable_rate <= 1) or o.terminate_within < 0:
             raise ValueError("--terminate-rate and --fixable-rate must be 0..1, --terminate-within >= 0")
-        if o.payment_rate < 0 or o.burst_orders < 0 or o.customer_max_in_flight < 0:
-            raise ValueError("--payment-rate, --burst-orders and --customer-max-in-flight must be >= 0")
+        o.rates()  # a limit that is not NAME=N/s for an agent: refused here, naming the item
+        if o.burst_orders < 0 or o.customer_max_in_flight < 0:
+            raise ValueError("--burst-orders and --customer-max-in-flight must be >= 0")
         if not 0 <= o.digital_share <= 1:
             raise ValueError("--digital-share must be 0..1")
         if not 0 <= o.express_share <= 1 or o.digital_share + o.express_share > 1:

@@ -64,9 +64,11 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
         terminate_rate=0.05, terminate_within=4.0, operator_restarts=True, fixable_rate=0.015,
         digital_share=0.3,  # both workflows (issue 13), each order checked against its own steps
         express_share=0.15,  # and express's parallel step (issue 29)
-        # payment limited to 12 calls a second (the app told so), and one customer posting 30 orders at
-        # once mid-run with at most 10 in flight (issue 45): their waits end like every other
-        payment_rate=12.0, burst_orders=BURST, customer_max_in_flight=10,
+        # delivery limited to 4 calls a second (the app told so), and one customer posting 30 orders at
+        # once mid-run with at most 10 in flight (issue 45): their waits end like every other. (Not
+        # payment: its designed stall, a refund that hangs until the operator fixes it, would wait
+        # as the open breaker's only probe to BreakerMaxWaitSeconds, past this run's drain.)
+        rate_limits="delivery=4/s", burst_orders=BURST, customer_max_in_flight=10,
     )
     out = io.StringIO()
     try:
@@ -94,10 +96,10 @@ def test_ci_sized_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
 
     # The rate-limited remote and the bursting customer (issue 45): every burst order ended (the
     # checks above hold for them too: none lost, doubled or stuck) and some orders waited for their
-    # customer's room; payment's 429s are printed, not asserted (how many depends on timing).
+    # customer's room; delivery's 429s are printed, not asserted (how many depends on timing).
     limits = report["limits"]
     assert limits["burstOrders"] == limits["burstEnded"] == BURST, limits
-    assert limits["paymentRate"] == 12.0 and limits["chargeCalls"] >= 200, limits
+    assert limits["rateLimited"]["delivery"]["perSecond"] == 4 and limits["rateLimited"]["delivery"]["calls"] >= 60
     assert limits["ordersWaitedForRoom"] >= 1, limits  # (counted in the host log, which a SIGKILL may cut)
 
     # The shipping outage (issue 14): its breaker opened, steps waited instead of failing, and
