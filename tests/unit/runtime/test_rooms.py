@@ -5,6 +5,8 @@ and no crash between the moves loses or starves one (issue 45, item 2)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -68,6 +70,23 @@ def order_of(rt: Any, customer: str, key: str | None = None) -> dict[str, Any]:
     r = post(rt, {**BODY, "customerId": customer}, headers={"Idempotency-Key": key} if key else None)
     assert r.status in (200, 202), r.body
     return dict(r.body)
+
+
+@contextmanager
+def room_refused(rt: Any, customer: str = A) -> Iterator[None]:
+    """Every write to ``customer``'s room refused (a lost race each time) while inside."""
+    real = rt.store.transact
+
+    def refuse(partition: str, ops: Any) -> dict[str, str]:
+        if partition == room_partition(customer):
+            raise Conflict("the room is busy")
+        return real(partition, ops)
+
+    rt.store.transact = refuse
+    try:
+        yield
+    finally:
+        rt.store.transact = real
 
 
 def room(rt: Any, customer: str = A) -> tuple[Room, list[Waiter]]:
@@ -406,16 +425,8 @@ def test_a_slot_whose_leave_failed_is_freed_by_the_watch() -> None:
     rt = make_runtime(customer_max_in_flight=1)
     agents = AgentSim(rt)
     first, second = order_of(rt, A)["orderId"], order_of(rt, A)["orderId"]
-    real = rt.store.transact
-
-    def refuse(partition: str, ops: Any) -> dict[str, str]:
-        if partition == room_partition(A):
-            raise Conflict("the room is busy")
-        return real(partition, ops)
-
-    rt.store.transact = refuse  # type: ignore[method-assign]
-    drive(rt, first, agents)
-    rt.store.transact = real  # type: ignore[method-assign]
+    with room_refused(rt):
+        drive(rt, first, agents)
     for row in list(rt.store.index_rows()):  # the kept deadline row, lost as well
         if row.get("OrderId") == first:
             rt.store.delete_index(row["PartitionKey"], row["RowKey"])
@@ -486,17 +497,9 @@ def test_a_watch_that_frees_a_slot_still_watches_an_admitted_order_not_started_y
     rt = make_runtime(customer_max_in_flight=2)
     agents = AgentSim(rt)
     first, second, third = (order_of(rt, A)["orderId"] for _ in range(3))
-    real = rt.store.transact
-
-    def refuse(partition: str, ops: Any) -> dict[str, str]:
-        if partition == room_partition(A):
-            raise Conflict("the room is busy")
-        return real(partition, ops)
-
-    rt.store.transact = refuse  # type: ignore[method-assign]
-    drive(rt, first, agents)
-    drive(rt, second, agents)  # both ended; their leaves failed
-    rt.store.transact = real  # type: ignore[method-assign]
+    with room_refused(rt):
+        drive(rt, first, agents)
+        drive(rt, second, agents)  # both ended; their leaves failed
     for row in list(rt.store.index_rows()):  # their kept deadline rows, lost as well
         if row.get("OrderId") in (first, second):
             rt.store.delete_index(row["PartitionKey"], row["RowKey"])
