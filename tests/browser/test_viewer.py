@@ -12,6 +12,7 @@ not missing data).
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -95,6 +96,14 @@ def shown(driver: Any, seeded: Seeded, route: str, ready: str) -> list[str]:
             for e in driver.find_elements(By.CSS_SELECTOR, ACTION_BUTTONS)]
 
 
+def api_answers(driver: Any) -> list[tuple[str, int]]:
+    """(URL, status) of every API call the page has made since it was loaded, from the browser's
+    Resource Timing entries (``responseStatus``): what the console's fetches were answered."""
+    return [(url, int(status)) for url, status in driver.execute_script(
+        "return performance.getEntriesByType('resource')"
+        ".filter((e) => e.initiatorType === 'fetch').map((e) => [e.name, e.responseStatus]);")]
+
+
 def pages(seeded: Seeded) -> list[tuple[str, str]]:
     """(route, a selector of the data it must show) for each view that offers actions to an operator."""
     return [(f"/orders/{seeded.attention}", "[data-testid='history'] tr"),
@@ -128,6 +137,16 @@ def test_a_viewer_sees_the_data_and_no_buttons(seeded: Seeded, driver: Any) -> N
         assert shown(driver, seeded, route, ready) == [], route
     table = driver.find_element(By.CSS_SELECTOR, "[data-testid='deadletters'] table")
     assert str(seeded.dead_seq) in table.text and "Actions" not in table.text
+    # the views with nothing to offer: the overview and the failed webhooks
+    assert shown(driver, seeded, "/", f"[data-testid='newest'] a[href$='{seeded.attention}']") == []
+    assert shown(driver, seeded, "/webhooks", "[data-testid='no-webhooks']") == []
+    # every call the console made on those views, keyless, was answered (none 401 or 403)
+    answers = api_answers(driver)
+    called = {re.sub(r"/[0-9a-f]{32}|\?.*$", "", url.removeprefix(seeded.stack.api_url)) for url, _ in answers}
+    assert {"/console/caller", "/overview", "/orders", "/console/orders", "/webhooks", "/deadletters"} <= called, called
+    assert all("code=" not in url and 200 <= status < 300 for url, status in answers), answers
+    # (an order's page reads its history's later pages only when it has more than the first: the route it calls)
+    assert seeded.api(f"/console/orders/{seeded.attention}/history", limit=1)["history"]
 
 
 def test_an_operator_sees_the_buttons_on_the_same_pages(seeded: Seeded, driver: Any) -> None:
