@@ -62,8 +62,11 @@ def waiting_reply(view: View, step: StepRow, reply: ReplyMessage, ctx: Ctx) -> D
     wake = _wake(view, step, reply, ctx)
     rate = rate_wake(reply)
     if step.waiting_on is not None:
-        if rate is not None and (step.wake_at is None or rate > step.wake_at):
+        # A later slot still ahead is owed; one already past (a late copy) goes out at once, unrecorded.
+        if rate is not None and rate > ctx.now and (step.wake_at is None or rate > step.wake_at):
             return _rewaited(view, step, reply, rate, wake, ctx)
+        if step.wake_at is not None and reply.opening is not None and not _before_close(step, reply.opening):
+            return _now_the_breakers(view, step, reply, wake, ctx)
         # Recorded already (a copy of the reply, or the reply of a probe that failed): only the
         # next wake-up, if this reply claimed it.
         return Decision(Verdict.WAITING_DUPLICATE, [*wake, info("step.waiting_duplicate", view, step=step.name,
@@ -163,6 +166,28 @@ def _rewaited(view: View, step: StepRow, reply: ReplyMessage, until: datetime, w
                ctx, note="a waiting step's next slot", waiting_on=step.waiting_on),
         *wake,
         info("step.waiting_again", view, step=step.name, attempt=reply.attempt, until=until),
+    ])
+
+
+def _now_the_breakers(view: View, step: StepRow, reply: ReplyMessage, wake: list[Effect], ctx: Ctx) -> Decision:
+    """A rate wait's woken call found the remote's breaker open (a newer opening): the step now
+    waits on the breaker, whose probe or closer wakes it. No wake-up is owed any more, and the
+    order's deadline is the longest wait's again (else the Supervisor would send one every index
+    floor until the breaker closed)."""
+    state = view.state
+    end = _wait_end(step, reply.kind == "compensation")
+    assert state is not None and end is not None and reply.breaker is not None
+    new_state = replace(state, complete_by=end, updated_at=ctx.now)
+    return Decision(Verdict.WAITING, [
+        # Crash after this: the wake-up below is not sent; the breaker's watch sends it (as for
+        # any breaker's wait). Crash before: the redelivered reply does this again.
+        commit(view, new_state, [replace(step, wake_at=None, waiting_opening=reply.opening).replacing(step)],
+               [event(EventKind.STEP_WAITING, step.name, reply.attempt, breaker=reply.breaker,
+                      opening=reply.opening, until=iso(reply.until) if reply.until else None, again=True,
+                      compensation=(reply.kind == "compensation") or None)],
+               ctx, note="a rate wait is now the breaker's", waiting_on=step.waiting_on),
+        *wake,
+        info("step.waiting_breaker", view, step=step.name, attempt=reply.attempt, opening=reply.opening),
     ])
 
 

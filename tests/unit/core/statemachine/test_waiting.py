@@ -505,3 +505,35 @@ def test_a_compensation_whose_rate_wake_up_was_never_sent_is_woken_by_the_superv
     st = state(rt, oid)
     assert (st["Mode"], st["CompensationState"]) == ("finished", "completed"), st
     assert st["CompFailureCount"] == 0 and steps(rt, oid)["charge-payment"]["CompensationAttempt"] == 1
+
+
+def test_a_rate_wait_that_finds_the_breaker_open_becomes_the_breakers_wait_and_owes_no_wake_up() -> None:
+    """The woken call of a rate wait found its remote's breaker opened meanwhile: the step now waits
+    on the breaker (its closer or its probe wakes it). It kept the rate's WakeAt, and so the order's
+    deadline that of a wake-up owed: the Supervisor sent one every index floor (a resume, a request
+    and a waiting reply each: 6 bus operations, 3 executions) until the breaker closed."""
+    from shared.core.times import parse_iso
+
+    rt, _agents, oid = shipping_in_flight()
+    until = rt.clock() + timedelta(seconds=10)
+    handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until.isoformat()))
+    longest = parse_iso(steps(rt, oid)[S]["CompleteBy"])
+    rt.clock.advance(10)
+    membus(rt).take("scheduler")  # the wake-up, delivered: its request sent again finds the breaker open
+    assert handle_reply(rt, waiting_reply(oid, 1, until=(rt.clock() + timedelta(seconds=30)).isoformat(),
+                                          opening=1)) == "waiting"
+    step, st = steps(rt, oid)[S], state(rt, oid)
+    assert not step.get("WakeAt") and step["WaitingOn"] == "shipping" and step["WaitingOpening"] == 1
+    assert parse_iso(st["CompleteBy"]) == longest == parse_iso(step["CompleteBy"])  # the longest wait's
+    for _ in range(3):  # past the rate's wake-up deadline: nothing sent again, nothing failed
+        rt.clock.advance(30)
+        sweep(rt)
+    assert not [m for m in membus(rt).take("scheduler") if m.body["kind"] == "resume"]
+    assert "rescheduled" not in kinds(rt, oid) and state(rt, oid)["FailureCount"] == 0
+    # a copy of the rate's reply, late: its slot is past, and the breaker's wait stays
+    assert handle_reply(rt, waiting_reply(oid, 1, wake=True, until=until.isoformat())) == "waiting-duplicate"
+    assert not steps(rt, oid)[S].get("WakeAt")
+    # a copy of a waiting reply from that opening: nothing more
+    seq = state(rt, oid)["EventSeq"]
+    assert handle_reply(rt, waiting_reply(oid, 1, opening=1)) == "waiting-duplicate"
+    assert state(rt, oid)["EventSeq"] == seq
