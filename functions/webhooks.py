@@ -24,7 +24,12 @@ bp = func.Blueprint()
 @bp.service_bus_queue_trigger(arg_name="msg", queue_name="%WebhooksQueue%", connection=SERVICE_BUS_CONNECTION,
                               auto_complete_messages=True)
 def deliver(msg: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions) -> None:
-    settle(message_actions, msg, lambda: handle_delivery(get_runtime(), received(msg).body))
+    settle(message_actions, msg, lambda: _on_delivery(msg))
+
+
+def _on_delivery(msg: servicebus.ServiceBusReceivedMessage) -> None:
+    m = received(msg)
+    handle_delivery(get_runtime(), m.body, message_id=m.message_id, traceparent=m.traceparent)
 
 
 @bp.function_name("webhook_failures")

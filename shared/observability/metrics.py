@@ -5,7 +5,8 @@
 * ``orders.step.duration`` (s): a step's or a compensation's run, from its start to its reply,
   by ``step``, ``kind`` (step, compensation) and ``outcome`` (done, failed);
 * ``orders.redrives`` (by ``step``) and ``orders.alerts`` (by ``step``);
-* ``orders.supervisor.sweep.duration`` (s) and ``orders.supervisor.due_rows`` (rows per sweep).
+* ``orders.supervisor.sweep.duration`` (s) and ``orders.supervisor.due_rows`` (rows per sweep);
+* ``orders.webhooks``: webhook tries, by ``outcome`` (delivered, retry, failed: gave up).
 
 Order outcomes and step durations are read from the history events of a committed transaction
 (``record_committed``): an event exists if and only if its change committed, so a lost race or a
@@ -37,6 +38,9 @@ sweep_duration = _meter.create_histogram("orders.supervisor.sweep.duration", uni
                                          description="One Supervisor sweep")
 due_rows = _meter.create_histogram("orders.supervisor.due_rows", unit="{row}",
                                    description="Due deadline rows a sweep read")
+
+webhooks = _meter.create_counter("orders.webhooks", unit="{try}",
+                                 description="Webhook tries, by outcome (delivered, retry, failed)")
 
 _ORDER_ENDS = {"processed": processed, "failed": failed, "compensated": compensated}
 _STEP_ENDS = {"stepDone": ("step", "done"), "stepFailed": ("step", "failed"),

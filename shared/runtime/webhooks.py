@@ -5,6 +5,11 @@ A try POSTs the delivery row's body to ``WebhookUrl`` (the setting: never a URL 
 signed (Standard Webhooks), with a timeout, no redirect followed and no retry inside the try; a
 2xx delivers it. It is never made inside an order's transaction: the ending committed before its
 message was sent, and the try's own writes touch only the delivery row (ETag-conditioned).
+
+Seen as the agents' calls are: the try in a CONSUMER span of the order's trace (the message carries
+the context of the ending that sent it, so it follows the order's sampling), the POST in a CLIENT
+span (``http.url`` without its query: a receiver's token stays out of the telemetry), and the
+``orders.webhooks`` metric counts each try by outcome, whatever the sampling.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import urllib3
 
@@ -21,6 +27,7 @@ from shared.core import webhooks
 from shared.core.effects import Send
 from shared.core.messages import PoisonMessage
 from shared.core.webhooks import HookRow, HookWatch
+from shared.observability import metrics, telemetry
 from shared.observability.logs import log_event
 from shared.runtime import Runtime
 from shared.settings import WebhookTarget
@@ -32,15 +39,28 @@ _pool = urllib3.PoolManager(num_pools=4, maxsize=16, retries=False)
 
 
 def post(target: WebhookTarget, msg_id: str, body: str, now: datetime) -> str | None:
-    """One signed POST; None on a 2xx, else what went wrong (a status, or the error's name)."""
+    """One signed POST, in its CLIENT span; None on a 2xx, else what went wrong (a status, or the
+    error's name)."""
     headers = webhooks.headers(target.key, msg_id, int(now.timestamp()), body)
     timeout = urllib3.Timeout(connect=5.0, read=webhooks.TRY_TIMEOUT.total_seconds())
     try:
-        r = _pool.request("POST", target.url, body=body.encode("utf-8"), headers=headers, timeout=timeout,
-                          redirect=False, retries=False, preload_content=True)
-    except urllib3.exceptions.HTTPError as exc:
+        with telemetry.client_span("POST", shown_url(target.url), headers) as call:
+            r = _pool.request("POST", target.url, body=body.encode("utf-8"), headers=call.headers, timeout=timeout,
+                              redirect=False, retries=False, preload_content=True)
+            call.answered(r.status)
+    except urllib3.exceptions.HTTPError as exc:  # recorded on the span, which it left
         return f"{type(exc).__name__}: {exc}"
     return None if 200 <= r.status < 300 else f"HTTP {r.status}"
+
+
+def shown_url(url: str) -> str:
+    """``url`` as telemetry shows it: no user, password, query or fragment (a token may be there)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _read(rt: Runtime, order_id: str, key: str) -> HookRow | None:
@@ -48,10 +68,20 @@ def _read(rt: Runtime, order_id: str, key: str) -> HookRow | None:
     return HookRow.from_entity(entity) if entity is not None else None
 
 
-def handle_delivery(rt: Runtime, body: Any, *, send: Post = post) -> str:
-    """The delivery function's message (its JSON body, bytes or parsed): make the try it asks for, if
-    it is the one due (a message that is not a delivery is poison). Returns
-    what was done (for logs and tests): ``stale``, ``delivered``, ``retry`` or ``failed``."""
+def handle_delivery(rt: Runtime, body: Any, *, send: Post = post, message_id: str | None = None,
+                    traceparent: str | None = None) -> str:
+    """The delivery function's message (its JSON body, bytes or parsed; its id and the context it
+    carries): make the try it asks for, if it is the one due (a message that is not a delivery is
+    poison). Returns what was done (for logs and tests): ``stale``, ``delivered``, ``retry`` or
+    ``failed``; a try's outcome is counted (``orders.webhooks``)."""
+    with telemetry.consumer_span("process webhooks", traceparent, **{"messaging.message.id": message_id}):
+        outcome = _deliver(rt, body, send)
+    if outcome != "stale":
+        metrics.webhooks.add(1, {"outcome": outcome})
+    return outcome
+
+
+def _deliver(rt: Runtime, body: Any, send: Post) -> str:
     if isinstance(body, bytes | str):
         try:
             body = json.loads(body)

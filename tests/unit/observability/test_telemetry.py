@@ -182,6 +182,56 @@ def test_a_redrive_is_in_the_order_trace_and_linked_to_the_sweep(remote: str) ->
     assert telemetry_support.histogram_count("orders.supervisor.sweep.duration") == sweeps + 1
 
 
+def test_a_webhook_try_is_in_the_order_trace_and_counted_by_outcome(remote: str) -> None:
+    """The try's CONSUMER span is a child of the ending that sent it, its POST a CLIENT span whose
+    ``http.url`` leaves out the receiver's token and whose traceparent the receiver gets; a try that
+    cannot connect is an ERROR span and a ``retry``; a copy of a try is counted nowhere."""
+    import socket
+
+    from shared.runtime.webhooks import handle_delivery
+    from shared.settings import WebhookTarget
+
+    telemetry.setup({})
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/hooks"
+    rt = make_runtime(webhooks=True, webhook_schedule=(5.0,))
+    rt.webhook = WebhookTarget(closed, b"tests: webhook signing key 32 b!")
+    r = post(rt)
+    order_trace = telemetry.trace_id(rt.store.read_row(r.body["orderId"], "order")["Traceparent"])
+    assert run_to_end(rt, agents_for(rt, remote), r.body["orderId"])["ProcessState"] == "Processed"
+    counts = {o: telemetry_support.counter_total("orders.webhooks", outcome=o) for o in ("delivered", "retry")}
+
+    tried = []
+
+    def try_once() -> tuple[str, list[ReadableSpan]]:
+        [m] = rt.bus.take(rt.config.queues["WebhooksQueue"])
+        tried.append(m)
+        with telemetry_support.capture() as exporter:
+            outcome = handle_delivery(rt, m.encoded(), message_id=m.message_id,
+                                      traceparent=m.application_properties.get("traceparent"))
+        return outcome, list(exporter.get_finished_spans())
+
+    outcome, spans = try_once()
+    assert outcome == "retry"
+    [consumer] = [s for s in spans if s.kind is SpanKind.CONSUMER]
+    [client] = [s for s in spans if s.kind is SpanKind.CLIENT]
+    assert consumer.name == "process webhooks" and format(consumer.context.trace_id, "032x") == order_trace
+    assert client.parent is not None and client.parent.span_id == consumer.context.span_id
+    assert client.status.status_code.name == "ERROR" and client.attributes["http.url"] == closed
+    rt.clock.advance(6)  # the next try is due
+    rt.webhook = WebhookTarget(f"{remote.replace('//', '//user:pass@')}/hooks?token=s3cret#x",
+                               b"tests: webhook signing key 32 b!")
+    outcome, spans = try_once()
+    assert outcome == "delivered"
+    [client] = [s for s in spans if s.kind is SpanKind.CLIENT]
+    assert client.attributes["http.url"] == f"{remote}/hooks" and client.attributes["http.status_code"] == 200
+    assert telemetry.format_traceparent(client.context) in RECEIVED
+    assert handle_delivery(rt, tried[0].encoded()) == "stale"  # a copy of the first try
+    assert {o: telemetry_support.counter_total("orders.webhooks", outcome=o) for o in counts} == {
+        "delivered": counts["delivered"] + 1, "retry": counts["retry"] + 1}
+
+
 def test_an_operator_action_is_in_the_order_trace(remote: str) -> None:
     rt = make_runtime()
     r = post(rt)
