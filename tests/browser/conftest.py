@@ -67,6 +67,14 @@ class Seeded:
         return r.json()
 
 
+def fetches(driver: Any) -> list[tuple[str, int]]:
+    """(URL, status) of every API call the page made since it was loaded, in order (not its own
+    files), from the browser's Resource Timing entries (``responseStatus``)."""
+    return [(url, int(status)) for url, status in driver.execute_script(
+        "return performance.getEntriesByType('resource')"
+        ".filter((e) => e.initiatorType === 'fetch').map((e) => [e.name, e.responseStatus]);")]
+
+
 def wait_until(what: str, check: Callable[[], bool], timeout: float = 90.0, every: float = 0.5) -> None:
     deadline = time.monotonic() + timeout
     while not check():

@@ -22,7 +22,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from local.browser import console_url
-from tests.browser.conftest import OUT_OF_STOCK, Seeded, failing_body_like, wait_until
+from tests.browser.conftest import OUT_OF_STOCK, Seeded, failing_body_like, fetches, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -293,10 +293,16 @@ def test_no_console_errors_in_any_view(seeded: Seeded, driver: Any) -> None:
         By.CSS_SELECTOR, "[data-testid='deadletters'] table, [data-testid='no-deadletters']"))
     assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='error']")
     for route, ready in [("/attention", "orders"), ("/search?customerId=c-failing", "orders"),
-                         ("/search?state=processed", "orders"), (f"/orders/{seeded.processed[1]}", "history")]:
+                         ("/search?state=processed", "orders"), (f"/orders/{seeded.processed[1]}", "history"),
+                         ("/webhooks", "no-webhooks")]:
         open_view(driver, seeded, route)
         by_testid(driver, ready)
         assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='error']"), route
+    # In the key mode every call the page made (with the master key it was opened with) was answered,
+    # those an order's page makes included: none 401, none swallowed.
+    answers = fetches(driver)
+    assert len({urlsplit(url).path for url, _ in answers}) >= 8, answers
+    assert all(200 <= status < 300 for _url, status in answers), answers
     # Paging: a page of 3 processed orders, then the next through the continuation token.
     open_view(driver, seeded, "/search?state=processed&limit=3")
     by_testid(driver, "orders")
@@ -313,10 +319,7 @@ def test_no_console_errors_in_any_view(seeded: Seeded, driver: Any) -> None:
 
 def api_calls(driver: Any) -> list[str]:
     """The paths of the API calls the page made since it was loaded, in order (not its own files)."""
-    names = driver.execute_script(
-        "return performance.getEntriesByType('resource').filter((e) => e.initiatorType === 'fetch')"
-        ".map((e) => e.name)")
-    return [urlsplit(name).path for name in names]
+    return [urlsplit(url).path for url, _status in fetches(driver)]
 
 
 def test_a_view_opened_fresh_reads_the_caller_and_only_its_own_data(seeded: Seeded, driver: Any) -> None:

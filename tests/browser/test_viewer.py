@@ -26,7 +26,7 @@ from local.browser import console_url
 from local.demo import set_demo_faults
 from local.screenshots import ROLES, principal, send_poison
 from local.stack import Stack, demo_order
-from tests.browser.conftest import FAST, OUT_OF_STOCK, failing_body_like, require_browser, wait_until
+from tests.browser.conftest import FAST, OUT_OF_STOCK, failing_body_like, fetches, require_browser, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -96,14 +96,6 @@ def shown(driver: Any, seeded: Seeded, route: str, ready: str) -> list[str]:
             for e in driver.find_elements(By.CSS_SELECTOR, ACTION_BUTTONS)]
 
 
-def api_answers(driver: Any) -> list[tuple[str, int]]:
-    """(URL, status) of every API call the page has made since it was loaded, from the browser's
-    Resource Timing entries (``responseStatus``): what the console's fetches were answered."""
-    return [(url, int(status)) for url, status in driver.execute_script(
-        "return performance.getEntriesByType('resource')"
-        ".filter((e) => e.initiatorType === 'fetch').map((e) => [e.name, e.responseStatus]);")]
-
-
 def pages(seeded: Seeded) -> list[tuple[str, str]]:
     """(route, a selector of the data it must show) for each view that offers actions to an operator."""
     return [(f"/orders/{seeded.attention}", "[data-testid='history'] tr"),
@@ -141,7 +133,7 @@ def test_a_viewer_sees_the_data_and_no_buttons(seeded: Seeded, driver: Any) -> N
     assert shown(driver, seeded, "/", f"[data-testid='newest'] a[href$='{seeded.attention}']") == []
     assert shown(driver, seeded, "/webhooks", "[data-testid='no-webhooks']") == []
     # every call the console made on those views, keyless, was answered (none 401 or 403)
-    answers = api_answers(driver)
+    answers = fetches(driver)
     called = {re.sub(r"/[0-9a-f]{32}|\?.*$", "", url.removeprefix(seeded.stack.api_url)) for url, _ in answers}
     assert {"/console/caller", "/overview", "/orders", "/console/orders", "/webhooks", "/deadletters"} <= called, called
     assert all("code=" not in url and 200 <= status < 300 for url, status in answers), answers
