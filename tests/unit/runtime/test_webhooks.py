@@ -26,6 +26,7 @@ from shared.settings import WebhookTarget
 from shared.storage.memory import MemoryStore
 from shared.supervisor import sweep
 from tests.unit.core.statemachine.test_crash_points import SCENARIOS as CRASH_SCENARIOS
+from tests.unit.core.statemachine.test_crash_points import crash_then_recover
 from tests.unit.core.statemachine.test_operator_crash_points import SCENARIOS as OPERATOR_SCENARIOS
 from tests.unit.core.statemachine.test_random_schedules import LOST as RANDOM_LOST
 from tests.unit.core.statemachine.test_random_schedules import REJECT as RANDOM_REJECT
@@ -450,23 +451,12 @@ def test_the_crash_point_scenarios_with_webhooks_on_converge_and_tell_every_endi
     timeouts, compensations, operator actions), each cut after every effect of its handler, with
     webhooks on: the order still converges as there, every transaction that ends it writes its
     delivery (the store checks), and every ending is told, in order, with its type."""
-    from tests.unit.core.statemachine.test_crash_points import HELD as HELD_STATE
-
     k = 0
     while True:
         rt = _rt(store=TellingStore(), workflow=sc.workflow)
         agents = AgentSim(rt, reject=dict(sc.reject or {}), hang=set(sc.hang or ()), lost=set(sc.lost or ()))
         oid, trigger = sc.setup(rt, agents)
-        rt.crash_at = k
-        with pytest.raises(Crash):
-            trigger()
-        if sc.heal:
-            agents.hang.clear()
-        expect = sc.expect
-        if redeliver:
-            trigger()
-        elif sc.name.startswith("operator-") and state(rt, oid)["Mode"] == "held":
-            expect = HELD_STATE
+        expect = crash_then_recover(sc, rt, agents, oid, trigger, k, redeliver)
         st = drive(rt, oid, agents)
         assert {key: st.get(key) for key in expect} == expect, (sc.name, k)
         mine = [c for c in agents.calls if c[0] == oid]

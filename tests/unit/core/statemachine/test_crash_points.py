@@ -193,6 +193,23 @@ SCENARIOS = [
 HELD = {"ProcessState": "Error", "Mode": "held"}
 
 
+def crash_then_recover(sc: Scenario, rt: CrashRuntime, agents: AgentSim, oid: str, trigger: Callable[[], Any],
+                       k: int, redeliver: bool) -> dict[str, Any]:
+    """Cut ``sc``'s trigger after ``k`` effects, heal what the scenario heals and, ``redeliver``, run
+    the trigger again (at-least-once: the same message again, or the operator/timer again): what
+    the order's state must converge to."""
+    rt.crash_at = k
+    with pytest.raises(Crash):
+        trigger()
+    if sc.heal:
+        agents.hang.clear()
+    if redeliver:
+        trigger()
+    elif sc.name.startswith("operator-") and state(rt, oid)["Mode"] == "held":
+        return HELD  # the operator's call died before its write and was not repeated
+    return sc.expect
+
+
 def _check(rt: CrashRuntime, oid: str, agents: AgentSim, sc: Scenario, expect: dict[str, Any]) -> None:
     st = drive(rt, oid, agents)
     for key, value in expect.items():
@@ -239,17 +256,7 @@ def test_crash_after_every_effect_converges(sc: Scenario, redeliver: bool, echo_
                           echo_fence=echo_fence)
         oid, trigger = sc.setup(rt, agents)
         before_failures = state(rt, oid)["FailureCount"]
-        rt.crash_at = k
-        with pytest.raises(Crash):
-            trigger()
-        if sc.heal:
-            agents.hang.clear()
-        expect = sc.expect
-        if redeliver:
-            trigger()  # at-least-once: the same message again (or the operator/timer again)
-        elif sc.name.startswith("operator-") and state(rt, oid)["Mode"] == "held":
-            expect = HELD  # the operator's call died before its write and was not repeated
-        _check(rt, oid, agents, sc, expect)
+        _check(rt, oid, agents, sc, crash_then_recover(sc, rt, agents, oid, trigger, k, redeliver))
         if sc.name in ("claim", "reply-first-step", "reply-last-step", "lost-submission-send") and sc.heal:
             # a crash costs at most one timeout
             assert state(rt, oid)["FailureCount"] - before_failures <= 1
