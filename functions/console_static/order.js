@@ -6,7 +6,7 @@ import { SKIPPED_TEXT, awaitingBadge, awaitingText, eventForm, kindDetail, stepK
 import { errorBox, fmtMoney, fmtTime, h, setChildren, table } from "./dom.js";
 import { branchNote, branchesOf, currentStepText, groupHeader, groupOf, shownState } from "./parallel.js";
 import { buildTimeline, renderGantt, renderTrace } from "./timeline.js";
-import { compensationState, orderWaiting, stepWaiting, waitingBadge, waitingText, waitsIn } from "./waiting.js";
+import { compensationState, orderWaiting, roomBadge, stepWaiting, waitingBadge, waitingText, waitsIn } from "./waiting.js";
 import { orderDeliveries } from "./webhooks.js";
 
 const REFRESH_MS = 3000; // while the order is in flight
@@ -114,9 +114,7 @@ function page(order, history, status, reload, path, drafts, webhooks) {
       order.awaiting ? [" ", awaitingBadge(order.awaiting)] : null,
       order.suspended ? [" ", h("span", { class: "state state-Suspended", dataset: { testid: "suspended" } },
         "Suspended")] : null,
-      order.waitingFor ? [" ", h("span", { class: "state state-Suspended", dataset: { testid: "waiting-room" },
-        title: "Over its customer's CustomerMaxInFlight: it starts when one of the customer's orders ends, in submission order" },
-        "Waiting for its customer's room")] : null,
+      order.waitingFor ? [" ", roomBadge(order.waitingFor)] : null,
       outcome ? [" · ", h("span", { class: "outcome", dataset: { testid: "outcome" } }, outcome)] : null,
       actions.length ? [" ", actionButtons(order.orderId, actions, status, () => reload())] : null,
       " ", h("button", { type: "button", onclick: () => reload() }, "Refresh")),

@@ -2,7 +2,7 @@
 
 import { api } from "./api.js";
 import { ageSeconds, errorBox, fmtDuration, fmtMoney, fmtTime, h, orderLink, relative, setChildren, table } from "./dom.js";
-import { orderWaiting, waitingBadge } from "./waiting.js";
+import { orderWaiting, roomBadge, waitingBadge } from "./waiting.js";
 
 /**
  * Loads pages of `params` into `target`; `columns` is [[header, (order) => cell], ...].
@@ -41,7 +41,8 @@ export function pagedOrders(target, ctx, params, columns, afterPage) {
 export const COLUMNS = {
   id: ["Order", (order) => orderLink(order.orderId)],
   state: ["State", (order) => [h("span", { class: `state state-${order.processState}` }, order.processState),
-    orderWaiting(order) ? [" ", waitingBadge(orderWaiting(order))] : null]],
+    orderWaiting(order) ? [" ", waitingBadge(orderWaiting(order))] : null,
+    order.waitingFor ? [" ", roomBadge(order.waitingFor)] : null]],
   category: ["Category", (order) => order.category],
   outcome: ["Outcome", (order) => order.outcome || "—"],
   customer: ["Customer", (order) => order.customerId],

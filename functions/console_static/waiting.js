@@ -76,6 +76,14 @@ export function waitingText(waiting, now = Date.now()) {
 }
 
 /** The badge a list shows next to an order's state while one of its steps waits. */
+/** The badge of an order accepted over its customer's CustomerMaxInFlight (the API's `waitingFor`), or null. */
+export function roomBadge(waitingFor) {
+  if (!waitingFor) return null;
+  return h("span", { class: "state state-Suspended", dataset: { testid: "waiting-room" },
+    title: `Over customer ${waitingFor.customerId}'s CustomerMaxInFlight: it starts when one of the customer's orders ends, in submission order` },
+  "Waiting for its customer's room");
+}
+
 export function waitingBadge(waiting) {
   if (!waiting) return null;
   const title = `${waiting.step ? `${waiting.step}: ` : ""}${waitingText(waiting)}`;

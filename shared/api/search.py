@@ -34,7 +34,7 @@ from typing import Any
 
 from shared.api.http import HttpResult, problem, unknown_query
 from shared.api.tokens import InvalidToken, issue, redeem
-from shared.api.views import next_probe
+from shared.api.views import next_probe, room_wait
 from shared.core.orders import MAX_ID_LENGTH, SAFE_ID
 from shared.core.rows import STATE_ROW, SearchRow
 from shared.core.statemachine import Category, StateRow, category_of
@@ -204,6 +204,8 @@ class Found:
     failed_step: str | None = None
     # its step in flight waits on a remote's open breaker: step, remote, giveUpAt, breaker, nextProbeAt
     waiting: dict[str, Any] | None = None
+    # accepted over its customer's CustomerMaxInFlight, it waits for a slot: kind, customerId, since
+    waiting_for: dict[str, Any] | None = None
     # from the index row (None in a row written before they were recorded there)
     total: str | None = None
     currency: str | None = None
@@ -219,8 +221,8 @@ class Found:
                 "customerId": self.customer_id, "createdAt": iso(self.created_at) if self.created_at else None,
                 "updatedAt": iso(self.updated_at) if self.updated_at else None, "failureCount": self.failure_count,
                 "priority": self.priority, "category": self.category, "workflow": self.workflow,
-                "failedStep": self.failed_step, "waiting": self.waiting, "total": self.total,
-                "currency": self.currency}
+                "failedStep": self.failed_step, "waiting": self.waiting, "waitingFor": self.waiting_for,
+                "total": self.total, "currency": self.currency}
 
 
 def current(rt: Runtime, rows: list[SearchRow], filtered: bool = False) -> list[Found]:
@@ -276,6 +278,7 @@ def _as_now(rt: Runtime, row: SearchRow, state: StateRow) -> Found:
                    if state.complete_by else None}
     return replace(Found.of(row), process_state=state.process_state, failure_count=state.failure_count,
                    outcome=state.outcome, category=category, updated_at=state.updated_at, waiting=waiting,
+                   waiting_for=room_wait(row.customer_id, row.created_at) if state.waits_for_room else None,
                    failed_step=state.failed_step)
 
 

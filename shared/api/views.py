@@ -15,6 +15,12 @@ from shared.core.workflows import Step
 WAITING = "Waiting"  # a step's (or compensation's) state as shown while it waits on a breaker
 
 
+def room_wait(customer_id: str | None, since: datetime | None) -> dict[str, Any]:
+    """An order accepted over its customer's ``CustomerMaxInFlight``, waiting for one of that
+    customer's orders to end (the order's and a search result's ``waitingFor``)."""
+    return {"kind": "customer", "customerId": customer_id, "since": _time(since)}
+
+
 def _time(value: datetime | None) -> str | None:
     return iso(value) if value is not None else None
 
@@ -141,8 +147,7 @@ def order_view(view: View, breakers: Mapping[str, BreakerRow] | None = None,
         # the step in flight is a wait for an event, or a delay's timer: what it waits for, until when
         "awaiting": _awaiting(view, spec_of),
         # accepted over its customer's CustomerMaxInFlight: it starts when a slot frees, in submission order
-        "waitingFor": ({"kind": "customer", "customerId": order.customer_id, "since": _time(order.created_at)}
-                       if state.waits_for_room else None),
+        "waitingFor": room_wait(order.customer_id, order.created_at) if state.waits_for_room else None,
         "steps": steps,
         "compensation": {
             "state": state.compensation_state or OrderCompensation.NONE,

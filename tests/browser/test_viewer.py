@@ -7,7 +7,8 @@ overview, the search, an order, its history, the dead letters) answers a signed-
 The viewer reads everything (an order in attention, an order awaiting its approval event, the
 search, the dead letters) and is offered no action anywhere; the same pages, for an operator, offer
 them (so the viewer's empty pages are the console honouring ``canAct`` of GET /api/console/caller,
-not missing data).
+not missing data). An order waiting for its customer's room (``CustomerMaxInFlight`` 1) says so in
+the search's list and on its page.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ ACTION_BUTTONS = ("button.action, button[data-action], [data-testid='deadletter-
                   "[data-testid='actions']")
 
 
+# one order in flight per customer: the awaiting order (c-approve's) holds its customer's slot
+ONE_AT_A_TIME = {"CustomerMaxInFlight": "1"}
 VIEWER = principal("vera", "Viewer")
 OPERATOR = principal("otto", "Operator")
 
@@ -60,7 +63,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
 
     require_browser()
     with Stack(tmp_path_factory.mktemp("viewer-stack"), persistent=False, instances=1,
-               settings_overrides={**FAST, **ROLES}) as stack:
+               settings_overrides={**FAST, **ROLES, **ONE_AT_A_TIME}) as stack:
         with stack.remotes as remotes:
             set_demo_faults(remotes)
         seeded = Seeded(stack)
@@ -152,3 +155,22 @@ def test_an_operator_sees_the_buttons_on_the_same_pages(seeded: Seeded, driver: 
     assert {"retry", "cancel"} <= set(offered["/attention"]), offered
     # (the search page offers no action to anyone, yet: the viewer's check above keeps it honest when it does)
     assert {"resubmit", "discard", "deadletter-actions"} <= set(offered["/deadletters/scheduler"]), offered
+
+
+def test_an_order_waiting_for_its_customers_room_says_so_in_the_list_and_on_its_page(seeded: Seeded,
+                                                                                      driver: Any) -> None:
+    """``CustomerMaxInFlight`` is 1: c-approve's first order holds its customer's one slot while it
+    awaits its approval, so a second one waits for the room. The search says so (``waitingFor``,
+    read from the state row it reads anyway) and the console shows it in the list, not only on the
+    order's page."""
+    second = seeded.stack.post_order({"customerId": "c-approve", "currency": "EUR", "priority": "normal",
+                                      "statusQueue": None, "items": OVER_1000})
+    found = {o["orderId"]: o for o in seeded.api("/orders", customerId="c-approve")["orders"]}
+    assert found[second]["waitingFor"] == {"kind": "customer", "customerId": "c-approve",
+                                           "since": found[second]["createdAt"]}, found[second]
+    assert found[seeded.awaiting]["waitingFor"] is None
+    as_who(driver, VIEWER)
+    row = "[data-testid='orders'] tr:has(a[href$='{}']) [data-testid='waiting-room']"
+    assert shown(driver, seeded, "/search?customerId=c-approve", row.format(second)) == []
+    assert not driver.find_elements(By.CSS_SELECTOR, row.format(seeded.awaiting))  # it holds the slot
+    assert shown(driver, seeded, f"/orders/{second}", "[data-testid='waiting-room']") == []

@@ -425,6 +425,7 @@ def test_a_result_shows_the_contract_fields(catalogue: Any) -> None:
     assert o == {"orderId": oid, "processState": "Processed", "outcome": "processed", "customerId": customer,
                  "createdAt": iso(created), "updatedAt": st["UpdatedAt"], "failureCount": 0, "priority": "normal",
                  "category": "processed", "workflow": DEFAULT_WORKFLOW, "failedStep": None, "waiting": None,
+                 "waitingFor": None,
                  "total": "19.98", "currency": "EUR"}
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from shared.api.operator import cancel_order, suspend_order, terminate_order
 from shared.api.orders import get_order
+from shared.api.search import search_orders
 from shared.core.effects import LeaveRoom
 from shared.core.messages import OutMessage
 from shared.core.room import (
@@ -170,6 +171,10 @@ def test_orders_over_the_cap_wait_visibly_and_start_in_submission_order() -> Non
     assert b["processState"] == "Processing"
     waiting = get_order(rt, a[2]["orderId"]).body
     assert waiting["waitingFor"] == {"kind": "customer", "customerId": A, "since": waiting["createdAt"]}
+    found = {o["orderId"]: o for o in search_orders(rt, {"customerId": A}).body["orders"]}
+    assert {o: found[o]["waitingFor"] for o in found} == {  # the search says so too, from the state row it reads
+        x["orderId"]: {"kind": "customer", "customerId": A, "since": found[x["orderId"]]["createdAt"]}
+        if x.get("waitingFor") else None for x in a}
     assert (waiting["processState"], waiting["currentStep"], waiting["lockedBy"]) == ("Pending", "reserve-inventory",
                                                                                        None)
     assert kinds(rt, a[2]["orderId"]) == ["accepted", "waitingRoom"]
@@ -182,6 +187,7 @@ def test_orders_over_the_cap_wait_visibly_and_start_in_submission_order() -> Non
     assert all(state(rt, o)["ProcessState"] == "Processed" for o in oids)
     assert bus.admissions == oids[2:]  # in submission order
     assert get_order(rt, oids[5]).body["waitingFor"] is None
+    assert all(o["waitingFor"] is None for o in search_orders(rt, {"customerId": A}).body["orders"])
     assert_room_empty(rt)
 
 
