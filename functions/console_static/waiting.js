@@ -75,7 +75,6 @@ export function waitingText(waiting, now = Date.now()) {
   return `Waiting on ${waiting.remote} — ${nextProbe(waiting, now)}${since}${breaker}${giveUp}`;
 }
 
-/** The badge a list shows next to an order's state while one of its steps waits. */
 /** The badge of an order accepted over its customer's CustomerMaxInFlight (the API's `waitingFor`), or null. */
 export function roomBadge(waitingFor) {
   if (!waitingFor) return null;
@@ -84,6 +83,7 @@ export function roomBadge(waitingFor) {
   "Waiting for its customer's room");
 }
 
+/** The badge a list shows next to an order's state while one of its steps waits. */
 export function waitingBadge(waiting) {
   if (!waiting) return null;
   const title = `${waiting.step ? `${waiting.step}: ` : ""}${waitingText(waiting)}`;
