@@ -306,8 +306,8 @@ def test_search_pages_through_every_filter(catalogue) -> None:  # type: ignore[n
     assert (done["processState"], done["outcome"], done["category"], done["priority"]) == (
         "Processed", "processed", "processed", "normal")
     assert set(done) == {"orderId", "processState", "outcome", "customerId", "createdAt", "updatedAt",
-                         "failureCount", "priority", "category", "workflow", "failedStep", "waiting", "total",
-                         "currency"}
+                         "failureCount", "priority", "category", "workflow", "failedStep", "waiting", "waitingFor",
+                         "total", "currency"}
     assert results[made["cancelled"]]["outcome"] == "cancelled"
     assert results[made["terminated"]]["outcome"] == "terminated"
 
