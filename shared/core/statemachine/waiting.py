@@ -16,8 +16,8 @@ Resumes (:func:`decide_resume`) are of two kinds:
   changes nothing but schedules the next wake-up.
 * ``closed``: the breaker closed. The wait ends: one ``resumed`` event, CompleteBy back to the
   step's timeout, the request sent again. A live step whose wait is not recorded (yet) gets its
-  request again too: its ``waiting`` reply may be behind this resume, and a wait recorded that
-  late ends with that request's reply.
+  request again too, and the close is recorded on it (``WaitingOpening``): its ``waiting`` reply,
+  behind this resume and read on the opening that closed, is then stale.
 
 A rate limit's wait (``shared.core.ratelimit``: a ``waiting`` reply that claims its wake-up with
 no breaker opening) is the same wait, with no breaker to watch it: the step row keeps the wake-up
@@ -239,6 +239,9 @@ def decide_resume(view: View, msg: ResumeMessage, ctx: Ctx) -> Decision:
     if step.waiting_on is None:
         if msg.why == "probe":  # its wait ended already: its request is under way
             return Decision(Verdict.IGNORED, [info("resume.not_waiting", view, **fields)])
+        closed = closed_opening(msg.tag)
+        if closed is not None and (step.waiting_opening is None or closed > step.waiting_opening):
+            return _closed_first(view, step, msg, closed, ctx)
         return Decision(Verdict.RESENT, [_request(view, step, msg, ctx), info("resume.resent", view, **fields)])
     if msg.why == "probe":
         return Decision(Verdict.PROBING, [_request(view, step, msg, ctx), info("step.probing", view, **fields)])
@@ -259,6 +262,33 @@ def decide_resume(view: View, msg: ResumeMessage, ctx: Ctx) -> Decision:
                note="wait ended"),
         _request(after, ended, msg, ctx),
         info("step.resumed", view, breaker=step.waiting_on, **fields),
+    ])
+
+
+def _closed_first(view: View, step: StepRow, msg: ResumeMessage, closed: int, ctx: Ctx) -> Decision:
+    """A close that reached a live step before its ``waiting`` reply did (the agent registered the
+    step, the closer resumed it, the reply is still on its way): the close is recorded on the step
+    (``WaitingOpening``), so that reply, read on the opening that closed, starts no wait
+    (``_before_close``), and the request goes again. Without it the late reply recorded a wait that
+    no close would end: when the request sent again got no answer (it expired in the agent, past
+    the step's deadline), the step waited out the longest wait and failed for good."""
+    state = view.state
+    assert state is not None
+    compensation = msg.target == "compensation"
+    noted = replace(step, waiting_opening=closed)
+    new_state = replace(state, updated_at=ctx.now)
+    after = view.with_steps(noted).with_state(new_state)
+    return Decision(Verdict.RESENT, [
+        # Crash after this: the request is not sent; the late reply is stale all the same, so the
+        # step's deadline stands and the Supervisor redrives it then. A copy of this resume finds
+        # the close recorded and only sends the request again (the same id: dropped as a copy).
+        commit(view, new_state, [noted.replacing(step)],
+               [event(EventKind.RESUMED, step.name, step.compensation_attempt if compensation else step.attempt,
+                      breaker=msg.remote, opening=closed, early=True, compensation=compensation or None)],
+               ctx, note="a close before the wait"),
+        _request(after, noted, msg, ctx),
+        info("resume.resent", view, step=msg.step, attempt=msg.attempt, target=msg.target, why=msg.why,
+             closed=closed),
     ])
 
 

@@ -147,6 +147,29 @@ def test_a_closed_resume_ahead_of_the_waiting_reply_sends_the_request_again() ->
     assert kinds(rt, oid)[-4:] == ["stepWaiting", "resumed", "stepDone", "processed"]
 
 
+def test_a_close_ahead_of_the_waiting_reply_is_recorded_so_the_late_reply_starts_no_wait() -> None:
+    """Found by the chaos run: the agent registered the step (the breaker still half-open), the
+    probe closed it, the closer resumed the step before its waiting reply was recorded, and the
+    request sent again expired in the agent (transient faults past the step's deadline), answering
+    nothing. The late reply, read on the opening that had closed, recorded a wait no close would
+    end: the step waited out the longest wait (300 s) and failed. The close is now recorded on the
+    step, the late reply is stale, and the step's own deadline redrives it."""
+    rt, agents, oid = shipping_in_flight()
+    deadline = state(rt, oid)["CompleteBy"]
+    assert resume(rt, oid, 1, tag="o1") == "resent"
+    assert steps(rt, oid)[S]["WaitingOpening"] == 1 and kinds(rt, oid)[-1] == "resumed"
+    [request] = [m for m in requests_of(rt, oid) if m.message_id == f"{oid}:{S}:1:o1"]
+    assert handle_reply(rt, waiting_reply(oid, 1, opening=1)) == "stale"  # read on the opening that closed
+    assert state(rt, oid)["CompleteBy"] == deadline and "WaitingOn" not in steps(rt, oid)[S]
+    seq = state(rt, oid)["EventSeq"]
+    assert resume(rt, oid, 1, tag="o1") == "resent"  # a copy of the close: the request again, nothing written
+    assert state(rt, oid)["EventSeq"] == seq
+    membus(rt).take("agent-shipping")  # the request sent again expires in the agent: no answer
+    st = drive(rt, oid, agents)
+    assert st["ProcessState"] == "Processed" and steps(rt, oid)[S]["Attempt"] == 2, st  # redriven at its deadline
+    assert "stepWaiting" not in kinds(rt, oid) and request.body["attempt"] == 1
+
+
 def test_a_waiting_reply_read_before_the_close_that_ended_the_wait_starts_no_new_wait() -> None:
     """A copy of the waiting reply (or one the close's resume overtook) after the close of its
     opening ended the wait: stale, nothing written, no probe. A reply of the next opening is a
