@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from local.stack import Stack
-from tests.hostile.stackutil import GOOD_BODY, Tables, send, start_stack, submit, wait_all_settled
+from tests.hostile.stackutil import GOOD_BODY, send, settled_states, start_stack, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -66,11 +66,7 @@ def test_a_customers_burst_does_not_hold_up_another_customers_orders(stack: Stac
                               range(ORDERS)))
         b_posted = time.time()
         b = [submit(stack, {**GOOD_BODY, "customerId": "steady-b"}) for _ in range(5)]
-        tables = Tables(stack)
-        try:
-            states = dict(zip([*b, *a], wait_all_settled(tables, [*b, *a], timeout=300), strict=True))
-        finally:
-            tables.close()
+        states = settled_states(stack, [*b, *a], timeout=300)
     finally:
         stack.remotes.set_faults("payment")
     assert {s["ProcessState"] for s in states.values()} == {"Processed"}

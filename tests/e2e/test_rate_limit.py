@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from local.stack import Stack
-from tests.hostile.stackutil import GOOD_BODY, Tables, send, start_stack, submit, wait_all_settled
+from tests.hostile.stackutil import GOOD_BODY, send, settled_states, start_stack, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -77,11 +77,7 @@ def burst(stack: Stack, rate: int, orders: int) -> int:
     try:
         with ThreadPoolExecutor(8) as pool:
             oids = list(pool.map(lambda i: submit(stack, {**GOOD_BODY, "customerId": "burst-1"}), range(orders)))
-        tables = Tables(stack)
-        try:
-            states = wait_all_settled(tables, oids, timeout=240)
-        finally:
-            tables.close()
+        states = list(settled_states(stack, oids, timeout=240).values())
     finally:
         stack.remotes.set_faults("payment")
     drained = time.monotonic() - started

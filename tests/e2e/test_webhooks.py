@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from local.stack import Stack
-from tests.hostile.stackutil import GOOD_BODY, Tables, send, start_stack, submit, wait_settled
+from tests.hostile.stackutil import GOOD_BODY, send, settled_states, start_stack, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -123,11 +123,7 @@ def test_every_ended_order_is_told_with_a_valid_signature_though_every_first_try
         good = [submit(stack, GOOD_BODY) for _ in range(7)]
         bad = [submit(stack, {**GOOD_BODY, "customerId": "c-failing",
                               "items": [{"sku": SOLD_OUT, "quantity": 1, "unitPrice": 5}]}) for _ in range(3)]
-        tables = Tables(stack)
-        try:
-            states = {oid: wait_settled(tables, oid, timeout=120)["state"] for oid in good + bad}
-        finally:
-            tables.close()
+        states = settled_states(stack, good + bad, timeout=120)
     finally:
         stack.remotes.set_faults("inventory")
     assert [states[o]["ProcessState"] for o in good] == ["Processed"] * 7
@@ -173,11 +169,7 @@ def test_no_ending_is_lost_when_the_instances_die_in_the_middle_of_their_tries(s
         killed = [stack.kill_host_instance(k) for k in sorted(stack.host_instances())]
         for instance, pid in killed:
             stack.wait_host_instance_replaced(instance, pid)
-        tables = Tables(stack)
-        try:
-            states = {oid: wait_settled(tables, oid, timeout=180)["state"] for oid in good + bad}
-        finally:
-            tables.close()
+        states = settled_states(stack, good + bad, timeout=180)
     finally:
         stack.remotes.set_faults("inventory")
         receiver.hold_first = 0.0

@@ -324,6 +324,16 @@ def wait_all_settled(tables: Tables, order_ids: list[str], timeout: float = 240.
         time.sleep(0.5)
 
 
+
+def settled_states(stack: Stack, order_ids: list[str], timeout: float = 240.0) -> dict[str, dict[str, Any]]:
+    """Order id -> its state row, once every one of ``order_ids`` is settled (:func:`wait_all_settled`,
+    through tables opened and closed here)."""
+    tables = Tables(stack)
+    try:
+        return dict(zip(order_ids, wait_all_settled(tables, order_ids, timeout=timeout), strict=True))
+    finally:
+        tables.close()
+
 def submit(stack: Stack, body: dict[str, Any] | None = None, key: str | None = None) -> str:
     headers: list[tuple[str, str | bytes]] = [("Content-Type", "application/json")]
     if key:

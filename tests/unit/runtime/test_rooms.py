@@ -5,7 +5,7 @@ and no crash between the moves loses or starves one (issue 45, item 2)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -342,6 +342,18 @@ def test_a_crash_at_the_door_after_taking_a_slot_frees_it_after_the_orphan_age()
     assert_room_empty(rt)
 
 
+def crash_once(rt: Any, k: int, handle: Callable[..., Any], message: OutMessage, redelivered: bool) -> None:
+    """``message`` handled with a crash after ``k`` effects, then (``redelivered``) handled again,
+    as the queue delivers it again; not again, as if it was lost."""
+    rt.crash_at = k
+    try:
+        handle(rt, json.dumps(message.body).encode(), message_id=message.message_id)
+    except Crash:
+        if redelivered:
+            handle(rt, json.dumps(message.body).encode(), message_id=message.message_id)
+    rt.crash_at = None
+
+
 def _last_reply(rt: Any, agents: AgentSim, oid: str) -> OutMessage:
     """The order driven to its last reply, which is returned unhandled."""
     for _ in range(20):
@@ -366,13 +378,7 @@ def test_a_crash_as_a_holder_ends_still_admits_the_next(k: int, redelivered: boo
     agents = AgentSim(rt)
     first, second = order_of(rt, A)["orderId"], order_of(rt, A)["orderId"]
     last = _last_reply(rt, agents, first)
-    rt.crash_at = k
-    try:
-        handle_reply(rt, json.dumps(last.body).encode(), message_id=last.message_id)
-    except Crash:
-        if redelivered:
-            handle_reply(rt, json.dumps(last.body).encode(), message_id=last.message_id)
-    rt.crash_at = None
+    crash_once(rt, k, handle_reply, last, redelivered)
     assert state(rt, first)["ProcessState"] == ("Processed" if k or redelivered else "Processing")
     pump(rt, agents, [first, second], cap=1)
     assert state(rt, second)["ProcessState"] == "Processed"
@@ -391,13 +397,7 @@ def test_a_crash_in_an_admission_still_starts_the_order_once(k: int, redelivered
     first, second = order_of(rt, A)["orderId"], order_of(rt, A)["orderId"]
     drive(rt, first, agents, until=lambda st: st["ProcessState"] == "Processed")
     [admission] = rt.bus.take("scheduler")
-    rt.crash_at = k
-    try:
-        handle_schedule(rt, json.dumps(admission.body).encode(), message_id=admission.message_id)
-    except Crash:
-        if redelivered:
-            handle_schedule(rt, json.dumps(admission.body).encode(), message_id=admission.message_id)
-    rt.crash_at = None
+    crash_once(rt, k, handle_schedule, admission, redelivered)
     pump(rt, agents, [second], cap=1)
     assert state(rt, second)["ProcessState"] == "Processed"
     assert [c for c in agents.calls if c[0] == second] == [(second, "reserve-inventory", "reserve"),
